@@ -1,0 +1,251 @@
+/* store.h — the one SQLite file that holds every session of both lenses.
+ *
+ * Sessions, interned strings/functions/frames/stacks/threads, compact sample
+ * chunks, traced functions and edges, per-call records and the audit trail.
+ * Every fallible function returns 0 or a negative errno; the detailed message
+ * is on the handle (bf_store_errmsg). The library never prints.
+ */
+#ifndef BF_STORE_H
+#define BF_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bf_store bf_store;
+
+#define BF_STORE_SCHEMA_VERSION 1
+
+/* Open flags. */
+#define BF_STORE_READONLY 0x1 /* never write; fails on a missing file */
+#define BF_STORE_CREATE 0x2   /* create the file (mode 0600) if missing */
+
+/* Open (and migrate) the database at path.
+ * OUT: *out, a handle the caller closes with bf_store_close.
+ * On failure *out is set to NULL and, when errmsg is not NULL, *errmsg points to a
+ * static-or-thread-local one-line message valid until the next open call.
+ * Errors: -ENOENT missing file, -EINVAL not a SQLite file / not a bifocal
+ * database, -EPROTO schema newer than this build, -EACCES permission. */
+int bf_store_open(const char *path, int flags, bf_store **out, const char **errmsg);
+
+/* Close; flushes pending samples. Accepts NULL. */
+void bf_store_close(bf_store *s);
+
+/* Last error on this handle (never NULL). Borrowed until the next call. */
+const char *bf_store_errmsg(const bf_store *s);
+
+/* Path this handle was opened on. Borrowed. */
+const char *bf_store_path(const bf_store *s);
+
+/* Explicit transactions around a batch of writes (nesting is counted). */
+int bf_store_begin(bf_store *s);
+int bf_store_commit(bf_store *s);
+int bf_store_rollback(bf_store *s);
+
+/* ---- sessions ---------------------------------------------------------- */
+
+/* Session metadata. Strings are borrowed from the caller on write; on read they
+ * point into the bf_session_info allocation (freed with bf_session_info_free).
+ * NULL string = unknown. Times are unix-epoch nanoseconds. */
+typedef struct bf_session_info {
+  int64_t id;
+  const char *kind;       /* "sampled" | "traced" | "imported" */
+  const char *clock;      /* "wall" | "cpu" */
+  const char *mode;       /* "all" | "gil" | "native" | "trace" | "focus" | import dialect */
+  double rate_hz;         /* requested sampling rate (0 for traced) */
+  double achieved_rate_hz;
+  int64_t start_ns;       /* capture start, unix epoch ns */
+  int64_t duration_ns;
+  const char *host;
+  int64_t pid;            /* 0 if none */
+  const char *command;    /* target command line, space-joined */
+  const char *python_version; /* "3.12.1" */
+  const char *python_build;   /* "release" | "debug" | "free-threaded" | ... */
+  const char *profiler_version;
+  const char *commit;
+  const char *label;
+  int64_t samples;        /* samples recorded (sum of counts) */
+  int64_t missed;         /* ticks that could not be taken in time */
+  int64_t invalid;        /* torn/garbage reads discarded */
+  int64_t profiler_cpu_ns;
+  const char *status;     /* "complete" | "interrupted" | "target-exited" | "incomplete" */
+  int64_t expires_at_ns;  /* 0 = never */
+  int64_t parent_id;      /* 0 = none (e.g. subprocess sessions link their parent) */
+  int redacted;
+  int64_t created_ns;     /* set by the store on begin */
+  const char *extra_json; /* free-form JSON object with anything else, or NULL */
+} bf_session_info;
+
+/* Create a session row with status "incomplete" (unless info->status is set).
+ * OUT: *id. */
+int bf_store_session_begin(bf_store *s, const bf_session_info *info, int64_t *id);
+
+/* Overwrite every metadata field of session info->id (use it to finalise). */
+int bf_store_session_update(bf_store *s, const bf_session_info *info);
+
+/* Read one session. OUT: *out (caller frees with bf_session_info_free).
+ * -ENOENT when no such session (message on the handle names the id). */
+int bf_store_session_get(bf_store *s, int64_t id, bf_session_info **out);
+void bf_session_info_free(bf_session_info *info);
+
+/* Resolve "12" or a label ("prod-noon": newest session with that label).
+ * OUT: *id. -ENOENT if nothing matches. */
+int bf_store_session_resolve(bf_store *s, const char *id_or_label, int64_t *id);
+
+/* All sessions, oldest first. OUT: *out array of *n (caller frees each element
+ * with bf_session_info_free and the array with free). */
+int bf_store_session_list(bf_store *s, bf_session_info ***out, size_t *n);
+
+/* Delete a session and all its rows (samples, threads, trace data, records). */
+int bf_store_session_delete(bf_store *s, int64_t id);
+
+/* ---- interning (cached in memory; ids are stable for the database) ---- */
+
+int bf_store_intern_string(bf_store *s, const char *str, int64_t *id);
+/* Function identity: (file, qualname, firstlineno). C functions are
+ * ("<builtin>", "module.qualname", 0). OUT: *id. */
+int bf_store_intern_function(bf_store *s, const char *file, const char *qualname,
+                             int64_t firstlineno, int64_t *id);
+/* Frame = (function, current line). OUT: *id. */
+int bf_store_intern_frame(bf_store *s, int64_t function_id, int64_t line, int64_t *id);
+/* Stack node = (parent stack, innermost frame); parent 0 is the root, so a
+ * stack is interned outermost frame first. OUT: *id. */
+int bf_store_intern_stack(bf_store *s, int64_t parent_stack_id, int64_t frame_id, int64_t *id);
+/* Thread of a session: native tid plus optional name (name updated if it was
+ * unknown). OUT: *id. */
+int bf_store_intern_thread(bf_store *s, int64_t session_id, int64_t native_tid,
+                           const char *name, int64_t *id);
+
+/* ---- samples ----------------------------------------------------------- */
+
+#define BF_SAMPLE_GIL 0x01     /* thread held the GIL */
+#define BF_SAMPLE_ON_CPU 0x02  /* thread was running on a CPU */
+#define BF_SAMPLE_IDLE 0x04    /* thread idle (blocked/sleeping/waiting) */
+#define BF_SAMPLE_GC 0x08      /* garbage collection was running */
+#define BF_SAMPLE_NATIVE 0x10  /* stack includes native frames */
+
+typedef struct bf_sample {
+  int64_t thread_id; /* from bf_store_intern_thread */
+  int64_t stack_id;  /* from bf_store_intern_stack; 0 = empty stack */
+  int64_t ts_ns;     /* ns since session start, non-decreasing per thread */
+  uint32_t flags;    /* BF_SAMPLE_* */
+  uint32_t count;    /* number of samples this record stands for (>= 1) */
+  int64_t weight;    /* clock time attributed (wall: ns, cpu: cpu ns); imports: count */
+} bf_sample;
+
+/* Append one sample to session's buffer; written in batches (one transaction per
+ * chunk). Cheap: no SQLite work on most calls. */
+int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp);
+
+/* Write out every buffered sample. */
+int bf_store_flush(bf_store *s);
+
+/* Filter for reading samples. Zero-initialise; 0/NULL fields mean "any". */
+typedef struct bf_sample_filter {
+  int64_t thread_id;     /* 0 = every thread */
+  int64_t since_ns;      /* ts_ns >= since_ns */
+  int64_t until_ns;      /* ts_ns < until_ns when until_ns > 0 */
+} bf_sample_filter;
+
+/* Call fn for every sample of a session in (thread, time) order. fn returning
+ * non-zero stops the walk and that value is returned. */
+typedef int (*bf_sample_fn)(void *ud, const bf_sample *smp);
+int bf_store_samples_foreach(bf_store *s, int64_t session_id, const bf_sample_filter *f,
+                             bf_sample_fn fn, void *ud);
+
+/* ---- reading interned things -------------------------------------------- */
+
+typedef struct bf_function_ref {
+  int64_t id;
+  const char *file;     /* borrowed from the store's cache, valid until close */
+  const char *qualname;
+  int64_t firstlineno;
+} bf_function_ref;
+
+/* Resolve ids (cached after first lookup). OUT: the struct. */
+int bf_store_function_get(bf_store *s, int64_t function_id, bf_function_ref *out);
+/* OUT: *function_id, *line. */
+int bf_store_frame_get(bf_store *s, int64_t frame_id, int64_t *function_id, int64_t *line);
+/* OUT: *parent_stack_id, *frame_id. */
+int bf_store_stack_get(bf_store *s, int64_t stack_id, int64_t *parent_stack_id,
+                       int64_t *frame_id);
+/* Stack as frame ids, outermost first. OUT: frames (caller frees), *n. */
+int bf_store_stack_frames(bf_store *s, int64_t stack_id, int64_t **frames, size_t *n);
+
+typedef struct bf_thread_ref {
+  int64_t id;
+  int64_t native_tid;
+  char *name; /* owned by the array, may be NULL */
+} bf_thread_ref;
+/* OUT: *out array (free with bf_thread_refs_free), *n. */
+int bf_store_threads(bf_store *s, int64_t session_id, bf_thread_ref **out, size_t *n);
+void bf_thread_refs_free(bf_thread_ref *t, size_t n);
+
+/* ---- traced data -------------------------------------------------------- */
+
+typedef struct bf_trace_func {
+  int64_t function_id;
+  int64_t calls;           /* generator/coroutine creation counts once */
+  int64_t primitive_calls; /* non-recursive calls */
+  int64_t resumes;         /* generator/coroutine resumes (never counted as calls) */
+  int64_t self_ns;
+  int64_t total_ns;        /* outermost activation only under recursion */
+  /* focus-mode per-call duration percentiles; -1 when not recorded */
+  int64_t p50_ns, p90_ns, p99_ns, max_ns;
+  int64_t records_kept, records_dropped;
+} bf_trace_func;
+
+typedef struct bf_trace_edge {
+  int64_t caller_function_id; /* 0 = thread root */
+  int64_t callee_function_id;
+  int64_t calls, primitive_calls;
+  int64_t self_ns, total_ns;
+} bf_trace_edge;
+
+int bf_store_trace_func_put(bf_store *s, int64_t session_id, const bf_trace_func *tf);
+int bf_store_trace_edge_put(bf_store *s, int64_t session_id, const bf_trace_edge *te);
+
+typedef int (*bf_trace_func_fn)(void *ud, const bf_trace_func *tf);
+typedef int (*bf_trace_edge_fn)(void *ud, const bf_trace_edge *te);
+int bf_store_trace_funcs_foreach(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void *ud);
+int bf_store_trace_edges_foreach(bf_store *s, int64_t session_id, bf_trace_edge_fn fn, void *ud);
+
+/* One focus-mode call: when it started (ns since session start), how long. */
+typedef struct bf_call_record {
+  int64_t function_id;
+  int64_t thread_id;   /* from bf_store_intern_thread, 0 if unknown */
+  int64_t start_ns;
+  int64_t duration_ns;
+  int32_t depth;       /* depth below the focused function (0 = the focus call) */
+  int64_t parent_function_id; /* caller, 0 if unknown */
+} bf_call_record;
+
+int bf_store_call_record_add(bf_store *s, int64_t session_id, const bf_call_record *r);
+typedef int (*bf_call_record_fn)(void *ud, const bf_call_record *r);
+int bf_store_call_records_foreach(bf_store *s, int64_t session_id, bf_call_record_fn fn,
+                                  void *ud);
+
+/* ---- audit ---------------------------------------------------------------- */
+
+typedef struct bf_audit_entry {
+  int64_t id;
+  int64_t time_ns;
+  const char *user;
+  int64_t uid;
+  int64_t target_pid;   /* 0 if none */
+  int64_t target_uid;   /* -1 if unknown */
+  const char *command;  /* "record", "dump", ... */
+  const char *argv;     /* full bifocal command line */
+  const char *outcome;  /* "ok" or the one-line error */
+  int64_t session_id;   /* 0 if none */
+} bf_audit_entry;
+
+int bf_store_audit_add(bf_store *s, const bf_audit_entry *e, int64_t *id);
+int bf_store_audit_update(bf_store *s, int64_t id, const char *outcome, int64_t session_id);
+typedef int (*bf_audit_fn)(void *ud, const bf_audit_entry *e);
+int bf_store_audit_foreach(bf_store *s, bf_audit_fn fn, void *ud);
+
+/* ---- escape hatch for core/ modules only (views, exports, lua binding) ---- */
+struct sqlite3;
+struct sqlite3 *bf_store_db(bf_store *s);
+
+#endif

@@ -1,0 +1,57 @@
+/* cli.h — the `bifocal` command front: shared context and the command table.
+ *
+ * Each command lives in its own repl/cmd_<name>.c and is listed once in
+ * repl/commands.c. Commands return the process exit status and report errors
+ * once, as one line on stderr (bf_cli_error).
+ */
+#ifndef BF_CLI_H
+#define BF_CLI_H
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "store.h"
+
+typedef struct bf_cli {
+  const char *db_path;   /* -d DB, else $BIFOCAL_DB, else ./bifocal.db */
+  int stdout_tty;        /* stdout is a terminal */
+  int color;             /* colour allowed: tty and no NO_COLOR */
+  const char *cmdline;   /* the whole bifocal command line, space-joined (audit) */
+  int in_repl;           /* running inside the REPL */
+  long long current_session; /* REPL `use ID`; 0 = none */
+} bf_cli;
+
+/* argv[0] is the command name; getopt state is reset before each call. */
+typedef int (*bf_cmd_fn)(bf_cli *cli, int argc, char **argv);
+
+typedef struct bf_cmd {
+  const char *name;
+  bf_cmd_fn fn;
+  const char *usage;   /* "sessions [--json]" */
+  const char *summary; /* one line */
+  const char *help;    /* longer help text, may be NULL */
+} bf_cmd;
+
+extern const bf_cmd bf_cmds[]; /* terminated by {NULL} */
+
+const bf_cmd *bf_cli_find(const char *name);
+
+/* One line "bifocal: <message>" on stderr. */
+void bf_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void bf_cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Open cli->db_path with flags; on failure prints one line and returns non-zero
+ * (the exit status to use). OUT: *out. */
+int bf_cli_open_store(bf_cli *cli, int flags, bf_store **out);
+
+/* Resolve a session argument (id or label); prints the error itself.
+ * Returns 0 or an exit status. OUT: *id. */
+int bf_cli_session_arg(bf_cli *cli, bf_store *s, const char *arg, int64_t *id);
+
+/* Print usage of cmd to f. */
+void bf_cli_usage(const bf_cmd *cmd, FILE *f);
+
+/* Run one command line (argv[0] = command) — used by main and the REPL. */
+int bf_cli_dispatch(bf_cli *cli, int argc, char **argv);
+
+#endif

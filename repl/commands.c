@@ -1,0 +1,28 @@
+/* commands.c — the table of every `bifocal` command (one line each). */
+#include <string.h>
+
+#include "cli.h"
+
+#define BF_DECL(n) int bf_cmd_##n(bf_cli *cli, int argc, char **argv);
+BF_DECL(sessions)
+BF_DECL(import)
+BF_DECL(replay)
+BF_DECL(export)
+#undef BF_DECL
+
+const bf_cmd bf_cmds[] = {
+    {"sessions", bf_cmd_sessions, "sessions [--json]", "list sessions with their metadata", NULL},
+    {"import", bf_cmd_import, "import FILE [--label L] [--ttl T]",
+     "import collapsed stacks (FlameGraph, py-spy raw, austin text)", NULL},
+    {"replay", bf_cmd_replay,
+     "replay ID --view functions [--json] [--limit N] [--sort self|total] [--thread T]",
+     "show a view of a session", NULL},
+    {"export", bf_cmd_export, "export ID --format collapsed -o FILE", "write a session in another tool's format", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+const bf_cmd *bf_cli_find(const char *name) {
+  for (const bf_cmd *c = bf_cmds; c->name; c++)
+    if (strcmp(c->name, name) == 0) return c;
+  return NULL;
+}

@@ -1,0 +1,182 @@
+/* main.c — `bifocal` entry: global options, then one command or the REPL. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#ifndef BF_VERSION
+#define BF_VERSION "0.0.0"
+#endif
+
+int bf_repl_main(bf_cli *cli) __attribute__((weak));
+
+static void print_help(FILE *f) {
+  fprintf(f,
+          "bifocal %s — sampling and tracing profiler workbench for CPython\n\n"
+          "usage: bifocal [-d DB] COMMAND [ARGS]\n"
+          "       bifocal [-d DB]            (interactive REPL)\n\n"
+          "options:\n"
+          "  -d, --db DB     database file (default $BIFOCAL_DB, else ./bifocal.db)\n"
+          "  -h, --help      this help; `bifocal help COMMAND` for one command\n"
+          "  -V, --version   print the version\n\ncommands:\n",
+          BF_VERSION);
+  for (const bf_cmd *c = bf_cmds; c->name; c++) fprintf(f, "  %-10s %s\n", c->name, c->summary);
+}
+
+void bf_cli_usage(const bf_cmd *cmd, FILE *f) {
+  fprintf(f, "usage: bifocal %s\n  %s\n", cmd->usage, cmd->summary);
+  if (cmd->help) fprintf(f, "\n%s\n", cmd->help);
+}
+
+void bf_cli_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("bifocal: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+void bf_cli_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("bifocal: warning: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+int bf_cli_open_store(bf_cli *cli, int flags, bf_store **out) {
+  const char *msg = NULL;
+  int rc = bf_store_open(cli->db_path, flags, out, &msg);
+  if (rc < 0) {
+    bf_cli_error("%s", msg ? msg : strerror(-rc));
+    return 1;
+  }
+  return 0;
+}
+
+int bf_cli_session_arg(bf_cli *cli, bf_store *s, const char *arg, int64_t *id) {
+  (void)cli;
+  if (!arg) {
+    if (cli->current_session > 0) {
+      *id = cli->current_session;
+      return 0;
+    }
+    bf_cli_error("missing session id (see `bifocal sessions`)");
+    return 2;
+  }
+  if (bf_store_session_resolve(s, arg, id) < 0) {
+    bf_cli_error("%s", bf_store_errmsg(s));
+    return 1;
+  }
+  return 0;
+}
+
+int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
+  if (argc < 1) return 2;
+  if (strcmp(argv[0], "help") == 0) {
+    if (argc > 1) {
+      const bf_cmd *c = bf_cli_find(argv[1]);
+      if (!c) {
+        bf_cli_error("unknown command '%s' (try `bifocal --help`)", argv[1]);
+        return 2;
+      }
+      bf_cli_usage(c, stdout);
+      return 0;
+    }
+    print_help(stdout);
+    return 0;
+  }
+  const bf_cmd *c = bf_cli_find(argv[0]);
+  if (!c) {
+    bf_cli_error("unknown command '%s' (try `bifocal --help`)", argv[0]);
+    return 2;
+  }
+  optind = 0; /* glibc: full reset of getopt state */
+  opterr = 1;
+  return c->fn(cli, argc, argv);
+}
+
+static char *join_args(int argc, char **argv) {
+  size_t len = 1;
+  for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
+  char *s = malloc(len);
+  if (!s) return NULL;
+  s[0] = 0;
+  for (int i = 0; i < argc; i++) {
+    if (i) strcat(s, " ");
+    strcat(s, argv[i]);
+  }
+  return s;
+}
+
+int main(int argc, char **argv) {
+  bf_cli cli = {0};
+  cli.db_path = getenv("BIFOCAL_DB");
+  if (!cli.db_path || !*cli.db_path) cli.db_path = "bifocal.db";
+  cli.stdout_tty = isatty(1);
+  const char *nc = getenv("NO_COLOR");
+  cli.color = cli.stdout_tty && !(nc && *nc);
+  char *cmdline = join_args(argc, argv);
+  cli.cmdline = cmdline ? cmdline : "bifocal";
+
+  /* Global options come before the command; `-d DB` is also accepted anywhere
+   * before a `--` so `bifocal sessions -d x.db` works too. */
+  int out = 1;
+  int i = 1;
+  int seen_cmd = 0, seen_dashdash = 0;
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  if (!rest) return 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (!seen_dashdash && strcmp(a, "--") == 0) seen_dashdash = 1;
+    if (!seen_dashdash && (strcmp(a, "-d") == 0 || strcmp(a, "--db") == 0)) {
+      if (i + 1 >= argc) {
+        bf_cli_error("option %s needs a database path", a);
+        return 2;
+      }
+      cli.db_path = argv[++i];
+      continue;
+    }
+    if (!seen_dashdash && strncmp(a, "--db=", 5) == 0) {
+      cli.db_path = a + 5;
+      continue;
+    }
+    if (!seen_cmd && !seen_dashdash) {
+      if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        print_help(stdout);
+        return 0;
+      }
+      if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+        printf("bifocal %s\n", BF_VERSION);
+        return 0;
+      }
+      if (a[0] == '-') {
+        bf_cli_error("unknown option '%s' (try `bifocal --help`)", a);
+        return 2;
+      }
+      seen_cmd = 1;
+    }
+    rest[out++ - 1] = argv[i];
+  }
+  int nrest = out - 1;
+  int rc;
+  if (nrest == 0) {
+    if (bf_repl_main) {
+      rc = bf_repl_main(&cli);
+    } else {
+      print_help(stdout);
+      rc = 0;
+    }
+  } else {
+    rc = bf_cli_dispatch(&cli, nrest, rest);
+  }
+  free(rest);
+  free(cmdline);
+  return rc;
+}
