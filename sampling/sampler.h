@@ -101,7 +101,7 @@ typedef struct bf_smp_record_opts {
   double duration_s;       /* 0 = until exit / interrupt */
   const char *label;
   const char *commit;      /* NULL = git rev-parse HEAD in the target's cwd */
-  int64_t ttl_s;           /* 0 = never expires */
+  int64_t ttl_ns;          /* 0 = never expires */
   int subprocesses;        /* follow Python children (own session, parent_id) */
   int64_t parent_session;  /* 0 = none */
   volatile int *stop;      /* set non-zero (e.g. from a signal handler) to stop */
