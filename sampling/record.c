@@ -68,6 +68,7 @@ typedef struct target {
   char command[1024], host[256], commit[64], version[32];
   int64_t samples, missed, invalid, ticks;
   int64_t start_mono;
+  int64_t start_cpu_ns; /* profiler CPU when the session began */
   int exited;
   rec_thread *threads;
   size_t nthreads, cap_threads;
@@ -175,6 +176,7 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
   rc = bf_store_flush(st);
   if (rc < 0) return seterr(err_h, rc, "%s", bf_store_errmsg(st));
   t->start_mono = mono_ns();
+  t->start_cpu_ns = profiler_cpu_ns();
   return 0;
 }
 
@@ -186,7 +188,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   in->missed = t->missed;
   in->invalid = t->invalid;
   in->achieved_rate_hz = in->duration_ns > 0 ? (double)t->ticks * 1e9 / (double)in->duration_ns : 0;
-  in->profiler_cpu_ns = cpu_ns;
+  in->profiler_cpu_ns = cpu_ns - t->start_cpu_ns;
   in->status = status;
   int rc = bf_store_flush(st);
   int rc2 = bf_store_session_update(st, in);
@@ -313,10 +315,15 @@ static size_t children_of(int pid, int *out, size_t max) {
   return n;
 }
 
-/* Sleep until deadline (monotonic ns): sleep most of it, spin the rest so
- * high rates keep their timing. */
-static void wait_until(int64_t deadline) {
+/* Sleep until deadline (monotonic ns). Below ~200 us per tick a sleep's
+ * wake-up latency is as long as the interval, so high rates spin the rest. */
+static void wait_until(int64_t deadline, int64_t interval) {
   int64_t now = mono_ns();
+  if (interval >= 200000) {
+    struct timespec ts = {deadline / 1000000000, deadline % 1000000000};
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL); /* EINTR: check stop */
+    return;
+  }
   if (deadline - now > 150000) {
     int64_t wake = deadline - 80000;
     struct timespec ts = {wake / 1000000000, wake % 1000000000};
@@ -423,7 +430,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     next += step;
     int64_t now = mono_ns();
     if (now < next) {
-      wait_until(next);
+      wait_until(next, interval);
       now = mono_ns();
     } else if (now - next > interval) {
       int64_t lost = (now - next) / interval;

@@ -108,6 +108,8 @@ typedef struct smp_tslot {
   uint64_t tstate;
   int64_t tid;
   int stat_fd, sched_fd; /* -1 when not opened */
+  int64_t state_ns;      /* when state_flags were read (monotonic) */
+  uint32_t state_flags;
   char name[32];
   int seen;              /* generation stamp */
 } smp_tslot;
@@ -118,6 +120,13 @@ typedef struct smp_pref {
   uint32_t len, off; /* offset into pool buffer */
   int ok;
 } smp_pref;
+
+/* A merged span of the prefetch plan: regions plan_ord[first..last]. */
+typedef struct smp_span {
+  uint64_t addr, end;
+  size_t first, last;
+  size_t off; /* into span_buf */
+} smp_span;
 
 typedef ssize_t (*smp_readv_fn)(void *ud, const struct iovec *local, size_t nlocal,
                                 const struct iovec *remote, size_t nremote);
@@ -132,15 +141,22 @@ struct bf_smp {
   uint64_t runtime_addr;   /* &_PyRuntime in the target */
   uint64_t code_type_addr; /* &PyCode_Type, 0 = unknown (no type check) */
   int64_t pthread_tid_off; /* 3.8-3.10: offset of tid in glibc struct pthread; -1 unknown */
-  uint64_t gil_addr;       /* 3.12: resolved struct _gil_runtime_state address */
+  uint64_t interp_head;    /* cached _PyRuntime.interpreters.head (0 = re-read) */
   uint64_t read_calls;
   smp_readv_fn readv;      /* the choke point (process_vm_readv unless fuzzing) */
   void *readv_ud;
   /* prefetch: the previous sample's hot regions, read in one go */
   smp_pref *pref, *pref_next;
   size_t npref, npref_next, cap_pref;
-  unsigned char *pool, *pool_next;
-  size_t pool_len, pool_next_len, pool_cap;
+  unsigned char *pool; /* this sample's misses */
+  size_t pool_len, pool_cap;
+  unsigned char *span_buf; /* merged spans as read */
+  size_t span_cap;
+  smp_pref *plan_key;      /* the hot set the plan was built for */
+  uint32_t *plan_ord;
+  smp_span *plan_sp;
+  size_t plan_n, plan_ns, plan_cap, plan_total;
+  int pref_all_ok;
   int32_t *pref_hash;      /* open addressing over pref, size pref_hash_cap */
   size_t pref_hash_cap;
   unsigned char scratch[4096];
@@ -155,6 +171,7 @@ struct bf_smp {
   smp_tslot *slots;
   size_t nslots, cap_slots;
   int gen;
+  int64_t now_ns; /* monotonic time of the current sample */
 };
 
 /* Remote reads (remote.c). smp_read: one region, exact length, into dst.

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "smp_int.h"
@@ -75,8 +76,11 @@ void bf_smp_free(bf_smp *h) {
   free(h->pref);
   free(h->pref_next);
   free(h->pool);
-  free(h->pool_next);
   free(h->pref_hash);
+  free(h->span_buf);
+  free(h->plan_key);
+  free(h->plan_ord);
+  free(h->plan_sp);
   free(h);
 }
 
@@ -546,12 +550,24 @@ static int proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *
   return 0;
 }
 
+/* /proc reads cost a few microseconds each, so a thread's state is
+ * refreshed at most every SMP_STATE_MIN_NS; in between the last one is kept
+ * (and no new CPU time is reported: cpu_ns stays -1). */
+#define SMP_STATE_MIN_NS 1000000
+
 static void thread_status(bf_smp *h, smp_tslot *s, unsigned want, bf_smp_thread *t) {
   char buf[512];
   if (!s || s->tid <= 0 || h->pid <= 0) return;
+  if (s->state_ns && h->now_ns - s->state_ns < SMP_STATE_MIN_NS) {
+    if (want & BF_SMP_WANT_STATE) t->flags |= s->state_flags;
+    return;
+  }
+  s->state_ns = h->now_ns;
+  s->state_flags = 0;
   if ((want & BF_SMP_WANT_STATE) && proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) == 0) {
     const char *p = strrchr(buf, ')');
-    if (p && p[1] == ' ' && p[2]) t->flags |= (p[2] == 'R') ? BF_SMP_ON_CPU : BF_SMP_IDLE;
+    if (p && p[1] == ' ' && p[2]) s->state_flags = (p[2] == 'R') ? BF_SMP_ON_CPU : BF_SMP_IDLE;
+    t->flags |= s->state_flags;
   }
   if ((want & BF_SMP_WANT_CPU_TIME) &&
       proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) == 0)
@@ -606,10 +622,22 @@ int smp_walk(bf_smp *h, unsigned want) {
   int err = 0;
   h->gen++;
   h->nthreads = h->nframes = 0;
+  if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    h->now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+  }
   smp_prefetch(h);
-  const unsigned char *p = smp_read_hot(h, h->runtime_addr + l->rt_interp_head, 8, &err);
-  if (!p) return err;
-  uint64_t interp = rd64(p);
+  /* the interpreter list head barely ever changes: re-read it every 256
+   * samples (and after any failed sample) rather than every time */
+  const unsigned char *p;
+  if (!h->interp_head || (h->gen & 255) == 0) {
+    uint64_t v = 0;
+    int rc = smp_read(h, h->runtime_addr + l->rt_interp_head, &v, 8);
+    if (rc < 0) return rc;
+    h->interp_head = v;
+  }
+  uint64_t interp = h->interp_head;
   int gc = 0;
   uint64_t gil_holder = 0;
   int gil_locked = 0;
@@ -719,6 +747,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
   if (!h->attached) return seterr(h, -EINVAL, "not attached");
   int rc = smp_walk(h, want);
   if (rc < 0) {
+    h->interp_head = 0;
     if (rc == -ESRCH || (h->pid > 0 && kill(h->pid, 0) < 0 && errno == ESRCH)) {
       h->attached = 0;
       return seterr(h, -ESRCH, "process %d exited", h->pid);
