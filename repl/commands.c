@@ -8,6 +8,10 @@ BF_DECL(sessions)
 BF_DECL(import)
 BF_DECL(replay)
 BF_DECL(export)
+BF_DECL(record)
+BF_DECL(dump)
+BF_DECL(top)
+BF_DECL(live)
 #undef BF_DECL
 
 const bf_cmd bf_cmds[] = {
@@ -18,6 +22,10 @@ const bf_cmd bf_cmds[] = {
      "replay ID --view functions [--json] [--limit N] [--sort self|total] [--thread T]",
      "show a view of a session", NULL},
     {"export", bf_cmd_export, "export ID --format collapsed -o FILE", "write a session in another tool's format", NULL},
+    {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
+    {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
+    {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
+    {"live", bf_cmd_live, "live PID [--rate HZ]", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
