@@ -1,0 +1,102 @@
+/* export_collapsed.c — FlameGraph's collapsed-stack format. Identical stacks
+ * are aggregated; frames carry (qualname, file, firstlineno, line) so an
+ * import gives back the same functions. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+#include "views.h"
+
+typedef struct acc {
+  bf_map3 idx;
+  int64_t *stack, *val;
+  size_t n, cap;
+  int by_weight;
+} acc;
+
+static int add(void *ud, const bf_sample *smp) {
+  acc *a = ud;
+  if (smp->stack_id <= 0) return 0;
+  int64_t v = a->by_weight ? smp->weight : (smp->count ? smp->count : 1);
+  int64_t *hit = bf_map3_get(&a->idx, smp->stack_id, 0, 0);
+  if (hit) {
+    a->val[*hit] += v;
+    return 0;
+  }
+  if (a->n == a->cap) {
+    size_t nc = a->cap ? a->cap * 2 : 256;
+    int64_t *ns = realloc(a->stack, nc * sizeof *ns);
+    if (!ns) return -ENOMEM;
+    a->stack = ns;
+    int64_t *nv = realloc(a->val, nc * sizeof *nv);
+    if (!nv) return -ENOMEM;
+    a->val = nv;
+    a->cap = nc;
+  }
+  a->stack[a->n] = smp->stack_id;
+  a->val[a->n] = v;
+  if (bf_map3_put(&a->idx, smp->stack_id, 0, 0, (int64_t)a->n)) return -ENOMEM;
+  a->n++;
+  return 0;
+}
+
+static void put_sanitized(FILE *out, const char *s) {
+  /* ';' separates frames and a newline ends the record: replace both. */
+  for (; *s; s++) fputc(*s == ';' ? ':' : (*s == '\n' || *s == '\r') ? ' ' : *s, out);
+}
+
+int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_session_info *info = NULL;
+  int rc = bf_store_session_get(s, session_id, &info);
+  if (rc) return rc;
+  acc a = {0};
+  a.by_weight = (info->clock && strcmp(info->clock, "cpu") == 0) || (info->kind && strcmp(info->kind, "imported") == 0);
+  if (info->kind && strcmp(info->kind, "traced") == 0) {
+    bf_session_info_free(info);
+    return bf_store_fail(s, -EINVAL,
+                         "session %lld is traced: it has no stacks to collapse (export it as pstats instead)",
+                         (long long)session_id);
+  }
+  if ((rc = bf_store_samples_foreach(s, session_id, f, add, &a))) goto out;
+  if (a.by_weight) {
+    /* Weights may be ns: keep integers but avoid zero-weight lines. */
+    int any = 0;
+    for (size_t i = 0; i < a.n; i++) any |= a.val[i] > 0;
+    if (!any) {
+      a.by_weight = 0;
+      bf_map3_free(&a.idx);
+      a.n = 0;
+      if ((rc = bf_store_samples_foreach(s, session_id, f, add, &a))) goto out;
+    }
+  }
+  for (size_t i = 0; i < a.n; i++) {
+    if (a.val[i] <= 0) continue;
+    int64_t *frames = NULL;
+    size_t nf = 0;
+    if ((rc = bf_store_stack_frames(s, a.stack[i], &frames, &nf))) goto out;
+    for (size_t j = 0; j < nf; j++) {
+      int64_t fid, line;
+      bf_function_ref ref;
+      if ((rc = bf_store_frame_get(s, frames[j], &fid, &line)) || (rc = bf_store_function_get(s, fid, &ref))) {
+        free(frames);
+        goto out;
+      }
+      if (j) fputc(';', out);
+      put_sanitized(out, ref.qualname);
+      if (strcmp(ref.file, "<unknown>") == 0 && ref.firstlineno == 0 && line == 0) continue; /* plain frame */
+      fputs(" (", out);
+      put_sanitized(out, ref.file);
+      fprintf(out, ":%lld:%lld)", (long long)ref.firstlineno, (long long)line);
+    }
+    free(frames);
+    fprintf(out, " %lld\n", (long long)a.val[i]);
+  }
+out:
+  if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  bf_map3_free(&a.idx);
+  free(a.stack);
+  free(a.val);
+  bf_session_info_free(info);
+  return rc;
+}

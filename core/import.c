@@ -1,0 +1,426 @@
+/* import.c — collapsed-stack import in the three dialects users have:
+ * FlameGraph (`a;b;c N`), py-spy raw (`func (file:line)` frames, optional
+ * `thread (0x..)` / `process N:"cmd"` prefixes) and austin text
+ * (`P<pid>;T<iid>:<tid>;file:func:line;... metric`, `# key: value` header).
+ * All or nothing: the whole file is written in one transaction. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "import.h"
+#include "store_int.h"
+#include "util.h"
+
+#define MAX_LINE (16 << 20)
+#define MAX_DEPTH 4096
+
+typedef enum { D_FLAMEGRAPH, D_PYSPY, D_AUSTIN } dialect;
+
+typedef struct frame_id {
+  const char *file, *qual;
+  size_t file_len, qual_len;
+  int64_t first, line;
+} frame_id;
+
+static char *trim(char *s) {
+  while (isspace((unsigned char)*s)) s++;
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+  return s;
+}
+
+static int parse_i64(const char *s, size_t n, int64_t *out) {
+  if (!n || n > 18) return -1;
+  int64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isdigit((unsigned char)s[i])) return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  *out = v;
+  return 0;
+}
+
+/* "name (file:line)", "name (file:first:line)" or "name (file)". */
+static int parse_pyspy_frame(const char *f, size_t n, frame_id *out) {
+  if (n < 4 || f[n - 1] != ')') return -1;
+  const char *open = NULL;
+  for (size_t i = n - 1; i > 0; i--)
+    if (f[i] == '(' && f[i - 1] == ' ') {
+      open = f + i;
+      break;
+    }
+  if (!open) return -1;
+  out->qual = f;
+  out->qual_len = (size_t)(open - 1 - f);
+  const char *in = open + 1;
+  size_t in_len = (size_t)(f + n - 1 - in);
+  out->file = in;
+  out->file_len = in_len;
+  out->first = 0;
+  out->line = 0;
+  /* trailing :digits — line; a second one before it — firstlineno */
+  const char *c1 = NULL;
+  for (size_t i = in_len; i > 0; i--)
+    if (in[i - 1] == ':') {
+      c1 = in + i - 1;
+      break;
+    }
+  int64_t a;
+  if (c1 && parse_i64(c1 + 1, (size_t)(in + in_len - c1 - 1), &a) == 0) {
+    out->line = a;
+    out->file_len = (size_t)(c1 - in);
+    const char *c2 = NULL;
+    for (size_t i = out->file_len; i > 0; i--)
+      if (in[i - 1] == ':') {
+        c2 = in + i - 1;
+        break;
+      }
+    int64_t b;
+    if (c2 && parse_i64(c2 + 1, (size_t)(c1 - c2 - 1), &b) == 0) {
+      out->first = b;
+      out->file_len = (size_t)(c2 - in);
+    }
+  }
+  if (!out->qual_len || !out->file_len) return -1;
+  return 0;
+}
+
+/* austin: "file:func:line" (file may contain ':'; split from the right). */
+static int parse_austin_frame(const char *f, size_t n, frame_id *out) {
+  const char *c1 = NULL, *c2 = NULL;
+  for (size_t i = n; i > 0; i--)
+    if (f[i - 1] == ':') {
+      if (!c1)
+        c1 = f + i - 1;
+      else {
+        c2 = f + i - 1;
+        break;
+      }
+    }
+  if (!c1 || !c2) return -1;
+  int64_t line;
+  if (parse_i64(c1 + 1, (size_t)(f + n - c1 - 1), &line)) return -1;
+  out->file = f;
+  out->file_len = (size_t)(c2 - f);
+  out->qual = c2 + 1;
+  out->qual_len = (size_t)(c1 - c2 - 1);
+  out->first = 0;
+  out->line = line;
+  if (!out->file_len || !out->qual_len) return -1;
+  return 0;
+}
+
+typedef struct imp {
+  bf_store *s;
+  const char *path;
+  int64_t session;
+  dialect d;
+  int64_t lineno;
+  int64_t samples, records;
+  double total_weight;
+  char *sbuf1, *sbuf2;
+  size_t sbuf_cap;
+} imp;
+
+static int fail_line(imp *m, const char *what) {
+  return bf_store_fail(m->s, -EINVAL, "%s:%lld: %s; nothing imported", m->path, (long long)m->lineno, what);
+}
+
+static int intern_frame(imp *m, const frame_id *fr, int64_t *frame) {
+  size_t need = (fr->file_len > fr->qual_len ? fr->file_len : fr->qual_len) + 1;
+  if (need > m->sbuf_cap) {
+    char *a = realloc(m->sbuf1, need), *b = a ? realloc(m->sbuf2, need) : NULL;
+    if (a) m->sbuf1 = a;
+    if (b) m->sbuf2 = b;
+    if (!a || !b) return bf_store_fail(m->s, -ENOMEM, "out of memory");
+    m->sbuf_cap = need;
+  }
+  memcpy(m->sbuf1, fr->file, fr->file_len);
+  m->sbuf1[fr->file_len] = 0;
+  memcpy(m->sbuf2, fr->qual, fr->qual_len);
+  m->sbuf2[fr->qual_len] = 0;
+  int64_t fn;
+  int rc = bf_store_intern_function(m->s, m->sbuf1, m->sbuf2, fr->first, &fn);
+  if (rc) return rc;
+  return bf_store_intern_frame(m->s, fn, fr->line, frame);
+}
+
+static int parse_thread_token(const char *t, size_t n, int64_t *tid) {
+  /* austin "T<iid>:<tid>" / "T<tid>" (hex or decimal); py-spy "thread (0x7F..)" */
+  char buf[64];
+  if (n >= sizeof buf) n = sizeof buf - 1;
+  memcpy(buf, t, n);
+  buf[n] = 0;
+  char *p = buf;
+  char *colon = strrchr(p, ':');
+  if (colon) p = colon + 1;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(p, &end, 16);
+  if (errno || end == p) return -1;
+  *tid = (int64_t)(v & 0x7fffffffffffffffULL);
+  return 0;
+}
+
+/* One sample line. */
+static int import_line(imp *m, char *line) {
+  size_t n = strlen(line);
+  /* metric: last whitespace-separated token */
+  size_t sp = n;
+  while (sp > 0 && !isspace((unsigned char)line[sp - 1])) sp--;
+  if (sp == 0) return fail_line(m, "expected 'frame;frame;... COUNT' (no count at the end of the line)");
+  char *metric = line + sp;
+  line[sp - 1] = 0;
+  char *stack = trim(line);
+  int64_t count = 1, weight = 0;
+  int idle = 0;
+  if (m->d == D_AUSTIN) {
+    /* "time" or "time,idle,mem..." (full mode) */
+    char *comma = strchr(metric, ',');
+    size_t l = comma ? (size_t)(comma - metric) : strlen(metric);
+    if (parse_i64(metric, l, &weight)) return fail_line(m, "bad austin metric (expected microseconds)");
+    if (comma) {
+      char *c2 = strchr(comma + 1, ',');
+      size_t l2 = c2 ? (size_t)(c2 - comma - 1) : strlen(comma + 1);
+      int64_t iv;
+      if (parse_i64(comma + 1, l2, &iv) == 0) idle = iv != 0;
+    }
+    weight *= 1000; /* µs → ns */
+  } else {
+    if (parse_i64(metric, strlen(metric), &count) || count <= 0)
+      return fail_line(m, "bad sample count (expected a positive integer at the end of the line)");
+    weight = count;
+  }
+  if (!*stack) return fail_line(m, "empty stack");
+  int64_t tid = 0, parent = 0;
+  int depth = 0;
+  char *p = stack;
+  int first_tok = 1, tok = 0, seen_p = 0;
+  while (p) {
+    tok++;
+    char *semi = strchr(p, ';');
+    size_t fl = semi ? (size_t)(semi - p) : strlen(p);
+    char *next = semi ? semi + 1 : NULL;
+    if (fl == 0) {
+      p = next;
+      first_tok = 0;
+      continue;
+    }
+    if (m->d == D_AUSTIN && first_tok && p[0] == 'P' && fl > 1 && isdigit((unsigned char)p[1])) {
+      p = next;
+      seen_p = 1;
+      first_tok = 0;
+      continue; /* process token */
+    }
+    if (m->d == D_AUSTIN && tok == 1 + seen_p && p[0] == 'T' && fl > 1) {
+      if (parse_thread_token(p + 1, fl - 1, &tid)) return fail_line(m, "bad austin thread token");
+      p = next;
+      first_tok = 0;
+      continue;
+    }
+    if (m->d == D_PYSPY && depth == 0 && fl > 8 && strncmp(p, "process ", 8) == 0) {
+      p = next;
+      first_tok = 0;
+      continue;
+    }
+    if (m->d == D_PYSPY && depth == 0 && fl > 8 && strncmp(p, "thread (", 8) == 0) {
+      if (parse_thread_token(p + 8, fl - 8, &tid)) return fail_line(m, "bad py-spy thread frame");
+      p = next;
+      first_tok = 0;
+      continue;
+    }
+    frame_id fr;
+    if (m->d == D_AUSTIN) {
+      if (parse_austin_frame(p, fl, &fr)) return fail_line(m, "bad austin frame (expected file:function:line)");
+    } else if (m->d == D_PYSPY && parse_pyspy_frame(p, fl, &fr) == 0) {
+      /* ok */
+    } else {
+      fr = (frame_id){"<unknown>", p, 9, fl, 0, 0};
+    }
+    int64_t frame, stk;
+    int rc = intern_frame(m, &fr, &frame);
+    if (rc) return rc;
+    if ((rc = bf_store_intern_stack(m->s, parent, frame, &stk))) return rc;
+    parent = stk;
+    if (++depth > MAX_DEPTH) return fail_line(m, "stack deeper than 4096 frames");
+    p = next;
+    first_tok = 0;
+  }
+  if (depth == 0 && m->d != D_AUSTIN) return fail_line(m, "no frames before the count");
+  int64_t thread;
+  int rc = bf_store_intern_thread(m->s, m->session, tid, NULL, &thread);
+  if (rc) return rc;
+  /* counts above 32 bits (e.g. re-imported cpu-ns weights) split into records */
+  for (int64_t left = count, wleft = weight; left > 0;) {
+    uint32_t c = left > 0xffffffffLL ? 0xffffffffu : (uint32_t)left;
+    int64_t w = (left == c) ? wleft : (int64_t)((double)weight * c / (double)count);
+    bf_sample smp = {.thread_id = thread, .stack_id = parent, .ts_ns = 0,
+                     .flags = idle ? BF_SAMPLE_IDLE : 0, .count = c, .weight = w};
+    if ((rc = bf_store_sample_add(m->s, m->session, &smp))) return rc;
+    left -= c;
+    wleft -= w;
+  }
+  m->samples += count;
+  m->records++;
+  m->total_weight += (double)weight;
+  return 0;
+}
+
+static dialect detect(FILE *f) {
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  dialect d = D_FLAMEGRAPH;
+  int looked = 0;
+  while (looked < 50 && (n = getline(&line, &cap, f)) > 0) {
+    char *t = trim(line);
+    if (!*t) continue;
+    if (*t == '#') {
+      if (strncmp(t, "# austin:", 9) == 0) {
+        d = D_AUSTIN;
+        break;
+      }
+      continue;
+    }
+    looked++;
+    if (t[0] == 'P' && isdigit((unsigned char)t[1])) {
+      char *semi = strchr(t, ';');
+      if (semi && semi[1] == 'T') {
+        d = D_AUSTIN;
+        break;
+      }
+    }
+    /* py-spy if a frame looks like "name (file:line)" */
+    char *sp = strrchr(t, ' ');
+    if (sp) *sp = 0;
+    for (char *p = t; p;) {
+      char *semi = strchr(p, ';');
+      size_t fl = semi ? (size_t)(semi - p) : strlen(p);
+      frame_id fr;
+      if (parse_pyspy_frame(p, fl, &fr) == 0 && strncmp(p, "thread (", 8) != 0) {
+        d = D_PYSPY;
+        goto done;
+      }
+      p = semi ? semi + 1 : NULL;
+    }
+  }
+done:
+  free(line);
+  rewind(f);
+  return d;
+}
+
+static const char *dialect_name(dialect d) {
+  return d == D_AUSTIN ? "austin" : d == D_PYSPY ? "py-spy" : "flamegraph";
+}
+
+int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, int64_t *session_id) {
+  FILE *f = fopen(path, "r");
+  if (!f) return bf_store_fail(s, -errno, "cannot read '%s': %s", path, strerror(errno));
+  imp m = {.s = s, .path = path};
+  m.d = detect(f);
+  bf_session_info info = {0};
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  info.kind = "imported";
+  info.clock = "wall";
+  info.mode = dialect_name(m.d);
+  info.status = "incomplete";
+  info.label = o ? o->label : NULL;
+  info.host = host;
+  info.profiler_version = o ? o->profiler_version : NULL;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "import %s", path);
+  info.command = cmd;
+  int64_t now = bf_now_ns();
+  info.start_ns = now;
+  if (o && o->ttl_ns > 0) info.expires_at_ns = now + o->ttl_ns;
+  char *pyver = NULL, *extra = NULL;
+  int rc = bf_store_begin(s);
+  if (rc) goto out_close;
+  if ((rc = bf_store_session_begin(s, &info, &m.session))) goto fail;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  double interval_us = 0;
+  int64_t duration_us = 0;
+  while ((n = getline(&line, &cap, f)) > 0) {
+    m.lineno++;
+    if (n > MAX_LINE) {
+      rc = fail_line(&m, "line too long");
+      break;
+    }
+    if (memchr(line, 0, (size_t)n)) {
+      rc = fail_line(&m, "binary data (NUL byte): not a collapsed-stack text file");
+      break;
+    }
+    char *t = trim(line);
+    if (!*t) continue;
+    if (*t == '#') {
+      char key[64], val[512];
+      if (sscanf(t, "# %63[^:]: %511[^\n]", key, val) == 2) {
+        if (strcmp(key, "mode") == 0) {
+          if (strcmp(val, "cpu") == 0)
+            info.clock = "cpu";
+          else if (strcmp(val, "wall") == 0 || strcmp(val, "full") == 0)
+            info.clock = "wall";
+          else if (strcmp(val, "memory") == 0) {
+            rc = fail_line(&m, "austin memory-mode captures are not supported (use wall or cpu mode)");
+            break;
+          }
+        } else if (strcmp(key, "interval") == 0) {
+          interval_us = atof(val);
+        } else if (strcmp(key, "duration") == 0) {
+          duration_us = atoll(val);
+        } else if (strcmp(key, "python") == 0) {
+          free(pyver);
+          pyver = strdup(val);
+        }
+      }
+      continue;
+    }
+    if ((rc = import_line(&m, t))) break;
+  }
+  free(line);
+  if (rc) goto fail;
+  if (ferror(f)) {
+    rc = bf_store_fail(s, -EIO, "error reading '%s'; nothing imported", path);
+    goto fail;
+  }
+  if (m.records == 0) {
+    rc = bf_store_fail(s, -EINVAL, "'%s' holds no samples (expected lines like 'a;b;c 12'); nothing imported", path);
+    goto fail;
+  }
+  info.id = m.session;
+  info.samples = m.samples;
+  info.status = "complete";
+  info.python_version = pyver;
+  if (interval_us > 0) info.rate_hz = 1e6 / interval_us;
+  if (duration_us > 0) {
+    info.duration_ns = duration_us * 1000;
+    info.achieved_rate_hz = (double)m.samples / ((double)duration_us / 1e6);
+  }
+  if (asprintf(&extra, "{\"dialect\":\"%s\",\"records\":%lld,\"total_weight\":%.0f}", dialect_name(m.d),
+               (long long)m.records, m.total_weight) < 0)
+    extra = NULL;
+  info.extra_json = extra;
+  info.created_ns = 0;
+  if ((rc = bf_store_flush(s))) goto fail;
+  if ((rc = bf_store_session_update(s, &info))) goto fail;
+  if ((rc = bf_store_commit(s))) goto fail;
+  *session_id = m.session;
+  goto out_close;
+fail:
+  bf_store_rollback(s);
+out_close:
+  free(pyver);
+  free(extra);
+  free(m.sbuf1);
+  free(m.sbuf2);
+  fclose(f);
+  return rc;
+}

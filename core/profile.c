@@ -1,0 +1,282 @@
+/* profile.c — per-function figures of a session: sample aggregation by
+ * distinct stack (so a million samples cost one pass plus one walk per
+ * distinct stack), Wilson intervals, and traced figures. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile.h"
+#include "store_int.h"
+
+void bf_wilson(double k, double n, double *lo, double *hi) {
+  if (n <= 0) {
+    *lo = 0;
+    *hi = 1;
+    return;
+  }
+  const double z = 1.959963984540054;
+  double p = k / n;
+  if (p < 0) p = 0;
+  if (p > 1) p = 1;
+  double z2 = z * z;
+  double den = 1 + z2 / n;
+  double centre = (p + z2 / (2 * n)) / den;
+  double half = z * sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / den;
+  *lo = centre - half < 0 ? 0 : centre - half;
+  *hi = centre + half > 1 ? 1 : centre + half;
+}
+
+typedef struct stack_acc {
+  int64_t stack_id;
+  int64_t count;
+  double weight;
+} stack_acc;
+
+typedef struct agg {
+  bf_map3 idx; /* stack id → index in accs */
+  stack_acc *accs;
+  size_t n, cap;
+  int64_t total_count;
+  double total_weight;
+  int err;
+} agg;
+
+static int agg_sample(void *ud, const bf_sample *smp) {
+  agg *a = ud;
+  int64_t c = smp->count ? smp->count : 1;
+  a->total_count += c;
+  a->total_weight += (double)smp->weight;
+  int64_t *hit = bf_map3_get(&a->idx, smp->stack_id, 0, 0);
+  size_t i;
+  if (hit) {
+    i = (size_t)*hit;
+  } else {
+    if (a->n == a->cap) {
+      size_t nc = a->cap ? a->cap * 2 : 256;
+      stack_acc *na = realloc(a->accs, nc * sizeof *na);
+      if (!na) return -ENOMEM;
+      a->accs = na;
+      a->cap = nc;
+    }
+    i = a->n++;
+    a->accs[i] = (stack_acc){smp->stack_id, 0, 0};
+    if (bf_map3_put(&a->idx, smp->stack_id, 0, 0, (int64_t)i)) return -ENOMEM;
+  }
+  a->accs[i].count += c;
+  a->accs[i].weight += (double)smp->weight;
+  return 0;
+}
+
+typedef struct rowset {
+  bf_map3 idx; /* function id → row index */
+  bf_func_row *rows;
+  size_t n, cap;
+  int64_t *seen; /* per row: last stack index that counted it (dedupe recursion) */
+} rowset;
+
+static int row_for(bf_store *s, rowset *rs, int64_t fid, size_t *out) {
+  int64_t *hit = bf_map3_get(&rs->idx, fid, 0, 0);
+  if (hit) {
+    *out = (size_t)*hit;
+    return 0;
+  }
+  bf_function_ref ref;
+  int rc = bf_store_function_get(s, fid, &ref);
+  if (rc) return rc;
+  if (rs->n == rs->cap) {
+    size_t nc = rs->cap ? rs->cap * 2 : 128;
+    bf_func_row *nr = realloc(rs->rows, nc * sizeof *nr);
+    int64_t *ns = realloc(rs->seen, nc * sizeof *ns);
+    if (!nr || !ns) {
+      free(nr != rs->rows ? nr : NULL);
+      return -ENOMEM;
+    }
+    rs->rows = nr;
+    rs->seen = ns;
+    rs->cap = nc;
+  }
+  size_t i = rs->n++;
+  bf_func_row *r = &rs->rows[i];
+  memset(r, 0, sizeof *r);
+  r->function_id = fid;
+  r->file = ref.file;
+  r->qualname = ref.qualname;
+  r->firstlineno = ref.firstlineno;
+  r->calls = r->primitive_calls = r->resumes = r->self_ns = r->total_ns = -1;
+  r->p50_ns = r->p90_ns = r->p99_ns = r->max_ns = -1;
+  rs->seen[i] = -1;
+  if (bf_map3_put(&rs->idx, fid, 0, 0, (int64_t)i)) return -ENOMEM;
+  *out = i;
+  return 0;
+}
+
+static int cmp_self(const void *a, const void *b) {
+  const bf_func_row *x = a, *y = b;
+  double dx = x->self_share, dy = y->self_share;
+  if (dx != dy) return dx < dy ? 1 : -1;
+  if (x->total_share != y->total_share) return x->total_share < y->total_share ? 1 : -1;
+  return x->function_id < y->function_id ? -1 : x->function_id > y->function_id;
+}
+
+static int cmp_total(const void *a, const void *b) {
+  const bf_func_row *x = a, *y = b;
+  if (x->total_share != y->total_share) return x->total_share < y->total_share ? 1 : -1;
+  if (x->self_share != y->self_share) return x->self_share < y->self_share ? 1 : -1;
+  return x->function_id < y->function_id ? -1 : x->function_id > y->function_id;
+}
+
+typedef struct trace_ud {
+  bf_store *s;
+  rowset *rs;
+  int err;
+} trace_ud;
+
+static int trace_row(void *ud, const bf_trace_func *tf) {
+  trace_ud *t = ud;
+  size_t i;
+  int rc = row_for(t->s, t->rs, tf->function_id, &i);
+  if (rc) return rc;
+  bf_func_row *r = &t->rs->rows[i];
+  r->calls = tf->calls;
+  r->primitive_calls = tf->primitive_calls;
+  r->resumes = tf->resumes;
+  r->self_ns = tf->self_ns;
+  r->total_ns = tf->total_ns;
+  r->p50_ns = tf->p50_ns;
+  r->p90_ns = tf->p90_ns;
+  r->p99_ns = tf->p99_ns;
+  r->max_ns = tf->max_ns;
+  return 0;
+}
+
+static int root_total(void *ud, const bf_trace_edge *te) {
+  int64_t *sum = ud;
+  if (te->caller_function_id == 0) *sum += te->total_ns;
+  return 0;
+}
+
+int bf_profile_functions(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_sort sort,
+                         bf_profile **out) {
+  *out = NULL;
+  bf_session_info *info = NULL;
+  int rc = bf_store_session_get(s, session_id, &info);
+  if (rc) return rc;
+  bf_profile *p = calloc(1, sizeof *p);
+  rowset rs = {0};
+  agg a = {0};
+  if (!p) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  int traced = info->kind && strcmp(info->kind, "traced") == 0;
+  int by_weight = (info->clock && strcmp(info->clock, "cpu") == 0) ||
+                  (info->kind && strcmp(info->kind, "imported") == 0);
+  if (traced) {
+    trace_ud t = {s, &rs, 0};
+    if ((rc = bf_store_trace_funcs_foreach(s, session_id, trace_row, &t))) goto out;
+    int64_t roots = 0;
+    if ((rc = bf_store_trace_edges_foreach(s, session_id, root_total, &roots))) goto out;
+    double self_sum = 0;
+    for (size_t i = 0; i < rs.n; i++) self_sum += rs.rows[i].self_ns > 0 ? (double)rs.rows[i].self_ns : 0;
+    double denom = roots > 0 ? (double)roots : self_sum;
+    if (self_sum > denom) denom = self_sum;
+    for (size_t i = 0; i < rs.n; i++) {
+      bf_func_row *r = &rs.rows[i];
+      r->self_samples = r->total_samples = -1;
+      r->self_share = denom > 0 ? (double)r->self_ns / denom : 0;
+      r->total_share = denom > 0 ? (double)r->total_ns / denom : 0;
+      if (r->total_share > 1) r->total_share = 1;
+      r->self_lo = r->self_hi = r->self_share;
+      r->total_lo = r->total_hi = r->total_share;
+    }
+    p->traced = 1;
+    p->total_ns = (int64_t)denom;
+  } else {
+    if ((rc = bf_store_samples_foreach(s, session_id, f, agg_sample, &a))) goto out;
+    if (by_weight && a.total_weight <= 0) by_weight = 0;
+    double denom = by_weight ? a.total_weight : (double)a.total_count;
+    int64_t *fids = NULL;
+    size_t fcap = 0;
+    for (size_t k = 0; k < a.n; k++) {
+      stack_acc *acc = &a.accs[k];
+      if (acc->stack_id <= 0) continue;
+      int64_t *frames = NULL;
+      size_t nf = 0;
+      if ((rc = bf_store_stack_frames(s, acc->stack_id, &frames, &nf))) {
+        free(fids);
+        goto out;
+      }
+      if (nf > fcap) {
+        int64_t *nfids = realloc(fids, nf * sizeof *nfids);
+        if (!nfids) {
+          free(frames);
+          free(fids);
+          rc = -ENOMEM;
+          goto out;
+        }
+        fids = nfids;
+        fcap = nf;
+      }
+      double v = by_weight ? acc->weight : (double)acc->count;
+      for (size_t j = 0; j < nf; j++) {
+        int64_t fid, line;
+        if ((rc = bf_store_frame_get(s, frames[j], &fid, &line))) {
+          free(frames);
+          free(fids);
+          goto out;
+        }
+        size_t ri;
+        if ((rc = row_for(s, &rs, fid, &ri))) {
+          free(frames);
+          free(fids);
+          goto out;
+        }
+        bf_func_row *r = &rs.rows[ri];
+        if (rs.seen[ri] != (int64_t)k) {
+          rs.seen[ri] = (int64_t)k;
+          r->total_samples += acc->count;
+          r->total_weight += v;
+        }
+        if (j == nf - 1) {
+          r->self_samples += acc->count;
+          r->self_weight += v;
+        }
+      }
+      free(frames);
+    }
+    free(fids);
+    double n = (double)a.total_count;
+    for (size_t i = 0; i < rs.n; i++) {
+      bf_func_row *r = &rs.rows[i];
+      r->self_share = denom > 0 ? r->self_weight / denom : 0;
+      r->total_share = denom > 0 ? r->total_weight / denom : 0;
+      bf_wilson(r->self_share * n, n, &r->self_lo, &r->self_hi);
+      bf_wilson(r->total_share * n, n, &r->total_lo, &r->total_hi);
+    }
+    p->total_samples = a.total_count;
+    p->total_weight = by_weight ? a.total_weight : (double)a.total_count;
+  }
+  qsort(rs.rows, rs.n, sizeof *rs.rows, sort == BF_SORT_TOTAL ? cmp_total : cmp_self);
+  p->rows = rs.rows;
+  p->n = rs.n;
+  rs.rows = NULL;
+  *out = p;
+  p = NULL;
+out:
+  if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  bf_profile_free(p);
+  free(rs.rows);
+  free(rs.seen);
+  bf_map3_free(&rs.idx);
+  free(a.accs);
+  bf_map3_free(&a.idx);
+  bf_session_info_free(info);
+  return rc;
+}
+
+void bf_profile_free(bf_profile *p) {
+  if (!p) return;
+  free(p->rows);
+  free(p);
+}

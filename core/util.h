@@ -1,0 +1,30 @@
+/* util.h — small shared helpers of core/: JSON writing, durations, clocks. */
+#ifndef BF_UTIL_H
+#define BF_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "store.h"
+
+/* Write s as a JSON string literal (with quotes); NULL writes null. */
+void bf_json_str(FILE *f, const char *s);
+/* Write a double as JSON (non-finite → null). */
+void bf_json_num(FILE *f, double v);
+/* Write one session's metadata as a JSON object. */
+void bf_json_session(FILE *f, const bf_session_info *in);
+
+/* Parse "90s", "30m", "12h", "7d", "250ms" or plain seconds ("1.5").
+ * OUT: *ns. Returns 0 or -EINVAL. */
+int bf_parse_duration_ns(const char *s, int64_t *ns);
+
+/* Realtime clock in ns since the epoch. */
+int64_t bf_now_ns(void);
+
+/* Format epoch ns as "YYYY-MM-DD HH:MM:SS" (UTC) into buf. */
+void bf_fmt_time(int64_t epoch_ns, char *buf, size_t len);
+
+/* Format a duration in ns for humans ("1.23 ms", "4.5 s"). */
+void bf_fmt_ns(double ns, char *buf, size_t len);
+
+#endif

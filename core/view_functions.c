@@ -1,0 +1,148 @@
+/* view_functions.c — the functions view: terminal table and JSON. */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "util.h"
+#include "views.h"
+
+static void bar(FILE *out, double share, int width) {
+  static const char *const parts[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
+  double cells = share * width;
+  if (cells < 0) cells = 0;
+  if (cells > width) cells = width;
+  int full = (int)cells;
+  int frac = (int)((cells - full) * 8);
+  for (int i = 0; i < full; i++) fputs("█", out);
+  int used = full;
+  if (frac > 0 && used < width) {
+    fputs(parts[frac], out);
+    used++;
+  }
+  for (; used < width; used++) fputc(' ', out);
+}
+
+static void json_row(FILE *out, const bf_func_row *r, int traced) {
+  fputs("{\"file\":", out);
+  bf_json_str(out, r->file);
+  fputs(",\"qualname\":", out);
+  bf_json_str(out, r->qualname);
+  fprintf(out, ",\"firstlineno\":%lld", (long long)r->firstlineno);
+  if (!traced) {
+    fprintf(out, ",\"self_samples\":%lld,\"total_samples\":%lld,\"self_share\":", (long long)r->self_samples,
+            (long long)r->total_samples);
+    bf_json_num(out, r->self_share);
+    fputs(",\"total_share\":", out);
+    bf_json_num(out, r->total_share);
+    fputs(",\"self_ci\":[", out);
+    bf_json_num(out, r->self_lo);
+    fputc(',', out);
+    bf_json_num(out, r->self_hi);
+    fputs("],\"total_ci\":[", out);
+    bf_json_num(out, r->total_lo);
+    fputc(',', out);
+    bf_json_num(out, r->total_hi);
+    fputs("],\"calls\":null,\"primitive_calls\":null,\"resumes\":null,\"self_ns\":null,\"total_ns\":null",
+          out);
+  } else {
+    fputs(",\"self_samples\":null,\"total_samples\":null,\"self_share\":", out);
+    bf_json_num(out, r->self_share);
+    fputs(",\"total_share\":", out);
+    bf_json_num(out, r->total_share);
+    fprintf(out,
+            ",\"self_ci\":null,\"total_ci\":null,\"calls\":%lld,\"primitive_calls\":%lld,\"resumes\":%lld,"
+            "\"self_ns\":%lld,\"total_ns\":%lld",
+            (long long)r->calls, (long long)r->primitive_calls, (long long)r->resumes, (long long)r->self_ns,
+            (long long)r->total_ns);
+    fputs(",\"per_call_ns\":", out);
+    bf_json_num(out, r->calls > 0 ? (double)r->total_ns / (double)r->calls : NAN);
+    if (r->max_ns >= 0)
+      fprintf(out, ",\"p50_ns\":%lld,\"p90_ns\":%lld,\"p99_ns\":%lld,\"max_ns\":%lld", (long long)r->p50_ns,
+              (long long)r->p90_ns, (long long)r->p99_ns, (long long)r->max_ns);
+  }
+  fputc('}', out);
+}
+
+/* Shorten a path to its last components so the row fits. */
+static const char *short_file(const char *f, size_t max) {
+  size_t n = strlen(f);
+  if (n <= max) return f;
+  const char *p = f + n - max;
+  const char *slash = strchr(p, '/');
+  return slash ? slash + 1 : p;
+}
+
+int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
+  bf_view_opts def = {0};
+  if (!o) o = &def;
+  bf_profile *p = NULL;
+  int rc = bf_profile_functions(s, session_id, &o->filter, o->sort, &p);
+  if (rc) return rc;
+  bf_session_info *info = NULL;
+  if ((rc = bf_store_session_get(s, session_id, &info))) {
+    bf_profile_free(p);
+    return rc;
+  }
+  size_t limit = o->limit < 0 ? p->n : (size_t)(o->limit ? o->limit : (o->json ? (int)p->n : 25));
+  if (limit > p->n) limit = p->n;
+  if (o->json) {
+    fputs("{\"session\":", out);
+    bf_json_session(out, info);
+    fprintf(out, ",\"total_samples\":%lld,\"functions\":[", (long long)(p->traced ? -1 : p->total_samples));
+    for (size_t i = 0; i < limit; i++) {
+      if (i) fputc(',', out);
+      json_row(out, &p->rows[i], p->traced);
+    }
+    fputs("]}\n", out);
+  } else {
+    const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+    int width = o->width > 40 ? o->width : 80;
+    fprintf(out, "%ssession %lld%s · %s · %s clock · %s", b, (long long)info->id, rst, info->kind,
+            info->clock ? info->clock : "?", info->mode ? info->mode : "?");
+    if (p->traced)
+      fprintf(out, " · traced time %.3f s", (double)p->total_ns / 1e9);
+    else
+      fprintf(out, " · %lld samples", (long long)p->total_samples);
+    if (info->python_version) fprintf(out, " · python %s", info->python_version);
+    if (info->label) fprintf(out, " · %s", info->label);
+    fputc('\n', out);
+    if (p->traced) {
+      int fw = width - 58;
+      if (fw < 20) fw = 20;
+      fprintf(out, "%s%9s %9s %9s %9s %9s %6s  %s%s\n", dim, "CALLS", "PRIMITIVE", "SELF", "TOTAL", "PER CALL",
+              "SELF%", "FUNCTION", rst);
+      for (size_t i = 0; i < limit; i++) {
+        const bf_func_row *r = &p->rows[i];
+        char sb[32], tb[32], pb[32];
+        bf_fmt_ns((double)r->self_ns, sb, sizeof sb);
+        bf_fmt_ns((double)r->total_ns, tb, sizeof tb);
+        bf_fmt_ns(r->calls > 0 ? (double)r->total_ns / (double)r->calls : -1, pb, sizeof pb);
+        char loc[512];
+        snprintf(loc, sizeof loc, "%s  %s:%lld", r->qualname, short_file(r->file, 40), (long long)r->firstlineno);
+        fprintf(out, "%9lld %9lld %9s %9s %9s %5.1f%%  %.*s\n", (long long)r->calls, (long long)r->primitive_calls,
+                sb, tb, pb, r->self_share * 100, fw, loc);
+      }
+    } else {
+      int fw = width - 57;
+      if (fw < 20) fw = 20;
+      fprintf(out, "%s%6s %-15s%6s %8s  %-10s  %s%s\n", dim, "SELF", " 95% CI", "TOTAL", "SAMPLES", "", "FUNCTION",
+              rst);
+      for (size_t i = 0; i < limit; i++) {
+        const bf_func_row *r = &p->rows[i];
+        char ci[32];
+        snprintf(ci, sizeof ci, "[%.1f-%.1f]", r->self_lo * 100, r->self_hi * 100);
+        char loc[512];
+        snprintf(loc, sizeof loc, "%s  %s:%lld", r->qualname, short_file(r->file, 40), (long long)r->firstlineno);
+        fprintf(out, "%5.1f%% %-15s%5.1f%% %8lld  ", r->self_share * 100, ci, r->total_share * 100,
+                (long long)r->self_samples);
+        bar(out, r->self_share, 10);
+        fprintf(out, "  %.*s\n", fw, loc);
+      }
+      if (p->n == 0) fputs("  (no samples)\n", out);
+    }
+    if (limit < p->n) fprintf(out, "%s… %zu more (use --limit)%s\n", dim, p->n - limit, rst);
+  }
+  bf_session_info_free(info);
+  bf_profile_free(p);
+  return 0;
+}

@@ -1,0 +1,52 @@
+/* cmd_import.c — `bifocal import FILE [--label L] [--ttl T]`. */
+#include <getopt.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "import.h"
+#include "util.h"
+
+int bf_cmd_import(bf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"label", required_argument, NULL, 'l'},
+                                       {"ttl", required_argument, NULL, 't'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  bf_import_opts io = {.profiler_version = BF_VERSION};
+  int c;
+  while ((c = getopt_long(argc, argv, "l:t:h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'l': io.label = optarg; break;
+      case 't':
+        if (bf_parse_duration_ns(optarg, &io.ttl_ns) < 0 || io.ttl_ns <= 0) {
+          bf_cli_error("bad --ttl '%s' (use e.g. 90s, 30m, 12h, 7d)", optarg);
+          return 2;
+        }
+        break;
+      case 'h': bf_cli_usage(bf_cli_find("import"), stdout); return 0;
+      default: return 2;
+    }
+  }
+  if (optind != argc - 1) {
+    bf_cli_error("import needs exactly one FILE (usage: bifocal import FILE [--label L])");
+    return 2;
+  }
+  const char *path = argv[optind];
+  FILE *probe = fopen(path, "r");
+  if (!probe) {
+    bf_cli_error("cannot read '%s': %m", path);
+    return 1;
+  }
+  fclose(probe);
+  bf_store *s;
+  int rc = bf_cli_open_store(cli, BF_STORE_CREATE, &s);
+  if (rc) return rc;
+  int64_t id = 0;
+  if (bf_import_collapsed(s, path, &io, &id) < 0) {
+    bf_cli_error("%s", bf_store_errmsg(s));
+    bf_store_close(s);
+    return 1;
+  }
+  bf_store_close(s);
+  printf("%lld\n", (long long)id);
+  return 0;
+}

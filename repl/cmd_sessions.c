@@ -1,0 +1,67 @@
+/* cmd_sessions.c — `bifocal sessions [--json]`. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util.h"
+
+int bf_cmd_sessions(bf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0}};
+  int json = 0, c;
+  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+    if (c == 'j')
+      json = 1;
+    else if (c == 'h') {
+      bf_cli_usage(bf_cli_find("sessions"), stdout);
+      return 0;
+    } else
+      return 2;
+  }
+  if (optind < argc) {
+    bf_cli_error("sessions takes no arguments ('%s')", argv[optind]);
+    return 2;
+  }
+  bf_store *s;
+  int rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
+  if (rc) return rc;
+  bf_session_info **list = NULL;
+  size_t n = 0;
+  if (bf_store_session_list(s, &list, &n) < 0) {
+    bf_cli_error("%s", bf_store_errmsg(s));
+    bf_store_close(s);
+    return 1;
+  }
+  if (json) {
+    fputc('[', stdout);
+    for (size_t i = 0; i < n; i++) {
+      if (i) fputc(',', stdout);
+      bf_json_session(stdout, list[i]);
+    }
+    fputs("]\n", stdout);
+  } else if (n == 0) {
+    printf("no sessions in %s\n", cli->db_path);
+  } else {
+    const char *dim = cli->color ? "\033[2m" : "", *rst = cli->color ? "\033[0m" : "";
+    printf("%s%4s %-8s %-16s %-4s %-6s %8s %9s %7s %-8s %-13s %s%s\n", dim, "ID", "KIND", "CREATED (UTC)", "CLK",
+           "MODE", "RATE", "SAMPLES", "DUR", "PYTHON", "STATUS", "LABEL", rst);
+    for (size_t i = 0; i < n; i++) {
+      bf_session_info *in = list[i];
+      char created[32], rate[16], dur[16];
+      bf_fmt_time(in->created_ns, created, sizeof created);
+      created[16] = 0; /* minutes */
+      if (in->rate_hz > 0)
+        snprintf(rate, sizeof rate, "%.0fHz", in->rate_hz);
+      else
+        snprintf(rate, sizeof rate, "-");
+      snprintf(dur, sizeof dur, "%.1fs", (double)in->duration_ns / 1e9);
+      printf("%4lld %-8s %-16s %-4s %-6.6s %8s %9lld %7s %-8s %-13s %s\n", (long long)in->id, in->kind, created,
+             in->clock ? in->clock : "-", in->mode ? in->mode : "-", rate, (long long)in->samples, dur,
+             in->python_version ? in->python_version : "-", in->status, in->label ? in->label : "");
+    }
+  }
+  for (size_t i = 0; i < n; i++) bf_session_info_free(list[i]);
+  free(list);
+  bf_store_close(s);
+  return 0;
+}
