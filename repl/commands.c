@@ -8,6 +8,7 @@ BF_DECL(sessions)
 BF_DECL(import)
 BF_DECL(replay)
 BF_DECL(export)
+BF_DECL(trace)
 #undef BF_DECL
 
 const bf_cmd bf_cmds[] = {
@@ -18,6 +19,7 @@ const bf_cmd bf_cmds[] = {
      "replay ID --view functions [--json] [--limit N] [--sort self|total] [--thread T]",
      "show a view of a session", NULL},
     {"export", bf_cmd_export, "export ID --format collapsed -o FILE", "write a session in another tool's format", NULL},
+    {"trace", bf_cmd_trace, "trace [--clock wall|cpu] [--focus GLOB] [--no-builtins] [--tool-id N] [--label L] [--ttl T] [--records N] -- python[3.X] (script.py | -m module | -c cmd) [ARGS]", "exact call counts, edges and call times of a Python run (prints the session id)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -1454,18 +1454,28 @@ static PyTypeObject ProfileType = {
     .tp_new = PyType_GenericNew,
 };
 
+static int trc_terminated;
+
 /* SIGTERM handler for the runner: a C function so no frame is traced. */
 static PyObject *trc_sigterm(PyObject *self, PyObject *args) {
   (void)self;
   (void)args;
+  trc_terminated = 1;
   PyObject *code = PyLong_FromLong(128 + 15);
   if (code) PyErr_SetObject(PyExc_SystemExit, code);
   Py_XDECREF(code);
   return NULL;
 }
 
+static PyObject *trc_was_terminated(PyObject *self, PyObject *noargs) {
+  (void)self;
+  (void)noargs;
+  return PyBool_FromLong(trc_terminated);
+}
+
 static PyMethodDef module_methods[] = {
     {"_sigterm", trc_sigterm, METH_VARARGS, NULL},
+    {"_terminated", trc_was_terminated, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -46,7 +46,7 @@ typedef struct bf_trc_thread_info {
 typedef struct bf_trc_result {
   bf_trc_func *funcs;        /* [1..nfuncs) valid */
   size_t nfuncs;
-  bf_trc_edge *edges;
+  bf_trc_edge *edges;        /* [1..nedges) valid */
   size_t nedges;
   bf_trc_rec *recs;          /* ring contents, oldest first */
   size_t nrecs;

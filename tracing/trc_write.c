@@ -137,7 +137,7 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
     tf.records_dropped = f->records_dropped;
     if ((rc = bf_store_trace_func_put(s, sid, &tf)) < 0) goto fail;
   }
-  for (size_t i = 0; i < res->nedges; i++) {
+  for (size_t i = 1; i < res->nedges; i++) {
     const bf_trc_edge *e = &res->edges[i];
     if (e->calls == 0 && e->self_ns == 0 && e->total_ns == 0) continue;
     bf_trace_edge te = {0};
