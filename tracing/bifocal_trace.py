@@ -74,6 +74,19 @@ def _parse(argv):
     return opts, target
 
 
+def _cache_finder(entry):
+    """Give sys.path[0] its path finder now, as interpreter startup would have,
+    so the traced program does not pay (and count) the path hook calls."""
+    if entry in _sys.path_importer_cache:
+        return
+    for hook in _sys.path_hooks:
+        try:
+            _sys.path_importer_cache[entry] = hook(entry or ".")
+            return
+        except ImportError:
+            continue
+
+
 def _prepare(target):
     """Build (code, globals) for the target the way `python` would run it, and
     install the fresh __main__ module; nothing of it runs yet."""
@@ -119,6 +132,7 @@ def _prepare(target):
         code = compile(src, fname, "exec", dont_inherit=True)
         g.update(__name__="__main__", __file__=fname, __cached__=None, __doc__=None,
                  __loader__=None, __package__=None, __spec__=None)
+    _cache_finder(_sys.path[0])
     _sys.modules["__main__"] = main
     return code, g
 
@@ -191,7 +205,9 @@ def _main(argv=None):
     if isinstance(exc, KeyboardInterrupt):
         raise exc
     tb = exc.__traceback__
-    _sys.excepthook(type(exc), exc, tb.tb_next if tb is not None else None)
+    if tb is not None:  # drop the runner's own frame
+        exc.__traceback__ = tb = tb.tb_next
+    _sys.excepthook(type(exc), exc, tb)
     return 1
 
 

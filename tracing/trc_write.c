@@ -29,6 +29,31 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Distinct code objects may share an identity (file, qualname, firstlineno),
+ * e.g. every namedtuple's exec'd "<string>" module: they are one function in
+ * the store, so their figures are summed. */
+typedef struct fid_idx {
+  int64_t fid;
+  size_t idx;
+} fid_idx;
+
+static int cmp_fid(const void *a, const void *b) {
+  const fid_idx *x = a, *y = b;
+  if (x->fid != y->fid) return (x->fid > y->fid) - (x->fid < y->fid);
+  return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+typedef struct edge_key {
+  int64_t caller, callee;
+  size_t idx;
+} edge_key;
+
+static int cmp_edge(const void *a, const void *b) {
+  const edge_key *x = a, *y = b;
+  if (x->caller != y->caller) return (x->caller > y->caller) - (x->caller < y->caller);
+  return (x->callee > y->callee) - (x->callee < y->callee);
+}
+
 static void set_err(char *errbuf, size_t errlen, const char *what, const char *detail) {
   if (errbuf && errlen) snprintf(errbuf, errlen, "%s: %s", what, detail ? detail : "error");
 }
@@ -38,7 +63,10 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
   bf_store *s = NULL;
   const char *msg = NULL;
   int64_t *fids = NULL, *tids = NULL, *durs = NULL;
-  size_t *offs = NULL;
+  size_t *offs = NULL, *canon = NULL;
+  bf_trc_func *agg = NULL;
+  fid_idx *order = NULL;
+  edge_key *ekeys = NULL;
   int64_t sid = meta->session_id;
   int began = 0;
   char host[256] = "";
@@ -91,6 +119,30 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
     if (rc < 0) goto fail;
   }
 
+  canon = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *canon);
+  agg = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *agg);
+  order = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *order);
+  if (!canon || !agg || !order) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  for (size_t i = 1; i < res->nfuncs; i++) order[i - 1] = (fid_idx){fids[i], i};
+  if (res->nfuncs > 1) qsort(order, res->nfuncs - 1, sizeof *order, cmp_fid);
+  for (size_t k = 0; k + 1 < res->nfuncs; k++) {
+    size_t i = order[k].idx;
+    canon[i] = (k > 0 && order[k - 1].fid == order[k].fid) ? canon[order[k - 1].idx] : i;
+    bf_trc_func *a = &agg[canon[i]];
+    const bf_trc_func *f = &res->funcs[i];
+    a->calls += f->calls;
+    a->primitive_calls += f->primitive_calls;
+    a->resumes += f->resumes;
+    a->self_ns += f->self_ns;
+    a->total_ns += f->total_ns;
+    a->records_kept += f->records_kept;
+    a->records_dropped += f->records_dropped;
+    a->focus |= f->focus;
+  }
+
   /* Per-function durations of the kept records, grouped by function (counting sort). */
   offs = calloc(res->nfuncs + 1, sizeof *offs);
   durs = malloc((res->nrecs ? res->nrecs : 1) * sizeof *durs);
@@ -98,7 +150,7 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
     rc = -ENOMEM;
     goto fail;
   }
-  for (size_t i = 0; i < res->nrecs; i++) offs[res->recs[i].func + 1]++;
+  for (size_t i = 0; i < res->nrecs; i++) offs[canon[res->recs[i].func] + 1]++;
   for (size_t i = 1; i <= res->nfuncs; i++) offs[i] += offs[i - 1];
   {
     size_t *fill = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *fill);
@@ -107,14 +159,15 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
       goto fail;
     }
     for (size_t i = 0; i < res->nrecs; i++) {
-      uint32_t f = res->recs[i].func;
+      size_t f = canon[res->recs[i].func];
       durs[offs[f] + fill[f]++] = res->recs[i].duration_ns;
     }
     free(fill);
   }
 
   for (size_t i = 1; i < res->nfuncs; i++) {
-    const bf_trc_func *f = &res->funcs[i];
+    if (canon[i] != i) continue;
+    const bf_trc_func *f = &agg[i];
     if (f->calls == 0 && f->resumes == 0 && f->self_ns == 0) continue;
     bf_trace_func tf = {0};
     tf.function_id = fids[i];
@@ -137,16 +190,30 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
     tf.records_dropped = f->records_dropped;
     if ((rc = bf_store_trace_func_put(s, sid, &tf)) < 0) goto fail;
   }
+  ekeys = calloc(res->nedges ? res->nedges : 1, sizeof *ekeys);
+  if (!ekeys) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  size_t ne = 0;
   for (size_t i = 1; i < res->nedges; i++) {
     const bf_trc_edge *e = &res->edges[i];
     if (e->calls == 0 && e->self_ns == 0 && e->total_ns == 0) continue;
+    ekeys[ne++] = (edge_key){e->caller ? fids[e->caller] : 0, fids[e->callee], i};
+  }
+  qsort(ekeys, ne, sizeof *ekeys, cmp_edge);
+  for (size_t k = 0; k < ne;) {
     bf_trace_edge te = {0};
-    te.caller_function_id = e->caller ? fids[e->caller] : 0;
-    te.callee_function_id = fids[e->callee];
-    te.calls = e->calls;
-    te.primitive_calls = e->primitive_calls;
-    te.self_ns = e->self_ns;
-    te.total_ns = e->total_ns;
+    te.caller_function_id = ekeys[k].caller;
+    te.callee_function_id = ekeys[k].callee;
+    size_t k0 = k;
+    for (; k < ne && ekeys[k].caller == ekeys[k0].caller && ekeys[k].callee == ekeys[k0].callee; k++) {
+      const bf_trc_edge *e = &res->edges[ekeys[k].idx];
+      te.calls += e->calls;
+      te.primitive_calls += e->primitive_calls;
+      te.self_ns += e->self_ns;
+      te.total_ns += e->total_ns;
+    }
     if ((rc = bf_store_trace_edge_put(s, sid, &te)) < 0) goto fail;
   }
   for (size_t i = 0; i < res->nrecs; i++) {
@@ -173,6 +240,10 @@ fail:
 out:
   free(fids);
   free(tids);
+  free(canon);
+  free(agg);
+  free(order);
+  free(ekeys);
   free(offs);
   free(durs);
   bf_store_close(s);
