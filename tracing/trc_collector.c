@@ -16,6 +16,12 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#define TRC_HAVE_TSC 1
+#else
+#define TRC_HAVE_TSC 0
+#endif
 
 #include "trc_int.h"
 
@@ -107,7 +113,7 @@ typedef struct trc_frame {
   uint32_t func, edge;
   uint32_t flags;
   int64_t t0, child_ns;
-  int64_t start_mono_ns; /* focus roots: monotonic start for the record */
+  int64_t start_raw; /* focus roots: start for the record (see trc_push) */
 } trc_frame;
 
 typedef struct trc_thread {
@@ -149,7 +155,10 @@ typedef struct ProfileObject {
   bf_trc_rec *recs;
   size_t rec_cap, rec_head, rec_count;
   int64_t mismatches;
-  int64_t start_wall_ns, start_mono_ns, stop_mono_ns, elapsed_ns;
+  int64_t start_wall_ns, start_mono_ns, start_raw, elapsed_ns;
+  int use_tsc;              /* wall clock read from the invariant TSC, scaled at output */
+  int64_t iv_tsc0, iv_mono0; /* current enabled interval's start */
+  int64_t tsc_ticks, tsc_ns; /* TSC ticks and CLOCK_MONOTONIC ns over enabled intervals */
   int64_t cpu_start_ns, cpu_total_ns;
   int error;         /* an allocation failed during tracing: results partial */
   PyObject *callbacks; /* 3.12+: list of callback objects (kept alive) */
@@ -162,15 +171,53 @@ static PyTypeObject ProfileType;
 static ProfileObject *trc_active; /* at most one enabled profiler per process */
 static uint64_t trc_next_gen = 1;
 
-static _Thread_local struct {
+/* initial-exec: one TLS read per event instead of a __tls_get_addr call */
+static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
   trc_thread *t;
   uint64_t gen;
 } trc_tls;
+
+/* The wall clock is CLOCK_MONOTONIC; where the CPU has an invariant TSC
+ * (constant_tsc + nonstop_tsc) it is read with rdtsc (about a third of the
+ * cost of clock_gettime here) and scaled to ns against CLOCK_MONOTONIC over
+ * the enabled intervals. BIFOCAL_TRACE_NO_TSC=1 forces clock_gettime. */
+static int trc_tsc_usable = -1;
+
+static int trc_detect_tsc(void) {
+#if TRC_HAVE_TSC
+  const char *no = getenv("BIFOCAL_TRACE_NO_TSC");
+  if (no && *no && strcmp(no, "0")) return 0;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return 0;
+  char line[4096];
+  int ok = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "flags", 5)) continue;
+    ok = strstr(line, " constant_tsc") && strstr(line, " nonstop_tsc");
+    break;
+  }
+  fclose(f);
+  return ok;
+#else
+  return 0;
+#endif
+}
 
 static inline int64_t trc_clock(clockid_t id) {
   struct timespec ts;
   clock_gettime(id, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+struct ProfileObject;
+/* The session clock in raw units (TSC ticks or ns). */
+#define trc_now(p) ((p)->use_tsc ? trc_rdtsc() : trc_clock((p)->clock_id))
+static inline int64_t trc_rdtsc(void) {
+#if TRC_HAVE_TSC
+  return (int64_t)__rdtsc();
+#else
+  return 0;
+#endif
 }
 
 static char *trc_strdup(const char *s) {
@@ -438,8 +485,9 @@ static void trc_push(ProfileObject *p, trc_thread *t, uint32_t fi, const void *k
   }
   uint32_t caller = t->depth ? t->stack[t->depth - 1].func : 0;
   uint32_t ei = trc_edge(p, caller, fi);
-  if (!ei || trc_grow_u32(&t->func_active, &t->nfunc_active, (size_t)fi + 1) < 0 ||
-      trc_grow_u32(&t->edge_active, &t->nedge_active, (size_t)ei + 1) < 0) {
+  if (!ei ||
+      (fi >= t->nfunc_active && trc_grow_u32(&t->func_active, &t->nfunc_active, (size_t)fi + 1) < 0) ||
+      (ei >= t->nedge_active && trc_grow_u32(&t->edge_active, &t->nedge_active, (size_t)ei + 1) < 0)) {
     p->error = 1;
     return;
   }
@@ -463,7 +511,8 @@ static void trc_push(ProfileObject *p, trc_thread *t, uint32_t fi, const void *k
   fr->child_ns = 0;
   if (flags & TRC_FR_FOCUS_ROOT) {
     t->focus_depth++;
-    fr->start_mono_ns = p->clock_cpu ? trc_clock(CLOCK_MONOTONIC) : now;
+    /* cpu clock: records still start on the monotonic timeline */
+    fr->start_raw = p->clock_cpu ? trc_clock(CLOCK_MONOTONIC) : now;
     if (p->focus_threads++ == 0) trc_focus_tool(p, 1);
   }
   fr->t0 = now;
@@ -484,7 +533,7 @@ static void trc_record(ProfileObject *p, trc_thread *t, const trc_frame *fr, int
   r->func = fr->func;
   r->parent = t->depth ? t->stack[t->depth - 1].func : 0;
   r->thread = t->index;
-  r->start_ns = fr->start_mono_ns - p->start_mono_ns;
+  r->start_ns = fr->start_raw - (p->clock_cpu ? p->start_mono_ns : p->start_raw);
   r->duration_ns = dur;
   p->funcs[fr->func].records_kept++;
 }
@@ -534,10 +583,11 @@ static void trc_leave(ProfileObject *p, trc_thread *t, const void *key, int64_t 
 /* Unwind every thread's stack as if all frames returned now (stop). */
 static void trc_unwind_all(ProfileObject *p) {
   for (trc_thread *t = p->threads; t; t = t->next) {
-    int64_t now = p->clock_cpu ? trc_clock(p->clock_id) : p->stop_mono_ns;
+    int64_t now = trc_now(p);
     /* thread CPU clocks of other threads are not readable here: close their
      * frames at their last known time (child time keeps totals consistent) */
-    if (p->clock_cpu && trc_tls.t != t) now = t->depth ? t->stack[t->depth - 1].t0 : 0;
+    if (p->clock_cpu && !(trc_tls.t == t && trc_tls.gen == p->gen))
+      now = t->depth ? t->stack[t->depth - 1].t0 : 0;
     while (t->depth) trc_pop(p, t, now);
   }
 }
@@ -603,7 +653,7 @@ static PyObject *cb_start(PyObject *self, PyObject *const *args, Py_ssize_t narg
   (void)nargs;
   TRC_CB_PROLOGUE();
   if (p->focus_glob && t->focus_depth == 0) Py_RETURN_NONE; /* entry tool's job */
-  int64_t now = trc_clock(p->clock_id);
+  int64_t now = trc_now(p);
   PyCodeObject *co = (PyCodeObject *)args[0];
   uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co);
   if (!fi) fi = trc_code_func(p, co, PyEval_GetGlobals());
@@ -615,7 +665,7 @@ static PyObject *cb_resume(PyObject *self, PyObject *const *args, Py_ssize_t nar
   (void)nargs;
   TRC_CB_PROLOGUE();
   if (p->focus_glob && t->focus_depth == 0) Py_RETURN_NONE;
-  int64_t now = trc_clock(p->clock_id);
+  int64_t now = trc_now(p);
   PyCodeObject *co = (PyCodeObject *)args[0];
   uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co);
   if (!fi) fi = trc_code_func(p, co, PyEval_GetGlobals());
@@ -627,7 +677,7 @@ static PyObject *cb_return(PyObject *self, PyObject *const *args, Py_ssize_t nar
   (void)nargs;
   TRC_CB_PROLOGUE();
   if (t->depth == 0) Py_RETURN_NONE;
-  trc_leave(p, t, args[0], trc_clock(p->clock_id));
+  trc_leave(p, t, args[0], trc_now(p));
   Py_RETURN_NONE;
 }
 
@@ -637,7 +687,7 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
   PyMethodDef *def = trc_builtin_def(args[2]);
   if (!def) Py_RETURN_NONE;
   if (p->focus_glob && t->focus_depth == 0) Py_RETURN_NONE;
-  int64_t now = trc_clock(p->clock_id);
+  int64_t now = trc_now(p);
   uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)def);
   if (!fi) fi = trc_cfunc(p, args[2], def);
   trc_push(p, t, fi, def, TRC_FR_C, now);
@@ -650,7 +700,7 @@ static PyObject *cb_c_return(PyObject *self, PyObject *const *args, Py_ssize_t n
   if (t->depth == 0) Py_RETURN_NONE;
   PyMethodDef *def = trc_builtin_def(args[2]);
   if (!def) Py_RETURN_NONE;
-  trc_leave(p, t, def, trc_clock(p->clock_id));
+  trc_leave(p, t, def, trc_now(p));
   Py_RETURN_NONE;
 }
 
@@ -683,7 +733,7 @@ static PyObject *cb_focus_start(PyObject *self, PyObject *const *args, Py_ssize_
   }
   trc_thread *t = trc_thread_get(p);
   if (!t || t->paused || t->focus_depth > 0) Py_RETURN_NONE; /* the subtree tool sees it */
-  trc_push(p, t, fi, co, 0, trc_clock(p->clock_id));
+  trc_push(p, t, fi, co, 0, trc_now(p));
   Py_RETURN_NONE;
 }
 
@@ -696,7 +746,7 @@ static PyObject *cb_focus_resume(PyObject *self, PyObject *const *args, Py_ssize
   if (!fi || !p->funcs[fi].focus) Py_RETURN_NONE;
   trc_thread *t = trc_thread_get(p);
   if (!t || t->paused || t->focus_depth > 0) Py_RETURN_NONE;
-  trc_push(p, t, fi, co, TRC_FR_RESUME, trc_clock(p->clock_id));
+  trc_push(p, t, fi, co, TRC_FR_RESUME, trc_now(p));
   Py_RETURN_NONE;
 }
 
@@ -923,7 +973,7 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
   if (!p || !p->running) return 0;
   trc_thread *t = trc_thread_get(p);
   if (!t || t->paused) return 0;
-  int64_t now = trc_clock(p->clock_id);
+  int64_t now = trc_now(p);
   switch (what) {
   case PyTrace_CALL: {
     PyCodeObject *co = trc_frame_code(frame);
@@ -1159,14 +1209,19 @@ static PyObject *Profile_enable(ProfileObject *p, PyObject *noargs) {
   p->gen = trc_next_gen++;
   trc_active = p;
   if (p->start_wall_ns == 0) p->start_wall_ns = trc_wall_ns();
-  if (p->start_mono_ns == 0) p->start_mono_ns = trc_clock(CLOCK_MONOTONIC);
+  if (trc_tsc_usable < 0) trc_tsc_usable = trc_detect_tsc();
+  p->use_tsc = !p->clock_cpu && trc_tsc_usable;
   p->cpu_start_ns = trc_clock(CLOCK_PROCESS_CPUTIME_ID);
-  int64_t t0 = trc_clock(CLOCK_MONOTONIC);
+  p->iv_mono0 = trc_clock(CLOCK_MONOTONIC);
+  p->iv_tsc0 = trc_rdtsc();
+  if (p->start_mono_ns == 0) {
+    p->start_mono_ns = p->iv_mono0;
+    p->start_raw = trc_now(p);
+  }
   if (trc_backend_start(p) < 0) {
     trc_active = NULL;
     return NULL;
   }
-  p->stop_mono_ns = t0;
   p->running = 1;
   Py_RETURN_NONE;
 }
@@ -1174,10 +1229,12 @@ static PyObject *Profile_enable(ProfileObject *p, PyObject *noargs) {
 static void trc_stop(ProfileObject *p) {
   p->running = 0;
   trc_backend_stop(p);
-  p->stop_mono_ns = trc_clock(CLOCK_MONOTONIC);
   trc_unwind_all(p);
+  int64_t mono = trc_clock(CLOCK_MONOTONIC);
+  p->tsc_ticks += trc_rdtsc() - p->iv_tsc0;
+  p->tsc_ns += mono - p->iv_mono0;
   p->cpu_total_ns += trc_clock(CLOCK_PROCESS_CPUTIME_ID) - p->cpu_start_ns;
-  p->elapsed_ns = p->stop_mono_ns - p->start_mono_ns;
+  p->elapsed_ns = mono - p->start_mono_ns;
   if (trc_active == p) trc_active = NULL;
 }
 
@@ -1236,6 +1293,16 @@ static PyObject *trc_func_name_obj(bf_trc_func *f) {
   return NULL;
 }
 
+/* ns per raw clock unit (1 unless the TSC was read). */
+static double trc_factor(const ProfileObject *p) {
+  if (!p->use_tsc || p->tsc_ticks <= 0) return 1.0;
+  return (double)p->tsc_ns / (double)p->tsc_ticks;
+}
+
+static inline int64_t trc_scale(int64_t v, double k) {
+  return k == 1.0 ? v : (int64_t)((double)v * k + 0.5);
+}
+
 /* Fill names of Python functions from their code objects (write/stats time). */
 static void trc_fill_names(ProfileObject *p) {
   for (size_t i = 1; i < p->nfuncs; i++) {
@@ -1258,6 +1325,7 @@ static PyObject *Profile_stats(ProfileObject *p, PyObject *noargs) {
     return NULL;
   }
   trc_fill_names(p);
+  double k = trc_factor(p);
   PyObject *funcs = PyList_New(0), *edges = PyList_New(0), *out = NULL;
   if (!funcs || !edges) goto done;
   for (size_t i = 1; i < p->nfuncs; i++) {
@@ -1266,8 +1334,8 @@ static PyObject *Profile_stats(ProfileObject *p, PyObject *noargs) {
         "{s:s,s:s,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:O}", "file", f->file ? f->file : "?",
         "qualname", f->qualname ? f->qualname : "?", "firstlineno", (long long)f->firstlineno,
         "calls", (long long)f->calls, "primitive_calls", (long long)f->primitive_calls, "resumes",
-        (long long)f->resumes, "self_ns", (long long)f->self_ns, "total_ns",
-        (long long)f->total_ns, "records_kept", (long long)f->records_kept, "records_dropped",
+        (long long)f->resumes, "self_ns", (long long)trc_scale(f->self_ns, k), "total_ns",
+        (long long)trc_scale(f->total_ns, k), "records_kept", (long long)f->records_kept, "records_dropped",
         (long long)f->records_dropped, "focus", f->focus ? Py_True : Py_False);
     if (!d || PyList_Append(funcs, d) < 0) {
       Py_XDECREF(d);
@@ -1279,8 +1347,9 @@ static PyObject *Profile_stats(ProfileObject *p, PyObject *noargs) {
     bf_trc_edge *e = &p->edges[i];
     PyObject *d = Py_BuildValue("{s:I,s:I,s:L,s:L,s:L,s:L}", "caller", e->caller, "callee",
                                 e->callee - 1, "calls", (long long)e->calls, "primitive_calls",
-                                (long long)e->primitive_calls, "self_ns", (long long)e->self_ns,
-                                "total_ns", (long long)e->total_ns);
+                                (long long)e->primitive_calls, "self_ns",
+                                (long long)trc_scale(e->self_ns, k), "total_ns",
+                                (long long)trc_scale(e->total_ns, k));
     /* caller is an index into functions + 1 (0 = thread root) */
     if (!d || PyList_Append(edges, d) < 0) {
       Py_XDECREF(d);
@@ -1351,13 +1420,38 @@ static long long trc_write_session(ProfileObject *p, const char *db, long long s
     PyErr_NoMemory();
     return -1;
   }
-  for (size_t i = 0; i < p->rec_count; i++) recs[i] = p->recs[(p->rec_head + i) % p->rec_cap];
+  double k = trc_factor(p);
+  for (size_t i = 0; i < p->rec_count; i++) {
+    recs[i] = p->recs[(p->rec_head + i) % p->rec_cap];
+    recs[i].duration_ns = trc_scale(recs[i].duration_ns, k);
+    if (!p->clock_cpu) recs[i].start_ns = trc_scale(recs[i].start_ns, k);
+  }
+  bf_trc_func *sfuncs = malloc((p->nfuncs ? p->nfuncs : 1) * sizeof *sfuncs);
+  bf_trc_edge *sedges = malloc((p->nedges ? p->nedges : 1) * sizeof *sedges);
+  if (!sfuncs || !sedges) {
+    free(sfuncs);
+    free(sedges);
+    free(threads);
+    free(recs);
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (size_t i = 0; i < p->nfuncs; i++) {
+    sfuncs[i] = p->funcs[i];
+    sfuncs[i].self_ns = trc_scale(sfuncs[i].self_ns, k);
+    sfuncs[i].total_ns = trc_scale(sfuncs[i].total_ns, k);
+  }
+  for (size_t i = 0; i < p->nedges; i++) {
+    sedges[i] = p->edges[i];
+    sedges[i].self_ns = trc_scale(sedges[i].self_ns, k);
+    sedges[i].total_ns = trc_scale(sedges[i].total_ns, k);
+  }
   for (trc_thread *t = p->threads; t; t = t->next) {
     threads[t->index].native_tid = t->native_tid;
     threads[t->index].name = t->name;
   }
-  bf_trc_result res = {p->funcs, p->nfuncs, p->edges, p->nedges > 0 ? p->nedges : 0,
-                       recs,     p->rec_count, threads, p->nthreads};
+  bf_trc_result res = {sfuncs, p->nfuncs, sedges, p->nedges, recs, p->rec_count, threads,
+                       p->nthreads};
 
   char pyver[64];
   snprintf(pyver, sizeof pyver, "%d.%d.%d", PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION);
@@ -1369,9 +1463,11 @@ static long long trc_write_session(ProfileObject *p, const char *db, long long s
   char extra_json[2048];
   snprintf(extra_json, sizeof extra_json,
            "{\"mismatches\":%lld,\"threads\":%u,\"builtins\":%s,\"backend\":\"%s\","
+           "\"timer\":\"%s\","
            "\"tool_id\":%d,\"focus\":%s%s%s,\"records_capacity\":%zu,\"partial\":%s%s%s}",
            (long long)p->mismatches, p->nthreads, p->builtins ? "true" : "false",
            BF_TRC_MONITORING ? "sys.monitoring" : "setprofile",
+           p->clock_cpu ? "thread_cputime" : (p->use_tsc ? "tsc" : "clock_monotonic"),
            p->req_tool_id >= 0 ? p->req_tool_id : (BF_TRC_MONITORING ? 2 : -1),
            fglob ? "\"" : "", fglob ? fglob : "null", fglob ? "\"" : "", p->rec_cap,
            p->error ? "true" : "false", extra && *extra ? "," : "", extra && *extra ? extra : "");
@@ -1402,6 +1498,8 @@ static long long trc_write_session(ProfileObject *p, const char *db, long long s
   Py_END_ALLOW_THREADS
   free(threads);
   free(recs);
+  free(sfuncs);
+  free(sedges);
   if (rc < 0) {
     PyErr_Format(PyExc_OSError, "could not write the trace to %s", err);
     return -1;
