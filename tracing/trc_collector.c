@@ -1330,6 +1330,7 @@ static PyObject *Profile_stats(ProfileObject *p, PyObject *noargs) {
   if (!funcs || !edges) goto done;
   for (size_t i = 1; i < p->nfuncs; i++) {
     bf_trc_func *f = &p->funcs[i];
+    if (f->calls == 0 && f->resumes == 0 && f->self_ns == 0) continue; /* seen, not counted */
     PyObject *d = Py_BuildValue(
         "{s:s,s:s,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:O}", "file", f->file ? f->file : "?",
         "qualname", f->qualname ? f->qualname : "?", "firstlineno", (long long)f->firstlineno,
@@ -1345,12 +1346,24 @@ static PyObject *Profile_stats(ProfileObject *p, PyObject *noargs) {
   }
   for (size_t i = 1; i < p->nedges; i++) {
     bf_trc_edge *e = &p->edges[i];
-    PyObject *d = Py_BuildValue("{s:I,s:I,s:L,s:L,s:L,s:L}", "caller", e->caller, "callee",
-                                e->callee - 1, "calls", (long long)e->calls, "primitive_calls",
-                                (long long)e->primitive_calls, "self_ns",
-                                (long long)trc_scale(e->self_ns, k), "total_ns",
-                                (long long)trc_scale(e->total_ns, k));
-    /* caller is an index into functions + 1 (0 = thread root) */
+    if (e->calls == 0 && e->self_ns == 0) continue;
+    bf_trc_func *cr = e->caller ? &p->funcs[e->caller] : NULL, *ce = &p->funcs[e->callee];
+    PyObject *caller = cr ? Py_BuildValue("(ssL)", cr->file ? cr->file : "?",
+                                          cr->qualname ? cr->qualname : "?",
+                                          (long long)cr->firstlineno)
+                          : (Py_INCREF(Py_None), Py_None);
+    PyObject *callee = Py_BuildValue("(ssL)", ce->file ? ce->file : "?",
+                                     ce->qualname ? ce->qualname : "?", (long long)ce->firstlineno);
+    /* caller/callee are (file, qualname, firstlineno); caller None = thread root */
+    PyObject *d = caller && callee
+                      ? Py_BuildValue("{s:O,s:O,s:L,s:L,s:L,s:L}", "caller", caller, "callee",
+                                      callee, "calls", (long long)e->calls, "primitive_calls",
+                                      (long long)e->primitive_calls, "self_ns",
+                                      (long long)trc_scale(e->self_ns, k), "total_ns",
+                                      (long long)trc_scale(e->total_ns, k))
+                      : NULL;
+    Py_XDECREF(caller);
+    Py_XDECREF(callee);
     if (!d || PyList_Append(edges, d) < 0) {
       Py_XDECREF(d);
       goto done;

@@ -388,3 +388,45 @@ def test_unbuilt_or_old_interpreter_is_refused(db, tmp_path):
     assert r.returncode != 0 and r.stderr.count("\n") == 1 and "cannot run" in r.stderr
     r = run(["trace", "--clock", "bogus", "--", sys.executable, "-c", "pass"], db=db, check=False)
     assert r.returncode == 2 and "--clock" in r.stderr
+
+
+def test_focus_recursion_generators_threads_api(python, tmp_path):
+    script = write(tmp_path, "focus2.py", """
+        import sys, threading, json
+        sys.path.insert(0, sys.argv[1])
+        import bifocal_trace
+        def leaf(): return 1
+        def rec(n):
+            leaf()
+            return 0 if n == 0 else rec(n - 1)
+        def g():
+            for i in range(5):
+                leaf()
+                yield i
+        def other(): return [leaf() for _ in range(3)]
+        def worker():
+            for i in range(20):
+                rec(3); other()
+        def counts(p):
+            return {f["qualname"]: [f["calls"], f["primitive_calls"], f["resumes"], f["records_kept"]]
+                    for f in p.stats()["functions"]}
+        p = bifocal_trace.Profile(focus="*:rec")
+        with p:
+            for i in range(10):
+                rec(4); other()
+            ts = [threading.Thread(target=worker) for _ in range(3)]
+            for t in ts: t.start()
+            for t in ts: t.join()
+        q = bifocal_trace.Profile(focus="__main__:g")
+        with q:
+            for _ in range(3):
+                list(g())
+            other()
+        print(json.dumps([counts(p), counts(q), p.stats()["mismatches"], q.stats()["mismatches"]]))
+    """)
+    r = subprocess.run([python, script, TRACING_DIR], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    p, q, mp, mq = json.loads(r.stdout)
+    assert p == {"rec": [290, 70, 0, 70], "leaf": [290, 290, 0, 0]}
+    assert q == {"g": [3, 3, 15, 3], "leaf": [15, 15, 0, 0]}
+    assert mp == mq == 0
