@@ -202,12 +202,18 @@ def _main(argv=None):
             _sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGTERM)
         raise exc
-    if isinstance(exc, KeyboardInterrupt):
-        raise exc
     tb = exc.__traceback__
     if tb is not None:  # drop the runner's own frame
         exc.__traceback__ = tb = tb.tb_next
     _sys.excepthook(type(exc), exc, tb)
+    if isinstance(exc, KeyboardInterrupt):
+        # exit the way the interpreter does on an uncaught KeyboardInterrupt
+        import os
+        _sys.stdout.flush()
+        _sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130
     return 1
 
 
