@@ -12,6 +12,7 @@ BF_DECL(record)
 BF_DECL(dump)
 BF_DECL(top)
 BF_DECL(live)
+BF_DECL(trace)
 #undef BF_DECL
 
 const bf_cmd bf_cmds[] = {
@@ -26,6 +27,7 @@ const bf_cmd bf_cmds[] = {
     {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
     {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
     {"live", bf_cmd_live, "live PID [--rate HZ]", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},
+    {"trace", bf_cmd_trace, "trace [--clock wall|cpu] [--focus GLOB] [--no-builtins] [--tool-id N] [--label L] [--ttl T] [--records N] -- python[3.X] (script.py | -m module | -c cmd) [ARGS]", "exact call counts, edges and call times of a Python run (prints the session id)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
