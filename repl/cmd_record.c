@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "native.h"
 #include "sampler.h"
 #include "util.h"
 
@@ -38,10 +39,11 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       {"duration", required_argument, NULL, 'D'}, {"label", required_argument, NULL, 'l'},
       {"commit", required_argument, NULL, 'C'},   {"ttl", required_argument, NULL, 't'},
       {"subprocesses", no_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
+      {"native", no_argument, NULL, 'n'},         {"native-threads", required_argument, NULL, 'N'},
       {NULL, 0, NULL, 0}};
   bf_smp_record_opts o = {0};
   o.rate_hz = 1000;
-  int c, pid = 0;
+  int c, pid = 0, rate_given = 0;
   int64_t ns;
   char *end;
   while ((c = getopt_long(argc, argv, "+p:h", opts, NULL)) != -1) {
@@ -63,6 +65,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       case 'r':
         errno = 0;
         o.rate_hz = strtod(optarg, &end);
+        rate_given = 1;
         if (errno || *end || !(o.rate_hz >= 1 && o.rate_hz <= 1e6)) {
           bf_cli_error("bad --rate '%s' (a number of Hz from 1 to 1000000)", optarg);
           return 2;
@@ -84,14 +87,22 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
         }
         break;
       case 's': o.subprocesses = 1; break;
+      case 'n': o.native = 1; break;
+      case 'N': /* implies --native */
+        o.native = 1;
+        o.native_threads = optarg;
+        break;
       case 'h':
         printf("usage: bifocal record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S]\n"
                "                      [--label L] [--commit SHA] [--ttl T] [--subprocesses]\n"
+               "                      [--native] [--native-threads N|GLOB,...]\n"
                "                      (--pid PID | -- CMD [ARGS...])\n");
         return 0;
       default: return 2;
     }
   }
+  /* native stacks stop threads at every sample: a gentler default rate */
+  if (o.native && !rate_given) o.rate_hz = 100;
   char **cmd = argv + optind;
   int ncmd = argc - optind;
   if (pid && ncmd) {
@@ -133,6 +144,15 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   if (rc < 0) {
     bf_cli_error("%s", bf_smp_errmsg(h));
     status = 1;
+  }
+  if (sid > 0 && o.native) { /* the intrusion is always shown, terminal or not */
+    bf_session_info *in = NULL;
+    char line[256];
+    if (bf_store_session_get(st, sid, &in) == 0) {
+      if (bf_smp_native_summary(in->extra_json, line, sizeof line) == 0)
+        fprintf(stderr, "native: %s\n", line);
+      bf_session_info_free(in);
+    }
   }
   if (sid > 0) {
     bf_session_info *in = NULL;

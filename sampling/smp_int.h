@@ -40,6 +40,7 @@ typedef struct smp_layout {
   uint64_t ts_cframe, cf_current_frame;
   uint64_t ts_size;
   uint64_t fr_code, fr_back, fr_instr, fr_owner, fr_size; /* owner 0 = n/a (<3.11) */
+  uint64_t fr_entry;           /* 3.11 bool is_entry, 0 = n/a (native.c uses it) */
   uint64_t co_filename, co_name, co_qualname, co_firstlineno, co_linetable,
       co_code_adaptive, co_size;
   uint64_t ob_type, tp_name;

@@ -582,7 +582,7 @@ static int push_frame(bf_smp *h, const smp_code *c, int32_t line) {
     h->frames = nf;
     h->cap_frames = nc;
   }
-  h->frames[h->nframes++] = (bf_smp_frame){&c->pub, line};
+  h->frames[h->nframes++] = (bf_smp_frame){&c->pub, line, 0};
   return 0;
 }
 
@@ -590,6 +590,7 @@ static int push_frame(bf_smp *h, const smp_code *c, int32_t line) {
 static int walk_frames(bf_smp *h, uint64_t fa) {
   const smp_layout *l = &h->lay;
   int err = 0;
+  size_t first = h->nframes;
   for (int depth = 0; fa && depth < SMP_MAX_DEPTH; depth++) {
     const unsigned char *fb = smp_read_hot(h, fa, (size_t)l->fr_read, &err);
     if (!fb) return err;
@@ -599,6 +600,8 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
     if (back == fa) return -EIO;
     if (l->executable_tagged) code &= ~(uint64_t)3;
     if (owner >= 3) { /* C-stack shim / interpreter-owned: no Python code */
+      /* native.c: the frame below a C-stack shim (owner 3) began its eval call */
+      if (owner == 3 && h->nframes > first) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY;
       fa = back;
       continue;
     }
@@ -612,6 +615,8 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
     }
     int rc = push_frame(h, c, code_line(l, c, code, instr));
     if (rc < 0) return rc;
+    if (l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]))
+      h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY; /* for native.c */
     fa = back;
   }
   return 0;
