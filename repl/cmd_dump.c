@@ -85,6 +85,7 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
       bf_smp_free(h);
       return rc == -EINVAL ? 2 : 1;
     }
+    bf_smp_native_set_stop_wait(nat, 1000000000LL); /* one sample: wait for every thread */
   }
   /* a torn read costs a retry, not the dump */
   for (int tries = 0; tries < 20; tries++) {

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@
 #define NAT_HIST 1024                   /* log-linear stop-time buckets */
 #define NAT_DETACH_WAIT_NS 200000000LL  /* bounded wait for a stop when detaching */
 #define NAT_MAX_IPS 200000              /* symbol cache bound: past it start over */
+#define NAT_STOP_WAIT_NS 2000000LL      /* longest a sample waits for threads to stop */
 
 enum { NT_RUNNING = 0, NT_STOPPED, NT_PENDING, NT_GONE };
 
@@ -63,7 +65,8 @@ typedef struct nat_thread {
   int group_stop;
   int snap_ok;
   void *upt;
-  int64_t t_interrupt;
+  int64_t t_interrupt; /* PTRACE_INTERRUPT sent */
+  int64_t t_stopped;   /* its stop seen by waitpid: the stop starts here */
   struct user_regs_struct regs;
   unsigned char *stack;
   size_t stack_len, stack_cap;
@@ -123,8 +126,12 @@ struct bf_smp_native {
   int leader_exited, leader_status;
   /* statistics */
   int64_t samples, stops, stopped_ns, max_ns;
-  int64_t reinjected, unwind_failed, truncated, mismatch, gone;
-  uint64_t hist[NAT_HIST];
+  int64_t reinjected, unwind_failed, truncated, mismatch, gone, late;
+  int64_t stop_wait_ns;
+  sigset_t old_mask; /* SIGCHLD is blocked while the handle lives */
+  int mask_set;
+  uint64_t hist[NAT_HIST];      /* stop: seen stopped -> resumed */
+  uint64_t hist_lat[NAT_HIST];  /* latency: interrupt sent -> seen stopped */
   /* the snapshot the accessors serve (set around one unwind) */
   nat_thread *cur;
 };
@@ -427,88 +434,7 @@ static void thread_drop(nat_thread *t) {
   t->state = NT_GONE;
 }
 
-/* A tracee stopped or ended outside an expected stop: put it back to work. */
-static void on_status(bf_smp_native *n, int tid, int st) {
-  nat_thread *t = thread_find(n, tid);
-  if (WIFEXITED(st) || WIFSIGNALED(st)) {
-    if (tid == n->pid) {
-      n->leader_exited = 1;
-      n->leader_status = st;
-    }
-    if (t) t->state = NT_GONE;
-    return;
-  }
-  if (!WIFSTOPPED(st)) return;
-  int sig = WSTOPSIG(st), ev = (unsigned)st >> 16;
-  if (ev == 0) { /* signal-delivery-stop: the signal is the target's, hand it on */
-    n->reinjected++;
-    if (ptrace(PTRACE_CONT, tid, 0, (void *)(intptr_t)sig) < 0 && t) t->state = NT_GONE;
-    return;
-  }
-  if (ev == PTRACE_EVENT_STOP &&
-      (sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU)) {
-    ptrace(PTRACE_LISTEN, tid, 0, 0); /* job control stop: stay stopped, as asked */
-    if (t) t->state = NT_RUNNING;
-    return;
-  }
-  /* a late interrupt-stop (an earlier wait was cut short) or another event */
-  if (ptrace(PTRACE_CONT, tid, 0, 0) < 0 && t) t->state = NT_GONE;
-  else if (t)
-    t->state = NT_RUNNING;
-}
-
-/* Consume whatever the tracees reported meanwhile, without blocking. */
-static void reap_events(bf_smp_native *n) {
-  int st;
-  pid_t r;
-  while ((r = waitpid(-1, &st, WNOHANG | __WALL)) > 0) on_status(n, r, st);
-}
-
-/* Block until t reports the stop our PTRACE_INTERRUPT asked for. Signals
- * arriving meanwhile are re-injected; a job-control stop counts as stopped
- * (and is kept on resume). Returns 0, -ESRCH (gone), -EINTR. */
-static int wait_stop(bf_smp_native *n, nat_thread *t) {
-  for (;;) {
-    int st;
-    pid_t r = waitpid(t->tid, &st, __WALL);
-    if (r < 0) {
-      if (errno == EINTR) return -EINTR;
-      t->state = NT_GONE;
-      return -ESRCH;
-    }
-    if (WIFEXITED(st) || WIFSIGNALED(st)) {
-      on_status(n, t->tid, st);
-      t->state = NT_GONE;
-      return -ESRCH;
-    }
-    if (!WIFSTOPPED(st)) continue;
-    int sig = WSTOPSIG(st), ev = (unsigned)st >> 16;
-    if (ev == PTRACE_EVENT_STOP) {
-      t->group_stop = sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
-      t->state = NT_STOPPED;
-      return 0;
-    }
-    if (ev == 0) n->reinjected++;
-    /* signal-delivery-stop: deliver it; the interrupt stays pending and
-     * reports next. Other events were not asked for: just continue. */
-    if (ptrace(PTRACE_CONT, t->tid, 0, (void *)(intptr_t)(ev == 0 ? sig : 0)) < 0) {
-      t->state = NT_GONE;
-      return -ESRCH;
-    }
-  }
-}
-
-static void resume(bf_smp_native *n, nat_thread *t) {
-  if (t->state != NT_STOPPED) return;
-  long rc = t->group_stop ? ptrace(PTRACE_LISTEN, t->tid, 0, 0) : ptrace(PTRACE_CONT, t->tid, 0, 0);
-  int64_t d = mono_ns() - t->t_interrupt;
-  t->state = rc < 0 ? NT_GONE : NT_RUNNING;
-  t->stops++;
-  t->stopped_ns += d;
-  if (d > t->max_ns) t->max_ns = d;
-  n->stops++;
-  n->stopped_ns += d;
-  if (d > n->max_ns) n->max_ns = d;
+static void hist_add(uint64_t *hist, int64_t d) {
   uint64_t v = d > 0 ? (uint64_t)d : 0;
   size_t idx;
   if (v < 16) {
@@ -517,8 +443,27 @@ static void resume(bf_smp_native *n, nat_thread *t) {
     int e = 63 - __builtin_clzll(v);
     idx = 16 + (size_t)(e - 4) * 16 + (size_t)((v >> (e - 4)) & 15);
   }
-  if (idx >= NAT_HIST) idx = NAT_HIST - 1;
-  n->hist[idx]++;
+  hist[idx < NAT_HIST ? idx : NAT_HIST - 1]++;
+}
+
+/* A thread's stop was just seen by waitpid. */
+static void stop_seen(bf_smp_native *n, nat_thread *t) {
+  t->t_stopped = mono_ns();
+  hist_add(n->hist_lat, t->t_stopped - t->t_interrupt);
+}
+
+static void resume(bf_smp_native *n, nat_thread *t) {
+  if (t->state != NT_STOPPED) return;
+  long rc = t->group_stop ? ptrace(PTRACE_LISTEN, t->tid, 0, 0) : ptrace(PTRACE_CONT, t->tid, 0, 0);
+  int64_t d = mono_ns() - t->t_stopped;
+  t->state = rc < 0 ? NT_GONE : NT_RUNNING;
+  t->stops++;
+  t->stopped_ns += d;
+  if (d > t->max_ns) t->max_ns = d;
+  n->stops++;
+  n->stopped_ns += d;
+  if (d > n->max_ns) n->max_ns = d;
+  hist_add(n->hist, d);
 }
 
 /* Registers and the live part of the stack of a stopped thread. */
@@ -542,6 +487,105 @@ static void snapshot(bf_smp_native *n, nat_thread *t) {
   t->stack_lo = sp;
   t->stack_len = got > 0 ? (size_t)got : 0;
   t->snap_ok = 1;
+}
+
+static int is_job_stop(int sig) {
+  return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
+/* Handle one wait status of tracee tid. With take set, the interrupt-stop
+ * (or job-control stop) of a thread we are waiting for leaves it STOPPED
+ * for a snapshot; every other stop is resumed at once: a signal the target
+ * receives is handed on (re-injected), a job-control stop is kept
+ * (PTRACE_LISTEN), an interrupt-stop arriving late ends its stop. */
+static void on_status(bf_smp_native *n, int tid, int st, int take) {
+  nat_thread *t = thread_find(n, tid);
+  if (WIFEXITED(st) || WIFSIGNALED(st)) {
+    if (tid == n->pid) {
+      n->leader_exited = 1;
+      n->leader_status = st;
+    }
+    if (t) t->state = NT_GONE;
+    return;
+  }
+  if (!WIFSTOPPED(st)) return;
+  int sig = WSTOPSIG(st), ev = (unsigned)st >> 16;
+  if (ev == 0) { /* signal-delivery-stop; a pending interrupt still reports later */
+    n->reinjected++;
+    if (ptrace(PTRACE_CONT, tid, 0, (void *)(intptr_t)sig) < 0 && t) t->state = NT_GONE;
+    return;
+  }
+  if (ev == PTRACE_EVENT_STOP && t && t->state == NT_PENDING) {
+    t->group_stop = is_job_stop(sig);
+    t->state = NT_STOPPED;
+    stop_seen(n, t);
+    if (!take) {
+      n->late++;
+      resume(n, t); /* counts the stop it cost */
+    }
+    return;
+  }
+  long rc = ev == PTRACE_EVENT_STOP && is_job_stop(sig) ? ptrace(PTRACE_LISTEN, tid, 0, 0)
+                                                       : ptrace(PTRACE_CONT, tid, 0, 0);
+  if (t) t->state = rc < 0 ? NT_GONE : NT_RUNNING;
+}
+
+/* Consume whatever the tracees reported meanwhile, without blocking. */
+static void reap_events(bf_smp_native *n) {
+  int st;
+  pid_t r;
+  while ((r = waitpid(-1, &st, WNOHANG | __WALL)) > 0) on_status(n, r, st, 0);
+}
+
+/* Wait (SIGCHLD-driven) until the pending threads stopped or deadline,
+ * snapshotting each as it stops. Returns 0 or -EINTR. */
+static int collect_stops(bf_smp_native *n, size_t pending, int64_t deadline) {
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  while (pending) {
+    int st;
+    pid_t r = waitpid(-1, &st, WNOHANG | __WALL);
+    if (r > 0) {
+      nat_thread *t = thread_find(n, r);
+      int was = t && t->state == NT_PENDING;
+      on_status(n, r, st, 1);
+      if (was && t->state != NT_PENDING) {
+        pending--;
+        if (t->state == NT_STOPPED) snapshot(n, t);
+      }
+      continue;
+    }
+    if (r < 0) break; /* no tracee left */
+    int64_t left = deadline - mono_ns();
+    if (left <= 0) break;
+    struct timespec ts = {left / 1000000000, left % 1000000000};
+    if (sigtimedwait(&chld, NULL, &ts) < 0) {
+      if (errno == EAGAIN) break;
+      if (errno == EINTR) return -EINTR;
+    }
+  }
+  return 0;
+}
+
+int bf_smp_native_wait_until(bf_smp_native *n, int64_t deadline_ns) {
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  for (;;) {
+    reap_events(n);
+    int64_t left = deadline_ns - mono_ns();
+    if (left <= 0) return 0;
+    struct timespec ts = {left / 1000000000, left % 1000000000};
+    if (sigtimedwait(&chld, NULL, &ts) < 0) {
+      if (errno == EAGAIN) return 0;
+      if (errno == EINTR) return -EINTR;
+    }
+  }
+}
+
+void bf_smp_native_set_stop_wait(bf_smp_native *n, int64_t ns) {
+  n->stop_wait_ns = ns > 0 ? ns : NAT_STOP_WAIT_NS;
 }
 
 /* ---- the filter ------------------------------------------------------------ */
@@ -613,6 +657,13 @@ int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char 
     return -ENOTSUP;
   }
   unw_set_caching_policy(n->as, UNW_CACHE_GLOBAL);
+  n->stop_wait_ns = NAT_STOP_WAIT_NS;
+  /* stops are awaited with sigtimedwait: SIGCHLD must stay pending */
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &chld, &n->old_mask);
+  n->mask_set = 1;
   unw_set_cache_size(n->as, 4096, 0);
   n->samples = 1;
   rc = maps_refresh(n);
@@ -721,6 +772,15 @@ void bf_smp_native_free(bf_smp_native *n) {
   free(n->filter);
   free(n->globs);
   free(n->ftids);
+  if (n->mask_set) {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&chld, NULL, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &n->old_mask, NULL);
+  }
   free(n);
 }
 
@@ -890,10 +950,7 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
         return seterr(n, err, "cannot trace process %d: %s", n->pid, explain_trace(err));
       continue;
     }
-    if (t->state == NT_PENDING) { /* an earlier wait was cut short */
-      t->t_interrupt = mono_ns();
-      continue;
-    }
+    if (t->state == NT_PENDING) continue; /* still on its way from an earlier sample */
     if (t->state != NT_RUNNING) continue;
     if (want & BF_SMP_WANT_STATE) read_run_state(n, t);
     t->t_interrupt = mono_ns();
@@ -903,19 +960,18 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
     }
     t->state = NT_PENDING;
   }
-  int intr = 0;
+  size_t pending = 0;
   for (size_t i = 0; i < n->nwant; i++) {
     nat_thread *t = thread_find(n, n->want[i]);
-    if (!t || t->state != NT_PENDING) continue;
-    if (!intr) {
-      rc = wait_stop(n, t);
-      if (rc == -EINTR) intr = 1;
-    }
-    if (t->state == NT_STOPPED) snapshot(n, t);
+    pending += t && t->state == NT_PENDING;
   }
+  int intr = collect_stops(n, pending, mono_ns() + n->stop_wait_ns) == -EINTR;
+  /* threads still not stopped (waiting for a CPU, or in uninterruptible
+   * sleep) get no C frames this time; their stop is resumed when it comes */
   /* the Python frames, read while the chosen threads stand still */
   rc = intr ? -EINTR : bf_smp_sample(n->h, want, &pt, &npt);
   for (size_t i = 0; i < n->nth; i++) resume(n, &n->th[i]);
+  reap_events(n); /* stops that came in after the deadline: resume them now */
   if (rc < 0) {
     if (rc == -EINTR) return seterr(n, rc, "interrupted while waiting for a thread to stop");
     return seterr(n, rc, "%s", bf_smp_errmsg(n->h));
@@ -953,6 +1009,7 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
     o->frames = (const bf_smp_frame *)(uintptr_t)first;
   }
   for (size_t i = 0; i < n->nout; i++) n->out[i].frames = n->frames + (uintptr_t)n->out[i].frames;
+  reap_events(n);
   /* forget threads that are gone */
   for (size_t i = 0; i < n->nth; i++)
     if (n->th[i].state == NT_GONE && n->th[i].tid) {
@@ -966,13 +1023,13 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
 
 /* ---- statistics ----------------------------------------------------------------- */
 
-static int64_t hist_pct(const bf_smp_native *n, double q) {
+static int64_t hist_pct(const uint64_t *hist, double q) {
   uint64_t total = 0, acc = 0;
-  for (size_t i = 0; i < NAT_HIST; i++) total += n->hist[i];
+  for (size_t i = 0; i < NAT_HIST; i++) total += hist[i];
   if (!total) return 0;
   uint64_t rank = (uint64_t)(q * (double)(total - 1)) + 1;
   for (size_t i = 0; i < NAT_HIST; i++) {
-    acc += n->hist[i];
+    acc += hist[i];
     if (acc >= rank) {
       if (i < 16) return (int64_t)i;
       size_t e = (i - 16) / 16 + 4, sub = (i - 16) % 16;
@@ -980,7 +1037,7 @@ static int64_t hist_pct(const bf_smp_native *n, double q) {
       return (int64_t)(lo + w / 2);
     }
   }
-  return n->max_ns;
+  return 0;
 }
 
 static void json_str(FILE *f, const char *s) {
@@ -1006,11 +1063,15 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
           "{\"native\":{\"stops\":%lld,\"stopped_ns\":%lld,\"stop_p50_ns\":%lld,"
           "\"stop_p90_ns\":%lld,\"stop_p99_ns\":%lld,\"stop_max_ns\":%lld,"
           "\"signals_reinjected\":%lld,\"unwind_failed\":%lld,\"unwind_truncated\":%lld,"
-          "\"merge_mismatch\":%lld,\"threads_gone\":%lld,\"threads\":[",
-          (long long)n->stops, (long long)n->stopped_ns, (long long)hist_pct(n, 0.5),
-          (long long)hist_pct(n, 0.9), (long long)hist_pct(n, 0.99), (long long)n->max_ns,
+          "\"merge_mismatch\":%lld,\"threads_gone\":%lld,\"late_stops\":%lld,"
+          "\"stop_wait_ns\":%lld,\"interrupt_p50_ns\":%lld,\"interrupt_p99_ns\":%lld,"
+          "\"threads\":[",
+          (long long)n->stops, (long long)n->stopped_ns, (long long)hist_pct(n->hist, 0.5),
+          (long long)hist_pct(n->hist, 0.9), (long long)hist_pct(n->hist, 0.99), (long long)n->max_ns,
           (long long)n->reinjected, (long long)n->unwind_failed, (long long)n->truncated,
-          (long long)n->mismatch, (long long)n->gone);
+          (long long)n->mismatch, (long long)n->gone, (long long)n->late,
+          (long long)n->stop_wait_ns, (long long)hist_pct(n->hist_lat, 0.5),
+          (long long)hist_pct(n->hist_lat, 0.99));
   int first = 1;
   for (size_t i = 0; i < n->nth; i++) {
     const nat_thread *t = &n->th[i];

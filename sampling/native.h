@@ -6,6 +6,8 @@
  * outlive it). Threads are seized (PTRACE_SEIZE, never PTRACE_ATTACH) the
  * first time they are sampled and released by bf_smp_native_free; if the
  * profiler dies instead, the kernel detaches them and they keep running.
+ * While a handle lives SIGCHLD is blocked in the calling thread (stops are
+ * awaited with sigtimedwait); bf_smp_native_free restores the mask.
  * Fallible functions return 0 or a negative errno; the detail is on the
  * handle (bf_smp_native_errmsg). The library never prints.
  *
@@ -49,6 +51,17 @@ const char *bf_smp_native_errmsg(const bf_smp_native *n);
  * cannot trace (message says why). */
 int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **threads,
                          size_t *count);
+
+/* Sleep until deadline_ns (CLOCK_MONOTONIC) while handing on, at once, the
+ * signals the seized threads receive (a seized thread waits for its tracer
+ * in a signal-delivery-stop). Returns 0, or -EINTR when a signal handler of
+ * ours ran (check the stop flag). */
+int bf_smp_native_wait_until(bf_smp_native *n, int64_t deadline_ns);
+
+/* How long one sample waits for the chosen threads to stop (default 2 ms);
+ * a thread stopping later gets no C frames in that sample (counted as a late
+ * stop) and is resumed the moment its stop arrives. */
+void bf_smp_native_set_stop_wait(bf_smp_native *n, int64_t ns);
 
 /* Launch mode: the target is our child and also our tracee, so its exit is
  * reported through ptrace waits. Consume pending events without blocking;

@@ -448,7 +448,10 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     next += step;
     int64_t now = mono_ns();
     if (now < next) {
-      wait_until(next, interval);
+      if (tg[0].nat && !tg[0].exited) /* hands signals on to seized threads meanwhile */
+        bf_smp_native_wait_until(tg[0].nat, next);
+      else
+        wait_until(next, interval);
       now = mono_ns();
     } else if (now - next > interval) {
       int64_t lost = (now - next) / interval;
