@@ -46,6 +46,10 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
       continue;
     }
     if (c == 'N') { /* implies --native */
+      if (optarg[strspn(optarg, ", ")] == 0) {
+        bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
+        return 2;
+      }
       native = 1;
       native_threads = optarg;
       continue;

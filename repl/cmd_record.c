@@ -89,6 +89,10 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       case 's': o.subprocesses = 1; break;
       case 'n': o.native = 1; break;
       case 'N': /* implies --native */
+        if (optarg[strspn(optarg, ", ")] == 0) {
+          bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
+          return 2;
+        }
         o.native = 1;
         o.native_threads = optarg;
         break;

@@ -79,6 +79,21 @@ typedef struct nat_thread {
   uint32_t run_state; /* BF_SMP_ON_CPU / BF_SMP_IDLE read just before the stop */
 } nat_thread;
 
+/* Stop figures of a thread that has gone (kept for the session's record). */
+typedef struct nat_tstat {
+  int tid;
+  char name[32];
+  int64_t stops, stopped_ns, max_ns;
+} nat_tstat;
+
+#define NAT_MAX_TSTATS 256 /* threads listed in extra_json; the rest are summed */
+
+typedef struct nat_tname {
+  int tid;
+  char name[32];
+  int64_t read_ns, used_ns;
+} nat_tname;
+
 /* One unwound C frame before merging. */
 typedef struct nat_frame {
   const nat_ip *ip;
@@ -128,6 +143,12 @@ struct bf_smp_native {
   int64_t samples, stops, stopped_ns, max_ns;
   int64_t reinjected, unwind_failed, truncated, mismatch, gone, late;
   int64_t stop_wait_ns;
+  nat_tstat *retired;
+  size_t nretired, cap_retired;
+  int64_t omitted; /* gone threads past NAT_MAX_TSTATS */
+  int unwind_complete; /* the last unwind reached the stack's root */
+  nat_tname *names; /* --native-threads globs: thread names by tid */
+  size_t nnames, cap_names;
   sigset_t old_mask; /* SIGCHLD is blocked while the handle lives */
   int mask_set;
   uint64_t hist[NAT_HIST];      /* stop: seen stopped -> resumed */
@@ -425,7 +446,20 @@ static void read_run_state(bf_smp_native *n, nat_thread *t) {
   if (p && p[1] == ' ' && p[2]) t->run_state = p[2] == 'R' ? BF_SMP_ON_CPU : BF_SMP_IDLE;
 }
 
-static void thread_drop(nat_thread *t) {
+static void thread_drop(bf_smp_native *n, nat_thread *t) {
+  if (t->stops) {
+    if (n->nretired < NAT_MAX_TSTATS &&
+        grow((void **)&n->retired, &n->cap_retired, n->nretired + 1, sizeof *n->retired) == 0) {
+      nat_tstat *r = &n->retired[n->nretired++];
+      r->tid = t->tid;
+      memcpy(r->name, t->name, sizeof r->name);
+      r->stops = t->stops;
+      r->stopped_ns = t->stopped_ns;
+      r->max_ns = t->max_ns;
+    } else {
+      n->omitted++;
+    }
+  }
   if (t->stat_fd >= 0) close(t->stat_fd);
   if (t->upt) _UPT_destroy(t->upt);
   free(t->stack);
@@ -611,12 +645,50 @@ static int parse_filter(bf_smp_native *n, const char *spec) {
   return 0;
 }
 
-static int selected(const bf_smp_native *n, const bf_smp_thread *t) {
+/* A thread's OS name (/proc comm), re-read at most every NAT_NAME_NS: a
+ * thread may name itself after it started. */
+#define NAT_NAME_NS 500000000LL
+static const char *thread_name(bf_smp_native *n, int tid) {
+  int64_t now = mono_ns();
+  size_t i;
+  for (i = 0; i < n->nnames; i++)
+    if (n->names[i].tid == tid) break;
+  if (i == n->nnames) {
+    /* forget names of threads gone (not asked for in a while) */
+    size_t o = 0;
+    for (size_t k = 0; k < n->nnames; k++)
+      if (now - n->names[k].used_ns < 10 * NAT_NAME_NS) n->names[o++] = n->names[k];
+    n->nnames = o;
+    if (grow((void **)&n->names, &n->cap_names, n->nnames + 1, sizeof *n->names) < 0) return NULL;
+    i = n->nnames++;
+    memset(&n->names[i], 0, sizeof n->names[i]);
+    n->names[i].tid = tid;
+  }
+  nat_tname *e = &n->names[i];
+  e->used_ns = now;
+  if (!e->read_ns || now - e->read_ns > NAT_NAME_NS) {
+    char p[96];
+    snprintf(p, sizeof p, "/proc/%d/task/%d/comm", n->pid, tid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    e->name[0] = 0;
+    if (fd >= 0) {
+      ssize_t k = read(fd, e->name, sizeof e->name - 1);
+      e->name[k > 0 ? k : 0] = 0;
+      e->name[strcspn(e->name, "\n")] = 0;
+      close(fd);
+    }
+    e->read_ns = now;
+  }
+  return e->name;
+}
+
+static int selected(bf_smp_native *n, const bf_smp_thread *t) {
   if (!n->filter) return 1;
   for (size_t i = 0; i < n->nftids; i++)
     if (n->ftids[i] == t->native_tid) return 1;
+  const char *name = n->nglobs && t->native_tid > 0 ? thread_name(n, (int)t->native_tid) : NULL;
   for (size_t i = 0; i < n->nglobs; i++)
-    if (t->name && fnmatch(n->globs[i], t->name, 0) == 0) return 1;
+    if (name && fnmatch(n->globs[i], name, 0) == 0) return 1;
   return 0;
 }
 
@@ -772,6 +844,8 @@ void bf_smp_native_free(bf_smp_native *n) {
   free(n->filter);
   free(n->globs);
   free(n->ftids);
+  free(n->retired);
+  free(n->names);
   if (n->mask_set) {
     sigset_t chld;
     sigemptyset(&chld);
@@ -837,6 +911,7 @@ static size_t unwind(bf_smp_native *n, nat_thread *t) {
   size_t k = 0;
   nat_active = n;
   n->cur = t;
+  n->unwind_complete = 0;
   t->deepest = 0;
   if (grow((void **)&n->cf, &n->cap_cf, NAT_MAX_DEPTH, sizeof *n->cf) < 0 ||
       unw_init_remote(&c, n->as, t->upt) < 0) {
@@ -854,7 +929,9 @@ static size_t unwind(bf_smp_native *n, nat_thread *t) {
     if (!e) break;
     n->cf[k++].ip = e;
     after_signal = unw_is_signal_frame(&c) > 0;
-    if (unw_step(&c) <= 0) break;
+    int st = unw_step(&c);
+    if (st == 0) n->unwind_complete = 1; /* reached the outermost frame */
+    if (st <= 0) break;
   }
   if (!k) n->unwind_failed++;
 out:
@@ -870,7 +947,8 @@ static int push_out_frame(bf_smp_native *n, const bf_smp_code *code, int32_t lin
   return 0;
 }
 
-/* Merge nc unwound C frames (n->cf, innermost first) with the Python frames
+/* Returns 0 (merged), 1 (only Python frames could be kept), -ENOMEM.
+ * Merge nc unwound C frames (n->cf, innermost first) with the Python frames
  * py[0..np) (innermost first) into n->frames. The rule:
  *  - the Python frames split into groups, each ending (outwards) at a frame
  *    flagged ENTRY: the frames one C call of the eval loop runs;
@@ -899,10 +977,18 @@ static int merge(bf_smp_native *n, const bf_smp_frame *py, size_t np, size_t nc)
   gstart[ng] = np;
   size_t k = 0;
   int rc;
+  if (ng && !neval && n->unwind_complete) {
+    /* a whole C stack without the eval loop in it: its symbol is unknown
+     * (stripped interpreter); C frames cannot be placed, keep Python's */
+    n->mismatch++;
+    for (size_t j = 0; j < np; j++)
+      if ((rc = push_out_frame(n, py[j].code, py[j].line, py[j].flags)) < 0) return rc;
+    return 1;
+  }
   for (size_t i = 0; i < nc; i++) {
     const nat_ip *e = n->cf[i].ip;
     if (ng && k >= ng) break; /* outside the outermost Python frame */
-    if (e->eval) {
+    if (e->eval && k < ng) {
       for (size_t j = gstart[k]; j < gstart[k + 1]; j++)
         if ((rc = push_out_frame(n, py[j].code, py[j].line, py[j].flags)) < 0) return rc;
       k++;
@@ -997,8 +1083,9 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
     if (t && t->stops && (want & BF_SMP_WANT_STATE) && t->run_state)
       o->flags = (o->flags & ~(uint32_t)(BF_SMP_ON_CPU | BF_SMP_IDLE)) | t->run_state;
     if (nc) {
-      o->flags |= BF_SMP_NATIVE;
       rc = merge(n, pt[i].frames, pt[i].nframes, nc);
+      if (rc == 0) o->flags |= BF_SMP_NATIVE;
+      if (rc > 0) rc = 0;
     } else {
       rc = 0;
       for (size_t j = 0; j < pt[i].nframes && rc == 0; j++)
@@ -1014,7 +1101,7 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
   for (size_t i = 0; i < n->nth; i++)
     if (n->th[i].state == NT_GONE && n->th[i].tid) {
       n->gone++;
-      thread_drop(&n->th[i]);
+      thread_drop(n, &n->th[i]);
     }
   *threads = n->out;
   *count = n->nout;
@@ -1072,17 +1159,32 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
           (long long)n->mismatch, (long long)n->gone, (long long)n->late,
           (long long)n->stop_wait_ns, (long long)hist_pct(n->hist_lat, 0.5),
           (long long)hist_pct(n->hist_lat, 0.99));
-  int first = 1;
-  for (size_t i = 0; i < n->nth; i++) {
-    const nat_thread *t = &n->th[i];
-    if (!t->tid || !t->stops) continue;
-    fprintf(f, "%s{\"tid\":%d,\"name\":", first ? "" : ",", t->tid);
-    json_str(f, t->name);
-    fprintf(f, ",\"stops\":%lld,\"stopped_ns\":%lld,\"max_ns\":%lld}", (long long)t->stops,
-            (long long)t->stopped_ns, (long long)t->max_ns);
-    first = 0;
+  size_t listed = 0;
+  int64_t omitted = n->omitted;
+  for (size_t i = 0; i < n->nretired + n->nth; i++) {
+    nat_tstat ts;
+    if (i < n->nretired) {
+      ts = n->retired[i];
+    } else {
+      const nat_thread *t = &n->th[i - n->nretired];
+      if (!t->tid || !t->stops) continue;
+      ts.tid = t->tid;
+      memcpy(ts.name, t->name, sizeof ts.name);
+      ts.stops = t->stops;
+      ts.stopped_ns = t->stopped_ns;
+      ts.max_ns = t->max_ns;
+    }
+    if (listed == NAT_MAX_TSTATS) {
+      omitted++;
+      continue;
+    }
+    fprintf(f, "%s{\"tid\":%d,\"name\":", listed ? "," : "", ts.tid);
+    json_str(f, ts.name);
+    fprintf(f, ",\"stops\":%lld,\"stopped_ns\":%lld,\"max_ns\":%lld}", (long long)ts.stops,
+            (long long)ts.stopped_ns, (long long)ts.max_ns);
+    listed++;
   }
-  fprintf(f, "]}}");
+  fprintf(f, "],\"threads_omitted\":%lld}}", (long long)omitted);
   if (fclose(f) != 0 || !buf) {
     free(buf);
     return -ENOMEM;
