@@ -8,6 +8,8 @@ BF_DECL(sessions)
 BF_DECL(import)
 BF_DECL(replay)
 BF_DECL(export)
+BF_DECL(run)
+BF_DECL(correlate)
 #undef BF_DECL
 
 const bf_cmd bf_cmds[] = {
@@ -18,6 +20,8 @@ const bf_cmd bf_cmds[] = {
      "replay ID --view functions [--json] [--limit N] [--sort self|total] [--thread T]",
      "show a view of a session", NULL},
     {"export", bf_cmd_export, "export ID --format collapsed -o FILE", "write a session in another tool's format", NULL},
+    {"run", bf_cmd_run, "run [--out DIR] [--unsafe] [--timeout S] SCRIPT.lua [ARGS]", "run a Lua check; exit 0 all checks held, 1 one failed, 2 script error", "Sandboxed by default: no os.execute, io.popen, package.loadlib or C modules, and files\nmay be written only under --out DIR. --unsafe lifts the sandbox. Ctrl-C or --timeout S\nstops a runaway script. A bare SCRIPT name is also looked up among the shipped scripts."},
+    {"correlate", bf_cmd_correlate, "correlate SAMPLED TRACED [--json] [--limit N]", "join a sampled and a traced session per function", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
