@@ -775,7 +775,8 @@ static int l_join(lua_State *L) {
   lsession a = checksession(L, 1), b = checksession(L, 2);
   lua_getiuservalue(L, 1, 1);
   lua_getiuservalue(L, 2, 1);
-  luaL_argcheck(L, lua_rawequal(L, -1, -2), 2, "sessions of different databases");
+  luaL_argcheck(L, lua_rawequal(L, -1, -2) || strcmp(bf_store_path(a.s), bf_store_path(b.s)) == 0, 2,
+                "sessions of different databases");
   bf_join *j = NULL;
   if (bf_join_sessions(a.s, a.id, b.id, &j) < 0) {
     luaL_pushfail(L);
@@ -935,6 +936,19 @@ static int l_check(lua_State *L) {
   return 1;
 }
 
+/* Display width of UTF-8 text (code points; good enough for the names here). */
+static size_t u8width(const char *s) {
+  size_t w = 0;
+  for (; *s; s++)
+    if (((unsigned char)*s & 0xC0) != 0x80) w++;
+  return w;
+}
+
+static void pad(FILE *out, const char *s, size_t width) {
+  fputs(s, out);
+  for (size_t w = u8width(s); w < width; w++) fputc(' ', out);
+}
+
 static void print_verdict(lua_State *L, FILE *out) {
   lua_ctx *c = getctx(L);
   lua_rawgetp(L, LUA_REGISTRYINDEX, &CHECKS_KEY);
@@ -943,23 +957,22 @@ static void print_verdict(lua_State *L, FILE *out) {
   for (int i = 1; i <= c->n_checks; i++) {
     lua_rawgeti(L, t, i);
     lua_getfield(L, -1, "name");
-    size_t l = 0;
-    lua_tolstring(L, -1, &l);
+    size_t l = u8width(lua_tostring(L, -1));
     if (l > w) w = l;
     lua_pop(L, 2);
   }
-  if (w > 60) w = 60;
   int tty = isatty(fileno(out)) && !getenv("NO_COLOR");
-  fprintf(out, "%-*s  %-6s %s\n", (int)w, "CHECK", "RESULT", "DETAIL");
+  pad(out, "CHECK", w);
+  fputs("  RESULT  DETAIL\n", out);
   for (int i = 1; i <= c->n_checks; i++) {
     lua_rawgeti(L, t, i);
     lua_getfield(L, -1, "name");
     lua_getfield(L, -2, "ok");
     lua_getfield(L, -3, "detail");
     int ok = lua_toboolean(L, -2);
-    const char *res = ok ? (tty ? "\033[32mok\033[0m    " : "ok    ") : (tty ? "\033[31mFAILED\033[0m" : "FAILED");
-    fprintf(out, "%-*.*s  %s %s\n", (int)w, (int)w, lua_tostring(L, -3), res,
-            lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    pad(out, lua_tostring(L, -3), w);
+    fputs(ok ? (tty ? "  \033[32mok\033[0m    " : "  ok    ") : (tty ? "  \033[31mFAILED\033[0m" : "  FAILED"), out);
+    fprintf(out, "  %s\n", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
     lua_pop(L, 4);
   }
   fprintf(out, "verdict: %s (%d check%s, %d failed)\n", c->n_failed ? "FAIL" : "PASS", c->n_checks,
@@ -1026,6 +1039,35 @@ static const char prelude[] =
     "  end\n"
     "  line(header)\n"
     "  for _, r in ipairs(rows) do line(r) end\n"
+    "end\n"
+    "function bifocal.parse_args(args, defaults, usage)\n"
+    "  defaults = defaults or {}\n"
+    "  local pos, opt = {}, {}\n"
+    "  for k, v in pairs(defaults) do opt[k] = v end\n"
+    "  local function bad(msg) error(msg .. (usage and ('\\n' .. usage) or ''), 3) end\n"
+    "  local i = 1\n"
+    "  while i <= #args do\n"
+    "    local a = args[i]\n"
+    "    local name, val = a:match('^%-%-([%w%-_]+)=(.*)$')\n"
+    "    if not name then name = a:match('^%-%-([%w%-_]+)$') end\n"
+    "    if name then\n"
+    "      local d = defaults[name]\n"
+    "      if d == nil then bad('unknown option --' .. name) end\n"
+    "      if type(d) == 'boolean' then opt[name] = true\n"
+    "      else\n"
+    "        if val == nil then i = i + 1; val = args[i] end\n"
+    "        if val == nil then bad('option --' .. name .. ' needs a value') end\n"
+    "        if type(d) == 'number' then\n"
+    "          local n = tonumber(val)\n"
+    "          if not n then bad('option --' .. name .. ' needs a number, not ' .. val) end\n"
+    "          val = n\n"
+    "        end\n"
+    "        opt[name] = val\n"
+    "      end\n"
+    "    else pos[#pos + 1] = a end\n"
+    "    i = i + 1\n"
+    "  end\n"
+    "  return pos, opt\n"
     "end\n"
     "function bifocal.repr(v, depth)\n"
     "  depth = depth or 2\n"
@@ -1279,10 +1321,10 @@ static void apply_sandbox(lua_State *L) {
   lua_pushliteral(L, "");
   lua_setfield(L, -2, "cpath");
   lua_getfield(L, -1, "searchers");
-  for (int i = 3; i <= 4; i++) {
-    lua_pushcfunction(L, sb_c_searcher);
-    lua_rawseti(L, -2, i);
-  }
+  lua_pushcfunction(L, sb_c_searcher);
+  lua_rawseti(L, -2, 3);
+  lua_pushnil(L);
+  lua_rawseti(L, -2, 4);
   lua_pop(L, 1);
   /* debug: keep traceback only (sethook would lift the timeout, getregistry
    * would reach the sandbox's own state) */

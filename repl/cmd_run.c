@@ -35,8 +35,9 @@ static const char *find_script(const char *name, char *buf, size_t len) {
     if (slash) *slash = 0;
     static const char *const rel[] = {"../scripts", "../share/bifocal/scripts"};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-      snprintf(buf, len, "%s/%s/%s", exe, rel[i], name);
-      if (access(buf, R_OK) == 0) return buf;
+      char cand[PATH_MAX + 64];
+      snprintf(cand, sizeof cand, "%s/%s/%s", exe, rel[i], name);
+      if (access(cand, R_OK) == 0 && realpath(cand, buf)) return buf;
     }
   }
   return name;
@@ -74,7 +75,7 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("run needs a SCRIPT.lua (usage: bifocal run [--out DIR] [--unsafe] [--timeout S] SCRIPT.lua [ARGS])");
     return 2;
   }
-  char buf[PATH_MAX + 64];
+  char buf[PATH_MAX];
   const char *script = find_script(argv[optind], buf, sizeof buf);
   if (access(script, R_OK) != 0) {
     bf_cli_error("cannot read script '%s': %s", argv[optind], strerror(errno));
