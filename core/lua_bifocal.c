@@ -166,6 +166,7 @@ static void push_info(lua_State *L, const bf_session_info *in) {
   set_str(L, "commit", in->commit);
   set_str(L, "label", in->label);
   set_int(L, "samples", in->samples);
+  set_int(L, "sample_count", in->samples); /* s.samples is the iterator method */
   set_int(L, "missed", in->missed);
   set_int(L, "invalid", in->invalid);
   set_int(L, "profiler_cpu_ns", in->profiler_cpu_ns);
@@ -1458,6 +1459,28 @@ static char *take_msg(lua_State *L) {
   return r;
 }
 
+/* Lua shortens long chunk names to "...tail"; give the script's full path back
+ * so the message reads "path:line: message". */
+static char *full_path_msg(char *msg, const char *path) {
+  if (!msg || strncmp(msg, "...", 3) != 0) return msg;
+  const char *tail = msg + 3, *colon = strchr(tail, ':');
+  while (colon) {
+    const char *p = colon + 1;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p > colon + 1 && *p == ':') break;
+    colon = strchr(colon + 1, ':');
+  }
+  if (!colon) return msg;
+  size_t tl = (size_t)(colon - tail), pl = strlen(path);
+  if (tl > pl || strncmp(path + pl - tl, tail, tl) != 0) return msg;
+  size_t n = pl + strlen(colon) + 1;
+  char *r = malloc(n);
+  if (!r) return msg;
+  snprintf(r, n, "%s%s", path, colon);
+  free(msg);
+  return r;
+}
+
 int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg) {
   *errmsg = NULL;
   arm(L);
@@ -1470,7 +1493,7 @@ int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char 
   }
   lua_setglobal(L, "arg");
   if (luaL_loadfilex(L, path, "t") != LUA_OK) {
-    *errmsg = take_msg(L);
+    *errmsg = full_path_msg(take_msg(L), path);
     return 2;
   }
   if (!lua_checkstack(L, argc + 4)) {
@@ -1482,7 +1505,7 @@ int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char 
   lua_sethook(L, NULL, 0, 0);
   fflush(stdout);
   if (st != LUA_OK) {
-    *errmsg = take_msg(L);
+    *errmsg = full_path_msg(take_msg(L), path);
     return 2;
   }
   lua_ctx *c = getctx(L);

@@ -36,9 +36,9 @@ static const struct {
 } builtin_help[] = {
     {"help", "help [CMD]", "list commands, or show one command's usage"},
     {"use", "use [ID|LABEL|none]", "set the current session: commands that take one ID then need none;\n"
-                                   "Lua sees it as the global `session`"},
+                                   "  Lua sees it as the global `session`"},
     {"lua", "lua CODE", "run Lua (the `bifocal` module is loaded; unsandboxed: this is your own prompt);\n"
-                        "an unfinished chunk continues on the next lines. `= EXPR` prints values."},
+                        "  an unfinished chunk continues on the next lines. `= EXPR` prints values."},
     {"quit", "quit", "leave (also `exit` or Ctrl-D)"},
     {NULL, NULL, NULL},
 };
@@ -443,7 +443,10 @@ static int one_line(repl *r, char *line) {
     rc = cmd_use(r, argc, argv);
   else if (strcmp(argv[0], "help") == 0)
     rc = cmd_help(r, argc, argv);
-  else
+  else if (!bf_cli_find(argv[0])) {
+    bf_cli_error("unknown command '%s' (type `help`)", argv[0]);
+    rc = 2;
+  } else
     rc = bf_cli_dispatch(r->cli, argc, argv);
   free_argv(argc, argv);
   fflush(stdout);
