@@ -1410,6 +1410,21 @@ lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
   return L;
 }
 
+/* ---- finding scripts ------------------------------------------------------------ */
+
+const char *bf_lua_find_script(const char *name, char *buf, size_t len) {
+  if (access(name, R_OK) == 0 || strchr(name, '/')) return name;
+  const char *env = getenv("BIFOCAL_SCRIPTS");
+  const char *dirs[] = {env && *env ? env : NULL, BF_SCRIPTS_INSTALL_DIR, BF_SCRIPTS_SRC_DIR};
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+    if (!dirs[i]) continue;
+    char cand[PATH_MAX];
+    if ((size_t)snprintf(cand, sizeof cand, "%s/%s", dirs[i], name) >= sizeof cand) continue;
+    if (access(cand, R_OK) == 0 && len >= PATH_MAX && realpath(cand, buf)) return buf;
+  }
+  return name;
+}
+
 /* ---- running chunks ------------------------------------------------------------- */
 
 /* Message handler: make sure the message reads "file:line: message". */

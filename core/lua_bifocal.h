@@ -7,6 +7,8 @@
 #ifndef BF_LUA_BIFOCAL_H
 #define BF_LUA_BIFOCAL_H
 
+#include <stddef.h>
+
 #include <lua.h>
 
 typedef struct bf_lua_opts {
@@ -37,6 +39,11 @@ int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char 
  * Returns 0 ok, 1 incomplete chunk (ends at <eof>: read more and call again),
  * 2 error. OUT: *errmsg on 2 (caller frees). */
 int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, char **errmsg);
+
+/* Where `bifocal run NAME` finds a script: NAME itself when readable or when it
+ * has a '/', else $BIFOCAL_SCRIPTS/NAME, the installed scripts directory, then
+ * the source tree's scripts/. OUT: buf (the path to use, possibly NAME). */
+const char *bf_lua_find_script(const char *name, char *buf, size_t len);
 
 /* Async-signal-safe: make the running chunk fail at its next instruction
  * check with "interrupted". bf_lua_exec/bf_lua_run_file clear it on entry. */

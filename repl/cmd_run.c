@@ -18,31 +18,6 @@ static void on_sigint(int sig) {
   bf_lua_interrupt();
 }
 
-/* A bare name that is not a file here is looked up among the shipped scripts:
- * $BIFOCAL_SCRIPTS, then ../scripts and ../share/bifocal/scripts next to the binary. */
-static const char *find_script(const char *name, char *buf, size_t len) {
-  if (access(name, R_OK) == 0 || strchr(name, '/')) return name;
-  const char *env = getenv("BIFOCAL_SCRIPTS");
-  if (env && *env) {
-    snprintf(buf, len, "%s/%s", env, name);
-    if (access(buf, R_OK) == 0) return buf;
-  }
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    static const char *const rel[] = {"../scripts", "../share/bifocal/scripts"};
-    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-      char cand[PATH_MAX + 64];
-      snprintf(cand, sizeof cand, "%s/%s/%s", exe, rel[i], name);
-      if (access(cand, R_OK) == 0 && realpath(cand, buf)) return buf;
-    }
-  }
-  return name;
-}
-
 int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
                                        {"unsafe", no_argument, NULL, 'u'},
@@ -76,7 +51,7 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
     return 2;
   }
   char buf[PATH_MAX];
-  const char *script = find_script(argv[optind], buf, sizeof buf);
+  const char *script = bf_lua_find_script(argv[optind], buf, sizeof buf);
   if (access(script, R_OK) != 0) {
     bf_cli_error("cannot read script '%s': %s", argv[optind], strerror(errno));
     return 2;
