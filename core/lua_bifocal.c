@@ -347,6 +347,7 @@ static void opt_filter(lua_State *L, int t, lsession ss, bf_sample_filter *f) {
   luaL_checktype(L, t, LUA_TTABLE);
   f->since_ns = opt_ns_field(L, t, "since");
   f->until_ns = opt_ns_field(L, t, "until");
+  if (!f->until_ns) f->until_ns = opt_ns_field(L, t, "to"); /* `until` is a keyword: {to = 2.5} reads better */
   if (lua_getfield(L, t, "thread") != LUA_TNIL) {
     int isnum = 0;
     lua_Integer want = lua_tointegerx(L, -1, &isnum);
@@ -467,12 +468,16 @@ static void push_stack(lua_State *L, bf_store *s, int64_t stack_id) {
   int64_t *frames = NULL;
   size_t n = 0;
   if (stack_id > 0 && bf_store_stack_frames(s, stack_id, &frames, &n) < 0) luaL_error(L, "%s", bf_store_errmsg(s));
+  /* copy into GC-owned memory so push_frame may raise without a leak */
+  int64_t *v = lua_newuserdatauv(L, (n ? n : 1) * sizeof *v, 0);
+  if (n) memcpy(v, frames, n * sizeof *v);
+  free(frames);
   lua_createtable(L, (int)n, 0);
   for (size_t i = 0; i < n; i++) {
-    push_frame(L, s, frames[i]);
+    push_frame(L, s, v[i]);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
-  free(frames);
+  lua_remove(L, -2);
 }
 
 /* db:stack(id) → array of frames, outermost first */
@@ -581,8 +586,9 @@ static int session_stacks(lua_State *L) {
   int bi = lua_gettop(L);
   qsort(b->v, b->n, sizeof *b->v, cmp_stack_id);
   size_t nd = 0;
-  stack_count *sc = b->n ? calloc(b->n, sizeof *sc) : NULL;
-  if (b->n && !sc) return luaL_error(L, "not enough memory");
+  /* GC-owned, so an error while building the result leaks nothing */
+  stack_count *sc = lua_newuserdatauv(L, (b->n ? b->n : 1) * sizeof *sc, 0);
+  memset(sc, 0, (b->n ? b->n : 1) * sizeof *sc);
   for (size_t i = 0; i < b->n; i++) {
     if (nd == 0 || sc[nd - 1].stack_id != b->v[i].stack_id) sc[nd++].stack_id = b->v[i].stack_id;
     sc[nd - 1].count += b->v[i].count ? b->v[i].count : 1;
@@ -595,36 +601,10 @@ static int session_stacks(lua_State *L) {
     set_int(L, "stack_id", sc[i].stack_id);
     set_int(L, "count", sc[i].count);
     set_int(L, "weight", sc[i].weight);
-    /* push_stack may raise: free sc first would lose the data, so guard with a
-     * protected-free pattern: keep sc alive only through this loop */
-    int64_t *frames = NULL;
-    size_t n = 0;
-    if (sc[i].stack_id > 0 && bf_store_stack_frames(ss.s, sc[i].stack_id, &frames, &n) < 0) {
-      free(sc);
-      return luaL_error(L, "%s", bf_store_errmsg(ss.s));
-    }
-    lua_createtable(L, (int)n, 0);
-    for (size_t k = 0; k < n; k++) {
-      int64_t fid = 0, line = 0;
-      bf_function_ref ref = {0};
-      if (bf_store_frame_get(ss.s, frames[k], &fid, &line) < 0 || bf_store_function_get(ss.s, fid, &ref) < 0) {
-        free(frames);
-        free(sc);
-        return luaL_error(L, "%s", bf_store_errmsg(ss.s));
-      }
-      lua_createtable(L, 0, 5);
-      set_int(L, "function_id", fid);
-      set_str(L, "qualname", ref.qualname);
-      set_str(L, "file", ref.file);
-      set_int(L, "firstlineno", ref.firstlineno);
-      set_int(L, "line", line);
-      lua_rawseti(L, -2, (lua_Integer)k + 1);
-    }
-    free(frames);
+    push_stack(L, ss.s, sc[i].stack_id);
     lua_setfield(L, -2, "frames");
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
-  free(sc);
   lua_pushcfunction(L, samples_release);
   lua_pushvalue(L, bi);
   lua_call(L, 1, 0);
