@@ -116,6 +116,10 @@ int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join
   int cpu = strcmp(j->clock, "cpu") == 0;
   if (cpu && sp->total_weight > (double)sp->total_samples)
     j->budget_ns = sp->total_weight; /* weights are CPU ns */
+  else if (is_kind(si, "sampled") && si->achieved_rate_hz > 0)
+    /* one sample per thread per tick: each stands for one tick interval of
+     * that thread's wall time, whatever the thread's lifetime */
+    j->budget_ns = (double)sp->total_samples * 1e9 / si->achieved_rate_hz;
   else
     j->budget_ns = (double)j->sampled_duration_ns * (double)(nth ? nth : 1);
 

@@ -50,9 +50,10 @@ typedef struct bf_join {
 
 /* Join a sampled (or imported) session with a traced one.
  * The budget is the thread time the sampled shares divide: for the cpu clock the
- * CPU time the samples stand for (sum of weights, ns); otherwise wall duration ×
- * threads with samples (each sampled thread contributes its wall time). A
- * function's sampled time is total_share × budget.
+ * CPU time the samples stand for (sum of weights, ns); for a wall-clock sampled
+ * session samples ÷ achieved tick rate (every sample stands for one tick of one
+ * thread's wall time); otherwise (imports) wall duration × threads with samples.
+ * A function's sampled time is total_share × budget.
  * Errors: -ENOENT unknown session, -EINVAL when sampled is a traced session or
  * traced is not one (message on the handle). OUT: *out (bf_join_free). */
 int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join **out);

@@ -1,5 +1,5 @@
 -- short_paths.lua — functions called many times that sampling barely saw.
--- usage: bifocal run short_paths.lua TRACED SAMPLED [--min-calls N] [--max-samples K]
+-- usage: bifocal run short_paths.lua TRACED SAMPLED [--min-calls N] [--max-samples K] [--builtins]
 -- example: bifocal run short_paths.lua repro prod-noon --min-calls 1000
 --
 -- Not observed is not not executed: a function whose calls are much shorter
@@ -11,9 +11,13 @@
 -- with 95% probability (≥ 3 expected samples) and to size it (≥ 30 samples).
 -- Its expected time in the sampled run is its traced share of time × the
 -- sampled thread time (the workload mix is assumed to be the same).
+-- C functions ("<builtin>") are left out unless --builtins is given: a
+-- sampler without --native never sees them, however long they run.
+-- Traced per-call times include the tracer's own overhead, so for the
+-- shortest functions the needed rates are on the low side.
 
-local usage = "usage: bifocal run short_paths.lua TRACED SAMPLED [--min-calls N] [--max-samples K]"
-local pos, opt = bifocal.parse_args(arg, { ["min-calls"] = 1000, ["max-samples"] = 2 }, usage)
+local usage = "usage: bifocal run short_paths.lua TRACED SAMPLED [--min-calls N] [--max-samples K] [--builtins]"
+local pos, opt = bifocal.parse_args(arg, { ["min-calls"] = 1000, ["max-samples"] = 2, builtins = false }, usage)
 if #pos ~= 2 then error(usage, 0) end
 
 local traced = assert(bifocal.session(pos[1]))
@@ -30,7 +34,7 @@ end
 
 local out = {}
 for _, r in ipairs(rows) do
-  if r.traced and r.calls >= opt["min-calls"] and (r.self_samples or 0) <= opt["max-samples"]
+  if r.traced and r.calls >= opt["min-calls"] and (opt.builtins or r.file ~= "<builtin>") and (r.self_samples or 0) <= opt["max-samples"]
       and (r.total_samples or 0) <= opt["max-samples"] then
     local share = sum.traced_ns > 0 and r.total_ns / sum.traced_ns or 0
     local secs = share * (sum.budget_ns or 0) / 1e9

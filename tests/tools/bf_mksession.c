@@ -2,7 +2,7 @@
  * database through the store API, from a small text spec on stdin:
  *
  *   session sampled|traced|imported [clock=wall|cpu] [rate=HZ] [duration=S]
- *           [label=L] [mode=M] [profiler_cpu_ms=MS]
+ *           [label=L] [mode=M] [profiler_cpu_ms=MS] [achieved=HZ]
  *   stack COUNT [thread=TID] q@file:line;q@file:line;...   (sampled: outermost first)
  *   func q@file:line calls=N [prim=N] self_ms=X total_ms=Y (traced)
  *   edge CALLER|- CALLEE calls=N [prim=N] self_ms=X total_ms=Y
@@ -105,6 +105,7 @@ int main(int argc, char **argv) {
       (void)label;
       info.rate_hz = kv(tok, n, "rate", strcmp(kind, "traced") ? 1000 : 0);
       info.duration_ns = (int64_t)(kv(tok, n, "duration", 1.0) * 1e9);
+      info.achieved_rate_hz = kv(tok, n, "achieved", info.rate_hz); /* ticks per second */
       info.profiler_cpu_ns = (int64_t)(kv(tok, n, "profiler_cpu_ms", 0) * 1e6);
       info.start_ns = 1700000000000000000LL;
       info.host = "testhost";

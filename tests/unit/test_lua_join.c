@@ -83,7 +83,7 @@ static void test_join(const char *path) {
   if (j) {
     CHECK_EQ_INT(j->n, 3);
     CHECK_EQ_INT(j->sampled_threads, 2);
-    CHECK(fabs(j->budget_ns - 8e9) < 1); /* wall: duration × threads */
+    CHECK(fabs(j->budget_ns - 8e9) < 1); /* no tick rate: duration × threads */
     CHECK_EQ_INT(j->n_both, 2);
     const bf_join_row *w = &j->rows[0], *last = &j->rows[2];
     CHECK(strcmp(w->qualname, "work") == 0);
@@ -102,6 +102,18 @@ static void test_join(const char *path) {
   CHECK(bf_join_sessions(s, tid, sid, &j) == -EINVAL && j == NULL);
   CHECK(strstr(bf_store_errmsg(s), "traced") != NULL);
   CHECK(bf_join_sessions(s, sid, 999, &j) == -ENOENT);
+  /* with an achieved tick rate each sample is one tick of one thread: 400 / 50 Hz = 8 s */
+  bf_session_info *in = NULL;
+  CHECK(bf_store_session_get(s, sid, &in) == 0);
+  if (in) {
+    in->achieved_rate_hz = 50;
+    CHECK(bf_store_session_update(s, in) == 0);
+    bf_session_info_free(in);
+    j = NULL;
+    CHECK(bf_join_sessions(s, sid, tid, &j) == 0);
+    if (j) CHECK(fabs(j->budget_ns - 8e9) < 1 && fabs(j->rows[0].calls_per_s - 150) < 1e-6);
+    bf_join_free(j);
+  }
   bf_store_close(s);
 }
 
