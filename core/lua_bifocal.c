@@ -4,6 +4,7 @@
  * buffer). Each has one metatable recipe and a checkX accessor; resources are
  * created closed and released by __gc/__close.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -1392,10 +1393,32 @@ lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
 
 /* ---- finding scripts ------------------------------------------------------------ */
 
+static void script_dirs(const char *dirs[3]) {
+  const char *env = getenv("BIFOCAL_SCRIPTS");
+  dirs[0] = env && *env ? env : NULL;
+  dirs[1] = BF_SCRIPTS_INSTALL_DIR;
+  dirs[2] = BF_SCRIPTS_SRC_DIR;
+}
+
+void bf_lua_script_names(void (*fn)(void *ud, const char *name), void *ud) {
+  const char *dirs[3];
+  script_dirs(dirs);
+  for (size_t i = 0; i < 3; i++) {
+    DIR *d = dirs[i] ? opendir(dirs[i]) : NULL;
+    if (!d) continue;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      size_t l = strlen(e->d_name);
+      if (l > 4 && strcmp(e->d_name + l - 4, ".lua") == 0) fn(ud, e->d_name);
+    }
+    closedir(d);
+  }
+}
+
 const char *bf_lua_find_script(const char *name, char *buf, size_t len) {
   if (access(name, R_OK) == 0 || strchr(name, '/')) return name;
-  const char *env = getenv("BIFOCAL_SCRIPTS");
-  const char *dirs[] = {env && *env ? env : NULL, BF_SCRIPTS_INSTALL_DIR, BF_SCRIPTS_SRC_DIR};
+  const char *dirs[3];
+  script_dirs(dirs);
   for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
     if (!dirs[i]) continue;
     char cand[PATH_MAX];

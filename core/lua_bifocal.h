@@ -45,6 +45,10 @@ int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int prin
  * the source tree's scripts/. OUT: buf (the path to use, possibly NAME). */
 const char *bf_lua_find_script(const char *name, char *buf, size_t len);
 
+/* Call fn with the name of every shipped script (NAME.lua) in the directories
+ * bf_lua_find_script searches (a name may repeat across directories). */
+void bf_lua_script_names(void (*fn)(void *ud, const char *name), void *ud);
+
 /* Async-signal-safe: make the running chunk fail at its next instruction
  * check with "interrupted". bf_lua_exec/bf_lua_run_file clear it on entry. */
 void bf_lua_interrupt(void);

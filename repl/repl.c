@@ -356,6 +356,20 @@ static char *cand_gen(const char *text, int state) {
   return NULL;
 }
 
+static void add_name(void *ud, const char *name) {
+  (void)ud;
+  sl_add(&g_cands, name);
+}
+
+/* Shipped script names first, then files. */
+static int g_files_state;
+static char *script_or_file_gen(const char *text, int state) {
+  if (!state) g_files_state = 0;
+  char *c = cand_gen(text, state);
+  if (c) return c;
+  return rl_filename_completion_function(text, g_files_state++);
+}
+
 static char **complete(const char *text, int start, int end) {
   (void)end;
   sl_clear(&g_cands);
@@ -388,6 +402,9 @@ static char **complete(const char *text, int start, int end) {
       if (words >= 2) {
         add_sessions_and_functions(0);
         rl_attempted_completion_over = 1;
+      } else if (text[0] != '-') {
+        bf_lua_script_names(add_name, NULL);
+        return rl_completion_matches(text, script_or_file_gen);
       }
     }
     if (!rl_attempted_completion_over) return NULL;

@@ -165,6 +165,11 @@ def test_tmux_session_as_a_person(screen):
     s.wait_for('session:func("parse"')
     s.type(").self_samples")
     s.wait_for("\n1500")
+    # shipped script names complete after `run`
+    s.type("run gat", enter=False)
+    s.key("Tab")
+    s.wait_for("run gate.lua")
+    s.key("C-u")
     # help
     s.type("help run")
     s.wait_for("usage: bifocal run")
