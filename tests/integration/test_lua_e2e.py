@@ -16,17 +16,25 @@ import sys, time
 def tiny(x):
     return x + 1
 
+SLOW = len(sys.argv) > 2 and sys.argv[2] == "slow"
+
 def hot(n):
     s = 0
-    for i in range(n):
+    for i in range(n * 4 if SLOW else n):
         s += i * i
+    return s
+
+def other(n):
+    s = 0
+    for i in range(n):
+        s ^= i
     return s
 
 def request(k):
     t = 0
     for j in range(20):
         t = tiny(t)
-    return hot(4000) + t
+    return hot(2000) + other(6000) + t
 
 def main(seconds):
     end = time.time() + seconds
@@ -62,7 +70,16 @@ def lenses(db, tmp_path):
     assert r.returncode == 0, r.stderr
     r = run(["trace", "--label", "repro", "--", py, str(w), "0.3"], db=db, check=False, timeout=120)
     assert r.returncode == 0, r.stderr
-    return db
+    return Lenses(db, py, str(w))
+
+
+class Lenses(str):
+    """The database path, plus the interpreter and workload that filled it."""
+
+    def __new__(cls, db, py, work):
+        o = str.__new__(cls, db)
+        o.py, o.work = py, work
+        return o
 
 
 def test_correlate_real_lenses(lenses):
@@ -90,3 +107,13 @@ def test_scripts_on_real_lenses(lenses):
     assert r.returncode in (0, 1)  # tiny may go unsampled; the exact ratio must hold
     line = [l for l in r.stdout.splitlines() if "per request" in l][0]
     assert " ok " in line, r.stdout
+
+
+def test_gate_fails_really_regressed_workload(lenses):
+    r = run(["record", "--rate", "500", "--label", "slow", "--", lenses.py, lenses.work, "1.5", "slow"], db=lenses,
+            check=False, timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = run(["run", "gate.lua", "prod", "slow"], db=lenses, check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    failed = [l for l in r.stdout.splitlines() if "FAILED" in l]
+    assert any("hot" in l for l in failed), r.stdout
