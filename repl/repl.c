@@ -356,6 +356,44 @@ static char *cand_gen(const char *text, int state) {
   return NULL;
 }
 
+/* Options of a script, from its "-- usage:" line. */
+static void add_script_options(const char *line) {
+  char word[256] = "";
+  const char *p = line;
+  /* the first non-option word after `run` is the script */
+  while (*p == ' ') p++;
+  p += strcspn(p, " ");
+  for (;;) {
+    while (*p == ' ') p++;
+    if (!*p) return;
+    size_t n = strcspn(p, " ");
+    if (*p != '-') {
+      snprintf(word, sizeof word, "%.*s", (int)n, p);
+      break;
+    }
+    p += n;
+  }
+  char buf[4096];
+  FILE *f = fopen(bf_lua_find_script(word, buf, sizeof buf), "r");
+  if (!f) return;
+  char l[1024];
+  for (int i = 0; i < 30 && fgets(l, sizeof l, f); i++) {
+    if (strncmp(l, "-- usage:", 9) != 0) continue;
+    for (const char *q = l; (q = strstr(q, "--")) != NULL;) {
+      const char *e = q + 2;
+      while ((*e >= 'a' && *e <= 'z') || *e == '-' || (*e >= '0' && *e <= '9')) e++;
+      if (e - q > 2 && q[2] != ' ' && q[2] != '-') {
+        char opt[64];
+        snprintf(opt, sizeof opt, "%.*s", (int)(e - q), q);
+        sl_add(&g_cands, opt);
+      }
+      q = e;
+    }
+    break;
+  }
+  fclose(f);
+}
+
 static void add_name(void *ud, const char *name) {
   (void)ud;
   sl_add(&g_cands, name);
@@ -391,6 +429,7 @@ static char **complete(const char *text, int start, int end) {
     for (int i = 0; builtins[i]; i++) sl_add(&g_cands, builtins[i]);
   } else if (text[0] == '-') {
     add_options(cmd);
+    if (strcmp(cmd, "run") == 0) add_script_options(rl_line_buffer);
   } else if (strcmp(cmd, "run") == 0 || strcmp(cmd, "import") == 0) {
     rl_attempted_completion_over = 0; /* file names */
     /* script arguments are sessions too: offer them besides files */

@@ -169,6 +169,10 @@ def test_tmux_session_as_a_person(screen):
     s.type("run gat", enter=False)
     s.key("Tab")
     s.wait_for("run gate.lua")
+    # and the script's own options, from its usage line
+    s.type(" base regressed --max-i", enter=False)
+    s.key("Tab")
+    s.wait_for("--max-increase")
     s.key("C-u")
     # help
     s.type("help run")
