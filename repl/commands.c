@@ -13,6 +13,7 @@ BF_DECL(dump)
 BF_DECL(top)
 BF_DECL(live)
 BF_DECL(trace)
+BF_DECL(calibrate)
 BF_DECL(run)
 BF_DECL(correlate)
 #undef BF_DECL
@@ -32,6 +33,7 @@ const bf_cmd bf_cmds[] = {
     {"trace", bf_cmd_trace, "trace [--clock wall|cpu] [--focus GLOB] [--no-builtins] [--tool-id N] [--label L] [--ttl T] [--records N] -- python[3.X] (script.py | -m module | -c cmd) [ARGS]", "exact call counts, edges and call times of a Python run (prints the session id)", NULL},
     {"run", bf_cmd_run, "run [--out DIR] [--unsafe] [--timeout S] SCRIPT.lua [ARGS]", "run a Lua check; exit 0 all checks held, 1 one failed, 2 script error", "Sandboxed by default: no os.execute, io.popen, package.loadlib or C modules, and files\nmay be written only under --out DIR. --unsafe lifts the sandbox. Ctrl-C or --timeout S\nstops a runaway script. A bare SCRIPT name is also looked up among the shipped scripts."},
     {"correlate", bf_cmd_correlate, "correlate SAMPLED TRACED [--json] [--limit N]", "join a sampled and a traced session per function", NULL},
+    {"calibrate", bf_cmd_calibrate, "calibrate [--rate HZ] [--clock wall|cpu] [--json] [--label L] -- python script.py ARGS", "trace and sample the same run; report how far the estimates are from the truth", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
