@@ -14,6 +14,7 @@ BF_DECL(top)
 BF_DECL(live)
 BF_DECL(trace)
 BF_DECL(calibrate)
+BF_DECL(demo)
 BF_DECL(run)
 BF_DECL(correlate)
 #undef BF_DECL
@@ -34,6 +35,7 @@ const bf_cmd bf_cmds[] = {
     {"run", bf_cmd_run, "run [--out DIR] [--unsafe] [--timeout S] SCRIPT.lua [ARGS]", "run a Lua check; exit 0 all checks held, 1 one failed, 2 script error", "Sandboxed by default: no os.execute, io.popen, package.loadlib or C modules, and files\nmay be written only under --out DIR. --unsafe lifts the sandbox. Ctrl-C or --timeout S\nstops a runaway script. A bare SCRIPT name is also looked up among the shipped scripts."},
     {"correlate", bf_cmd_correlate, "correlate SAMPLED TRACED [--json] [--limit N]", "join a sampled and a traced session per function", NULL},
     {"calibrate", bf_cmd_calibrate, "calibrate [--rate HZ] [--clock wall|cpu] [--json] [--label L] -- python script.py ARGS", "trace and sample the same run; report how far the estimates are from the truth", NULL},
+    {"demo", bf_cmd_demo, "demo [--dir DIR] [--python PY] [--seconds S]", "the whole story on a bundled workload: sample, trace, correlate, gate, flame graph", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
