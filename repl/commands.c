@@ -8,6 +8,7 @@ BF_DECL(sessions)
 BF_DECL(import)
 BF_DECL(replay)
 BF_DECL(export)
+BF_DECL(diff)
 #undef BF_DECL
 
 const bf_cmd bf_cmds[] = {
@@ -15,9 +16,14 @@ const bf_cmd bf_cmds[] = {
     {"import", bf_cmd_import, "import FILE [--label L] [--ttl T]",
      "import collapsed stacks (FlameGraph, py-spy raw, austin text)", NULL},
     {"replay", bf_cmd_replay,
-     "replay ID --view functions [--json] [--limit N] [--sort self|total] [--thread T]",
+     "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N]\n"
+     "       [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N]",
      "show a view of a session", NULL},
-    {"export", bf_cmd_export, "export ID --format collapsed -o FILE", "write a session in another tool's format", NULL},
+    {"export", bf_cmd_export,
+     "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE",
+     "write a session in another tool's format", NULL},
+    {"diff", bf_cmd_diff, "diff A B [--threshold PP] [--json] [--force] [--limit N] [--view flame -o F.html]",
+     "per-function change of share between two sessions, with significance", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
