@@ -78,7 +78,8 @@ int bf_export_speedscope(bf_store *s, int64_t session_id, const bf_sample_filter
 
 /* pstats (.prof) in marshal format, loadable by pstats.Stats on Python 3.8+.
  * Traced: cc/nc = primitive/all calls, tt/ct = self/total seconds, callers from
- * edges. Sampled: cc = nc = samples on stack, tt/ct = self/total seconds of
+ * edges. Sampled: cc = samples with the function on the stack, nc = frames
+ * of it counting recursion, tt/ct = self/total seconds of
  * sample weight; imported: seconds = samples / rate (1 kHz when unknown). */
 int bf_export_pstats(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
