@@ -81,7 +81,7 @@ static int trie_add(trie *t, const bf_wstacks *w, const bf_wstack *st, int threa
   return 0;
 }
 
-void bf_session_line(const bf_session_info *in, char *buf, size_t len) {
+void bf_session_line(const bf_session_info *in, int with_date, char *buf, size_t len) {
   char tb[32] = "";
   if (in->start_ns) bf_fmt_time(in->start_ns, tb, sizeof tb);
   int n = snprintf(buf, len, "session %lld · %s · %s clock · %s", (long long)in->id, in->kind ? in->kind : "?",
@@ -90,7 +90,7 @@ void bf_session_line(const bf_session_info *in, char *buf, size_t len) {
   if (in->rate_hz > 0) n += snprintf(buf + n, len - (size_t)n, " · %.0f Hz", in->rate_hz);
   if ((size_t)n < len && in->python_version) n += snprintf(buf + n, len - (size_t)n, " · python %s", in->python_version);
   if ((size_t)n < len && in->label) n += snprintf(buf + n, len - (size_t)n, " · %s", in->label);
-  if ((size_t)n < len && *tb) snprintf(buf + n, len - (size_t)n, " · %s UTC", tb);
+  if ((size_t)n < len && *tb && with_date) snprintf(buf + n, len - (size_t)n, " · %s UTC", tb);
 }
 
 int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, const char *title,
@@ -195,7 +195,7 @@ int bf_view_flame(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   if (rc) return rc;
   char title[128], sub[1024];
   snprintf(title, sizeof title, "bifocal flame graph — session %lld", (long long)session_id);
-  bf_session_line(w->info, sub, sizeof sub);
+  bf_session_line(w->info, 1, sub, sizeof sub);
   size_t n = strlen(sub);
   if (!w->traced)
     snprintf(sub + n, sizeof sub - n, " · %lld samples", (long long)w->total_count);

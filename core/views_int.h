@@ -69,7 +69,8 @@ void bf_html_str(FILE *out, const char *s);
 int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, const char *title,
                    const char *subtitle, FILE *out);
 
-/* "session 12 · sampled · cpu clock · all · 1000 Hz · python 3.12.1" into buf. */
-void bf_session_line(const bf_session_info *in, char *buf, size_t len);
+/* "session 12 · sampled · cpu clock · all · 1000 Hz · python 3.12.1" into buf,
+ * with " · <start> UTC" when with_date. */
+void bf_session_line(const bf_session_info *in, int with_date, char *buf, size_t len);
 
 #endif
