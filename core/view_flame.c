@@ -93,13 +93,68 @@ void bf_session_line(const bf_session_info *in, int with_date, char *buf, size_t
   if ((size_t)n < len && *tb && with_date) snprintf(buf + n, len - (size_t)n, " · %s UTC", tb);
 }
 
+/* Frames narrower than this share of all samples are folded into their
+ * parent: at 2,000 px they are a tenth of a pixel wide, yet in a session with
+ * a million samples and many distinct paths they would dominate the file. */
+#define FOLD_SHARE 2e-5
+
 int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, const char *title,
                    const char *subtitle, FILE *out) {
   trie t = {0};
+  double *tc = NULL, *tv = NULL, *ta = NULL;
+  int64_t *keep = NULL;
   int rc = 0;
   for (size_t i = 0; i < b->n && !rc; i++) rc = trie_add(&t, b, &b->v[i], base ? 0 : b->v[i].thread, 0);
   for (size_t i = 0; base && i < base->n && !rc; i++) rc = trie_add(&t, base, &base->v[i], 0, 1);
   if (rc) goto out;
+  size_t nn = t.n ? t.n : 1;
+  tc = calloc(nn, sizeof *tc);
+  tv = calloc(nn, sizeof *tv);
+  ta = calloc(nn, sizeof *ta);
+  keep = malloc(nn * sizeof *keep);
+  if (!tc || !tv || !ta || !keep) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  /* subtree totals: children always come after their parent in t.v */
+  double all_c = 0, all_v = 0, all_a = 0;
+  for (size_t i = 0; i < t.n; i++) {
+    tc[i] = t.v[i * STRIDE + 3];
+    tv[i] = t.v[i * STRIDE + 4];
+    ta[i] = t.v[i * STRIDE + 5];
+    all_c += tc[i];
+    all_v += tv[i];
+    all_a += ta[i];
+  }
+  for (size_t i = t.n; i-- > 0;) {
+    int64_t p = (int64_t)t.v[i * STRIDE];
+    if (p >= 0) {
+      tc[p] += tc[i];
+      tv[p] += tv[i];
+      ta[p] += ta[i];
+    }
+  }
+  /* keep or fold; a folded node's subtree becomes self time of its kept parent */
+  double min_c = all_c * FOLD_SHARE, min_a = all_a * FOLD_SHARE;
+  size_t kept = 0, folded = 0;
+  for (size_t i = 0; i < t.n; i++) {
+    int64_t p = (int64_t)t.v[i * STRIDE];
+    double *r = &t.v[i * STRIDE];
+    int big = tc[i] >= min_c || (base && ta[i] >= min_a);
+    if (p >= 0 && keep[p] < 0) {
+      keep[i] = -2; /* inside a folded subtree: already counted */
+    } else if (p >= 0 && !big) {
+      keep[i] = -1;
+      double *pr = &t.v[p * STRIDE];
+      pr[3] += tc[i];
+      pr[4] += tv[i];
+      pr[5] += ta[i];
+      folded++;
+    } else {
+      keep[i] = (int64_t)kept++;
+      (void)r;
+    }
+  }
   const char *marker = strstr(bf_flame_html, "/*BF_DATA*/");
   fwrite(bf_flame_html, 1, (size_t)(marker - bf_flame_html), out);
   fputs("const BF_DATA = {\"title\":", out);
@@ -108,12 +163,23 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
   bf_json_str(out, subtitle);
   fputs(",\"kind\":", out);
   bf_json_str(out, b->info->kind);
+  /* stride 4 when the value is the sample count (wall clock): it is not repeated */
+  int by_value = b->by_weight || base;
+  int stride = base ? 6 : by_value ? 5 : 4;
   fprintf(out, ",\"mode\":\"%s\",\"unit\":\"%s\",\"stride\":%d", base ? "diff" : "flame",
-          b->by_weight && !bf_session_is(b->info, "imported") ? "ns" : "samples", base ? 6 : 5);
+          b->by_weight && !bf_session_is(b->info, "imported") ? "ns" : "samples", stride);
+  char note[256] = "";
   if (b->traced)
-    fputs(",\"note\":\"traced session: paths rebuilt from caller→callee edges (approximate)\"", out);
+    snprintf(note, sizeof note, "traced session: paths rebuilt from caller→callee edges (approximate)");
   else if (b->total_count == 0)
-    fputs(",\"note\":\"no samples in this session or time window\"", out);
+    snprintf(note, sizeof note, "no samples in this session or time window");
+  if (folded) {
+    size_t n = strlen(note);
+    snprintf(note + n, sizeof note - n, "%s%zu frame paths under %.3g%% of samples folded into their callers",
+             n ? "; " : "", folded, FOLD_SHARE * 100);
+  }
+  fputs(",\"note\":", out);
+  bf_json_str(out, note);
   fputs(",\"threads\":[", out);
   for (size_t i = 0; !base && i < b->nthreads; i++) {
     char lb[256];
@@ -135,46 +201,67 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
     fprintf(out, ",%lld]", (long long)ref.firstlineno);
   }
   fputs("],\"nodes\":[", out);
-  int stride = base ? 6 : 5;
-  double maxd = 0;
-  for (size_t i = 0; i < t.n; i++) {
-    const double *r = &t.v[i * STRIDE];
-    for (int k = 0; k < stride; k++) {
-      if (i || k) fputc(',', out);
-      fprintf(out, "%.0f", r[k]);
-    }
-  }
-  fputs("]", out);
-  if (base) {
-    /* Largest change of a node's total share, for the colour scale: computed
-     * from per-node totals (children follow parents in t.v). */
-    double *tb = calloc(t.n ? t.n : 1, sizeof *tb), *ta = calloc(t.n ? t.n : 1, sizeof *ta);
-    if (!tb || !ta) {
-      free(tb);
-      free(ta);
+  /* Depth-first order with each node's depth instead of its parent index:
+   * the parent is the last node one level up, and depths are short numbers. */
+  {
+    int64_t *first_child = malloc(nn * sizeof *first_child), *next = malloc(nn * sizeof *next);
+    int64_t *stk = malloc(nn * sizeof *stk), *dep = malloc(nn * sizeof *dep);
+    if (!first_child || !next || !stk || !dep) {
+      free(first_child);
+      free(next);
+      free(stk);
+      free(dep);
       rc = -ENOMEM;
       goto out;
     }
-    double sb = 0, sa = 0;
-    for (size_t i = 0; i < t.n; i++) {
-      tb[i] = t.v[i * STRIDE + 4];
-      ta[i] = t.v[i * STRIDE + 5];
-      sb += tb[i];
-      sa += ta[i];
-    }
-    for (size_t i = t.n; i-- > 0;) {
+    for (size_t i = 0; i < t.n; i++) first_child[i] = next[i] = -1;
+    int64_t roots = -1;
+    for (size_t i = t.n; i-- > 0;) { /* prepend in reverse: lists keep creation order */
+      if (keep[i] < 0) continue;
       int64_t p = (int64_t)t.v[i * STRIDE];
-      if (p >= 0) {
-        tb[p] += tb[i];
-        ta[p] += ta[i];
+      int64_t *head = p >= 0 ? &first_child[p] : &roots;
+      next[i] = *head;
+      *head = (int64_t)i;
+    }
+    size_t sp = 0;
+    int first = 1;
+    for (int64_t r = roots; r >= 0; r = next[r]) {
+      stk[sp] = r;
+      dep[sp++] = 0;
+      while (sp) {
+        sp--;
+        int64_t i = stk[sp], d = dep[sp];
+        const double *v = &t.v[i * STRIDE];
+        fprintf(out, "%s%lld,%.0f,%.0f,%.0f", first ? "" : ",", (long long)d, v[1], v[2], v[3]);
+        if (stride >= 5) fprintf(out, ",%.0f", v[4]);
+        if (stride >= 6) fprintf(out, ",%.0f", v[5]);
+        first = 0;
+        /* push children reversed so the first child is written first */
+        size_t mark = sp;
+        for (int64_t c = first_child[i]; c >= 0; c = next[c]) {
+          stk[sp] = c;
+          dep[sp++] = d + 1;
+        }
+        for (size_t a = mark, z = sp; a + 1 < z; a++, z--) {
+          int64_t tmp = stk[a];
+          stk[a] = stk[z - 1];
+          stk[z - 1] = tmp;
+        }
       }
     }
+    free(first_child);
+    free(next);
+    free(stk);
+    free(dep);
+  }
+  fputs("]", out);
+  if (base) {
+    /* largest change of a node's total share sets the colour scale */
+    double maxd = 0;
     for (size_t i = 0; i < t.n; i++) {
-      double d = fabs((sb > 0 ? tb[i] / sb : 0) - (sa > 0 ? ta[i] / sa : 0));
+      double d = fabs((all_v > 0 ? tv[i] / all_v : 0) - (all_a > 0 ? ta[i] / all_a : 0));
       if (d > maxd) maxd = d;
     }
-    free(tb);
-    free(ta);
     fputs(",\"maxDelta\":", out);
     bf_json_num(out, maxd > 0 ? maxd : 0.01);
   }
@@ -182,6 +269,10 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
   fputs(marker + strlen("/*BF_DATA*/"), out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  free(tc);
+  free(tv);
+  free(ta);
+  free(keep);
   bf_map3_free(&t.idx);
   bf_map3_free(&t.fidx);
   free(t.fids);

@@ -161,10 +161,9 @@ class Page:
     def screenshot(self, path, full_page=True):
         p = {"format": "png"}
         if full_page:
-            m = self.send("Page.getLayoutMetrics")
-            size = m.get("cssContentSize") or m["contentSize"]
-            p["clip"] = {"x": 0, "y": 0, "width": min(size["width"], 1600),
-                         "height": min(size["height"], 1400), "scale": 1}
+            w, h = self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+            p["clip"] = {"x": 0, "y": 0, "width": min(w, 1600), "height": min(h, 1400), "scale": 1}
+            p["captureBeyondViewport"] = True
         data = self.send("Page.captureScreenshot", p)["data"]
         with open(path, "wb") as f:
             f.write(base64.b64decode(data))

@@ -6,6 +6,8 @@
  *   gen_sessions DB sampled [--samples N] [--clock wall|cpu] [--rate HZ]
  *                           [--threads N] [--seed S] [--shift] [--label L]
  *   gen_sessions DB traced  [--label L]
+ *   gen_sessions DB sampled --distinct N [--samples M]   (benchmark shape:
+ *       N distinct stacks over 2,000 functions, depth 8..60, skewed use)
  * Prints the new session id. --shift moves load from parsing to computing
  * (for diff tests). */
 #include <stdio.h>
@@ -153,6 +155,70 @@ static int64_t gen_sampled(long long nsamples, const char *clock, double rate, i
   return sid;
 }
 
+/* Benchmark shape: many distinct, prefix-sharing stacks, skewed popularity. */
+static int64_t gen_distinct(long long nsamples, int ndistinct, const char *label) {
+  bf_session_info in;
+  session_base(&in, "sampled", label);
+  in.clock = "wall";
+  in.mode = "all";
+  in.rate_hz = 1000;
+  int64_t sid, th[4];
+  if (bf_store_begin(S) || bf_store_session_begin(S, &in, &sid)) die("session");
+  for (int t = 0; t < 4; t++)
+    if (bf_store_intern_thread(S, sid, 2000 + t, t ? "worker" : "MainThread", &th[t])) die("thread");
+  enum { POOL = 2000 };
+  static int64_t pool[POOL];
+  for (int i = 0; i < POOL; i++) {
+    char file[64], name[64];
+    snprintf(file, sizeof file, "/srv/big/mod%03d.py", i / 20);
+    snprintf(name, sizeof name, "Class%02d.method_%04d", i % 37, i);
+    if (bf_store_intern_function(S, file, name, 10 + i % 500, &pool[i])) die("function");
+  }
+  int64_t *stacks = malloc((size_t)ndistinct * sizeof *stacks);
+  int64_t(*paths)[64] = malloc((size_t)ndistinct * sizeof *paths);
+  int *depth = malloc((size_t)ndistinct * sizeof *depth);
+  if (!stacks || !paths || !depth) die("memory");
+  for (int k = 0; k < ndistinct; k++) {
+    /* extend a prefix of an earlier stack so paths share their roots */
+    int d = 0;
+    if (k > 0) {
+      int src = (int)(rnd() * k);
+      d = (int)(rnd() * depth[src]);
+      memcpy(paths[k], paths[src], (size_t)d * sizeof paths[k][0]);
+    }
+    int want = 8 + (int)(rnd() * 52);
+    if (d > want) d = want;
+    for (; d < want; d++) {
+      int64_t frame, f = pool[(int)(rnd() * rnd() * POOL)];
+      if (bf_store_intern_frame(S, f, 10 + (int64_t)(rnd() * 40), &frame)) die("frame");
+      paths[k][d] = frame;
+    }
+    depth[k] = want;
+    int64_t parent = 0;
+    for (int j = 0; j < want; j++)
+      if (bf_store_intern_stack(S, parent, paths[k][j], &parent)) die("stack");
+    stacks[k] = parent;
+  }
+  long long per = nsamples / 4;
+  for (int t = 0; t < 4; t++)
+    for (long long i = 0; i < per; i++) {
+      int k = (int)(rnd() * rnd() * rnd() * ndistinct);
+      bf_sample smp = {.thread_id = th[t], .stack_id = stacks[k], .ts_ns = i * 1000000, .count = 1,
+                       .flags = BF_SAMPLE_GIL | BF_SAMPLE_ON_CPU, .weight = 1000000};
+      if (bf_store_sample_add(S, sid, &smp)) die("sample");
+    }
+  if (bf_store_flush(S)) die("flush");
+  free(stacks);
+  free(paths);
+  free(depth);
+  in.id = sid;
+  in.samples = per * 4;
+  in.achieved_rate_hz = 1000;
+  in.duration_ns = per * 1000000;
+  if (bf_store_session_update(S, &in) || bf_store_commit(S)) die("finish");
+  return sid;
+}
+
 static int64_t gen_traced(const char *label) {
   bf_session_info in;
   session_base(&in, "traced", label);
@@ -218,7 +284,7 @@ int main(int argc, char **argv) {
   long long nsamples = 20000;
   const char *clock = "wall", *label = NULL;
   double rate = 1000;
-  int nthreads = 3, shift = 0;
+  int nthreads = 3, shift = 0, distinct = 0;
   for (int i = 3; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--shift") == 0) shift = 1;
@@ -229,6 +295,7 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--threads") == 0) nthreads = atoi(v), i++;
     else if (strcmp(a, "--seed") == 0) rng = (uint64_t)atoll(v) * 2654435761u + 1, i++;
     else if (strcmp(a, "--label") == 0) label = v, i++;
+    else if (strcmp(a, "--distinct") == 0) distinct = atoi(v), i++;
     else { fprintf(stderr, "gen_sessions: unknown option %s\n", a); return 2; }
   }
   const char *err = NULL;
@@ -239,7 +306,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < NF; i++)
     if (bf_store_intern_function(S, FN[i].file, FN[i].qual, FN[i].first, &fid[i])) die("intern function");
   int64_t sid;
-  if (strcmp(argv[2], "sampled") == 0)
+  if (strcmp(argv[2], "sampled") == 0 && distinct > 0)
+    sid = gen_distinct(nsamples, distinct, label);
+  else if (strcmp(argv[2], "sampled") == 0)
     sid = gen_sampled(nsamples, clock, rate, nthreads, shift, label);
   else if (strcmp(argv[2], "traced") == 0)
     sid = gen_traced(label);
