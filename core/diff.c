@@ -233,10 +233,8 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
   } else {
     if (!shown) fprintf(out, "  no function changed by %.1f pp or more\n", o->threshold_pp);
     if (hidden)
-      fprintf(out, "%zu more below %.1f pp or past --limit; — = not observed; * p<0.05 ** p<0.01 *** p<0.001\n",
-              hidden, o->threshold_pp);
-    else
-      fputs("— = not observed; * p<0.05 ** p<0.01 *** p<0.001 (two-proportion z-test on self share)\n", out);
+      fprintf(out, "%zu more below %.1f pp or past --limit\n", hidden, o->threshold_pp);
+    fputs("— = not observed; * p<0.05 ** p<0.01 *** p<0.001 (two-proportion z-test)\n", out);
   }
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");

@@ -195,7 +195,7 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
           info->clock && strcmp(info->clock, "cpu") == 0 ? "cpu clock: idle threads are not sampled"
                                                          : "shares of each thread's samples",
           rst);
-  fprintf(out, "\n%sFunctions holding the GIL most%s (running while their thread held it; %lld samples)\n", b, rst,
+  fprintf(out, "\n%sFunctions holding the GIL most%s (leaf frame, %lld GIL samples)\n", b, rst,
           (long long)g.gil_total);
   for (size_t i = 0; i < top; i++) {
     bf_function_ref ref;
