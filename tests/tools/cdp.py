@@ -161,7 +161,11 @@ class Page:
     def screenshot(self, path, full_page=True):
         p = {"format": "png"}
         if full_page:
-            w, h = self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+            # crop to what is drawn (the lowest visible element), not the whole viewport
+            w, h = self.eval("""[document.documentElement.scrollWidth, Math.ceil(Math.max(...Array.from(
+                document.body.querySelectorAll('*')).filter(e => e.offsetParent !== null || e.id === 'tip')
+                .filter(e => getComputedStyle(e).display !== 'none')
+                .map(e => e.getBoundingClientRect().bottom)) + 12)]""")
             p["clip"] = {"x": 0, "y": 0, "width": min(w, 1600), "height": min(h, 1400), "scale": 1}
             p["captureBeyondViewport"] = True
         data = self.send("Page.captureScreenshot", p)["data"]
