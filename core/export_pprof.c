@@ -18,7 +18,7 @@ typedef struct pb {
 } pb;
 
 static void pb_raw(pb *p, const void *d, size_t n) {
-  if (p->oom) return;
+  if (p->oom || n == 0) return;
   if (p->n + n > p->cap) {
     size_t nc = p->cap ? p->cap * 2 : 4096;
     while (nc < p->n + n) nc *= 2;

@@ -210,7 +210,7 @@ int bf_export_pstats(bf_store *s, int64_t session_id, const bf_sample_filter *f,
   }
   if (rc) goto out;
   /* group: each function row (caller 0) followed by its callers */
-  qsort(g.v, g.n, sizeof *g.v, cmp_fig);
+  if (g.n) qsort(g.v, g.n, sizeof *g.v, cmp_fig);
   fputc('{', out);
   for (size_t i = 0; i < g.n;) {
     const fig *r = &g.v[i];

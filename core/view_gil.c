@@ -125,7 +125,7 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
                        bf_session_is(info, "imported") ? ": collapsed imports have none" : "");
     goto out;
   }
-  qsort(g.fn, g.nfn, sizeof *g.fn, cmp_fn);
+  if (g.nfn) qsort(g.fn, g.nfn, sizeof *g.fn, cmp_fn);
   tstat all = {0};
   for (size_t i = 0; i < g.nt; i++) {
     all.samples += g.t[i].samples;

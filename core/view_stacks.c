@@ -280,7 +280,7 @@ static int load_traced(bf_store *s, int64_t sid, bf_wstacks *w) {
   int rc = bf_store_trace_edges_foreach(s, sid, collect_edge, &t);
   if (!rc) rc = bf_store_trace_funcs_foreach(s, sid, collect_func, &t);
   if (rc) goto out;
-  qsort(t.v, t.n, sizeof *t.v, cmp_edge);
+  if (t.n) qsort(t.v, t.n, sizeof *t.v, cmp_edge);
   w->threads = calloc(1, sizeof *w->threads);
   if (!w->threads) {
     rc = -ENOMEM;
