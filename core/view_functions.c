@@ -63,13 +63,31 @@ static void json_row(FILE *out, const bf_func_row *r, int traced) {
   fputc('}', out);
 }
 
-/* Shorten a path to its last components so the row fits. */
-static const char *short_file(const char *f, size_t max) {
-  size_t n = strlen(f);
-  if (n <= max) return f;
-  const char *p = f + n - max;
-  const char *slash = strchr(p, '/');
-  return slash ? slash + 1 : p;
+/* "qualname  file:line" in at most fw columns: the file part is shortened
+ * first, then dropped; the name is cut only when it alone is too long. */
+static void fit_loc(char *loc, size_t len, const bf_func_row *r, int fw) {
+  size_t ql = strlen(r->qualname);
+  if ((int)ql > fw) {
+    snprintf(loc, len, "%.*s…", fw > 1 ? fw - 1 : 0, r->qualname);
+    return;
+  }
+  char line[32];
+  snprintf(line, sizeof line, ":%lld", (long long)r->firstlineno);
+  int room = fw - (int)ql - 2 - (int)strlen(line);
+  if (room < 8) {
+    snprintf(loc, len, "%s", r->qualname);
+    return;
+  }
+  const char *f = r->file;
+  if (strlen(f) > (size_t)room) {
+    const char *base = strrchr(f, '/');
+    f = base ? base + 1 : f;
+    if (strlen(f) > (size_t)room) {
+      snprintf(loc, len, "%s", r->qualname);
+      return;
+    }
+  }
+  snprintf(loc, len, "%s  %s%s", r->qualname, f, line);
 }
 
 int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
@@ -117,13 +135,13 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
         bf_fmt_ns((double)r->self_ns, sb, sizeof sb);
         bf_fmt_ns((double)r->total_ns, tb, sizeof tb);
         bf_fmt_ns(r->calls > 0 ? (double)r->total_ns / (double)r->calls : -1, pb, sizeof pb);
-        char loc[512];
-        snprintf(loc, sizeof loc, "%s  %s:%lld", r->qualname, short_file(r->file, 40), (long long)r->firstlineno);
-        fprintf(out, "%9lld %9lld %9s %9s %9s %5.1f%%  %.*s\n", (long long)r->calls, (long long)r->primitive_calls,
-                sb, tb, pb, r->self_share * 100, fw, loc);
+        char loc[1024];
+        fit_loc(loc, sizeof loc, r, fw);
+        fprintf(out, "%9lld %9lld %9s %9s %9s %5.1f%%  %s\n", (long long)r->calls, (long long)r->primitive_calls,
+                sb, tb, pb, r->self_share * 100, loc);
       }
     } else {
-      int fw = width - 57;
+      int fw = width - 52;
       if (fw < 20) fw = 20;
       fprintf(out, "%s%6s %-15s%6s %8s  %-10s  %s%s\n", dim, "SELF", " 95% CI", "TOTAL", "SAMPLES", "", "FUNCTION",
               rst);
@@ -131,12 +149,12 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
         const bf_func_row *r = &p->rows[i];
         char ci[32];
         snprintf(ci, sizeof ci, "[%.1f-%.1f]", r->self_lo * 100, r->self_hi * 100);
-        char loc[512];
-        snprintf(loc, sizeof loc, "%s  %s:%lld", r->qualname, short_file(r->file, 40), (long long)r->firstlineno);
+        char loc[1024];
+        fit_loc(loc, sizeof loc, r, fw);
         fprintf(out, "%5.1f%% %-15s%5.1f%% %8lld  ", r->self_share * 100, ci, r->total_share * 100,
                 (long long)r->self_samples);
         bar(out, r->self_share, 10);
-        fprintf(out, "  %.*s\n", fw, loc);
+        fprintf(out, "  %s\n", loc);
       }
       if (p->n == 0) fputs("  (no samples)\n", out);
     }
