@@ -1,5 +1,6 @@
-/* view_flame.c — the flame graph page: stacks merged into a function trie
- * per thread, written as compact JSON inside a self-contained HTML template
+/* view_flame.c — the flame graph page: stacks of every thread merged into
+ * one function trie (per-thread self figures kept aside for the thread
+ * filter), written as compact JSON inside a self-contained HTML template
  * (core/flame.html, embedded at build time). */
 #include <errno.h>
 #include <math.h>
@@ -13,13 +14,23 @@
 
 extern const char bf_flame_html[];
 
+typedef struct tself {
+  int64_t node;
+  int32_t thread;
+  int64_t count;
+  double value;
+} tself;
+
 typedef struct trie {
-  bf_map3 idx;   /* (parent node + 1, function index, thread) → node */
+  bf_map3 idx;   /* (parent node + 1, function index) → node */
   bf_map3 fidx;  /* function id → function index */
+  bf_map3 memo;  /* (store stack id, base) → leaf node: a stack is walked once */
   int64_t *fids;
   size_t nfn, fcap;
-  double *v;     /* per node: parent, func, thread, selfc, selfv, base */
+  double *v;     /* per node: parent, func, unused, selfc, selfv, base */
   size_t n, cap;
+  tself *ts;     /* per (leaf node, thread) self figures */
+  size_t nts, tscap;
 } trie;
 
 #define STRIDE 6
@@ -42,13 +53,18 @@ static int func_index(trie *t, int64_t fid, int64_t *out) {
   return bf_map3_put(&t->fidx, fid, 0, 0, *out) ? -ENOMEM : 0;
 }
 
-static int trie_add(trie *t, const bf_wstacks *w, const bf_wstack *st, int thread, int base) {
+static int leaf_of(trie *t, const bf_wstacks *w, const bf_wstack *st, int base, int64_t *out) {
+  int64_t *memo = st->stack_id > 0 ? bf_map3_get(&t->memo, st->stack_id, base, 0) : NULL;
+  if (memo) {
+    *out = *memo;
+    return 0;
+  }
   int64_t parent = -1;
   for (uint32_t d = 0; d < st->depth; d++) {
     int64_t fi;
     int rc = func_index(t, w->fids[st->off + d], &fi);
     if (rc) return rc;
-    int64_t *hit = bf_map3_get(&t->idx, parent + 1, fi, parent < 0 ? thread : 0);
+    int64_t *hit = bf_map3_get(&t->idx, parent + 1, fi, 0);
     int64_t node;
     if (hit) {
       node = *hit;
@@ -64,20 +80,37 @@ static int trie_add(trie *t, const bf_wstacks *w, const bf_wstack *st, int threa
       double *r = &t->v[node * STRIDE];
       r[0] = (double)parent;
       r[1] = (double)fi;
-      r[2] = thread;
-      r[3] = r[4] = r[5] = 0;
-      if (bf_map3_put(&t->idx, parent + 1, fi, parent < 0 ? thread : 0, node)) return -ENOMEM;
+      r[2] = r[3] = r[4] = r[5] = 0;
+      if (bf_map3_put(&t->idx, parent + 1, fi, 0, node)) return -ENOMEM;
     }
     parent = node;
   }
-  if (parent < 0) return 0;
-  double *r = &t->v[parent * STRIDE];
+  if (st->stack_id > 0 && bf_map3_put(&t->memo, st->stack_id, base, 0, parent)) return -ENOMEM;
+  *out = parent;
+  return 0;
+}
+
+static int trie_add(trie *t, const bf_wstacks *w, const bf_wstack *st, int base, int per_thread) {
+  int64_t leaf;
+  int rc = leaf_of(t, w, st, base, &leaf);
+  if (rc || leaf < 0) return rc;
+  double *r = &t->v[leaf * STRIDE];
+  double v = bf_wstack_value(w, st);
   if (base) {
-    r[5] += bf_wstack_value(w, st);
-  } else {
-    r[3] += (double)st->count;
-    r[4] += bf_wstack_value(w, st);
+    r[5] += v;
+    return 0;
   }
+  r[3] += (double)st->count;
+  r[4] += v;
+  if (!per_thread) return 0;
+  if (t->nts == t->tscap) {
+    size_t nc = t->tscap ? t->tscap * 2 : 256;
+    tself *nt = realloc(t->ts, nc * sizeof *nt);
+    if (!nt) return -ENOMEM;
+    t->ts = nt;
+    t->tscap = nc;
+  }
+  t->ts[t->nts++] = (tself){leaf, st->thread, st->count, v};
   return 0;
 }
 
@@ -102,17 +135,21 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
                    const char *subtitle, FILE *out) {
   trie t = {0};
   double *tc = NULL, *tv = NULL, *ta = NULL;
-  int64_t *keep = NULL;
+  int64_t *keep = NULL, *owner = NULL, *dfs = NULL;
+  bf_map3 tsum = {0};
   int rc = 0;
-  for (size_t i = 0; i < b->n && !rc; i++) rc = trie_add(&t, b, &b->v[i], base ? 0 : b->v[i].thread, 0);
-  for (size_t i = 0; base && i < base->n && !rc; i++) rc = trie_add(&t, base, &base->v[i], 0, 1);
+  int per_thread = !base && b->nthreads > 1;
+  for (size_t i = 0; i < b->n && !rc; i++) rc = trie_add(&t, b, &b->v[i], 0, per_thread);
+  for (size_t i = 0; base && i < base->n && !rc; i++) rc = trie_add(&t, base, &base->v[i], 1, 0);
   if (rc) goto out;
   size_t nn = t.n ? t.n : 1;
   tc = calloc(nn, sizeof *tc);
   tv = calloc(nn, sizeof *tv);
   ta = calloc(nn, sizeof *ta);
   keep = malloc(nn * sizeof *keep);
-  if (!tc || !tv || !ta || !keep) {
+  owner = malloc(nn * sizeof *owner);
+  dfs = malloc(nn * sizeof *dfs);
+  if (!tc || !tv || !ta || !keep || !owner || !dfs) {
     rc = -ENOMEM;
     goto out;
   }
@@ -139,12 +176,13 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
   size_t kept = 0, folded = 0;
   for (size_t i = 0; i < t.n; i++) {
     int64_t p = (int64_t)t.v[i * STRIDE];
-    double *r = &t.v[i * STRIDE];
     int big = tc[i] >= min_c || (base && ta[i] >= min_a);
     if (p >= 0 && keep[p] < 0) {
       keep[i] = -2; /* inside a folded subtree: already counted */
+      owner[i] = owner[p];
     } else if (p >= 0 && !big) {
       keep[i] = -1;
+      owner[i] = p;
       double *pr = &t.v[p * STRIDE];
       pr[3] += tc[i];
       pr[4] += tv[i];
@@ -152,7 +190,7 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
       folded++;
     } else {
       keep[i] = (int64_t)kept++;
-      (void)r;
+      owner[i] = (int64_t)i;
     }
   }
   const char *marker = strstr(bf_flame_html, "/*BF_DATA*/");
@@ -163,9 +201,10 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
   bf_json_str(out, subtitle);
   fputs(",\"kind\":", out);
   bf_json_str(out, b->info->kind);
-  /* stride 4 when the value is the sample count (wall clock): it is not repeated */
+  /* nodes: depth, function, self samples, [self value], [base value]; the
+   * value is left out when it is the sample count (wall clock) */
   int by_value = b->by_weight || base;
-  int stride = base ? 6 : by_value ? 5 : 4;
+  int stride = base ? 5 : by_value ? 4 : 3;
   fprintf(out, ",\"mode\":\"%s\",\"unit\":\"%s\",\"stride\":%d", base ? "diff" : "flame",
           b->by_weight && !bf_session_is(b->info, "imported") ? "ns" : "samples", stride);
   char note[256] = "";
@@ -223,7 +262,7 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
       next[i] = *head;
       *head = (int64_t)i;
     }
-    size_t sp = 0;
+    size_t sp = 0, seq = 0;
     int first = 1;
     for (int64_t r = roots; r >= 0; r = next[r]) {
       stk[sp] = r;
@@ -232,10 +271,11 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
         sp--;
         int64_t i = stk[sp], d = dep[sp];
         const double *v = &t.v[i * STRIDE];
-        fprintf(out, "%s%lld,%.0f,%.0f,%.0f", first ? "" : ",", (long long)d, v[1], v[2], v[3]);
-        if (stride >= 5) fprintf(out, ",%.0f", v[4]);
-        if (stride >= 6) fprintf(out, ",%.0f", v[5]);
+        fprintf(out, "%s%lld,%.0f,%.0f", first ? "" : ",", (long long)d, v[1], v[3]);
+        if (stride >= 4) fprintf(out, ",%.0f", v[4]);
+        if (stride >= 5) fprintf(out, ",%.0f", v[5]);
         first = 0;
+        dfs[i] = (int64_t)seq++;
         /* push children reversed so the first child is written first */
         size_t mark = sp;
         for (int64_t c = first_child[i]; c >= 0; c = next[c]) {
@@ -255,6 +295,33 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
     free(dep);
   }
   fputs("]", out);
+  if (per_thread) {
+    /* per-thread self figures of the written nodes (folded ones go to their owner):
+     * node, thread, samples, [value] */
+    size_t nagg = 0;
+    for (size_t k = 0; k < t.nts; k++) {
+      int64_t o = owner[t.ts[k].node];
+      int64_t *hit = bf_map3_get(&tsum, o, t.ts[k].thread, 0);
+      if (hit) {
+        t.ts[*hit].count += t.ts[k].count;
+        t.ts[*hit].value += t.ts[k].value;
+      } else {
+        t.ts[nagg] = (tself){o, t.ts[k].thread, t.ts[k].count, t.ts[k].value};
+        if (bf_map3_put(&tsum, o, t.ts[k].thread, 0, (int64_t)nagg)) {
+          rc = -ENOMEM;
+          goto out;
+        }
+        nagg++;
+      }
+    }
+    fputs(",\"tself\":[", out);
+    for (size_t k = 0; k < nagg; k++) {
+      fprintf(out, "%s%lld,%d,%lld", k ? "," : "", (long long)dfs[t.ts[k].node], (int)t.ts[k].thread,
+              (long long)t.ts[k].count);
+      if (by_value) fprintf(out, ",%.0f", t.ts[k].value);
+    }
+    fputs("]", out);
+  }
   if (base) {
     /* largest change of a node's total share sets the colour scale */
     double maxd = 0;
@@ -273,6 +340,11 @@ out:
   free(tv);
   free(ta);
   free(keep);
+  free(owner);
+  free(dfs);
+  bf_map3_free(&tsum);
+  bf_map3_free(&t.memo);
+  free(t.ts);
   bf_map3_free(&t.idx);
   bf_map3_free(&t.fidx);
   free(t.fids);

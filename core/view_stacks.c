@@ -76,8 +76,21 @@ static int push_stack(bf_wstacks *w, int32_t thread, const int64_t *fids, const 
   }
   memcpy(w->fids + w->nf, fids, depth * sizeof *fids);
   memcpy(w->lines + w->nf, lines, depth * sizeof *lines);
-  w->v[w->n++] = (bf_wstack){thread, (uint32_t)depth, w->nf, count, weight};
+  w->v[w->n++] = (bf_wstack){thread, (uint32_t)depth, w->nf, count, weight, 0};
   w->nf += depth;
+  return 0;
+}
+
+/* Another thread's row for a stack whose frames are already stored. */
+static int push_shared(bf_wstacks *w, int32_t thread, const bf_wstack *like, int64_t count, double weight) {
+  if (w->n == w->cap) {
+    size_t nc = w->cap ? w->cap * 2 : 256;
+    bf_wstack *nv = realloc(w->v, nc * sizeof *nv);
+    if (!nv) return -ENOMEM;
+    w->v = nv;
+    w->cap = nc;
+  }
+  w->v[w->n++] = (bf_wstack){thread, like->depth, like->off, count, weight, like->stack_id};
   return 0;
 }
 
@@ -126,6 +139,7 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
   size_t nth = 0;
   int64_t *lines = NULL, *fids = NULL;
   size_t lcap = 0;
+  bf_map3 seen = {0}; /* stack id → first row with its frames */
   int rc = bf_store_samples_foreach(s, sid, f, sagg_add, &a);
   if (rc) goto out;
   if ((rc = bf_store_threads(s, sid, &th, &nth))) goto out;
@@ -149,6 +163,15 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
     if (ti < 0) continue; /* sample of an unknown thread: cannot happen in a sound db */
     w->threads[ti].count += a.v[k].count;
     w->threads[ti].weight += a.v[k].weight;
+    int64_t *first = bf_map3_get(&seen, a.v[k].stack_id, 0, 0);
+    if (first) {
+      if ((rc = push_shared(w, ti, &w->v[*first], a.v[k].count, a.v[k].weight))) goto out;
+      continue;
+    }
+    if (bf_map3_put(&seen, a.v[k].stack_id, 0, 0, (int64_t)w->n)) {
+      rc = -ENOMEM;
+      goto out;
+    }
     int64_t *frames = NULL;
     size_t nf = 0;
     if ((rc = bf_store_stack_frames(s, a.v[k].stack_id, &frames, &nf))) goto out;
@@ -170,8 +193,10 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
       }
     free(frames);
     if ((rc = push_stack(w, ti, fids, lines, nf, a.v[k].count, a.v[k].weight))) goto out;
+    w->v[w->n - 1].stack_id = a.v[k].stack_id;
   }
 out:
+  bf_map3_free(&seen);
   bf_thread_refs_free(th, nth);
   bf_map3_free(&a.idx);
   free(a.v);

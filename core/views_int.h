@@ -16,6 +16,7 @@ typedef struct bf_wstack {
   size_t off;
   int64_t count;     /* samples (traced: estimated calls on this path) */
   double weight;     /* ns for sampled and traced sessions, samples for imports */
+  int64_t stack_id;  /* store stack id (0 for traced paths); equal ids share frames */
 } bf_wstack;
 
 typedef struct bf_wthread {
