@@ -158,14 +158,23 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
     fprintf(out, ",\"test\":\"%s\",\"functions\":[",
             tested ? "two-proportion z-test on self share, two-sided" : "none (traced figures are exact)");
   } else {
+    const char *dim = o->color ? "\033[2m" : "";
     const char *bo = o->color ? "\033[1m" : "", *rst = o->color ? "\033[0m" : "";
     char la[512], lb[512];
     bf_session_line(ia, 0, la, sizeof la);
     bf_session_line(ib, 0, lb, sizeof lb);
-    fprintf(out, "%sA%s %s · %lld samples\n%sB%s %s · %lld samples\n", bo, rst, la, (long long)pa->total_samples, bo,
-            rst, lb, (long long)pb->total_samples);
+    int width = o->width > 40 ? o->width : 80;
+    fprintf(out, "%sA%s ", bo, rst);
+    bf_put_fit(out, la, width - 2);
+    fprintf(out, "\n%sB%s ", bo, rst);
+    bf_put_fit(out, lb, width - 2);
+    fputc('\n', out);
+    if (tested)
+      fprintf(out, "A: %lld samples, B: %lld samples\n", (long long)pa->total_samples, (long long)pb->total_samples);
+    else
+      fprintf(out, "A: traced %.3f s, B: traced %.3f s (exact figures, no test)\n", (double)pa->total_ns / 1e9,
+              (double)pb->total_ns / 1e9);
     if (incompatible) fprintf(out, "warning: not comparable: %s\n", why);
-    const char *dim = o->color ? "\033[2m" : "";
     fprintf(out, "%s SELF A  SELF B    Δ SELF               p   Δ TOTAL  FUNCTION%s\n", dim, rst);
   }
   for (size_t i = 0; i < n; i++) {

@@ -243,8 +243,13 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
     const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
     char sub[1024];
     bf_session_line(info, 0, sub, sizeof sub);
-    fprintf(out, "%sheatmap%s · %s · %lld samples\n", b, rst, sub, (long long)h.nsamples);
-    fprintf(out, "%scell = self share of its %.3g s bucket; darkest = %.1f%%%s\n", dim, bucket_s, hottest * 100, rst);
+    char head[1100];
+    snprintf(head, sizeof head, "heatmap · %s", sub);
+    fputs(b, out);
+    bf_put_fit(out, head, width);
+    fprintf(out, "%s\n", rst);
+    fprintf(out, "%s%lld samples; cell = self share of its %.3g s bucket, darkest %.1f%%%s\n", dim,
+            (long long)h.nsamples, bucket_s, hottest * 100, rst);
     for (size_t r = 0; r < top; r++) {
       bf_function_ref ref;
       if ((rc = bf_store_function_get(s, h.fids[rk[r].idx], &ref))) goto out;

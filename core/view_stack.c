@@ -98,7 +98,11 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   } else {
     char sub[1024];
     bf_session_line(w->info, 0, sub, sizeof sub);
-    fprintf(out, "%sstacks%s · %s · %lld samples\n", b, rst, sub, (long long)w->total_count);
+    char head[1100];
+    snprintf(head, sizeof head, "stacks · %s", sub);
+    fputs(b, out);
+    bf_put_fit(out, head, o->width > 40 ? o->width : 80);
+    fprintf(out, "%s\n%s%lld samples%s\n", rst, dim, (long long)w->total_count, rst);
   }
   int firstt = 1;
   for (size_t t = 0; t < w->nthreads; t++) {

@@ -21,6 +21,22 @@ const char *bf_short_file(const char *f, size_t max) {
   return slash ? slash + 1 : p;
 }
 
+void bf_put_fit(FILE *out, const char *str, int width) {
+  int cols = 0;
+  const unsigned char *p = (const unsigned char *)str;
+  for (const unsigned char *q = p; *q; q++) cols += (*q & 0xC0) != 0x80;
+  if (cols <= width) {
+    fputs(str, out);
+    return;
+  }
+  int n = 0;
+  for (; *p; p++) {
+    if ((*p & 0xC0) != 0x80 && ++n > width - 1) break;
+    fputc(*p, out);
+  }
+  fputs("…", out);
+}
+
 void bf_html_str(FILE *out, const char *s) {
   for (; s && *s; s++) {
     switch (*s) {

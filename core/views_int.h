@@ -62,6 +62,9 @@ int bf_session_is(const bf_session_info *info, const char *kind);
 /* Shorten a path to its last components so it fits in max columns. */
 const char *bf_short_file(const char *f, size_t max);
 
+/* Write str cut to at most width columns (UTF-8 code points; "…" marks a cut). */
+void bf_put_fit(FILE *out, const char *str, int width);
+
 /* Write str with HTML escaping (&, <, >, ", '). */
 void bf_html_str(FILE *out, const char *s);
 
