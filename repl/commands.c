@@ -8,6 +8,11 @@ BF_DECL(sessions)
 BF_DECL(import)
 BF_DECL(replay)
 BF_DECL(export)
+BF_DECL(record)
+BF_DECL(dump)
+BF_DECL(top)
+BF_DECL(live)
+BF_DECL(trace)
 BF_DECL(diff)
 #undef BF_DECL
 
@@ -15,15 +20,14 @@ const bf_cmd bf_cmds[] = {
     {"sessions", bf_cmd_sessions, "sessions [--json]", "list sessions with their metadata", NULL},
     {"import", bf_cmd_import, "import FILE [--label L] [--ttl T]",
      "import collapsed stacks (FlameGraph, py-spy raw, austin text)", NULL},
-    {"replay", bf_cmd_replay,
-     "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N]\n"
-     "       [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N]",
-     "show a view of a session", NULL},
-    {"export", bf_cmd_export,
-     "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE",
-     "write a session in another tool's format", NULL},
-    {"diff", bf_cmd_diff, "diff A B [--threshold PP] [--json] [--force] [--limit N] [--view flame -o F.html]",
-     "per-function change of share between two sessions, with significance", NULL},
+    {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N]", "show a view of a session", NULL},
+    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE", "write a session in another tool's format", NULL},
+    {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
+    {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
+    {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
+    {"live", bf_cmd_live, "live PID [--rate HZ]", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},
+    {"trace", bf_cmd_trace, "trace [--clock wall|cpu] [--focus GLOB] [--no-builtins] [--tool-id N] [--label L] [--ttl T] [--records N] -- python[3.X] (script.py | -m module | -c cmd) [ARGS]", "exact call counts, edges and call times of a Python run (prints the session id)", NULL},
+    {"diff", bf_cmd_diff, "diff A B [--threshold PP] [--json] [--force] [--limit N] [--view flame -o F.html]", "per-function change of share between two sessions, with significance", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
