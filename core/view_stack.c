@@ -45,9 +45,15 @@ static int print_frames(bf_store *s, FILE *out, const int64_t *fids, const int64
       fputs(",\"file\":", out);
       bf_json_str(out, ref.file);
       fprintf(out, ",\"line\":%lld}", (long long)lines[k]);
-    } else {
-      fprintf(out, "      %s  %s%s:%lld%s\n", ref.qualname, dim, bf_short_file(ref.file, 40), (long long)lines[k], rst);
+      continue;
     }
+    /* recursion: one line for a run of identical frames */
+    size_t run = 1;
+    while (k >= run && fids[k - run] == fids[k] && lines[k - run] == lines[k]) run++;
+    fprintf(out, "      %s  %s%s:%lld%s", ref.qualname, dim, bf_short_file(ref.file, 40), (long long)lines[k], rst);
+    if (run > 1) fprintf(out, "  × %zu", run);
+    fputc('\n', out);
+    k -= run - 1;
   }
   if (json) fputc(']', out);
   return 0;
