@@ -230,10 +230,10 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
       }
       int fw = (o->width > 40 ? o->width : 80) - 51;
       if (fw < 16) fw = 16;
-      char loc[512];
-      snprintf(loc, sizeof loc, "%s  %s:%lld", f->qualname, bf_short_file(f->file, 28), (long long)f->firstlineno);
-      fprintf(out, "%7s %7s %s%+7.1fpp %s%s %7s %+7.1fpp  %.*s\n", ca, cb, col, ds * 100, stars(r->p), rst, pv,
-              dt * 100, fw, loc);
+      char loc[1024];
+      bf_fit_func(loc, sizeof loc, f->qualname, f->file, f->firstlineno, fw);
+      fprintf(out, "%7s %7s %s%+7.1fpp %s%s %7s %+7.1fpp  %s\n", ca, cb, col, ds * 100, stars(r->p), rst, pv,
+              dt * 100, loc);
     }
     shown++;
   }

@@ -5,6 +5,7 @@
 
 #include "util.h"
 #include "views.h"
+#include "views_int.h"
 
 static void bar(FILE *out, double share, int width) {
   static const char *const parts[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
@@ -63,33 +64,6 @@ static void json_row(FILE *out, const bf_func_row *r, int traced) {
   fputc('}', out);
 }
 
-/* "qualname  file:line" in at most fw columns: the file part is shortened
- * first, then dropped; the name is cut only when it alone is too long. */
-static void fit_loc(char *loc, size_t len, const bf_func_row *r, int fw) {
-  size_t ql = strlen(r->qualname);
-  if ((int)ql > fw) {
-    snprintf(loc, len, "%.*s…", fw > 1 ? fw - 1 : 0, r->qualname);
-    return;
-  }
-  char line[32];
-  snprintf(line, sizeof line, ":%lld", (long long)r->firstlineno);
-  int room = fw - (int)ql - 2 - (int)strlen(line);
-  if (room < 8) {
-    snprintf(loc, len, "%s", r->qualname);
-    return;
-  }
-  const char *f = r->file;
-  if (strlen(f) > (size_t)room) {
-    const char *base = strrchr(f, '/');
-    f = base ? base + 1 : f;
-    if (strlen(f) > (size_t)room) {
-      snprintf(loc, len, "%s", r->qualname);
-      return;
-    }
-  }
-  snprintf(loc, len, "%s  %s%s", r->qualname, f, line);
-}
-
 int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_view_opts def = {0};
   if (!o) o = &def;
@@ -136,7 +110,7 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
         bf_fmt_ns((double)r->total_ns, tb, sizeof tb);
         bf_fmt_ns(r->calls > 0 ? (double)r->total_ns / (double)r->calls : -1, pb, sizeof pb);
         char loc[1024];
-        fit_loc(loc, sizeof loc, r, fw);
+        bf_fit_func(loc, sizeof loc, r->qualname, r->file, r->firstlineno, fw);
         fprintf(out, "%9lld %9lld %9s %9s %9s %5.1f%%  %s\n", (long long)r->calls, (long long)r->primitive_calls,
                 sb, tb, pb, r->self_share * 100, loc);
       }
@@ -150,7 +124,7 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
         char ci[32];
         snprintf(ci, sizeof ci, "[%.1f-%.1f]", r->self_lo * 100, r->self_hi * 100);
         char loc[1024];
-        fit_loc(loc, sizeof loc, r, fw);
+        bf_fit_func(loc, sizeof loc, r->qualname, r->file, r->firstlineno, fw);
         fprintf(out, "%5.1f%% %-15s%5.1f%% %8lld  ", r->self_share * 100, ci, r->total_share * 100,
                 (long long)r->self_samples);
         bar(out, r->self_share, 10);

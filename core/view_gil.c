@@ -208,8 +208,9 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
     bf_wilson((double)g.fn[i][1], (double)g.gil_total, &lo, &hi);
     char ci[32];
     snprintf(ci, sizeof ci, "[%.1f-%.1f]", lo * 100, hi * 100);
-    fprintf(out, "%5.1f%% %-13s %8lld  %s  %s:%lld\n", pc(g.fn[i][1], g.gil_total), ci, (long long)g.fn[i][1],
-            ref.qualname, bf_short_file(ref.file, 28), (long long)ref.firstlineno);
+    char loc[1024];
+    bf_fit_func(loc, sizeof loc, ref.qualname, ref.file, ref.firstlineno, (o->width > 40 ? o->width : 80) - 32);
+    fprintf(out, "%5.1f%% %-13s %8lld  %s\n", pc(g.fn[i][1], g.gil_total), ci, (long long)g.fn[i][1], loc);
   }
   if (!top) fputs("  (no sample held the GIL)\n", out);
 out:

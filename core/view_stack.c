@@ -33,7 +33,7 @@ static int last_sample(void *ud, const bf_sample *smp) {
 }
 
 static int print_frames(bf_store *s, FILE *out, const int64_t *fids, const int64_t *lines, size_t n, int json,
-                        const char *dim, const char *rst) {
+                        int width) {
   if (json) fputc('[', out);
   for (size_t k = n; k-- > 0;) {
     bf_function_ref ref;
@@ -50,7 +50,9 @@ static int print_frames(bf_store *s, FILE *out, const int64_t *fids, const int64
     /* recursion: one line for a run of identical frames */
     size_t run = 1;
     while (k >= run && fids[k - run] == fids[k] && lines[k - run] == lines[k]) run++;
-    fprintf(out, "      %s  %s%s:%lld%s", ref.qualname, dim, bf_short_file(ref.file, 40), (long long)lines[k], rst);
+    char loc[1024];
+    bf_fit_func(loc, sizeof loc, ref.qualname, ref.file, lines[k], width - 6 - (run > 1 ? 8 : 0));
+    fprintf(out, "      %s", loc);
     if (run > 1) fprintf(out, "  × %zu", run);
     fputc('\n', out);
     k -= run - 1;
@@ -143,7 +145,7 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
         fprintf(out, "  #%zu  %5.1f%% [%.1f-%.1f] · %lld samples\n", shown + 1, 100.0 * (double)st->count / (double)n,
                 lo * 100, hi * 100, (long long)st->count);
       }
-      if ((rc = print_frames(s, out, w->fids + st->off, w->lines + st->off, st->depth, o->json, dim, rst))) goto out;
+      if ((rc = print_frames(s, out, w->fids + st->off, w->lines + st->off, st->depth, o->json, o->width > 40 ? o->width : 80))) goto out;
       if (o->json) fputc('}', out);
       shown++;
     }
@@ -179,7 +181,7 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
       }
     free(frames);
     if (!o->json && nf == 0) fputs("      (empty stack)\n", out);
-    if ((rc = print_frames(s, out, fids, lines, nf, o->json, dim, rst))) goto out;
+    if ((rc = print_frames(s, out, fids, lines, nf, o->json, o->width > 40 ? o->width : 80))) goto out;
     if (o->json) fputs("}}", out);
   }
   if (o->json) fputs("]}\n", out);

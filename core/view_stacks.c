@@ -21,6 +21,26 @@ const char *bf_short_file(const char *f, size_t max) {
   return slash ? slash + 1 : p;
 }
 
+void bf_fit_func(char *buf, size_t len, const char *qualname, const char *file, int64_t line, int width) {
+  size_t ql = strlen(qualname);
+  if ((int)ql > width) {
+    snprintf(buf, len, "%.*s…", width > 1 ? width - 1 : 0, qualname);
+    return;
+  }
+  char ln[32];
+  snprintf(ln, sizeof ln, ":%lld", (long long)line);
+  int room = width - (int)ql - 2 - (int)strlen(ln);
+  const char *f = file;
+  if (room >= 8 && strlen(f) > (size_t)room) {
+    const char *base = strrchr(f, '/');
+    f = base ? base + 1 : f;
+  }
+  if (room < 8 || strlen(f) > (size_t)room)
+    snprintf(buf, len, "%s", qualname);
+  else
+    snprintf(buf, len, "%s  %s%s", qualname, f, ln);
+}
+
 void bf_put_fit(FILE *out, const char *str, int width) {
   int cols = 0;
   const unsigned char *p = (const unsigned char *)str;

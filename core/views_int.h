@@ -62,6 +62,11 @@ int bf_session_is(const bf_session_info *info, const char *kind);
 /* Shorten a path to its last components so it fits in max columns. */
 const char *bf_short_file(const char *f, size_t max);
 
+/* "qualname  file:line" in at most width columns into buf: the file is
+ * shortened to its base name, then dropped; the name is cut only when it
+ * alone is too long. */
+void bf_fit_func(char *buf, size_t len, const char *qualname, const char *file, int64_t line, int width);
+
 /* Write str cut to at most width columns (UTF-8 code points; "…" marks a cut). */
 void bf_put_fit(FILE *out, const char *str, int width);
 
