@@ -256,7 +256,10 @@ static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, in
  * store error. */
 static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t now,
                 int64_t interval_ns) {
-  unsigned want = o->clock_cpu ? BF_SMP_WANT_CPU_TIME : BF_SMP_WANT_STATE;
+  /* cpu clock: a thread's CPU time since the last tick is charged to the
+   * stack it is running *now*; a thread found sleeping is skipped, since its
+   * stack (a wait) is not where that CPU went. */
+  unsigned want = o->clock_cpu ? (BF_SMP_WANT_CPU_TIME | BF_SMP_WANT_STATE) : BF_SMP_WANT_STATE;
   if (o->gil_only) want |= BF_SMP_WANT_GIL_ONLY;
   const bf_smp_thread *th;
   size_t n;
@@ -281,6 +284,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
       int64_t d = (cpu >= 0 && r->last_cpu_ns >= 0) ? cpu - r->last_cpu_ns : 0;
       if (cpu >= 0) r->last_cpu_ns = cpu;
       if (d <= 0) continue; /* not on a CPU since the last tick */
+      if (flags & BF_SMP_IDLE) continue; /* ran, but sleeps now: stack unknown */
       weight = d;
       flags |= BF_SAMPLE_ON_CPU;
     }
