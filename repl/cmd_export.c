@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "cli.h"
+#include "share.h"
 #include "views.h"
 
 /* Write into a temporary file beside the target, then rename: a failed export
@@ -27,14 +29,16 @@ static FILE *open_tmp(const char *path, char **tmp_out) {
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
                                        {"output", required_argument, NULL, 'o'},
+                                       {"encrypt-to", required_argument, NULL, 'e'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
-  const char *format = NULL, *outp = NULL;
+  const char *format = NULL, *outp = NULL, *pub = NULL;
   int c;
   while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
     switch (c) {
       case 'f': format = optarg; break;
       case 'o': outp = optarg; break;
+      case 'e': pub = optarg; break;
       case 'h': bf_cli_usage(bf_cli_find("export"), stdout); return 0;
       default: return 2;
     }
@@ -43,8 +47,13 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("export needs --format (collapsed)");
     return 2;
   }
-  if (strcmp(format, "collapsed") != 0) {
-    bf_cli_error("unknown export format '%s' (known: collapsed)", format);
+  int sealed = strcmp(format, "bifocal") == 0;
+  if ((sealed && !pub) || (!sealed && pub)) {
+    bf_cli_error("--format bifocal goes with --encrypt-to PUBKEY (see `bifocal keygen`)");
+    return 2;
+  }
+  if (!sealed && strcmp(format, "collapsed") != 0) {
+    bf_cli_error("unknown export format '%s' (known: collapsed, bifocal)", format);
     return 2;
   }
   if (!outp) {
@@ -56,10 +65,20 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     return 2;
   }
   bf_store *s;
-  int rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
+  int rc = bf_cli_open_store(cli, sealed ? 0 : BF_STORE_READONLY, &s);
   if (rc) return rc;
   int64_t id;
   if ((rc = bf_cli_session_arg(cli, s, optind < argc ? argv[optind] : NULL, &id))) {
+    bf_store_close(s);
+    return rc;
+  }
+  if (sealed) {
+    bf_audit *au = NULL;
+    if (!(rc = bf_audit_begin(cli, s, "export", 0, &au))) {
+      rc = bf_share_export(s, id, pub, outp) < 0;
+      if (rc) bf_cli_error("%s", bf_store_errmsg(s));
+      bf_audit_end(au, rc ? bf_store_errmsg(s) : NULL, id);
+    }
     bf_store_close(s);
     return rc;
   }
