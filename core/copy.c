@@ -40,13 +40,16 @@ static int map_function(copier *c, int64_t fid, int64_t *out) {
   bf_function_ref ref;
   int rc = bf_store_function_get(c->src, fid, &ref);
   if (rc) return from_src(c, rc);
-  char *file = NULL;
-  if (c->o && c->o->map_file) {
-    file = c->o->map_file(c->o->ud, ref.file ? ref.file : "<unknown>");
-    if (!file) return bf_store_fail(c->dst, -ENOMEM, "out of memory");
+  char *file = NULL, *qual = NULL;
+  if (c->o && c->o->map_file && !(file = c->o->map_file(c->o->ud, ref.file ? ref.file : "<unknown>")))
+    return bf_store_fail(c->dst, -ENOMEM, "out of memory");
+  if (c->o && c->o->map_qualname && !(qual = c->o->map_qualname(c->o->ud, ref.qualname ? ref.qualname : "<unknown>"))) {
+    free(file);
+    return bf_store_fail(c->dst, -ENOMEM, "out of memory");
   }
-  rc = bf_store_intern_function(c->dst, file ? file : ref.file, ref.qualname, ref.firstlineno, out);
+  rc = bf_store_intern_function(c->dst, file ? file : ref.file, qual ? qual : ref.qualname, ref.firstlineno, out);
   free(file);
+  free(qual);
   if (rc) return rc;
   return bf_map3_put(&c->fn, fid, 0, 0, *out) ? bf_store_fail(c->dst, -ENOMEM, "out of memory") : 0;
 }

@@ -10,6 +10,8 @@ typedef struct bf_copy_opts {
   /* Rewrite a function's file name. Returns a malloc'd string (the caller of
    * the hook frees it) or NULL on out-of-memory. NULL hook = keep as is. */
   char *(*map_file)(void *ud, const char *file);
+  /* Rewrite a function's qualname (same contract as map_file). */
+  char *(*map_qualname)(void *ud, const char *qualname);
   /* Rewrite the session's extra_json (malloc'd result, NULL = out of memory).
    * NULL hook = keep as is. */
   char *(*map_json)(void *ud, const char *json);

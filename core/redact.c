@@ -49,6 +49,47 @@ static char *map_file(void *ud, const char *file) {
   return out;
 }
 
+/* Python qualnames never hold a slash; frame text imported from FlameGraph
+ * files may ("render (/srv/app/t.html:3)"). Words with a slash or backslash
+ * become the token of that word, so a path reads the same here as in files. */
+static char *map_qualname(void *ud, const char *q) {
+  redactor *r = ud;
+  size_t n = strlen(q);
+  if (!strpbrk(q, "/\\")) return strdup(q);
+  char *out = malloc(n * 24 + 64); /* a one-byte word can become a 23-byte token */
+  if (!out) return NULL;
+  static const char delim[] = " \t();:,;'\"";
+  size_t o = 0;
+  for (size_t i = 0; i < n;) {
+    size_t w = strcspn(q + i, delim);
+    if (w == 0) {
+      out[o++] = q[i++];
+      continue;
+    }
+    char word[4096];
+    int path = memchr(q + i, '/', w) || memchr(q + i, '\\', w);
+    if (path && w < sizeof word) {
+      memcpy(word, q + i, w);
+      word[w] = 0;
+      char tok[64];
+      if (bf_redact_path(r->key, word, r->o ? r->o->keep : NULL, r->o ? r->o->nkeep : 0, tok, sizeof tok)) {
+        memcpy(out + o, q + i, w); /* kept: the word itself, not the bounded copy */
+        o += w;
+      } else {
+        o += (size_t)sprintf(out + o, "%s", tok);
+      }
+    } else if (path) {
+      o += (size_t)sprintf(out + o, "<path:long>"); /* absurdly long word: drop it */
+    } else {
+      memcpy(out + o, q + i, w);
+      o += w;
+    }
+    i += w;
+  }
+  out[o] = 0;
+  return out;
+}
+
 /* Copy JSON text, replacing string values (not keys) that could name a path
  * or hold a command line with tokens. Malformed JSON is replaced wholesale by
  * null: it cannot be scrubbed reliably. */
@@ -98,6 +139,7 @@ int bf_redact_session(bf_store *src, int64_t session_id, const char *out_path, c
   redactor r = {.o = o};
   randombytes_buf(r.key, sizeof r.key);
   bf_copy_opts co = {.map_file = map_file,
+                     .map_qualname = map_qualname,
                      .map_json = map_json,
                      .ud = &r,
                      .drop_host_command = 1,

@@ -21,6 +21,8 @@ typedef struct bf_redact_opts {
  *    tokens cannot be reversed by guessing paths, nor matched across copies);
  *    names in angle brackets without a slash ("<builtin>", "<frozen os>",
  *    earlier tokens) are kept;
+ *  - words with a slash inside function names (frame text of FlameGraph
+ *    imports: "render (/srv/app/t.html:3)") tokenised by the same rule;
  *  - host and command line dropped; string values of extra_json that contain a
  *    '/', '\\' or a space tokenised the same way; labels, thread names and
  *    every number kept;

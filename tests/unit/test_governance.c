@@ -88,16 +88,20 @@ static int64_t fill(bf_store *s, const char *label, int64_t expires, const char 
   CHECK_EQ_INT(bf_store_intern_function(s, "/home/alice/app/serve.py", "main", 1, &fa), 0);
   CHECK_EQ_INT(bf_store_intern_function(s, "/home/alice/app/serve.py", "handle", 20, &fb), 0);
   CHECK_EQ_INT(bf_store_intern_function(s, leaf_file, "leaf", 7, &fc), 0);
+  int64_t fd, frd, s4;
+  CHECK_EQ_INT(bf_store_intern_function(s, "<unknown>", "render (/home/alice/app/serve.py:3);x /", 0, &fd), 0);
+  CHECK_EQ_INT(bf_store_intern_frame(s, fd, 0, &frd), 0);
   CHECK_EQ_INT(bf_store_intern_frame(s, fa, 3, &fra), 0);
   CHECK_EQ_INT(bf_store_intern_frame(s, fb, 22, &frb), 0);
   CHECK_EQ_INT(bf_store_intern_frame(s, fc, 9, &frc), 0);
   CHECK_EQ_INT(bf_store_intern_stack(s, 0, fra, &s1), 0);
   CHECK_EQ_INT(bf_store_intern_stack(s, s1, frb, &s2), 0);
   CHECK_EQ_INT(bf_store_intern_stack(s, s2, frc, &s3), 0);
+  CHECK_EQ_INT(bf_store_intern_stack(s, s3, frd, &s4), 0);
   CHECK_EQ_INT(bf_store_intern_thread(s, sid, 100, "MainThread", &t1), 0);
   CHECK_EQ_INT(bf_store_intern_thread(s, sid, 101, NULL, &t2), 0);
   for (int i = 0; i < 10; i++) {
-    bf_sample a = {.thread_id = t1, .stack_id = i % 2 ? s3 : s2, .ts_ns = i * 1000, .flags = BF_SAMPLE_GIL | BF_SAMPLE_ON_CPU,
+    bf_sample a = {.thread_id = t1, .stack_id = i % 2 ? s3 : (i % 4 ? s4 : s2), .ts_ns = i * 1000, .flags = BF_SAMPLE_GIL | BF_SAMPLE_ON_CPU,
                    .count = 2, .weight = 1001 + i};
     bf_sample b = {.thread_id = t2, .stack_id = i % 3 ? 0 : s1, .ts_ns = i * 1000 + 5, .flags = BF_SAMPLE_IDLE,
                    .count = 1, .weight = 3};
@@ -188,6 +192,8 @@ static void test_redacted_copy(void) {
   CHECK(!file_contains(out, "hunter2"));
   CHECK(!file_contains(out, "build-host-7"));
   CHECK(file_contains(out, "/usr/lib/python3.12/json/decoder.py"));
+  CHECK(file_contains(out, "render (<path:"));
+  CHECK(file_contains(out, ":3);x <path:"));
   CHECK_EQ_INT(bf_store_open(out, BF_STORE_READONLY, &r, &msg), 0);
   bf_session_info *a, *b;
   CHECK_EQ_INT(bf_store_session_get(s, sid, &a), 0);
