@@ -60,6 +60,10 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("export needs -o FILE ('-' for stdout)");
     return 2;
   }
+  if (sealed && strcmp(outp, "-") == 0) {
+    bf_cli_error("a sealed export is binary: give -o FILE, not stdout");
+    return 2;
+  }
   if (optind < argc - 1) {
     bf_cli_error("export takes one session id");
     return 2;
