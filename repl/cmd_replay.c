@@ -1,4 +1,5 @@
 /* cmd_replay.c — `bifocal replay ID --view V [...]`. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +112,8 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
   }
   FILE *out = stdout;
   if (outp && strcmp(outp, "-") != 0) {
-    out = fopen(outp, "w");
+    int fd = open(outp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); /* profiles are private */
+    out = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!out) {
       bf_cli_error("cannot write '%s': %m", outp);
       bf_store_close(s);

@@ -199,6 +199,9 @@ def test_files_are_private_and_open_warns_when_others_can_write(tmp_path, db):
         out = str(tmp_path / "x.collapsed")
         run(["export", str(a), "--format", "collapsed", "-o", out], db=db)
         assert mode(out) == 0o600
+        view = str(tmp_path / "view.txt")
+        run(["replay", str(a), "--view", "functions", "-o", view], db=db)
+        assert mode(view) == 0o600
         r = run(["sessions"], db=db)
         assert "warning" not in r.stderr
         os.chmod(db, 0o666)
