@@ -8,6 +8,11 @@ BF_DECL(sessions)
 BF_DECL(import)
 BF_DECL(replay)
 BF_DECL(export)
+BF_DECL(record)
+BF_DECL(dump)
+BF_DECL(top)
+BF_DECL(live)
+BF_DECL(trace)
 BF_DECL(audit)
 BF_DECL(redact)
 BF_DECL(gc)
@@ -23,6 +28,11 @@ const bf_cmd bf_cmds[] = {
      "show a view of a session", NULL},
     {"export", bf_cmd_export, "export ID --format collapsed|bifocal [--encrypt-to PUBKEY] -o FILE",
      "write a session in another tool's format, or sealed for one recipient", NULL},
+    {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
+    {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
+    {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
+    {"live", bf_cmd_live, "live PID [--rate HZ]", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},
+    {"trace", bf_cmd_trace, "trace [--clock wall|cpu] [--focus GLOB] [--no-builtins] [--tool-id N] [--label L] [--ttl T] [--records N] -- python[3.X] (script.py | -m module | -c cmd) [ARGS]", "exact call counts, edges and call times of a Python run (prints the session id)", NULL},
     {"audit", bf_cmd_audit, "audit [--json]", "who attached to which process, when, and how it ended", NULL},
     {"redact", bf_cmd_redact, "redact ID -o OUT.db [--keep PREFIX ...]",
      "copy a session with file paths hashed and host/command line dropped", NULL},
