@@ -25,6 +25,12 @@ static int print_json(void *ud, const bf_audit_entry *e) {
   return 0;
 }
 
+/* One line per field in the table: control characters (a newline inside a
+ * `-c` script) are shown as '?'. */
+static void put_flat(const char *s) {
+  for (; s && *s; s++) putchar((unsigned char)*s < 0x20 ? '?' : *s);
+}
+
 static int print_row(void *ud, const bf_audit_entry *e) {
   (void)ud;
   char t[32], target[48], sess[24];
@@ -37,9 +43,12 @@ static int print_row(void *ud, const bf_audit_entry *e) {
     snprintf(sess, sizeof sess, "%lld", (long long)e->session_id);
   else
     snprintf(sess, sizeof sess, "-");
-  printf("%-5lld %-19s  %-16s %-6lld %-8s %-18s %-7s %s\n      %s\n", (long long)e->id, t,
-         e->user ? e->user : "?", (long long)e->uid, e->command ? e->command : "?", target, sess,
-         e->outcome ? e->outcome : "?", e->argv ? e->argv : "");
+  printf("%-5lld %-19s  %-16s %-6lld %-8s %-18s %-7s ", (long long)e->id, t, e->user ? e->user : "?",
+         (long long)e->uid, e->command ? e->command : "?", target, sess);
+  put_flat(e->outcome ? e->outcome : "?");
+  fputs("\n      ", stdout);
+  put_flat(e->argv);
+  putchar('\n');
   return 0;
 }
 

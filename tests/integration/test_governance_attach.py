@@ -6,6 +6,7 @@ assertions need nothing from the command but that it writes its audit row
 succeeds or not."""
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import pytest
 from conftest import bifocal_bin, run
 
 SPIN = "import time\nwhile True:\n    sum(range(1000))\n    time.sleep(0.001)\n"
+# a launched target must end by itself: record waits for its command to exit
+BRIEF = "import time\nt = time.time()\nwhile time.time() - t < 2:\n    sum(range(1000))\n"
 
 
 def has_command(name):
@@ -52,9 +55,10 @@ def attach_row(db, command):
 
 
 def run_bounded(args, db, seconds):
-    """Run a command that may not stop on its own; SIGINT it after seconds."""
+    """Run a command that may not stop on its own; SIGINT it after seconds,
+    and kill its whole process group (launched targets included) if needed."""
     p = subprocess.Popen([bifocal_bin(), "-d", db] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, text=True)
+                         stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         out, err = p.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
@@ -62,7 +66,7 @@ def run_bounded(args, db, seconds):
         try:
             out, err = p.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)
             out, err = p.communicate()
     return p.returncode, out, err
 
@@ -83,7 +87,7 @@ def test_record_pid_is_audited(db, target):
 
 def test_record_launch_is_audited(db):
     need("record")
-    rc, out, err = run_bounded(["record", "--duration", "1", "--", sys.executable, "-c", SPIN], db, 30)
+    rc, out, err = run_bounded(["record", "--duration", "1", "--", sys.executable, "-c", BRIEF], db, 30)
     r = attach_row(db, "record")
     assert r["outcome"] == ("ok" if rc == 0 else r["outcome"])
     assert r["outcome"] != "started"
@@ -100,7 +104,7 @@ def test_dump_is_audited(db, target):
 
 def test_top_is_audited(db, target):
     need("top")
-    rc, out, err = run_bounded(["top", str(target.pid), "--duration", "1"], db, 30)
+    rc, out, err = run_bounded(["top", "--duration", "1", str(target.pid)], db, 30)
     r = attach_row(db, "top")
     assert r["target_pid"] == target.pid and r["target_uid"] == os.getuid()
     assert (r["outcome"] == "ok") == (rc == 0)
@@ -108,9 +112,27 @@ def test_top_is_audited(db, target):
 
 def test_live_is_audited(db, target):
     need("live")
-    run_bounded(["live", str(target.pid)], db, 2)
+    # live wants a terminal: give it a pseudo-terminal and press q
+    master, slave = pty.openpty()
+    p = subprocess.Popen([bifocal_bin(), "-d", db, "live", str(target.pid)], stdin=slave, stdout=slave,
+                         stderr=subprocess.PIPE, close_fds=True)
+    os.close(slave)
+    time.sleep(1.5)
+    os.write(master, b"q")
+    deadline = time.time() + 20
+    while p.poll() is None and time.time() < deadline:
+        try:
+            os.read(master, 65536)  # keep the terminal drained
+        except OSError:
+            break
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+    p.wait(timeout=10)
+    os.close(master)
     r = attach_row(db, "live")
     assert r["target_pid"] == target.pid and r["target_uid"] == os.getuid()
+    assert r["outcome"] == ("ok" if p.returncode == 0 else r["outcome"])
+    assert r["outcome"] != "started"
 
 
 def test_trace_is_audited(db, tmp_path):
