@@ -157,3 +157,34 @@ def test_attach_to_missing_process_is_audited(db):
     r = attach_row(db, "dump")
     assert r["target_pid"] == pid and r["target_uid"] == -1
     assert r["outcome"] not in ("ok", "started")
+
+
+def sessions(db):
+    return json.loads(run(["sessions", "--json"], db=db).stdout)
+
+
+def test_record_ttl_expires_with_gc(db, target):
+    need("record")
+    keep = subprocess.run([bifocal_bin(), "-d", db, "record", "--pid", str(target.pid), "--duration", "0.5"],
+                          capture_output=True, text=True, timeout=60)
+    rc, out, err = run_bounded(["record", "--ttl", "1s", "--pid", str(target.pid), "--duration", "0.5"], db, 60)
+    assert rc == 0 and keep.returncode == 0, err + keep.stderr
+    gone = int(out.strip().splitlines()[-1])
+    assert [s for s in sessions(db) if s["id"] == gone][0]["expires_at_ns"] > 0
+    time.sleep(1.3)
+    run(["gc"], db=db)
+    ids = [s["id"] for s in sessions(db)]
+    assert gone not in ids and int(keep.stdout.strip().splitlines()[-1]) in ids
+
+
+def test_trace_ttl_expires_with_gc(db, tmp_path):
+    need("trace")
+    script = tmp_path / "w.py"
+    script.write_text("def f(n):\n    return sum(range(n))\nfor i in range(100):\n    f(1000)\n")
+    rc, out, err = run_bounded(["trace", "--ttl", "1s", "--", sys.executable, str(script)], db, 60)
+    assert rc == 0, err
+    sid = int(out.strip().splitlines()[-1])
+    assert [s for s in sessions(db) if s["id"] == sid][0]["expires_at_ns"] > 0
+    time.sleep(1.3)
+    run(["gc"], db=db)
+    assert sid not in [s["id"] for s in sessions(db)]
