@@ -36,7 +36,8 @@
 #define NAT_HIST 1024                   /* log-linear stop-time buckets */
 #define NAT_DETACH_WAIT_NS 200000000LL  /* bounded wait for a stop when detaching */
 #define NAT_MAX_IPS 200000              /* symbol cache bound: past it start over */
-#define NAT_STOP_WAIT_NS 2000000LL      /* longest a sample waits for threads to stop */
+#define NAT_STOP_WAIT_NS 2000000LL      /* longest a stopped thread waits for the others */
+#define NAT_FIRST_STOP_NS 100000000LL   /* longest a sample waits for its first stop */
 
 enum { NT_RUNNING = 0, NT_STOPPED, NT_PENDING, NT_GONE };
 
@@ -571,9 +572,14 @@ static void reap_events(bf_smp_native *n) {
   while ((r = waitpid(-1, &st, WNOHANG | __WALL)) > 0) on_status(n, r, st, 0);
 }
 
-/* Wait (SIGCHLD-driven) until the pending threads stopped or deadline,
- * snapshotting each as it stops. Returns 0 or -EINTR. */
-static int collect_stops(bf_smp_native *n, size_t pending, int64_t deadline) {
+/* Wait (SIGCHLD-driven) until the pending threads stopped, snapshotting
+ * each as it stops. No thread is held more than hold_ns waiting for the
+ * others: the deadline runs from the first stop seen (before it, from
+ * NAT_FIRST_STOP_NS after the interrupts: nothing is stopped yet, so
+ * waiting costs the target nothing). Returns 0 or -EINTR. */
+static int collect_stops(bf_smp_native *n, size_t pending, int64_t hold_ns) {
+  int64_t deadline = mono_ns() + NAT_FIRST_STOP_NS;
+  int any = 0;
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
@@ -586,7 +592,11 @@ static int collect_stops(bf_smp_native *n, size_t pending, int64_t deadline) {
       on_status(n, r, st, 1);
       if (was && t->state != NT_PENDING) {
         pending--;
-        if (t->state == NT_STOPPED) snapshot(n, t);
+        if (t->state == NT_STOPPED) {
+          if (!any && t->t_stopped + hold_ns < deadline) deadline = t->t_stopped + hold_ns;
+          any = 1;
+          snapshot(n, t);
+        }
       }
       continue;
     }
@@ -1051,7 +1061,7 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
     nat_thread *t = thread_find(n, n->want[i]);
     pending += t && t->state == NT_PENDING;
   }
-  int intr = collect_stops(n, pending, mono_ns() + n->stop_wait_ns) == -EINTR;
+  int intr = collect_stops(n, pending, n->stop_wait_ns) == -EINTR;
   /* threads still not stopped (waiting for a CPU, or in uninterruptible
    * sleep) get no C frames this time; their stop is resumed when it comes */
   /* the Python frames, read while the chosen threads stand still */
@@ -1078,7 +1088,8 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
     size_t nc = t && t->snap_ok && t->state != NT_GONE ? unwind(n, t) : 0;
     if (t) {
       t->snap_ok = 0;
-      if (pt[i].name) snprintf(t->name, sizeof t->name, "%s", pt[i].name);
+      const char *nm = thread_name(n, t->tid); /* fresh: threads rename themselves */
+      snprintf(t->name, sizeof t->name, "%s", nm && *nm ? nm : pt[i].name ? pt[i].name : "");
     }
     if (t && t->stops && (want & BF_SMP_WANT_STATE) && t->run_state)
       o->flags = (o->flags & ~(uint32_t)(BF_SMP_ON_CPU | BF_SMP_IDLE)) | t->run_state;

@@ -58,9 +58,11 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
  * ours ran (check the stop flag). */
 int bf_smp_native_wait_until(bf_smp_native *n, int64_t deadline_ns);
 
-/* How long one sample waits for the chosen threads to stop (default 2 ms);
- * a thread stopping later gets no C frames in that sample (counted as a late
- * stop) and is resumed the moment its stop arrives. */
+/* How long a stopped thread is held waiting for the other chosen threads
+ * to stop (default 2 ms; the wait for the first stop is up to 100 ms and
+ * costs nothing, nothing being stopped yet). A thread stopping later gets no
+ * C frames in that sample (counted as a late stop) and is resumed the moment
+ * its stop arrives. */
 void bf_smp_native_set_stop_wait(bf_smp_native *n, int64_t ns);
 
 /* Launch mode: the target is our child and also our tracee, so its exit is
