@@ -363,7 +363,8 @@ static int is_eval_symbol(const char *s) {
  * c: the cursor at that frame, asked for the function's start (from the
  * unwind tables) only on a miss: in a stripped library the nearest exported
  * symbol may belong to an earlier function, and such frames are named by
- * their function's file offset instead ("0x3a40"), which is stable. */
+ * their function's file offset instead ("0x3a40"), which is stable, or "??"
+ * when no unwind table covers the address either. */
 static const nat_ip *ip_lookup(bf_smp_native *n, uint64_t addr, unw_cursor_t *c) {
   if (n->nips * 2 >= n->cap_ips) {
     if (n->cap_ips && n->nips < NAT_MAX_IPS) {
@@ -407,9 +408,15 @@ static const nat_ip *ip_lookup(bf_smp_native *n, uint64_t addr, unw_cursor_t *c)
     start = pi.start_ip;
   if (!m || !m->path ||
       _UPT_get_proc_name(n->as, addr, name, sizeof name, &off, n->upt_pid) != 0 || !name[0] ||
-      (start != addr && off > addr - start))
-    snprintf(name, sizeof name, "0x%llx",
-             (unsigned long long)(m ? start - m->lo + m->off : start));
+      off > addr - start) {
+    /* unknown function: named by its start when the unwind tables know it,
+     * else "??" (one per library) rather than one name per address */
+    if (start != addr || !m)
+      snprintf(name, sizeof name, "0x%llx",
+               (unsigned long long)(m ? start - m->lo + m->off : start));
+    else
+      snprintf(name, sizeof name, "??");
+  }
   nat_code *code = code_intern(n, path, name);
   if (!code) return NULL;
   nat_ip *e = &n->ips[j];
