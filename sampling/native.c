@@ -57,8 +57,17 @@ typedef struct nat_ip {
 typedef struct nat_map {
   uint64_t lo, hi, off;
   const char *path; /* interned, NULL for anonymous */
-  int exec;
+  int exec, writable;
 } nat_map;
+
+/* Read-only pages of the target (unwind tables, code) cached for libunwind:
+ * a lookup in .eh_frame_hdr reads word by word. */
+#define NAT_PAGES 512
+#define NAT_PAGE 4096
+typedef struct nat_page {
+  uint64_t addr; /* page address + 1; 0 = empty */
+  unsigned char data[NAT_PAGE];
+} nat_page;
 
 typedef struct nat_thread {
   int tid;
@@ -154,6 +163,7 @@ struct bf_smp_native {
   int mask_set;
   uint64_t hist[NAT_HIST];      /* stop: seen stopped -> resumed */
   uint64_t hist_lat[NAT_HIST];  /* latency: interrupt sent -> seen stopped */
+  nat_page *pages; /* NAT_PAGES, direct-mapped; emptied when maps change */
   /* the snapshot the accessors serve (set around one unwind) */
   nat_thread *cur;
 };
@@ -194,6 +204,8 @@ const char *bf_smp_native_errmsg(const bf_smp_native *n) { return n ? n->err : "
  * unwound is found through this one pointer (bifocal unwinds on one thread). */
 static __thread bf_smp_native *nat_active;
 
+static const nat_map *maps_find(bf_smp_native *n, uint64_t addr);
+
 static int acc_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write, void *arg) {
   (void)as;
   (void)arg;
@@ -209,7 +221,26 @@ static int acc_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int wr
     if (addr >= t->map_lo && addr < t->map_hi && addr + sizeof *val > t->deepest)
       t->deepest = addr + sizeof *val;
   }
-  /* unwind tables, or stack beyond the copy: read live (process_vm_readv
+  /* unwind tables: from the page cache when the mapping is read-only */
+  uint64_t pa = addr & ~(uint64_t)(NAT_PAGE - 1);
+  if (n->pages && addr - pa <= NAT_PAGE - sizeof *val) {
+    nat_page *pg = &n->pages[(pa / NAT_PAGE) % NAT_PAGES];
+    if (pg->addr == pa + 1) {
+      memcpy(val, pg->data + (addr - pa), sizeof *val);
+      return 0;
+    }
+    const nat_map *m = maps_find(n, addr);
+    if (m && !m->writable && pa >= m->lo && pa + NAT_PAGE <= m->hi) {
+      struct iovec pl = {pg->data, NAT_PAGE}, pr = {(void *)(uintptr_t)pa, NAT_PAGE};
+      if (process_vm_readv(n->pid, &pl, 1, &pr, 1, 0) == NAT_PAGE) {
+        pg->addr = pa + 1;
+        memcpy(val, pg->data + (addr - pa), sizeof *val);
+        return 0;
+      }
+      pg->addr = 0;
+    }
+  }
+  /* stack beyond the copy, or writable data: read live (process_vm_readv
    * needs no stopped thread; outer frames rarely change meanwhile) */
   struct iovec l = {val, sizeof *val}, r = {(void *)(uintptr_t)addr, sizeof *val};
   if (process_vm_readv(n->pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof *val) return -UNW_EINVAL;
@@ -295,11 +326,13 @@ static int maps_refresh(bf_smp_native *n) {
     m->hi = hi;
     m->off = off;
     m->exec = perms[2] == 'x';
+    m->writable = perms[1] == 'w';
     m->path = *p == '/' ? intern_path(n, p) : NULL;
   }
   fclose(f);
   /* code may have moved (dlclose/dlopen): cached unwind rules are stale */
   unw_flush_cache(n->as, 0, 0);
+  for (size_t i = 0; n->pages && i < NAT_PAGES; i++) n->pages[i].addr = 0;
   return 0;
 }
 
@@ -755,6 +788,7 @@ int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char 
   n->mask_set = 1;
   unw_set_cache_size(n->as, 4096, 0);
   n->samples = 1;
+  n->pages = calloc(NAT_PAGES, sizeof *n->pages); /* optional: NULL reads live */
   rc = maps_refresh(n);
   if (rc < 0) {
     snprintf(errbuf, len, "cannot read /proc/%d/maps: %s", n->pid, strerror(-rc));
@@ -862,6 +896,7 @@ void bf_smp_native_free(bf_smp_native *n) {
   free(n->globs);
   free(n->ftids);
   free(n->retired);
+  free(n->pages);
   free(n->names);
   if (n->mask_set) {
     sigset_t chld;
@@ -888,7 +923,9 @@ int bf_smp_native_child_exited(bf_smp_native *n, int *status) {
 static nat_thread *thread_seize(bf_smp_native *n, int tid, const char *name, int *err) {
   nat_thread *t = thread_find(n, tid);
   if (t) return t;
-  if (ptrace(PTRACE_SEIZE, tid, 0, 0) < 0) {
+  /* TRACEEXEC: without it an exec would send the tracee a SIGTRAP that,
+   * handed on, kills it; with it the exec reports an event we continue */
+  if (ptrace(PTRACE_SEIZE, tid, 0, (void *)(intptr_t)PTRACE_O_TRACEEXEC) < 0) {
     *err = -errno;
     return NULL;
   }
