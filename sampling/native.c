@@ -28,6 +28,7 @@
 #include <libunwind.h>
 
 #include "native.h"
+#include "smp_int.h" /* smp_forget_tid */
 
 #define NAT_MAX_DEPTH 256               /* C frames unwound per thread */
 #define NAT_SNAP_FIRST (64 * 1024)      /* stack bytes copied when nothing is known */
@@ -1085,7 +1086,10 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
     int err = 0;
     nat_thread *t = thread_seize(n, n->want[i], NULL, &err);
     if (!t) {
-      if (err == -ESRCH) continue; /* exited meanwhile */
+      if (err == -ESRCH) { /* exited meanwhile (or a stale tid: see smp_forget_tid) */
+        smp_forget_tid(n->h, n->want[i]);
+        continue;
+      }
       if (err == -EPERM && n->stops == 0 && n->want[i] == n->pid)
         return seterr(n, err, "cannot trace process %d: %s", n->pid, explain_trace(err));
       continue;
@@ -1096,6 +1100,7 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
     t->t_interrupt = mono_ns();
     if (ptrace(PTRACE_INTERRUPT, t->tid, 0, 0) < 0) {
       t->state = NT_GONE;
+      smp_forget_tid(n->h, t->tid);
       continue;
     }
     t->state = NT_PENDING;

@@ -193,6 +193,9 @@ void smp_prefetch(bf_smp *h);
 void smp_prefetch_reset(bf_smp *h);
 int smp_errno_remote(int e);
 
+/* native.c: tid turned out dead; forget any cached mapping to it. */
+void smp_forget_tid(bf_smp *h, int64_t tid);
+
 /* Walker entry used by bf_smp_sample and the fuzzer. */
 int smp_walk(bf_smp *h, unsigned want);
 /* Install a fake memory reader (fuzzing). */

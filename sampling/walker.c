@@ -571,6 +571,21 @@ static void slots_sweep(bf_smp *h) {
   h->nslots = o;
 }
 
+/* native.c hook: tid is gone. On 3.8-3.10 a slot caches the tid read from
+ * glibc's struct pthread, whose address a new thread may reuse: drop the
+ * slot so the next walk reads the tid afresh. */
+void smp_forget_tid(bf_smp *h, int64_t tid) {
+  size_t o = 0;
+  for (size_t i = 0; i < h->nslots; i++) {
+    if (h->slots[i].tid == tid) {
+      slot_close(&h->slots[i]);
+      continue;
+    }
+    h->slots[o++] = h->slots[i];
+  }
+  h->nslots = o;
+}
+
 static int proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *buf, size_t len) {
   if (*fd < 0) {
     char p[96];
