@@ -296,7 +296,14 @@ def test_killed_profiler_leaves_target_running(python, db, tmp_path, sig):
         prof = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--native", "--rate", "1000",
                                  "--pid", str(target.pid)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=e)
-        time.sleep(1.0)
+        # the session row exists once recording began (signal handlers set)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and prof.poll() is None:
+            r = run(["sessions", "--json"], db=db, check=False)
+            if r.returncode == 0 and r.stdout.strip().startswith("[{"):
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
         assert prof.poll() is None, prof.communicate()
         prof.send_signal(sig)
         out, err = prof.communicate(timeout=20)
