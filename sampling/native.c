@@ -128,7 +128,6 @@ struct bf_smp_native {
   size_t nth, cap_th;
   int *want;
   size_t nwant, cap_want;
-  int have_want;
   /* maps and interned paths */
   nat_map *maps;
   size_t nmaps, cap_maps;
@@ -158,6 +157,7 @@ struct bf_smp_native {
   size_t nretired, cap_retired;
   int64_t omitted; /* gone threads past NAT_MAX_TSTATS */
   int unwind_complete; /* the last unwind reached the stack's root */
+  int seized_any;
   nat_tname *names; /* --native-threads globs: thread names by tid */
   size_t nnames, cap_names;
   sigset_t old_mask; /* SIGCHLD is blocked while the handle lives */
@@ -206,6 +206,7 @@ const char *bf_smp_native_errmsg(const bf_smp_native *n) { return n ? n->err : "
 static __thread bf_smp_native *nat_active;
 
 static const nat_map *maps_find(bf_smp_native *n, uint64_t addr);
+static int prime(bf_smp_native *n);
 
 static int acc_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write, void *arg) {
   (void)as;
@@ -813,6 +814,12 @@ int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char 
       n->interp_path = intern_path(n, exe);
     }
   }
+  rc = prime(n);
+  if (rc < 0) {
+    snprintf(errbuf, len, "%s", n->err);
+    bf_smp_native_free(n);
+    return rc;
+  }
   snprintf(n->err, sizeof n->err, "ok");
   *out = n;
   return 0;
@@ -950,14 +957,33 @@ static nat_thread *thread_seize(bf_smp_native *n, int tid, const char *name, int
   return t;
 }
 
-static const char *explain_trace(int err) {
-  switch (-err) {
-    case EPERM:
-      return "ptrace refused: another tracer (debugger, profiler) may be attached, or "
-             "kernel.yama.ptrace_scope / missing CAP_SYS_PTRACE forbids it (run as root or "
-             "`sudo sysctl kernel.yama.ptrace_scope=0`)";
-    default: return strerror(-err);
+/* Why PTRACE_SEIZE of tid was refused, and what to do (into buf). */
+static const char *explain_trace(bf_smp_native *n, int tid, int err, char *buf, size_t len) {
+  if (err != -EPERM && err != -EACCES) return strerror(-err);
+  char p[96], line[256];
+  long tracer = 0;
+  snprintf(p, sizeof p, "/proc/%d/task/%d/status", n->pid, tid);
+  FILE *f = fopen(p, "re");
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "TracerPid: %ld", &tracer) == 1) break;
+  if (f) fclose(f);
+  if (tracer > 0) {
+    char comm[64] = "?";
+    snprintf(p, sizeof p, "/proc/%ld/comm", tracer);
+    f = fopen(p, "re");
+    if (f) {
+      if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+      fclose(f);
+    }
+    snprintf(buf, len,
+             "it is already traced by process %ld (%s); only one tracer at a time (detach it, "
+             "or record without --native)",
+             tracer, comm);
+    return buf;
   }
+  return "ptrace refused: kernel.yama.ptrace_scope or a missing CAP_SYS_PTRACE forbids it (run "
+         "as root, `sudo sysctl kernel.yama.ptrace_scope=0`, or in a container add "
+         "`--cap-add SYS_PTRACE`)";
 }
 
 /* Unwind t's snapshot into n->cf. Returns the number of C frames. */
@@ -1061,6 +1087,51 @@ static int merge(bf_smp_native *n, const bf_smp_frame *py, size_t np, size_t nc)
   return 0;
 }
 
+/* Seize n->want[i] unless traced already. NULL when gone or refused;
+ * *rc < 0 only when refused before any thread was ever seized (with the
+ * reason on n): later refusals are per-thread events. */
+static nat_thread *seize_wanted(bf_smp_native *n, size_t i, int *rc) {
+  int err = 0;
+  *rc = 0;
+  nat_thread *t = thread_seize(n, n->want[i], NULL, &err);
+  if (t) {
+    n->seized_any = 1;
+    return t;
+  }
+  if (err == -ESRCH) { /* exited meanwhile (or a stale tid: see smp_forget_tid) */
+    smp_forget_tid(n->h, n->want[i]);
+    return NULL;
+  }
+  if ((err == -EPERM || err == -EACCES) && !n->seized_any) {
+    char why[256];
+    *rc = seterr(n, -EPERM, "cannot trace thread %d of process %d: %s", n->want[i], n->pid,
+                 explain_trace(n, n->want[i], err, why, sizeof why));
+  }
+  return NULL;
+}
+
+/* Choose the first threads (one walk) and seize them, so that a refusal is
+ * reported before the caller writes anything. */
+static int prime(bf_smp_native *n) {
+  const bf_smp_thread *pt;
+  size_t npt;
+  int rc = -EIO;
+  for (int tries = 0; tries < 20 && rc == -EIO; tries++) rc = bf_smp_sample(n->h, 0, &pt, &npt);
+  if (rc < 0) return seterr(n, rc, "%s", bf_smp_errmsg(n->h));
+  n->nwant = 0;
+  for (size_t i = 0; i < npt; i++) {
+    if (pt[i].native_tid <= 0 || !selected(n, &pt[i])) continue;
+    if (grow((void **)&n->want, &n->cap_want, n->nwant + 1, sizeof *n->want) < 0)
+      return seterr(n, -ENOMEM, "out of memory");
+    n->want[n->nwant++] = (int)pt[i].native_tid;
+  }
+  for (size_t i = 0; i < n->nwant; i++) {
+    seize_wanted(n, i, &rc);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
 int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **threads,
                          size_t *count) {
   const bf_smp_thread *pt;
@@ -1069,31 +1140,11 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
   n->samples++;
   reap_events(n);
   /* which threads to stop: those of the previous sample (new threads are
-   * seized when a walk first sees them); the first time, walk to find out */
-  if (!n->have_want) {
-    rc = bf_smp_sample(n->h, want, &pt, &npt);
-    if (rc < 0) return seterr(n, rc, "%s", bf_smp_errmsg(n->h));
-    n->nwant = 0;
-    for (size_t i = 0; i < npt; i++) {
-      if (pt[i].native_tid <= 0 || !selected(n, &pt[i])) continue;
-      if (grow((void **)&n->want, &n->cap_want, n->nwant + 1, sizeof *n->want) < 0) return -ENOMEM;
-      n->want[n->nwant++] = (int)pt[i].native_tid;
-    }
-    n->have_want = 1;
-  }
-  /* seize new threads, interrupt all chosen ones */
+   * seized when a walk first sees them; prime() chose the first ones) */
   for (size_t i = 0; i < n->nwant; i++) {
-    int err = 0;
-    nat_thread *t = thread_seize(n, n->want[i], NULL, &err);
-    if (!t) {
-      if (err == -ESRCH) { /* exited meanwhile (or a stale tid: see smp_forget_tid) */
-        smp_forget_tid(n->h, n->want[i]);
-        continue;
-      }
-      if (err == -EPERM && n->stops == 0 && n->want[i] == n->pid)
-        return seterr(n, err, "cannot trace process %d: %s", n->pid, explain_trace(err));
-      continue;
-    }
+    nat_thread *t = seize_wanted(n, i, &rc);
+    if (rc < 0) return rc;
+    if (!t) continue;
     if (t->state == NT_PENDING) continue; /* still on its way from an earlier sample */
     if (t->state != NT_RUNNING) continue;
     if (want & BF_SMP_WANT_STATE) read_run_state(n, t);
@@ -1276,7 +1327,8 @@ int bf_smp_native_summary(const char *extra_json, char *buf, size_t len) {
   if (!extra_json || !strstr(extra_json, "\"native\"") ||
       json_num(extra_json, "stops", &stops) < 0 || json_num(extra_json, "stopped_ns", &total) < 0 ||
       json_num(extra_json, "stop_p50_ns", &p50) < 0 ||
-      json_num(extra_json, "stop_p99_ns", &p99) < 0 || json_num(extra_json, "stop_max_ns", &mx) < 0)
+      json_num(extra_json, "stop_p99_ns", &p99) < 0 || json_num(extra_json, "stop_max_ns", &mx) < 0 ||
+      stops <= 0)
     return -ENOENT;
   char a[32], b[32], c[32], d[32];
   fmt_ns(a, sizeof a, p50);

@@ -76,7 +76,7 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json);
 
 /* One human line about the intrusion from a session's extra_json ("threads
  * stopped 412 times, median 38 us, p99 95 us, max 0.4 ms, total 17 ms").
- * Returns 0, or -ENOENT when extra_json has no native figures. */
+ * Returns 0, or -ENOENT when extra_json has no native figures (or no stop). */
 int bf_smp_native_summary(const char *extra_json, char *buf, size_t len);
 
 #endif

@@ -369,3 +369,29 @@ def test_dump_native(python, tmp_path):
     finally:
         target.kill()
         target.wait()
+
+
+def test_one_tracer_at_a_time(python, db, tmp_path):
+    target = start(python, tmp_path, "z.py", ZWORK, "30")
+    try:
+        e = dict(os.environ)
+        e.pop("BIFOCAL_DB", None)
+        first = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--native", "--pid",
+                                  str(target.pid), "--duration", "20"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=e)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and first.poll() is None:
+            st = open("/proc/%d/status" % target.pid).read()
+            if "TracerPid:\t%d" % first.pid in st:
+                break
+            time.sleep(0.05)
+        r = run(["dump", "--native", str(target.pid)], check=False)
+        assert r.returncode == 1, r
+        assert "already traced by process %d (bifocal)" % first.pid in r.stderr, r.stderr
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=30) == 0
+        assert traced_or_stopped(target.pid) == []
+        assert target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
