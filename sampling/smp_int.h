@@ -172,6 +172,7 @@ struct bf_smp {
   size_t nslots, cap_slots;
   int gen;
   int64_t now_ns; /* monotonic time of the current sample */
+  int walk_steps, code_misses; /* this sample's work, bounded */
 };
 
 /* Remote reads (remote.c). smp_read: one region, exact length, into dst.
@@ -196,6 +197,8 @@ void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr);
 #define SMP_MAX_DEPTH 512
 #define SMP_MAX_THREADS 4096
 #define SMP_MAX_INTERPS 64
+#define SMP_MAX_STEPS (1 << 16)      /* frames + threads visited per sample */
+#define SMP_MAX_CODE_MISSES 4096     /* new code objects read per sample */
 #define SMP_MAX_STR 4096
 #define SMP_MAX_LINETABLE (1u << 20)
 

@@ -423,6 +423,10 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
   size_t b = code_hash(addr, h->code_cap);
   for (smp_code *c = h->code_tab[b]; c; c = c->next)
     if (c->addr == addr) return c;
+  if (++h->code_misses > SMP_MAX_CODE_MISSES) {
+    *err = -EIO; /* this many new code objects in one sample: garbage */
+    return NULL;
+  }
   /* a bound on distinct code objects: past it start over */
   if (h->ncode > 200000) code_cache_clear(h);
   const smp_layout *l = &h->lay;
@@ -591,6 +595,8 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
   const smp_layout *l = &h->lay;
   int err = 0;
   for (int depth = 0; fa && depth < SMP_MAX_DEPTH; depth++) {
+    /* garbage memory can look like endless chains: bound a sample's work */
+    if (++h->walk_steps > SMP_MAX_STEPS) return -EIO;
     const unsigned char *fb = smp_read_hot(h, fa, (size_t)l->fr_read, &err);
     if (!fb) return err;
     uint64_t code = rd64(fb + l->fr_code), back = rd64(fb + l->fr_back);
@@ -622,6 +628,8 @@ int smp_walk(bf_smp *h, unsigned want) {
   int err = 0;
   h->gen++;
   h->nthreads = h->nframes = 0;
+  h->walk_steps = 0;
+  h->code_misses = 0;
   if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -678,6 +686,7 @@ int smp_walk(bf_smp *h, unsigned want) {
       gil_locked = rd32(p) != 0;
     }
     for (int nt = 0; ts && nt < SMP_MAX_THREADS; nt++) {
+      if (++h->walk_steps > SMP_MAX_STEPS) return -EIO;
       const unsigned char *tb = smp_read_hot(h, ts, (size_t)l->ts_read, &err);
       if (!tb) return err;
       uint64_t next = rd64(tb + l->ts_next);
