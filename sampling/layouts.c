@@ -195,6 +195,15 @@ static void finish(smp_layout *l) {
   f = max_u64(f, l->fr_instr);
   f = max_u64(f, l->fr_owner);
   l->fr_read = f + 8;
+  uint64_t lo = l->co_firstlineno, hi = l->co_firstlineno + 4;
+  uint64_t fields[] = {l->co_filename, l->co_name, l->co_qualname, l->co_linetable};
+  for (size_t i = 0; i < 4; i++) {
+    if (!fields[i]) continue;
+    if (fields[i] < lo) lo = fields[i];
+    if (fields[i] + 8 > hi) hi = fields[i] + 8;
+  }
+  l->co_fp_lo = lo;
+  l->co_fp_len = hi - lo;
 }
 
 int smp_layout_builtin(int minor, smp_layout *out) {

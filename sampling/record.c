@@ -67,6 +67,7 @@ typedef struct target {
   bf_session_info info;
   char command[1024], host[256], commit[64], version[32];
   int64_t samples, missed, invalid, ticks;
+  int invalid_run; /* consecutive invalid samples */
   int64_t start_mono;
   int64_t start_cpu_ns; /* profiler CPU when the session began */
   int exited;
@@ -265,8 +266,19 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   if (rc < 0) {
     if (rc == -ENOMEM) return rc;
     t->invalid++;
+    /* a run of torn samples: the process may have exec'd; look again */
+    if (++t->invalid_run >= 64) {
+      t->invalid_run = 0;
+      for (size_t i = 0; i < t->nthreads; i++) {
+        t->threads[i].last_stack_id = -1;
+        t->threads[i].last_n = 0;
+      }
+      rc = bf_smp_attach(t->h, t->pid);
+      if (rc == -ESRCH) return rc;
+    }
     return 0;
   }
+  t->invalid_run = 0;
   t->ticks++;
   t->gen++;
   int64_t ts = now - t->start_mono;

@@ -47,6 +47,9 @@ typedef struct smp_layout {
   uint64_t uni_length, uni_state, uni_ascii_size, uni_compact_size;
   /* bytes of each hot struct actually needed (max used offset + field) */
   uint64_t ts_read, fr_read;
+  /* window of a code object read every sample to check a cached entry still
+   * describes what lives at that address (fingerprint fields) */
+  uint64_t co_fp_lo, co_fp_len;
 } smp_layout;
 
 /* Vendored layout for 3.minor (3.8-3.12). OUT: *out. -ENOTSUP if none. */
@@ -79,6 +82,7 @@ typedef struct smp_elf {
   unsigned char *data; /* whole file, owned */
   size_t size;
   uint64_t load_vaddr; /* lowest PT_LOAD p_vaddr, page-aligned down */
+  int mapped;          /* data is an mmap of the file */
 } smp_elf;
 
 /* Load a file (bounded to 512 MiB). Returns 0 or -errno. */
@@ -98,6 +102,7 @@ int smp_elf_find_version(const smp_elf *e, const char *prefix, char *buf, size_t
 typedef struct smp_code {
   bf_smp_code pub;
   uint64_t addr;
+  uint64_t fp; /* fingerprint of the code object's identity fields */
   smp_line_range *ranges;
   size_t nranges;
   struct smp_code *next; /* hash chain */
@@ -163,6 +168,8 @@ struct bf_smp {
   /* code cache */
   smp_code **code_tab;
   size_t code_cap, ncode;
+  smp_code *retired; /* replaced entries: callers may still hold their pub */
+  size_t nretired;
   /* output */
   bf_smp_thread *threads;
   size_t nthreads, cap_threads;

@@ -49,15 +49,42 @@ static void slot_close(smp_tslot *s) {
   s->stat_fd = s->sched_fd = -1;
 }
 
+static void code_free(smp_code *c) {
+  free((char *)c->pub.filename);
+  free((char *)c->pub.qualname);
+  free(c->ranges);
+  free(c);
+}
+
+static void retired_clear(bf_smp *h) {
+  while (h->retired) {
+    smp_code *n = h->retired->next;
+    code_free(h->retired);
+    h->retired = n;
+  }
+  h->nretired = 0;
+}
+
+/* Identity of a code object from the fingerprint window (see smp_layout). */
+static uint64_t code_fp(const smp_layout *l, const unsigned char *w) {
+  uint64_t v, h = 0x9E3779B97F4A7C15ull;
+  uint64_t fields[] = {l->co_filename, l->co_name, l->co_qualname, l->co_linetable};
+  for (size_t i = 0; i < 4; i++) {
+    if (!fields[i] && i == 2) continue;
+    memcpy(&v, w + (fields[i] - l->co_fp_lo), 8);
+    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+  }
+  uint32_t fl;
+  memcpy(&fl, w + (l->co_firstlineno - l->co_fp_lo), 4);
+  return (h ^ fl) * 0x94D049BB133111EBull;
+}
+
 static void code_cache_clear(bf_smp *h) {
   for (size_t i = 0; i < h->code_cap; i++) {
     smp_code *c = h->code_tab[i];
     while (c) {
       smp_code *n = c->next;
-      free((char *)c->pub.filename);
-      free((char *)c->pub.qualname);
-      free(c->ranges);
-      free(c);
+      code_free(c);
       c = n;
     }
     h->code_tab[i] = NULL;
@@ -68,6 +95,7 @@ static void code_cache_clear(bf_smp *h) {
 void bf_smp_free(bf_smp *h) {
   if (!h) return;
   code_cache_clear(h);
+  retired_clear(h);
   free(h->code_tab);
   for (size_t i = 0; i < h->nslots; i++) slot_close(&h->slots[i]);
   free(h->slots);
@@ -230,6 +258,12 @@ static void calibrate_pthread(bf_smp *h, uint64_t pthread_addr) {
 int bf_smp_attach(bf_smp *h, int pid) {
   smp_elf elf = {0};
   int rc;
+  /* a re-attach (e.g. the process exec'd) starts from a clean slate */
+  if (h->code_tab) code_cache_clear(h);
+  for (size_t i = 0; i < h->nslots; i++) slot_close(&h->slots[i]);
+  h->nslots = 0;
+  h->interp_head = 0;
+  h->pthread_tid_off = -1;
   h->pid = pid;
   h->readv = pvm_readv;
   h->readv_ud = (void *)(intptr_t)pid;
@@ -335,6 +369,10 @@ int bf_smp_attach(bf_smp *h, int pid) {
     const char *msg;
     rc = smp_layout_from_debug_offsets(blob, want, &h->lay, &free_threaded, &msg);
     if (free_threaded || ft) h->build = debug ? "free-threaded-debug" : "free-threaded";
+    /* no cookie yet: the loader may not have mapped libpython's data yet */
+    if (rc == -EINVAL && memcmp(blob, "xdebugpy", 8) != 0)
+      return seterr(h, -EAGAIN, "Python %s runtime of process %d not initialised yet (%s)",
+                    h->version, pid, msg);
     if (rc < 0) return seterr(h, -ENOTSUP, "Python %s (%s): %s", h->version, h->build, msg);
   }
   /* the runtime must be initialised: an interpreter with a thread */
@@ -411,7 +449,8 @@ static size_t code_hash(uint64_t a, size_t cap) {
 }
 
 /* Cached code object at addr, reading it on a miss. NULL + *err on garbage. */
-static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
+/* fp: the fingerprint read this sample (0 = not checked). */
+static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
   if (!h->code_tab) {
     h->code_cap = 4096;
     h->code_tab = calloc(h->code_cap, sizeof *h->code_tab);
@@ -421,14 +460,26 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
     }
   }
   size_t b = code_hash(addr, h->code_cap);
-  for (smp_code *c = h->code_tab[b]; c; c = c->next)
-    if (c->addr == addr) return c;
+  for (smp_code **pc = &h->code_tab[b]; *pc; pc = &(*pc)->next) {
+    smp_code *c = *pc;
+    if (c->addr != addr) continue;
+    if (!fp || c->fp == fp) return c;
+    /* another code object now lives at this address (the old one was
+     * freed): retire the entry, callers may still hold its strings */
+    *pc = c->next;
+    h->ncode--;
+    c->next = h->retired;
+    h->retired = c;
+    h->nretired++;
+    break;
+  }
   if (++h->code_misses > SMP_MAX_CODE_MISSES) {
     *err = -EIO; /* this many new code objects in one sample: garbage */
     return NULL;
   }
   /* a bound on distinct code objects: past it start over */
   if (h->ncode > 200000) code_cache_clear(h);
+  if (h->nretired > 100000) retired_clear(h);
   const smp_layout *l = &h->lay;
   unsigned char co[512];
   size_t cl = (size_t)l->co_size;
@@ -448,6 +499,7 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
     return NULL;
   }
   c->addr = addr;
+  if (l->co_fp_lo + l->co_fp_len <= cl) c->fp = code_fp(l, co + l->co_fp_lo);
   char *fn = NULL, *qn = NULL;
   uint64_t qaddr = rd64(co + (l->co_qualname ? l->co_qualname : l->co_name));
   if ((rc = read_str(h, rd64(co + l->co_filename), &fn)) < 0 || (rc = read_str(h, qaddr, &qn)) < 0) {
@@ -608,7 +660,9 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
       fa = back;
       continue;
     }
-    smp_code *c = code_get(h, code, &err);
+    const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
+    if (!cw) return err == -EINVAL ? -EIO : err;
+    smp_code *c = code_get(h, code, code_fp(l, cw), &err);
     if (!c) {
       if (err == -EINVAL && l->version_hex >= 0x030D0000) { /* non-code executable */
         fa = back;
@@ -741,6 +795,10 @@ int smp_walk(bf_smp *h, unsigned want) {
       int rc = walk_frames(h, fa);
       if (rc < 0) return rc;
       t->nframes = h->nframes - first;
+      if (!t->nframes && !tid) { /* a thread state whose OS thread has not started */
+        h->nthreads--;
+        continue;
+      }
       t->frames = (const bf_smp_frame *)(uintptr_t)first; /* fixed up below */
       if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) thread_status(h, slot, want, t);
     }
