@@ -103,6 +103,7 @@ typedef struct smp_code {
   bf_smp_code pub;
   uint64_t addr;
   uint64_t fp; /* fingerprint of the code object's identity fields */
+  int checked_gen; /* sample in which fp was last checked */
   smp_line_range *ranges;
   size_t nranges;
   struct smp_code *next; /* hash chain */

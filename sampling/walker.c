@@ -449,6 +449,13 @@ static size_t code_hash(uint64_t a, size_t cap) {
 }
 
 /* Cached code object at addr, reading it on a miss. NULL + *err on garbage. */
+static smp_code *code_find(bf_smp *h, uint64_t addr) {
+  if (!h->code_tab) return NULL;
+  for (smp_code *c = h->code_tab[code_hash(addr, h->code_cap)]; c; c = c->next)
+    if (c->addr == addr) return c;
+  return NULL;
+}
+
 /* fp: the fingerprint read this sample (0 = not checked). */
 static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
   if (!h->code_tab) {
@@ -655,14 +662,19 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
     uint64_t instr = l->instr_is_lasti ? rd32(fb + l->fr_instr) : rd64(fb + l->fr_instr);
     int owner = l->fr_owner ? fb[l->fr_owner] : 0;
     if (back == fa) return -EIO;
-    if (l->executable_tagged) code &= ~(uint64_t)3;
+    if (l->executable_tagged) code &= ~(uint64_t)7; /* _PyStackRef tag bits */
     if (owner >= 3) { /* C-stack shim / interpreter-owned: no Python code */
       fa = back;
       continue;
     }
-    const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
-    if (!cw) return err == -EINVAL ? -EIO : err;
-    smp_code *c = code_get(h, code, code_fp(l, cw), &err);
+    /* check each code object's identity once per sample (recursion repeats it) */
+    smp_code *c = code_find(h, code);
+    if (!c || c->checked_gen != h->gen) {
+      const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
+      if (!cw) return err == -EINVAL ? -EIO : err;
+      c = code_get(h, code, code_fp(l, cw), &err);
+      if (c) c->checked_gen = h->gen;
+    }
     if (!c) {
       if (err == -EINVAL && l->version_hex >= 0x030D0000) { /* non-code executable */
         fa = back;

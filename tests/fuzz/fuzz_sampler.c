@@ -83,7 +83,7 @@ static void fuzz_one(const uint8_t *data, size_t size) {
       memcpy(blob, data, size < sizeof blob ? size : sizeof blob);
       if (sel & 4) {
         memcpy(blob, "xdebugpy", 8);
-        uint64_t ver = 0x030d00f0, ft = 0;
+        uint64_t ver = (sel & 8) ? 0x030e00f0 : 0x030d00f0, ft = 0;
         memcpy(blob + 8, &ver, 8);
         memcpy(blob + 16, &ft, 8);
       }
