@@ -1,0 +1,434 @@
+"""Tracer: `bifocal trace` and the bifocal_trace Python API on every interpreter.
+
+Exact counts checked through the store: calls per Python function equal an
+independent sys.setprofile count on stdlib-heavy work; a generator resumed 1000
+times is 1 call; 4 threads x 250 calls; recursion depth 30 x 10 = 310 calls,
+10 primitive; exit paths (sys.exit, exception, KeyboardInterrupt, SIGTERM) all
+write the session; focus mode keeps per-call records and only the subtree.
+"""
+import collections
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, run, last_line_id
+
+TRACING_DIR = os.path.join(ROOT, "build", "tracing")
+GEN_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+
+
+def pyver(python):
+    out = subprocess.run([python, "-c", "import sys;print(*sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return tuple(int(x) for x in out)
+
+
+def write(tmp_path, name, src):
+    d = tmp_path / "src"  # away from the database, whose files change the directory
+    d.mkdir(exist_ok=True)
+    p = d / name
+    p.write_text(textwrap.dedent(src))
+    return str(p)
+
+
+def trace(python, script_args, db, opts=(), check=True, env=None, timeout=120):
+    e = {"PYTHONHASHSEED": "0"}
+    e.update(env or {})
+    return run(["trace"] + list(opts) + ["--", python] + list(script_args), db=db, check=check,
+               env=e, timeout=timeout)
+
+
+def funcs(db, sid):
+    """{(file, qualname, firstlineno): row dict} of a traced session, from SQLite."""
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    rows = con.execute(
+        "SELECT sf.s AS file, sq.s AS qualname, f.firstlineno, t.* FROM trace_functions t "
+        "JOIN functions f ON f.id = t.function_id JOIN strings sf ON sf.id = f.file_id "
+        "JOIN strings sq ON sq.id = f.qualname_id WHERE t.session_id = ?", (sid,)).fetchall()
+    out = {(r["file"], r["qualname"], r["firstlineno"]): dict(r) for r in rows}
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    con.close()
+    return out
+
+
+def by_qualname(fs, qualname):
+    got = [v for k, v in fs.items() if k[1] == qualname]
+    assert len(got) == 1, (qualname, got)
+    return got[0]
+
+
+def session(db, sid):
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    r = dict(con.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone())
+    con.close()
+    r["extra"] = json.loads(r["extra_json"]) if r.get("extra_json") else {}
+    return r
+
+
+def edges(db, sid):
+    con = sqlite3.connect(db)
+    rows = con.execute(
+        "SELECT COALESCE(c.s, '<root>'), e.s, t.calls, t.primitive_calls FROM trace_edges t "
+        "LEFT JOIN functions fc ON fc.id = t.caller_id LEFT JOIN strings c ON c.id = fc.qualname_id "
+        "JOIN functions fe ON fe.id = t.callee_id JOIN strings e ON e.id = fe.qualname_id "
+        "WHERE t.session_id = ?", (sid,)).fetchall()
+    con.close()
+    return rows
+
+
+# ---- exact counts on stdlib-heavy work -------------------------------------
+
+WORKLOAD = """
+import json, textwrap, fractions, difflib, decimal, string, re
+def work():
+    doc = {"name": "bifocal", "values": [1, 2.5, None, True, "x" * 20], "nested": {"a": [1, 2, {"b": "c"}]}}
+    for i in range(30):
+        s = json.dumps(doc, sort_keys=True)
+        json.loads(s)
+        textwrap.fill("the quick brown fox jumps over the lazy dog " * 8, width=37)
+        textwrap.dedent("    a\\n      b\\n    c\\n")
+        f = fractions.Fraction(i + 1, 7) + fractions.Fraction(3, i + 2)
+        f.limit_denominator(10)
+        sm = difflib.SequenceMatcher(None, "abcdefghij" * 3, "abXdefgYij" * 3)
+        sm.ratio(); sm.get_opcodes()
+        decimal.Decimal(i) / decimal.Decimal(7)
+        string.Template("$a and $b").substitute(a=i, b="x")
+        re.sub(r"(\\w+)@(\\w+)", r"\\2 at \\1", "me@home you@work")
+    return s
+work()
+"""
+
+# Imports exactly what bifocal's runner has imported when the program starts,
+# so both runs import (and count) the same modules.
+REF_RUNNER = """
+import sys, os, signal, types
+if sys.version_info < (3, 12):
+    import threading
+for hook in sys.path_hooks:  # as bifocal's runner: sys.path[0] has its finder
+    try:
+        sys.path_importer_cache.setdefault(sys.path[0], hook(sys.path[0]))
+        break
+    except ImportError:
+        pass
+GEN = 0x20 | 0x80 | 0x200
+counts = {}
+gens = set()
+def prof(frame, event, arg):
+    if event == "call":
+        co = frame.f_code
+        key = (co.co_filename, co.co_firstlineno, co.co_name)
+        counts[key] = counts.get(key, 0) + 1
+        if co.co_flags & GEN:
+            gens.add(key)
+path, out = sys.argv[1], sys.argv[2]
+code = compile(open(path).read(), os.path.abspath(path) if sys.version_info >= (3, 9) else path, "exec")
+g = {"__name__": "__main__", "__builtins__": __builtins__}
+sys.setprofile(prof)
+exec(code, g)
+sys.setprofile(None)
+import json
+json.dump([[list(k), v, k in gens] for k, v in counts.items()], open(out, "w"))
+"""
+
+
+def test_counts_equal_setprofile_on_stdlib_work(python, db, tmp_path):
+    script = write(tmp_path, "work.py", WORKLOAD)
+    ref_runner = write(tmp_path, "ref.py", REF_RUNNER)
+    ref_out = str(tmp_path / "ref.json")
+    subprocess.run([python, ref_runner, script, ref_out], check=True, timeout=120,
+                   env=dict(os.environ, PYTHONHASHSEED="0"), cwd=str(tmp_path / "src"))
+    ref = {}
+    for (fn, line, name), n, is_gen in json.load(open(ref_out)):
+        if not is_gen:
+            ref[(fn, line, name)] = n
+    sid = last_line_id(trace(python, [script], db))
+    fs = funcs(db, sid)
+    got = {}
+    for (fn, qual, line), row in fs.items():
+        if fn == "<builtin>":
+            continue
+        name = qual.rsplit(".", 1)[-1]
+        got[(fn, line, name)] = row["calls"]
+    # The import system's own work depends on finder caches (directory listings,
+    # path hooks) that two processes need not share; everything else must match.
+    common = {k: v for k, v in ref.items() if not k[0].startswith(("<frozen importlib", "<frozen zipimport"))}
+    diff = {k: (v, got.get(k)) for k, v in common.items() if got.get(k) != v}
+    assert not diff, "calls differ from sys.setprofile (ref, bifocal): %r" % diff
+    # the comparison must cover real stdlib code, not a toy
+    files = {k[0] for k in common}
+    assert any(f.endswith(os.sep + "json" + os.sep + "decoder.py") for f in files)
+    assert any(f.endswith("difflib.py") for f in files) and any(f.endswith("fractions.py") for f in files)
+    assert sum(common.values()) > 2000
+    s = session(db, sid)
+    assert s["kind"] == "traced" and s["mode"] == "trace" and s["status"] == "complete"
+    assert s["extra"]["mismatches"] == 0
+    w = by_qualname(fs, "work")
+    assert w["calls"] == 1 and w["total_ns"] >= w["self_ns"] > 0
+    # builtins carry the shared identity
+    assert ("<builtin>", "builtins.len", 0) in fs and fs[("<builtin>", "builtins.len", 0)]["calls"] > 0
+
+
+# ---- generators, threads, recursion ------------------------------------------
+
+SHAPES = """
+import sys, threading
+def gen():
+    for i in range(1000):
+        yield i
+def consume():
+    total = 0
+    for x in gen():
+        total += x
+    return total
+def leaf(i):
+    return i + 1
+def worker():
+    for i in range(250):
+        leaf(i)
+def rec(n):
+    return 0 if n == 0 else 1 + rec(n - 1)
+consume()
+ts = [threading.Thread(target=worker) for _ in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+for _ in range(10):
+    rec(30)
+"""
+
+
+def test_generators_threads_recursion(python, db, tmp_path):
+    script = write(tmp_path, "shapes.py", SHAPES)
+    sid = last_line_id(trace(python, [script], db))
+    fs = funcs(db, sid)
+    g = by_qualname(fs, "gen")
+    assert (g["calls"], g["primitive_calls"], g["resumes"]) == (1, 1, 1000)
+    assert by_qualname(fs, "consume")["calls"] == 1
+    leaf, worker = by_qualname(fs, "leaf"), by_qualname(fs, "worker")
+    assert (leaf["calls"], leaf["primitive_calls"]) == (1000, 1000)
+    assert worker["calls"] == 4
+    r = by_qualname(fs, "rec")
+    assert (r["calls"], r["primitive_calls"]) == (310, 10)
+    assert r["total_ns"] >= r["self_ns"] > 0
+    es = {(a, b): (c, p) for a, b, c, p in edges(db, sid)}
+    assert es[("worker", "leaf")] == (1000, 1000)
+    assert [k for k in es if k[1] == "leaf"] == [("worker", "leaf")]  # no cross-thread mixing
+    assert es[("rec", "rec")][0] == 300 and es[("<module>", "rec")] == (10, 10)
+    s = session(db, sid)
+    assert s["extra"]["mismatches"] == 0 and s["extra"]["threads"] >= 5
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM threads WHERE session_id=?", (sid,)).fetchone()[0] >= 5
+    con.close()
+
+
+def test_cpu_clock_and_no_builtins(python, db, tmp_path):
+    script = write(tmp_path, "clk.py", """
+        import time
+        def spin():
+            t = time.process_time() + 0.05
+            while time.process_time() < t:
+                pass
+        def nap():
+            time.sleep(0.2)
+        spin(); nap()
+    """)
+    sid = last_line_id(trace(python, [script], db, opts=["--clock", "cpu", "--no-builtins"]))
+    fs = funcs(db, sid)
+    assert session(db, sid)["clock"] == "cpu"
+    assert not [k for k in fs if k[0] == "<builtin>"]
+    spin, nap = by_qualname(fs, "spin"), by_qualname(fs, "nap")
+    assert spin["total_ns"] > 30e6
+    assert nap["total_ns"] < 0.1e9  # sleeping costs no CPU time
+
+
+# ---- exit paths -------------------------------------------------------------
+
+EXITS = """
+import os, signal, sys, time
+def work(n):
+    return sum(i for i in range(n))
+work(1000)
+how = sys.argv[1]
+if how == "exit":
+    sys.exit(3)
+if how == "raise":
+    raise ValueError("boom")
+if how == "kbd":
+    raise KeyboardInterrupt
+if how == "term":
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+print("normal end")
+"""
+
+
+@pytest.mark.parametrize("how,rc,status", [("normal", 0, "complete"), ("exit", 3, "complete"),
+                                           ("raise", 1, "complete"), ("kbd", 130, "interrupted"),
+                                           ("term", 143, "interrupted")])
+def test_exit_paths_write_the_session(python, db, tmp_path, how, rc, status):
+    script = write(tmp_path, "exits.py", EXITS)
+    r = trace(python, [script, how], db, check=False)
+    assert r.returncode == rc, r.stderr
+    sid = last_line_id(r)
+    s = session(db, sid)
+    assert s["status"] == status
+    assert by_qualname(funcs(db, sid), "work")["calls"] == 1
+    if how == "raise":
+        assert "ValueError: boom" in r.stderr
+    if how in ("raise", "kbd"):
+        assert "bifocal_trace" not in r.stderr  # the runner's frame is not shown
+    if how == "normal":
+        assert r.stdout.splitlines()[0] == "normal end"
+
+
+def test_module_and_command_modes(python, db, tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tool.py").write_text(textwrap.dedent("""
+        import sys
+        def main(args):
+            print("args", args, __name__)
+            return len(args)
+        if __name__ == "__main__":
+            sys.exit(main(sys.argv[1:]))
+    """))
+    e = dict(os.environ, PYTHONHASHSEED="0")
+    cmd = [os.path.join(ROOT, "build", "bifocal"), "-d", db, "trace", "--", python, "-m", "mypkg.tool", "a", "b"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), env=e, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout.splitlines()[0] == "args ['a', 'b'] __main__"
+    fs = funcs(db, last_line_id(r))
+    assert by_qualname(fs, "main")["calls"] == 1
+    assert not [k for k in fs if "runpy" in k[0] or "bifocal_trace" in k[0]]  # no bootstrap frames
+    r = trace(python, ["-c", "def f(): return 1\nfor i in range(7): f()"], db)
+    assert by_qualname(funcs(db, last_line_id(r)), "f")["calls"] == 7
+
+
+def test_focus_mode(python, db, tmp_path):
+    script = write(tmp_path, "focus.py", """
+        def helper(x):
+            return x * 2
+        def target(n):
+            return sum(helper(i) for i in range(n))
+        def other():
+            return [helper(i) for i in range(5)]
+        for i in range(40):
+            other()
+            target(10)
+    """)
+    sid = last_line_id(trace(python, [script], db, opts=["--focus", "__main__:target", "--records", "25"]))
+    fs = funcs(db, sid)
+    s = session(db, sid)
+    assert s["mode"] == "focus"
+    t = by_qualname(fs, "target")
+    assert t["calls"] == 40 and t["primitive_calls"] == 40
+    assert t["records_kept"] == 25 and t["records_dropped"] == 15
+    assert 0 < t["p50_ns"] <= t["p90_ns"] <= t["p99_ns"] <= t["max_ns"]
+    assert by_qualname(fs, "helper")["calls"] == 400  # only the calls beneath target
+    assert not [k for k in fs if k[1] == "other"]
+    con = sqlite3.connect(db)
+    n = con.execute("SELECT COUNT(*) FROM call_records WHERE session_id=?", (sid,)).fetchone()[0]
+    con.close()
+    assert n == 25
+
+
+def test_python_api_context_manager(python, db, tmp_path):
+    script = write(tmp_path, "api.py", """
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        import bifocal_trace
+        def f(n):
+            return n
+        with bifocal_trace.Profile(db=sys.argv[2], label="api") as p:
+            for i in range(5):
+                f(i)
+        print(p.session_id)
+        q = bifocal_trace.Profile()
+        q.enable()
+        f(1)
+        q.disable()
+        st = q.stats()
+        print([x["calls"] for x in st["functions"] if x["qualname"] == "f"][0])
+    """)
+    r = subprocess.run([python, script, TRACING_DIR, db], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    sid, fcalls = (int(x) for x in r.stdout.split())
+    assert fcalls == 1
+    fs = funcs(db, sid)
+    assert by_qualname(fs, "f")["calls"] == 5
+    assert not [k for k in fs if "Profile" in k[1] or "bifocal" in k[0]]
+    assert session(db, sid)["label"] == "api"
+
+
+def test_tool_id_taken_names_holder(python, db, tmp_path):
+    if pyver(python) < (3, 12):
+        pytest.skip("sys.monitoring tool ids exist on 3.12+")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.monitoring.use_tool_id(2, 'othertool')\n")
+    script = write(tmp_path, "t.py", "def f(): pass\nf()\n")
+    env = {"PYTHONPATH": str(site)}
+    r = trace(python, [script], db, check=False, env=env)
+    assert r.returncode != 0 and "othertool" in r.stderr and "--tool-id" in r.stderr
+    r = trace(python, [script], db, opts=["--tool-id", "3"], env=env)
+    assert by_qualname(funcs(db, last_line_id(r)), "f")["calls"] == 1
+
+
+def test_unbuilt_or_old_interpreter_is_refused(db, tmp_path):
+    old = [p for p in sorted(os.popen("ls -d ~/.pyenv/versions/3.[0-7].*/bin/python3.[0-7] 2>/dev/null").read().split())]
+    if old:
+        r = run(["trace", "--", old[0], "-c", "pass"], db=db, check=False)
+        assert r.returncode == 2 and "too old" in r.stderr
+    r = run(["trace", "--", "/nonexistent/python3", "x.py"], db=db, check=False)
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and "cannot run" in r.stderr
+    r = run(["trace", "--clock", "bogus", "--", sys.executable, "-c", "pass"], db=db, check=False)
+    assert r.returncode == 2 and "--clock" in r.stderr
+
+
+def test_focus_recursion_generators_threads_api(python, tmp_path):
+    script = write(tmp_path, "focus2.py", """
+        import sys, threading, json
+        sys.path.insert(0, sys.argv[1])
+        import bifocal_trace
+        def leaf(): return 1
+        def rec(n):
+            leaf()
+            return 0 if n == 0 else rec(n - 1)
+        def g():
+            for i in range(5):
+                leaf()
+                yield i
+        def other(): return [leaf() for _ in range(3)]
+        def worker():
+            for i in range(20):
+                rec(3); other()
+        def counts(p):
+            return {f["qualname"]: [f["calls"], f["primitive_calls"], f["resumes"], f["records_kept"]]
+                    for f in p.stats()["functions"]}
+        p = bifocal_trace.Profile(focus="*:rec")
+        with p:
+            for i in range(10):
+                rec(4); other()
+            ts = [threading.Thread(target=worker) for _ in range(3)]
+            for t in ts: t.start()
+            for t in ts: t.join()
+        q = bifocal_trace.Profile(focus="__main__:g")
+        with q:
+            for _ in range(3):
+                list(g())
+            other()
+        print(json.dumps([counts(p), counts(q), p.stats()["mismatches"], q.stats()["mismatches"]]))
+    """)
+    r = subprocess.run([python, script, TRACING_DIR], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    p, q, mp, mq = json.loads(r.stdout)
+    assert p == {"rec": [290, 70, 0, 70], "leaf": [290, 290, 0, 0]}
+    assert q == {"g": [3, 3, 15, 3], "leaf": [15, 15, 0, 0]}
+    assert mp == mq == 0

@@ -1,0 +1,140 @@
+/* test_trc_write.c — the tracer's store writer: same-identity functions and
+ * edges are merged, focus records give percentiles, threads and metadata land. */
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "store.h"
+#include "trc_int.h"
+
+typedef struct {
+  int n;
+  bf_trace_func f[8];
+} funcs_seen;
+
+static int on_func(void *ud, const bf_trace_func *tf) {
+  funcs_seen *s = ud;
+  if (s->n < 8) s->f[s->n++] = *tf;
+  return 0;
+}
+
+static int on_edge(void *ud, const bf_trace_edge *te) {
+  int *n = ud;
+  (*n)++;
+  CHECK(te->callee_function_id > 0);
+  if (te->caller_function_id != 0) CHECK_EQ_INT(te->calls, 7); /* 3 + 4 merged */
+  return 0;
+}
+
+static void test_percentile(void) {
+  int64_t v[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  CHECK_EQ_INT(bf_trc_percentile(v, 10, 0.5), 5);
+  CHECK_EQ_INT(bf_trc_percentile(v, 10, 0.9), 9);
+  CHECK_EQ_INT(bf_trc_percentile(v, 10, 0.99), 10);
+  CHECK_EQ_INT(bf_trc_percentile(v, 1, 0.5), 1);
+  CHECK_EQ_INT(bf_trc_percentile(v, 0, 0.5), -1);
+}
+
+static void test_write(const char *path) {
+  bf_trc_func funcs[4];
+  memset(funcs, 0, sizeof funcs);
+  /* 1 and 2: two code objects with one identity; 3: a focused builtin-free fn */
+  funcs[1] = (bf_trc_func){.file = "<string>", .qualname = "<module>", .firstlineno = 1,
+                           .calls = 2, .primitive_calls = 2, .self_ns = 100, .total_ns = 150};
+  funcs[2] = (bf_trc_func){.file = "<string>", .qualname = "<module>", .firstlineno = 1,
+                           .calls = 3, .primitive_calls = 3, .self_ns = 10, .total_ns = 20};
+  funcs[3] = (bf_trc_func){.file = "/app/x.py", .qualname = "C.parse", .firstlineno = 10,
+                           .calls = 7, .primitive_calls = 7, .self_ns = 700, .total_ns = 900,
+                           .focus = 1, .records_kept = 4, .records_dropped = 3};
+  bf_trc_edge edges[4];
+  memset(edges, 0, sizeof edges);
+  edges[1] = (bf_trc_edge){.caller = 0, .callee = 1, .calls = 2, .primitive_calls = 2};
+  edges[2] = (bf_trc_edge){.caller = 1, .callee = 3, .calls = 3, .primitive_calls = 3};
+  edges[3] = (bf_trc_edge){.caller = 2, .callee = 3, .calls = 4, .primitive_calls = 4};
+  bf_trc_rec recs[4] = {{3, 1, 0, 5, 40}, {3, 1, 0, 9, 10}, {3, 2, 1, 20, 30}, {3, 2, 1, 50, 20}};
+  bf_trc_thread_info threads[2] = {{1000, "MainThread"}, {1001, NULL}};
+  bf_trc_result res = {funcs, 4, edges, 4, recs, 4, threads, 2};
+  bf_trc_meta meta = {0};
+  meta.clock = "wall";
+  meta.mode = "focus";
+  meta.status = "complete";
+  meta.start_ns = 1;
+  meta.duration_ns = 1000;
+  meta.extra_json = "{\"mismatches\":0}";
+  int64_t sid = 0;
+  char err[256] = "";
+  CHECK_EQ_INT(bf_trc_write(path, &res, &meta, &sid, err, sizeof err), 0);
+  CHECK(sid > 0);
+
+  bf_store *s = NULL;
+  CHECK_EQ_INT(bf_store_open(path, BF_STORE_READONLY, &s, NULL), 0);
+  if (!s) return;
+  funcs_seen seen = {0};
+  CHECK_EQ_INT(bf_store_trace_funcs_foreach(s, sid, on_func, &seen), 0);
+  CHECK_EQ_INT(seen.n, 2);
+  for (int i = 0; i < seen.n; i++) {
+    bf_function_ref ref;
+    CHECK_EQ_INT(bf_store_function_get(s, seen.f[i].function_id, &ref), 0);
+    if (strcmp(ref.qualname, "<module>") == 0) {
+      CHECK_EQ_INT(seen.f[i].calls, 5);
+      CHECK_EQ_INT(seen.f[i].self_ns, 110);
+      CHECK_EQ_INT(seen.f[i].p50_ns, -1);
+    } else {
+      CHECK(strcmp(ref.qualname, "C.parse") == 0);
+      CHECK_EQ_INT(seen.f[i].p50_ns, 20);
+      CHECK_EQ_INT(seen.f[i].p90_ns, 40);
+      CHECK_EQ_INT(seen.f[i].max_ns, 40);
+      CHECK_EQ_INT(seen.f[i].records_kept, 4);
+      CHECK_EQ_INT(seen.f[i].records_dropped, 3);
+    }
+  }
+  int nedges = 0;
+  CHECK_EQ_INT(bf_store_trace_edges_foreach(s, sid, on_edge, &nedges), 0);
+  CHECK_EQ_INT(nedges, 2);
+  bf_thread_ref *th = NULL;
+  size_t nth = 0;
+  CHECK_EQ_INT(bf_store_threads(s, sid, &th, &nth), 0);
+  CHECK_EQ_INT(nth, 2);
+  bf_thread_refs_free(th, nth);
+  bf_session_info *info = NULL;
+  CHECK_EQ_INT(bf_store_session_get(s, sid, &info), 0);
+  if (info) {
+    CHECK(strcmp(info->kind, "traced") == 0 && strcmp(info->mode, "focus") == 0);
+    CHECK(strcmp(info->status, "complete") == 0);
+  }
+  bf_session_info_free(info);
+  bf_store_close(s);
+
+  /* a missing directory fails cleanly with a message */
+  CHECK(bf_trc_write("/nonexistent/dir/x.db", &res, &meta, &sid, err, sizeof err) < 0);
+  CHECK(err[0] != 0);
+
+  sqlite3 *db;
+  CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
+  sqlite3_stmt *st;
+  CHECK_EQ_INT(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL), SQLITE_OK);
+  CHECK_EQ_INT(sqlite3_step(st), SQLITE_ROW);
+  CHECK(strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+int main(void) {
+  char path[] = "/tmp/bf_test_trc_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return 1;
+  close(fd);
+  unlink(path);
+  test_percentile();
+  test_write(path);
+  unlink(path);
+  char aux[sizeof path + 8];
+  snprintf(aux, sizeof aux, "%s-wal", path);
+  unlink(aux);
+  snprintf(aux, sizeof aux, "%s-shm", path);
+  unlink(aux);
+  return CHECK_DONE();
+}

@@ -1,0 +1,221 @@
+"""bifocal_trace — exact tracing of Python code into a bifocal database.
+
+cProfile's shape::
+
+    import bifocal_trace
+    with bifocal_trace.Profile(db="prof.db", label="repro") as p:
+        work()
+    print(p.session_id)            # the traced session now in prof.db
+
+    p = bifocal_trace.Profile()    # no db: keep results in memory
+    p.enable(); work(); p.disable()
+    p.stats()                      # {"functions": [...], "edges": [...], ...}
+    p.write("prof.db")             # -> session id
+
+Profile(db=None, clock="wall"|"cpu", focus=None (glob on "module:qualname"),
+builtins=True, tool_id=-1 (3.12+: default sys.monitoring.PROFILER_ID),
+records=1<<20 (focus-mode ring size), label=None).
+
+`python -m bifocal_trace [--db DB] [options] -- script.py ARGS` (or `-m mod ARGS`,
+`-c CMD ARGS`) runs a program under the tracer; `bifocal trace` uses this entry.
+"""
+import sys as _sys
+
+from _bifocal_trace import Profile, backend, version  # noqa: F401
+
+__all__ = ["Profile", "backend", "version"]
+
+_USAGE = ("usage: python -m bifocal_trace [--db DB] [--session ID] [--clock wall|cpu] "
+          "[--focus GLOB] [--no-builtins] [--tool-id N] [--records N] [--label L] "
+          "[--ttl-s S] [--commit C] [--command STR] -- (script.py | -m module | -c cmd) [ARGS]")
+
+
+def _fail(msg, code=2):
+    _sys.stderr.write("bifocal: %s\n" % msg)
+    raise SystemExit(code)
+
+
+def _parse(argv):
+    opts = {"db": "bifocal.db", "session": 0, "clock": "wall", "focus": None, "builtins": True,
+            "tool_id": -1, "records": 1 << 20, "label": None, "ttl_s": 0.0, "commit": None,
+            "command": None}
+    takes = {"--db": "db", "--session": "session", "--clock": "clock", "--focus": "focus",
+             "--tool-id": "tool_id", "--records": "records", "--label": "label",
+             "--ttl-s": "ttl_s", "--commit": "commit", "--command": "command"}
+    conv = {"session": int, "tool_id": int, "records": int, "ttl_s": float}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            i += 1
+            break
+        if a == "--no-builtins":
+            opts["builtins"] = False
+        elif a in takes:
+            if i + 1 >= len(argv):
+                _fail("option %s needs a value" % a)
+            key = takes[a]
+            try:
+                opts[key] = conv.get(key, str)(argv[i + 1])
+            except ValueError:
+                _fail("bad value for %s: %r" % (a, argv[i + 1]))
+            i += 1
+        elif a in ("-h", "--help"):
+            print(_USAGE)
+            raise SystemExit(0)
+        elif a.startswith("-") and a not in ("-m", "-c"):
+            _fail("unknown option %r\n%s" % (a, _USAGE))
+        else:
+            break
+        i += 1
+    target = argv[i:]
+    if not target:
+        _fail("nothing to run\n" + _USAGE)
+    return opts, target
+
+
+def _cache_finder(entry):
+    """Give sys.path[0] its path finder now, as interpreter startup would have,
+    so the traced program does not pay (and count) the path hook calls."""
+    if entry in _sys.path_importer_cache:
+        return
+    for hook in _sys.path_hooks:
+        try:
+            _sys.path_importer_cache[entry] = hook(entry or ".")
+            return
+        except ImportError:
+            continue
+
+
+def _prepare(target):
+    """Build (code, globals) for the target the way `python` would run it, and
+    install the fresh __main__ module; nothing of it runs yet."""
+    import os
+    import types
+    main = types.ModuleType("__main__")
+    g = main.__dict__
+    import builtins
+    g["__builtins__"] = builtins
+    if target[0] == "-m":
+        if len(target) < 2:
+            _fail("-m needs a module name")
+        import runpy
+        _sys.path[0] = os.getcwd()
+        try:
+            mod_name, spec, code = runpy._get_module_details(target[1])
+        except ImportError as e:
+            _fail("%s: %s" % (_sys.executable, e), 1)
+        except BaseException as e:  # runpy reports "No module named ..." as its own error type
+            _fail("%s: %s" % (_sys.executable, e), 1)
+        _sys.argv = [spec.origin or target[1]] + target[2:]
+        g.update(__name__="__main__", __file__=spec.origin, __cached__=spec.cached,
+                 __doc__=None, __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
+    elif target[0] == "-c":
+        if len(target) < 2:
+            _fail("-c needs a command")
+        _sys.path[0] = ""
+        _sys.argv = ["-c"] + target[2:]
+        code = compile(target[1], "<string>", "exec")
+        g.update(__name__="__main__", __doc__=None, __spec__=None, __loader__=None,
+                 __package__=None)
+    else:
+        path = target[0]
+        try:
+            with open(path, "rb") as f:
+                src = f.read()
+        except OSError as e:
+            _fail("%s: can't open file %r: [Errno %d] %s" % (_sys.executable, path, e.errno,
+                                                            e.strerror), 2)
+        fname = os.path.abspath(path) if _sys.version_info >= (3, 9) else path
+        _sys.path[0] = os.path.dirname(os.path.abspath(path))
+        _sys.argv = list(target)
+        code = compile(src, fname, "exec", dont_inherit=True)
+        g.update(__name__="__main__", __file__=fname, __cached__=None, __doc__=None,
+                 __loader__=None, __package__=None, __spec__=None)
+    _cache_finder(_sys.path[0])
+    _sys.modules["__main__"] = main
+    return code, g
+
+
+def _join_threads():
+    import threading
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is not me and not t.daemon:
+            try:
+                t.join()
+            except BaseException:
+                pass
+
+
+def _main(argv=None):
+    """Run a program under the tracer and write the session (see _USAGE)."""
+    import signal
+    import _bifocal_trace as _c
+    opts, target = _parse(list(_sys.argv[1:] if argv is None else argv))
+    try:
+        prof = Profile(clock=opts["clock"], focus=opts["focus"], builtins=opts["builtins"],
+                       tool_id=opts["tool_id"], records=opts["records"])
+    except (ValueError, RuntimeError) as e:
+        _fail(str(e))
+    code, g = _prepare(target)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _c._sigterm)
+    status, exit_code, outcome, exc = "complete", 0, "exit", None
+    try:
+        prof.run_code(code, g)
+    except SystemExit as e:
+        exc = e
+        if _c._terminated():
+            status, outcome, exit_code = "interrupted", "sigterm", 143
+        else:
+            outcome = "sys.exit"
+            exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt as e:
+        exc, status, outcome, exit_code = e, "interrupted", "keyboardinterrupt", 130
+    except RuntimeError as e:
+        if not prof.running:  # enabling failed (e.g. tool id taken): nothing ran
+            _fail(str(e), 1)
+        exc, outcome, exit_code = e, "exception", 1
+    except BaseException as e:
+        exc, outcome, exit_code = e, "exception", 1
+    finally:
+        if prof.running:
+            prof._pause_thread(True)
+            _join_threads()
+            prof.disable()
+    extra = '"exit_code":%d,"outcome":"%s"' % (exit_code, outcome)
+    try:
+        prof.write(opts["db"], session=opts["session"], label=opts["label"],
+                   command=opts["command"] or " ".join(target), status=status,
+                   ttl_s=opts["ttl_s"], commit=opts["commit"], extra=extra)
+    except OSError as e:
+        _sys.stderr.write("bifocal: %s\n" % e)
+        if exit_code == 0:
+            exit_code = 1
+    if exc is None:
+        return exit_code
+    if isinstance(exc, SystemExit):
+        if outcome == "sigterm":
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            import os
+            _sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise exc
+    tb = exc.__traceback__
+    if tb is not None:  # drop the runner's own frame
+        exc.__traceback__ = tb = tb.tb_next
+    _sys.excepthook(type(exc), exc, tb)
+    if isinstance(exc, KeyboardInterrupt):
+        # exit the way the interpreter does on an uncaught KeyboardInterrupt
+        import os
+        _sys.stdout.flush()
+        _sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
