@@ -519,7 +519,8 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     if (now - last_progress > 250000000) {
       last_progress = now;
       /* never hold the database's write lock for long (a tracer may share it) */
-      if (bf_store_checkpoint(st) < 0) {
+      if ((rc = bf_store_checkpoint(st)) < 0) {
+        seterr(h, rc, "%s", bf_store_errmsg(st));
         fatal = 1;
         break;
       }

@@ -222,7 +222,14 @@ def test_sigint_finalises(python, db, tmp_path):
     rec = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--", python,
                             str(p)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
-    time.sleep(1.0)
+    # wait for the session row (the capture has started), then a little more
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        r = run(["sessions", "--json"], db=db, check=False)
+        if r.returncode == 0 and r.stdout.strip() not in ("", "[]"):
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
     rec.send_signal(signal.SIGINT)
     # the launched command keeps running (and holds our stdout): read the id
     # line once bifocal itself has exited, then stop the command
@@ -230,7 +237,7 @@ def test_sigint_finalises(python, db, tmp_path):
     sid = int(rec.stdout.readline().strip())
     s = session(db, sid)
     try:
-        assert s["status"] == "interrupted" and s["samples"] > 100, s
+        assert s["status"] == "interrupted" and s["samples"] > 50, s
     finally:
         try:
             os.kill(s["pid"], signal.SIGKILL)
