@@ -219,7 +219,7 @@ static rec_thread *rec_thread_get(target *t, int64_t tid) {
  * frames did not change. OUT: *stack_id. */
 static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64_t *stack_id) {
   if (r->last_stack_id >= 0 && r->last_n == th->nframes &&
-      memcmp(r->last_frames, th->frames, th->nframes * sizeof *th->frames) == 0) {
+      (!th->nframes || memcmp(r->last_frames, th->frames, th->nframes * sizeof *th->frames) == 0)) {
     *stack_id = r->last_stack_id;
     return 0;
   }
