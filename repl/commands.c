@@ -37,7 +37,7 @@ const bf_cmd bf_cmds[] = {
      "show a view of a session", NULL},
     {"export", bf_cmd_export, "export ID --format collapsed|bifocal [--encrypt-to PUBKEY] -o FILE",
      "write a session in another tool's format, or sealed for one recipient", NULL},
-    {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
+    {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--idle|--no-idle] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
     {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
     {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
     {"live", bf_cmd_live, "live PID [--rate HZ]", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},

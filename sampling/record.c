@@ -300,6 +300,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
       weight = d;
       flags |= BF_SAMPLE_ON_CPU;
     }
+    if (o->no_idle && (flags & BF_SMP_IDLE)) continue;
     if (!r->store_thread_id) {
       rc = bf_store_intern_thread(st, t->session_id, tid, th[i].name, &r->store_thread_id);
       if (rc < 0) return rc;

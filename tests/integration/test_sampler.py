@@ -316,3 +316,12 @@ def test_subprocesses(python, db, tmp_path):
     names = {f["qualname"] for f in functions(db, kids[0]["id"])["functions"]}
     assert "child_busy" in names
     assert "parent_wait" in {f["qualname"] for f in functions(db, parent)["functions"]}
+
+
+def test_no_idle(python, db, work):
+    r = run(["record", "--no-idle", "--rate", "500", "--", python, work, "0.6"], db=db)
+    threads = dbstat(db, last_line_id(r))
+    total = sum(t["samples"] for t in threads)
+    assert total > 50 and sum(t["idle"] for t in threads) == 0
+    sleepy = [t for t in threads if any(l["qualname"] == "sleeper" for l in t["leaves"])]
+    assert sum(t["samples"] for t in sleepy) <= 0.1 * total
