@@ -79,12 +79,16 @@ static uint64_t code_fp(const smp_layout *l, const unsigned char *w) {
   return (h ^ fl) * 0x94D049BB133111EBull;
 }
 
+/* Empty the cache. Entries are retired, not freed: callers may hold their
+ * bf_smp_code until bf_smp_free (see sampler.h). */
 static void code_cache_clear(bf_smp *h) {
   for (size_t i = 0; i < h->code_cap; i++) {
     smp_code *c = h->code_tab[i];
     while (c) {
       smp_code *n = c->next;
-      code_free(c);
+      c->next = h->retired;
+      h->retired = c;
+      h->nretired++;
       c = n;
     }
     h->code_tab[i] = NULL;
@@ -486,7 +490,6 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
   }
   /* a bound on distinct code objects: past it start over */
   if (h->ncode > 200000) code_cache_clear(h);
-  if (h->nretired > 100000) retired_clear(h);
   const smp_layout *l = &h->lay;
   unsigned char co[512];
   size_t cl = (size_t)l->co_size;
