@@ -256,7 +256,10 @@ static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, in
  * store error. */
 static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t now,
                 int64_t interval_ns) {
-  unsigned want = o->clock_cpu ? BF_SMP_WANT_CPU_TIME : BF_SMP_WANT_STATE;
+  /* cpu clock: a thread's CPU time since the last tick is charged to the
+   * stack it is running *now*; a thread found sleeping is skipped, since its
+   * stack (a wait) is not where that CPU went. */
+  unsigned want = o->clock_cpu ? (BF_SMP_WANT_CPU_TIME | BF_SMP_WANT_STATE) : BF_SMP_WANT_STATE;
   if (o->gil_only) want |= BF_SMP_WANT_GIL_ONLY;
   const bf_smp_thread *th;
   size_t n;
@@ -281,6 +284,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
       int64_t d = (cpu >= 0 && r->last_cpu_ns >= 0) ? cpu - r->last_cpu_ns : 0;
       if (cpu >= 0) r->last_cpu_ns = cpu;
       if (d <= 0) continue; /* not on a CPU since the last tick */
+      if (flags & BF_SMP_IDLE) continue; /* ran, but sleeps now: stack unknown */
       weight = d;
       flags |= BF_SAMPLE_ON_CPU;
     }
@@ -415,7 +419,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
 
   int64_t interval = (int64_t)(1e9 / o->rate_hz);
   uint64_t rng = (uint64_t)mono_ns() | 1;
-  int64_t start = mono_ns(), next = start, last_progress = start, last_children = start;
+  int64_t start = mono_ns(), next = start, last_progress = start, last_progress_cb = start, last_children = start;
   int64_t end = o->duration_s > 0 ? start + (int64_t)(o->duration_s * 1e9) : INT64_MAX;
   int64_t prev = start - interval;
   const char *status = "complete";
@@ -500,8 +504,16 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
         }
       }
     }
-    if (o->progress && now - last_progress > 250000000) {
+    if (now - last_progress > 250000000) {
       last_progress = now;
+      /* never hold the database's write lock for long (a tracer may share it) */
+      if (bf_store_checkpoint(st) < 0) {
+        fatal = 1;
+        break;
+      }
+    }
+    if (o->progress && now - last_progress_cb > 250000000) {
+      last_progress_cb = now;
       bf_smp_progress p = {(double)(now - start) / 1e9, tg[0].samples, tg[0].missed, tg[0].invalid,
                            (double)tg[0].ticks * 1e9 / (double)(now - start + 1)};
       o->progress(o->progress_ud, &p);
