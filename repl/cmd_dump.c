@@ -35,7 +35,7 @@ static void status_words(uint32_t f, char *buf, size_t len) {
 int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c == 'h') {
       printf("usage: bifocal dump PID\n");
       return 0;

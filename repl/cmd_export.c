@@ -12,7 +12,7 @@
 
 typedef int (*export_fn)(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
-/* The formats; one line each. */
+/* The formats; one line each. `bifocal` (sealed, --encrypt-to) is handled apart. */
 static const struct {
   const char *name;
   export_fn fn;
@@ -20,7 +20,7 @@ static const struct {
     {"collapsed", bf_export_collapsed}, {"speedscope", bf_export_speedscope}, {"pstats", bf_export_pstats},
     {"pprof", bf_export_pprof},         {"chrome", bf_export_chrome},         {NULL, NULL},
 };
-#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome"
+#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, bifocal (with --encrypt-to)"
 
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
@@ -43,19 +43,23 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("export needs --format (" KNOWN_FORMATS ")");
     return 2;
   }
-  int sealed = strcmp(format, "bifocal") == 0; /* one session, encrypted (share.h) */
-  if (sealed != (pub != NULL) || (sealed && outp && strcmp(outp, "-") == 0)) {
-    bf_cli_error("--format bifocal goes with --encrypt-to PUBKEY and -o FILE (see `bifocal keygen`)");
+  int sealed = strcmp(format, "bifocal") == 0;
+  if ((sealed && !pub) || (!sealed && pub)) {
+    bf_cli_error("--format bifocal goes with --encrypt-to PUBKEY (see `bifocal keygen`)");
     return 2;
   }
   int fi = 0;
-  while (!sealed && formats[fi].name && strcmp(formats[fi].name, format) != 0) fi++;
+  while (formats[fi].name && strcmp(formats[fi].name, format) != 0) fi++;
   if (!sealed && !formats[fi].name) {
-    bf_cli_error("unknown export format '%s' (known: " KNOWN_FORMATS ", bifocal)", format);
+    bf_cli_error("unknown export format '%s' (known: " KNOWN_FORMATS ")", format);
     return 2;
   }
   if (!outp) {
     bf_cli_error("export needs -o FILE ('-' for stdout)");
+    return 2;
+  }
+  if (sealed && strcmp(outp, "-") == 0) {
+    bf_cli_error("a sealed export is binary: give -o FILE, not stdout");
     return 2;
   }
   if (optind < argc - 1) {
@@ -74,12 +78,13 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return rc;
   }
-  bf_audit *au = NULL;
-  if (sealed && !(rc = bf_audit_begin(cli, s, "export", 0, &au))) {
-    if ((rc = bf_share_export(s, id, pub, outp) < 0)) bf_cli_error("%s", bf_store_errmsg(s));
-    bf_audit_end(au, rc ? bf_store_errmsg(s) : NULL, id);
-  }
   if (sealed) {
+    bf_audit *au = NULL;
+    if (!(rc = bf_audit_begin(cli, s, "export", 0, &au))) {
+      rc = bf_share_export(s, id, pub, outp) < 0;
+      if (rc) bf_cli_error("%s", bf_store_errmsg(s));
+      bf_audit_end(au, rc ? bf_store_errmsg(s) : NULL, id);
+    }
     bf_store_close(s);
     return rc;
   }

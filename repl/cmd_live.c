@@ -64,7 +64,7 @@ int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
                                        {NULL, 0, NULL, 0}};
   double rate = 200;
   int c;
-  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c == 'r') {
       rate = atof(optarg);
       if (!(rate >= 1 && rate <= 100000)) {

@@ -189,7 +189,7 @@ int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
   double rate = 200;
   int limit = 20, c;
   char *end;
-  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'D':
         if (bf_parse_duration_ns(optarg, &dur) < 0 || dur <= 0) {
