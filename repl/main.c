@@ -143,6 +143,8 @@ int main(int argc, char **argv) {
     if (!seen_dashdash && (strcmp(a, "-d") == 0 || strcmp(a, "--db") == 0)) {
       if (i + 1 >= argc) {
         bf_cli_error("option %s needs a database path", a);
+        free(rest);
+        free(cmdline);
         return 2;
       }
       cli.db_path = argv[++i];
@@ -155,14 +157,20 @@ int main(int argc, char **argv) {
     if (!seen_cmd && !seen_dashdash) {
       if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
         print_help(stdout);
+        free(rest);
+        free(cmdline);
         return 0;
       }
       if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
         printf("bifocal %s\n", BF_VERSION);
+        free(rest);
+        free(cmdline);
         return 0;
       }
       if (a[0] == '-') {
         bf_cli_error("unknown option '%s' (try `bifocal --help`)", a);
+        free(rest);
+        free(cmdline);
         return 2;
       }
       seen_cmd = 1;
