@@ -58,10 +58,13 @@ int bf_cli_open_store(bf_cli *cli, int flags, bf_store **out) {
     bf_cli_error("%s", msg ? msg : strerror(-rc));
     return 1;
   }
-  struct stat st; /* profiles reveal code layout: say so when others may write */
-  if (stat(cli->db_path, &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)))
+  struct stat st; /* profiles reveal code layout: say so (once) when others may write */
+  static int warned;
+  if (!warned && stat(cli->db_path, &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    warned = 1;
     bf_cli_warn("database '%s' is writable by group/others (mode %03o); chmod 600 it", cli->db_path,
                 (unsigned)(st.st_mode & 0777));
+  }
   return 0;
 }
 
