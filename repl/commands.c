@@ -25,7 +25,7 @@ const bf_cmd bf_cmds[] = {
     {"import", bf_cmd_import, "import FILE [--label L] [--ttl T]",
      "import collapsed stacks (FlameGraph, py-spy raw, austin text)", NULL},
     {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N]", "show a view of a session", NULL},
-    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE", "write a session in another tool's format", NULL},
+    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE [--thread T] [--since S] [--until S]", "write a session in another tool's format", NULL},
     {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
     {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
     {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
