@@ -4,14 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit.h"
 #include "cli.h"
 #include "out_file.h"
+#include "share.h"
 #include "util.h"
 #include "views.h"
 
 typedef int (*export_fn)(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
-/* The formats; one line each. */
+/* The formats; one line each. `bifocal` (sealed, --encrypt-to) is handled apart. */
 static const struct {
   const char *name;
   export_fn fn;
@@ -19,7 +21,7 @@ static const struct {
     {"collapsed", bf_export_collapsed}, {"speedscope", bf_export_speedscope}, {"pstats", bf_export_pstats},
     {"pprof", bf_export_pprof},         {"chrome", bf_export_chrome},         {NULL, NULL},
 };
-#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome"
+#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, bifocal (with --encrypt-to)"
 
 /* Native thread id or thread name → store thread id; prints the error. */
 static int thread_arg(bf_store *s, int64_t sid, const char *arg, int64_t *out) {
@@ -47,9 +49,10 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
                                        {"thread", required_argument, NULL, 't'},
                                        {"since", required_argument, NULL, 'S'},
                                        {"until", required_argument, NULL, 'U'},
+                                       {"encrypt-to", required_argument, NULL, 'e'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
-  const char *format = NULL, *outp = NULL, *thread = NULL;
+  const char *format = NULL, *outp = NULL, *thread = NULL, *pub = NULL;
   bf_sample_filter filter = {0};
   int c;
   while ((c = getopt_long(argc, argv, "f:o:t:h", opts, NULL)) != -1) {
@@ -71,6 +74,7 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
           filter.until_ns = ns;
         break;
       }
+      case 'e': pub = optarg; break;
       case 'h': bf_cli_usage(bf_cli_find("export"), stdout); return 0;
       default: return 2;
     }
@@ -79,14 +83,23 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("export needs --format (" KNOWN_FORMATS ")");
     return 2;
   }
+  int sealed = strcmp(format, "bifocal") == 0;
+  if ((sealed && !pub) || (!sealed && pub)) {
+    bf_cli_error("--format bifocal goes with --encrypt-to PUBKEY (see `bifocal keygen`)");
+    return 2;
+  }
   int fi = 0;
   while (formats[fi].name && strcmp(formats[fi].name, format) != 0) fi++;
-  if (!formats[fi].name) {
+  if (!sealed && !formats[fi].name) {
     bf_cli_error("unknown export format '%s' (known: " KNOWN_FORMATS ")", format);
     return 2;
   }
   if (!outp) {
     bf_cli_error("export needs -o FILE ('-' for stdout)");
+    return 2;
+  }
+  if (sealed && strcmp(outp, "-") == 0) {
+    bf_cli_error("a sealed export is binary: give -o FILE, not stdout");
     return 2;
   }
   if (optind < argc - 1) {
@@ -98,10 +111,20 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     return 2;
   }
   bf_store *s;
-  int rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
+  int rc = bf_cli_open_store(cli, sealed ? 0 : BF_STORE_READONLY, &s);
   if (rc) return rc;
   int64_t id;
   if ((rc = bf_cli_session_arg(cli, s, optind < argc ? argv[optind] : NULL, &id))) {
+    bf_store_close(s);
+    return rc;
+  }
+  if (sealed) {
+    bf_audit *au = NULL;
+    if (!(rc = bf_audit_begin(cli, s, "export", 0, &au))) {
+      rc = bf_share_export(s, id, pub, outp) < 0;
+      if (rc) bf_cli_error("%s", bf_store_errmsg(s));
+      bf_audit_end(au, rc ? bf_store_errmsg(s) : NULL, id);
+    }
     bf_store_close(s);
     return rc;
   }

@@ -1,4 +1,5 @@
 /* cmd_replay.c — `bifocal replay ID --view V [...]`. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>

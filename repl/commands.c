@@ -18,6 +18,10 @@ BF_DECL(calibrate)
 BF_DECL(demo)
 BF_DECL(run)
 BF_DECL(correlate)
+BF_DECL(audit)
+BF_DECL(redact)
+BF_DECL(gc)
+BF_DECL(keygen)
 #undef BF_DECL
 
 const bf_cmd bf_cmds[] = {
@@ -26,6 +30,14 @@ const bf_cmd bf_cmds[] = {
      "import collapsed stacks (FlameGraph, py-spy raw, austin text)", NULL},
     {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N]", "show a view of a session", NULL},
     {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE [--thread T] [--since S] [--until S]", "write a session in another tool's format", NULL},
+    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE", "write a session in another tool's format", NULL},
+    {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key]",
+     "import collapsed stacks (FlameGraph, py-spy raw, austin text) or a sealed export", NULL},
+    {"replay", bf_cmd_replay,
+     "replay ID --view functions [--json] [--limit N] [--sort self|total] [--thread T]",
+     "show a view of a session", NULL},
+    {"export", bf_cmd_export, "export ID --format collapsed|bifocal [--encrypt-to PUBKEY] -o FILE",
+     "write a session in another tool's format, or sealed for one recipient", NULL},
     {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
     {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
     {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
@@ -36,6 +48,11 @@ const bf_cmd bf_cmds[] = {
     {"correlate", bf_cmd_correlate, "correlate SAMPLED TRACED [--json] [--limit N]", "join a sampled and a traced session per function", NULL},
     {"calibrate", bf_cmd_calibrate, "calibrate [--rate HZ] [--clock wall|cpu] [--json] [--label L] -- python script.py ARGS", "trace and sample the same run; report how far the estimates are from the truth", NULL},
     {"demo", bf_cmd_demo, "demo [--dir DIR] [--python PY] [--seconds S]", "the whole story on a bundled workload: sample, trace, correlate, gate, flame graph", NULL},
+    {"audit", bf_cmd_audit, "audit [--json]", "who attached to which process, when, and how it ended", NULL},
+    {"redact", bf_cmd_redact, "redact ID -o OUT.db [--keep PREFIX ...]",
+     "copy a session with file paths hashed and host/command line dropped", NULL},
+    {"gc", bf_cmd_gc, "gc [--force]", "delete expired sessions (--ttl) and reclaim the space", NULL},
+    {"keygen", bf_cmd_keygen, "keygen [-o NAME]", "make NAME.pub / NAME.key for encrypted sharing", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
