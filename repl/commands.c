@@ -26,11 +26,6 @@ BF_DECL(keygen)
 
 const bf_cmd bf_cmds[] = {
     {"sessions", bf_cmd_sessions, "sessions [--json]", "list sessions with their metadata", NULL},
-    {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key]",
-     "import collapsed stacks (FlameGraph, py-spy raw, austin text) or a sealed export", NULL},
-    {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N]", "show a view of a session", NULL},
-    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome|bifocal [--encrypt-to PUBKEY] -o FILE",
-     "write a session in another tool's format, or sealed for one recipient (bifocal)", NULL},
     {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key]", "import collapsed stacks (FlameGraph, py-spy raw, austin text) or a sealed export", NULL},
     {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N]", "show a view of a session", NULL},
     {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE [--thread T] [--since S] [--until S] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
