@@ -26,8 +26,7 @@ BF_DECL(keygen)
 
 const bf_cmd bf_cmds[] = {
     {"sessions", bf_cmd_sessions, "sessions [--json]", "list sessions with their metadata", NULL},
-    {"import", bf_cmd_import, "import FILE [--label L] [--ttl T]",
-     "import collapsed stacks (FlameGraph, py-spy raw, austin text)", NULL},
+    {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key]", "import collapsed stacks (FlameGraph, py-spy raw, austin text) or a sealed export", NULL},
     {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N]", "show a view of a session", NULL},
     {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE", "write a session in another tool's format", NULL},
     {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key]",
@@ -38,6 +37,8 @@ const bf_cmd bf_cmds[] = {
     {"export", bf_cmd_export, "export ID --format collapsed|bifocal [--encrypt-to PUBKEY] -o FILE",
      "write a session in another tool's format, or sealed for one recipient", NULL},
     {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--idle|--no-idle] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
+    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE [--thread T] [--since S] [--until S] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
+    {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
     {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
     {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
     {"live", bf_cmd_live, "live PID [--rate HZ]", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},

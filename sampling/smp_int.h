@@ -106,7 +106,7 @@ typedef struct smp_code {
   int checked_gen; /* sample in which fp was last checked */
   smp_line_range *ranges;
   size_t nranges;
-  struct smp_code *next; /* hash chain */
+  struct smp_code *next; /* hash chain (or the retired list) */
 } smp_code;
 
 /* Per-thread state kept between samples. */

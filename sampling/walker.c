@@ -452,7 +452,7 @@ static size_t code_hash(uint64_t a, size_t cap) {
   return (size_t)((a >> 4) * 0x9E3779B97F4A7C15ull >> 24) & (cap - 1);
 }
 
-/* Cached code object at addr, reading it on a miss. NULL + *err on garbage. */
+/* Cached code object at addr, or NULL. */
 static smp_code *code_find(bf_smp *h, uint64_t addr) {
   if (!h->code_tab) return NULL;
   for (smp_code *c = h->code_tab[code_hash(addr, h->code_cap)]; c; c = c->next)
@@ -460,7 +460,9 @@ static smp_code *code_find(bf_smp *h, uint64_t addr) {
   return NULL;
 }
 
-/* fp: the fingerprint read this sample (0 = not checked). */
+/* Cached code object at addr, reading it on a miss or when fp (the identity
+ * fingerprint read this sample; 0 = not checked) no longer matches: freed code
+ * objects' addresses get reused by new ones. NULL + *err on garbage. */
 static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
   if (!h->code_tab) {
     h->code_cap = 4096;
@@ -494,8 +496,8 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
   unsigned char co[512];
   size_t cl = (size_t)l->co_size;
   if (cl > sizeof co) cl = sizeof co;
-  int rc = smp_read(h, addr, co, cl);
-  if (rc < 0) {
+  int rc;
+  if ((rc = smp_read(h, addr, co, cl)) < 0) {
     *err = rc;
     return NULL;
   }
