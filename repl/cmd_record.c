@@ -40,6 +40,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       {"duration", required_argument, NULL, 'D'}, {"label", required_argument, NULL, 'l'},
       {"commit", required_argument, NULL, 'C'},   {"ttl", required_argument, NULL, 't'},
       {"subprocesses", no_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
+      {"idle", no_argument, NULL, 'i'},           {"no-idle", no_argument, NULL, 'I'},
       {"native", no_argument, NULL, 'n'},         {"native-threads", required_argument, NULL, 'N'},
       {NULL, 0, NULL, 0}};
   bf_smp_record_opts o = {0};
@@ -97,8 +98,10 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
         o.native = 1;
         o.native_threads = optarg;
         break;
+      case 'i': o.no_idle = 0; break;
+      case 'I': o.no_idle = 1; break;
       case 'h':
-        printf("usage: bifocal record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S]\n"
+        printf("usage: bifocal record [--clock wall|cpu] [--gil] [--idle|--no-idle] [--rate HZ] [--duration S]\n"
                "                      [--label L] [--commit SHA] [--ttl T] [--subprocesses]\n"
                "                      [--native] [--native-threads N|GLOB,...]\n"
                "                      (--pid PID | -- CMD [ARGS...])\n");

@@ -58,10 +58,13 @@ int bf_cli_open_store(bf_cli *cli, int flags, bf_store **out) {
     bf_cli_error("%s", msg ? msg : strerror(-rc));
     return 1;
   }
-  struct stat st; /* profiles reveal code layout: say so when others may write */
-  if (stat(cli->db_path, &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)))
+  struct stat st; /* profiles reveal code layout: say so (once) when others may write */
+  static int warned;
+  if (!warned && stat(cli->db_path, &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    warned = 1;
     bf_cli_warn("database '%s' is writable by group/others (mode %03o); chmod 600 it", cli->db_path,
                 (unsigned)(st.st_mode & 0777));
+  }
   return 0;
 }
 
@@ -143,6 +146,8 @@ int main(int argc, char **argv) {
     if (!seen_dashdash && (strcmp(a, "-d") == 0 || strcmp(a, "--db") == 0)) {
       if (i + 1 >= argc) {
         bf_cli_error("option %s needs a database path", a);
+        free(rest);
+        free(cmdline);
         return 2;
       }
       cli.db_path = argv[++i];
@@ -155,14 +160,20 @@ int main(int argc, char **argv) {
     if (!seen_cmd && !seen_dashdash) {
       if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
         print_help(stdout);
+        free(rest);
+        free(cmdline);
         return 0;
       }
       if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
         printf("bifocal %s\n", BF_VERSION);
+        free(rest);
+        free(cmdline);
         return 0;
       }
       if (a[0] == '-') {
         bf_cli_error("unknown option '%s' (try `bifocal --help`)", a);
+        free(rest);
+        free(cmdline);
         return 2;
       }
       seen_cmd = 1;

@@ -502,8 +502,15 @@ static int one_line(repl *r, char *line) {
   else if (!bf_cli_find(argv[0])) {
     bf_cli_error("unknown command '%s' (type `help`)", argv[0]);
     rc = 2;
-  } else
+  } else {
+    /* the audit trail records the REPL line, not just how the REPL started */
+    const char *started_as = r->cli->cmdline;
+    char *line = NULL;
+    if (asprintf(&line, "%s (repl) %s", started_as, p) >= 0) r->cli->cmdline = line;
     rc = bf_cli_dispatch(r->cli, argc, argv);
+    r->cli->cmdline = started_as;
+    free(line);
+  }
   free_argv(argc, argv);
   fflush(stdout);
   fflush(stderr);

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,25 +49,15 @@ int smp_elf_load(const char *path, smp_elf *e) {
     return -ENOEXEC;
   }
   e->size = (size_t)st.st_size;
-  e->data = malloc(e->size);
-  if (!e->data) {
-    close(fd);
-    return -ENOMEM;
-  }
-  size_t got = 0;
-  while (got < e->size) {
-    ssize_t r = pread(fd, e->data + got, e->size - got, (off_t)got);
-    if (r <= 0) {
-      if (r < 0 && errno == EINTR) continue;
-      break;
-    }
-    got += (size_t)r;
-  }
+  /* mapped, not read: only the pages holding headers and symbols are touched */
+  void *m = mmap(NULL, e->size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
-  if (got != e->size) {
-    smp_elf_free(e);
-    return -EIO;
+  if (m == MAP_FAILED) {
+    e->size = 0;
+    return -errno;
   }
+  e->data = m;
+  e->mapped = 1;
   int rc = check(e);
   if (rc < 0) smp_elf_free(e);
   return rc;
@@ -85,7 +76,11 @@ int smp_elf_from_buffer(const unsigned char *buf, size_t len, smp_elf *e) {
 
 void smp_elf_free(smp_elf *e) {
   if (!e) return;
-  free(e->data);
+  if (e->mapped && e->data)
+    munmap(e->data, e->size);
+  else
+    free(e->data);
+  e->mapped = 0;
   e->data = NULL;
   e->size = 0;
 }

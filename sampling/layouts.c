@@ -196,6 +196,15 @@ static void finish(smp_layout *l) {
   f = max_u64(f, l->fr_instr);
   f = max_u64(f, l->fr_owner);
   l->fr_read = f + 8;
+  uint64_t lo = l->co_firstlineno, hi = l->co_firstlineno + 4;
+  uint64_t fields[] = {l->co_filename, l->co_name, l->co_qualname, l->co_linetable};
+  for (size_t i = 0; i < 4; i++) {
+    if (!fields[i]) continue;
+    if (fields[i] < lo) lo = fields[i];
+    if (fields[i] + 8 > hi) hi = fields[i] + 8;
+  }
+  l->co_fp_lo = lo;
+  l->co_fp_len = hi - lo;
 }
 
 int smp_layout_builtin(int minor, smp_layout *out) {
@@ -214,8 +223,34 @@ static uint64_t rd64(const unsigned char *p) {
   return v;
 }
 
-/* Field at byte position pos of the blob (all fields are uint64). */
-#define DO(pos) rd64(blob + (pos))
+/* Positions (byte offsets inside _Py_DebugOffsets, every field a uint64) of
+ * the fields the sampler uses. 3.13 from its pycore_runtime.h; 3.14 from its
+ * pycore_debug_offsets.h (sections grew: threads_main, code generations,
+ * stackpointer/tlbc, set, gen, llist, debugger support). */
+typedef struct dpos {
+  size_t min_len;
+  size_t rt_size, rt_interp_head;
+  size_t is_size, is_next, is_threads_head, is_gc, is_gil_locked, is_gil_holder;
+  size_t ts_size, ts_next, ts_current_frame, ts_thread_id, ts_native_thread_id;
+  size_t fr_size, fr_previous, fr_executable, fr_instr_ptr, fr_owner;
+  size_t co_size, co_filename, co_name, co_qualname, co_linetable, co_firstlineno,
+      co_code_adaptive;
+  size_t ob_size, ob_type, tp_size, tp_name;
+  size_t by_size, by_ob_size, by_sval;
+  size_t un_size, un_state, un_length, un_ascii_size;
+  size_t gc_size, gc_collecting;
+  int tagged_executable;
+} dpos;
+
+static const dpos pos_313 = {
+    584, 24, 40, 48, 64, 72, 80, 136, 144, 152, 168, 184, 192, 200,
+    224, 232, 240, 248, 264, 272, 280, 288, 296, 304, 312, 344,
+    352, 360, 368, 376, 512, 520, 528, 536, 544, 552, 560, 568, 576, 0};
+
+static const dpos pos_314 = {
+    760, 24, 40, 48, 64, 72, 88, 144, 152, 176, 192, 208, 216, 224,
+    248, 256, 264, 272, 288, 312, 320, 328, 336, 344, 352, 384,
+    400, 408, 416, 424, 592, 600, 608, 616, 624, 632, 640, 648, 656, 1};
 
 /* offset off of a field of width w must lie within a section of size sz. */
 static int inside(uint64_t off, uint64_t w, uint64_t sz) { return sz <= (1u << 24) && off + w <= sz; }
@@ -227,8 +262,8 @@ int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_lay
     *msg = "_Py_DebugOffsets cookie 'xdebugpy' not found";
     return -EINVAL;
   }
-  uint64_t ver = DO(8);
-  *free_threaded = DO(16) != 0;
+  uint64_t ver = rd64(blob + 8);
+  *free_threaded = rd64(blob + 16) != 0;
   int minor = (int)((ver >> 16) & 0xff);
   if ((ver >> 24) != 3 || minor < 13) {
     *msg = "_Py_DebugOffsets version is not 3.13 or newer";
@@ -238,73 +273,79 @@ int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_lay
     *msg = "free-threaded (no-GIL) builds are not supported by the sampler yet";
     return -ENOTSUP;
   }
+  /* 3.15+ is tried with the 3.14 positions: the checks below refuse it if
+   * the sections moved */
+  const dpos *P = minor == 13 ? &pos_313 : &pos_314;
+  if (len < P->min_len) {
+    *msg = "_Py_DebugOffsets shorter than the layout of its version";
+    return -EINVAL;
+  }
+#define DO(f) rd64(blob + P->f)
   smp_layout l;
   memset(&l, 0, sizeof l);
   l.version_hex = (uint32_t)ver;
   l.lt_kind = SMP_LT_LOCATIONS;
-  if (minor == 13) {
-    if (len < 584) {
-      *msg = "_Py_DebugOffsets shorter than the 3.13 layout";
-      return -EINVAL;
-    }
-    uint64_t rt_size = DO(24), is_size = DO(48), ts_size = DO(152), fr_size = DO(224),
-             co_size = DO(272), ob_size = DO(352), tp_size = DO(368), by_size = DO(512),
-             un_size = DO(536), gc_size = DO(568);
-    l.rt_interp_head = DO(40);
-    l.is_next = DO(64);
-    l.is_tstate_head = DO(72);
-    l.is_gc_collecting = DO(80) + DO(576);
-    l.is_gil_locked = DO(136);
-    l.is_gil_holder = DO(144);
-    l.is_size = is_size;
-    l.ts_next = DO(168);
-    l.ts_frame = DO(184);
-    l.ts_thread_id = DO(192);
-    l.ts_native_thread_id = DO(200);
-    l.ts_size = ts_size;
-    l.fr_back = DO(232);
-    l.fr_code = DO(240);
-    l.fr_instr = DO(248);
-    l.fr_owner = DO(264);
-    l.fr_size = fr_size;
-    l.co_filename = DO(280);
-    l.co_name = DO(288);
-    l.co_qualname = DO(296);
-    l.co_linetable = DO(304);
-    l.co_firstlineno = DO(312);
-    l.co_code_adaptive = DO(344);
-    l.co_size = co_size;
-    l.ob_type = DO(360);
-    l.tp_name = DO(376);
-    l.bytes_size = DO(520);
-    l.bytes_sval = DO(528);
-    l.uni_state = DO(544);
-    l.uni_length = DO(552);
-    l.uni_ascii_size = DO(560);
-    l.uni_compact_size = l.uni_ascii_size + 16; /* + utf8_length + utf8 */
-    int good = inside(l.rt_interp_head, 8, rt_size) && inside(l.is_next, 8, is_size) &&
-               inside(l.is_tstate_head, 8, is_size) && inside(DO(80), gc_size, is_size) &&
-               inside(DO(576), 4, gc_size) && inside(l.is_gil_locked, 4, is_size) &&
-               inside(l.is_gil_holder, 8, is_size) && inside(l.ts_next, 8, ts_size) &&
-               inside(l.ts_frame, 8, ts_size) && inside(l.ts_thread_id, 8, ts_size) &&
-               inside(l.ts_native_thread_id, 8, ts_size) && inside(l.fr_back, 8, fr_size) &&
-               inside(l.fr_code, 8, fr_size) && inside(l.fr_instr, 8, fr_size) &&
-               inside(l.fr_owner, 1, fr_size) && inside(l.co_filename, 8, co_size) &&
-               inside(l.co_name, 8, co_size) && inside(l.co_qualname, 8, co_size) &&
-               inside(l.co_linetable, 8, co_size) && inside(l.co_firstlineno, 4, co_size) &&
-               l.co_code_adaptive <= co_size && l.co_code_adaptive >= 8 &&
-               inside(l.ob_type, 8, ob_size) && inside(l.tp_name, 8, tp_size) &&
-               inside(l.bytes_size, 8, by_size) && l.bytes_sval <= by_size &&
-               inside(l.uni_state, 4, un_size) && inside(l.uni_length, 8, un_size) &&
-               l.uni_ascii_size <= un_size + 64 && l.uni_ascii_size >= 16 &&
-               fr_size <= 4096 && ts_size <= 65536;
-    if (!good) {
-      *msg = "_Py_DebugOffsets has an offset outside its section size";
-      return -EINVAL;
-    }
-  } else {
-    *msg = "Python 3.14+ debug offsets layout not known to this build";
-    return -ENOTSUP;
+  l.executable_tagged = P->tagged_executable;
+  uint64_t rt_size = DO(rt_size), is_size = DO(is_size), ts_size = DO(ts_size),
+           fr_size = DO(fr_size), co_size = DO(co_size), ob_size = DO(ob_size),
+           tp_size = DO(tp_size), by_size = DO(by_size), un_size = DO(un_size),
+           gc_size = DO(gc_size);
+  uint64_t gc_off = DO(is_gc), gc_coll = DO(gc_collecting);
+  l.rt_interp_head = DO(rt_interp_head);
+  l.is_next = DO(is_next);
+  l.is_tstate_head = DO(is_threads_head);
+  l.is_gc_collecting = gc_off + gc_coll;
+  l.is_gil_locked = DO(is_gil_locked);
+  l.is_gil_holder = DO(is_gil_holder);
+  l.is_size = is_size;
+  l.ts_next = DO(ts_next);
+  l.ts_frame = DO(ts_current_frame);
+  l.ts_thread_id = DO(ts_thread_id);
+  l.ts_native_thread_id = DO(ts_native_thread_id);
+  l.ts_size = ts_size;
+  l.fr_back = DO(fr_previous);
+  l.fr_code = DO(fr_executable);
+  l.fr_instr = DO(fr_instr_ptr);
+  l.fr_owner = DO(fr_owner);
+  l.fr_size = fr_size;
+  l.co_filename = DO(co_filename);
+  l.co_name = DO(co_name);
+  l.co_qualname = DO(co_qualname);
+  l.co_linetable = DO(co_linetable);
+  l.co_firstlineno = DO(co_firstlineno);
+  l.co_code_adaptive = DO(co_code_adaptive);
+  l.co_size = co_size;
+  l.ob_type = DO(ob_type);
+  l.tp_name = DO(tp_name);
+  l.bytes_size = DO(by_ob_size);
+  l.bytes_sval = DO(by_sval);
+  l.uni_state = DO(un_state);
+  l.uni_length = DO(un_length);
+  l.uni_ascii_size = DO(un_ascii_size);
+  l.uni_compact_size = l.uni_ascii_size + 16; /* + utf8_length + utf8 */
+#undef DO
+  int good = inside(l.rt_interp_head, 8, rt_size) && inside(l.is_next, 8, is_size) &&
+             inside(l.is_tstate_head, 8, is_size) && inside(gc_off, gc_size, is_size) &&
+             inside(gc_coll, 4, gc_size) && inside(l.is_gil_locked, 4, is_size) &&
+             inside(l.is_gil_holder, 8, is_size) && inside(l.ts_next, 8, ts_size) &&
+             inside(l.ts_frame, 8, ts_size) && inside(l.ts_thread_id, 8, ts_size) &&
+             inside(l.ts_native_thread_id, 8, ts_size) && inside(l.fr_back, 8, fr_size) &&
+             inside(l.fr_code, 8, fr_size) && inside(l.fr_instr, 8, fr_size) &&
+             inside(l.fr_owner, 1, fr_size) && inside(l.co_filename, 8, co_size) &&
+             inside(l.co_name, 8, co_size) && inside(l.co_qualname, 8, co_size) &&
+             inside(l.co_linetable, 8, co_size) && inside(l.co_firstlineno, 4, co_size) &&
+             l.co_code_adaptive <= co_size && l.co_code_adaptive >= 8 &&
+             inside(l.ob_type, 8, ob_size) && inside(l.tp_name, 8, tp_size) &&
+             inside(l.bytes_size, 8, by_size) && l.bytes_sval <= by_size &&
+             inside(l.uni_state, 4, un_size) && inside(l.uni_length, 8, un_size) &&
+             l.uni_ascii_size <= un_size + 64 && l.uni_ascii_size >= 16 &&
+             l.uni_compact_size <= 128 && co_size <= 4096 && fr_size <= 4096 &&
+             ts_size <= 65536 && l.is_tstate_head != l.is_next && l.fr_back != l.fr_code;
+  if (!good) {
+    *msg = minor > 14 ? "_Py_DebugOffsets of this Python version has a layout this build does "
+                        "not know (3.15+ is unverified)"
+                      : "_Py_DebugOffsets has an offset outside its section size";
+    return minor > 14 ? -ENOTSUP : -EINVAL;
   }
   finish(&l);
   *out = l;

@@ -72,6 +72,7 @@ typedef struct target {
   bf_session_info info;
   char command[1024], host[256], commit[64], version[32];
   int64_t samples, missed, invalid, ticks;
+  int invalid_run; /* consecutive invalid samples */
   int64_t start_mono;
   int64_t start_cpu_ns; /* profiler CPU when the session began */
   int exited;
@@ -230,7 +231,7 @@ static rec_thread *rec_thread_get(target *t, int64_t tid) {
  * frames did not change. OUT: *stack_id. */
 static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64_t *stack_id) {
   if (r->last_stack_id >= 0 && r->last_n == th->nframes &&
-      memcmp(r->last_frames, th->frames, th->nframes * sizeof *th->frames) == 0) {
+      (!th->nframes || memcmp(r->last_frames, th->frames, th->nframes * sizeof *th->frames) == 0)) {
     *stack_id = r->last_stack_id;
     return 0;
   }
@@ -288,8 +289,19 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   if (rc < 0) {
     if (rc == -ENOMEM) return rc;
     t->invalid++;
+    /* a run of torn samples: the process may have exec'd; look again */
+    if (++t->invalid_run >= 64) {
+      t->invalid_run = 0;
+      for (size_t i = 0; i < t->nthreads; i++) {
+        t->threads[i].last_stack_id = -1;
+        t->threads[i].last_n = 0;
+      }
+      rc = bf_smp_attach(t->h, t->pid);
+      if (rc == -ESRCH) return rc;
+    }
     return 0;
   }
+  t->invalid_run = 0;
   t->ticks++;
   t->gen++;
   int64_t ts = now - t->start_mono;
@@ -299,6 +311,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     if (!r) return -ENOMEM;
     int64_t weight = interval_ns;
     uint32_t flags = th[i].flags;
+    if (o->no_idle && !o->clock_cpu && (flags & BF_SMP_IDLE)) continue; /* cpu: never charged */
     if (!r->store_thread_id) {
       rc = bf_store_intern_thread(st, t->session_id, tid, th[i].name, &r->store_thread_id);
       if (rc < 0) return rc;
@@ -564,7 +577,8 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     if (now - last_progress > 250000000) {
       last_progress = now;
       /* never hold the database's write lock for long (a tracer may share it) */
-      if (bf_store_checkpoint(st) < 0) {
+      if ((rc = bf_store_checkpoint(st)) < 0) {
+        seterr(h, rc, "%s", bf_store_errmsg(st));
         fatal = 1;
         break;
       }

@@ -106,6 +106,7 @@ typedef struct bf_smp_record_opts {
   char *const *argv;       /* launch mode: command to run (NULL-terminated) */
   int clock_cpu;           /* 0 wall, 1 cpu */
   int gil_only;
+  int no_idle;             /* wall clock: leave out threads found idle */
   double rate_hz;          /* 1 .. 1e6 */
   double duration_s;       /* 0 = until exit / interrupt */
   const char *label;

@@ -48,6 +48,9 @@ typedef struct smp_layout {
   uint64_t uni_length, uni_state, uni_ascii_size, uni_compact_size;
   /* bytes of each hot struct actually needed (max used offset + field) */
   uint64_t ts_read, fr_read;
+  /* window of a code object read every sample to check a cached entry still
+   * describes what lives at that address (fingerprint fields) */
+  uint64_t co_fp_lo, co_fp_len;
 } smp_layout;
 
 /* Vendored layout for 3.minor (3.8-3.12). OUT: *out. -ENOTSUP if none. */
@@ -80,6 +83,7 @@ typedef struct smp_elf {
   unsigned char *data; /* whole file, owned */
   size_t size;
   uint64_t load_vaddr; /* lowest PT_LOAD p_vaddr, page-aligned down */
+  int mapped;          /* data is an mmap of the file */
 } smp_elf;
 
 /* Load a file (bounded to 512 MiB). Returns 0 or -errno. */
@@ -99,13 +103,11 @@ int smp_elf_find_version(const smp_elf *e, const char *prefix, char *buf, size_t
 typedef struct smp_code {
   bf_smp_code pub;
   uint64_t addr;
+  uint64_t fp; /* fingerprint of the code object's identity fields */
+  int checked_gen; /* sample in which fp was last checked */
   smp_line_range *ranges;
   size_t nranges;
   struct smp_code *next; /* hash chain (or the retired list) */
-  /* Fingerprint to notice a freed code object whose address was reused by
-   * another one: checked again every SMP_CODE_RECHECK_NS. */
-  uint64_t fp_filename, fp_name, fp_linetable;
-  int64_t checked_ns;
 } smp_code;
 
 /* Per-thread state kept between samples. */
@@ -168,7 +170,8 @@ struct bf_smp {
   /* code cache */
   smp_code **code_tab;
   size_t code_cap, ncode;
-  smp_code *retired; /* stale entries: kept (callers may hold pointers) until free */
+  smp_code *retired; /* replaced entries: callers may still hold their pub */
+  size_t nretired;
   /* output */
   bf_smp_thread *threads;
   size_t nthreads, cap_threads;
@@ -178,6 +181,7 @@ struct bf_smp {
   size_t nslots, cap_slots;
   int gen;
   int64_t now_ns; /* monotonic time of the current sample */
+  int walk_steps, code_misses; /* this sample's work, bounded */
 };
 
 /* Remote reads (remote.c). smp_read: one region, exact length, into dst.
@@ -205,6 +209,8 @@ void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr);
 #define SMP_MAX_DEPTH 512
 #define SMP_MAX_THREADS 4096
 #define SMP_MAX_INTERPS 64
+#define SMP_MAX_STEPS (1 << 16)      /* frames + threads visited per sample */
+#define SMP_MAX_CODE_MISSES 4096     /* new code objects read per sample */
 #define SMP_MAX_STR 4096
 #define SMP_MAX_LINETABLE (1u << 20)
 

@@ -49,30 +49,57 @@ static void slot_close(smp_tslot *s) {
   s->stat_fd = s->sched_fd = -1;
 }
 
-static void code_free_chain(smp_code *c) {
-  while (c) {
-    smp_code *n = c->next;
-    free((char *)c->pub.filename);
-    free((char *)c->pub.qualname);
-    free(c->ranges);
-    free(c);
-    c = n;
-  }
+static void code_free(smp_code *c) {
+  free((char *)c->pub.filename);
+  free((char *)c->pub.qualname);
+  free(c->ranges);
+  free(c);
 }
 
+static void retired_clear(bf_smp *h) {
+  while (h->retired) {
+    smp_code *n = h->retired->next;
+    code_free(h->retired);
+    h->retired = n;
+  }
+  h->nretired = 0;
+}
+
+/* Identity of a code object from the fingerprint window (see smp_layout). */
+static uint64_t code_fp(const smp_layout *l, const unsigned char *w) {
+  uint64_t v, h = 0x9E3779B97F4A7C15ull;
+  uint64_t fields[] = {l->co_filename, l->co_name, l->co_qualname, l->co_linetable};
+  for (size_t i = 0; i < 4; i++) {
+    if (!fields[i] && i == 2) continue;
+    memcpy(&v, w + (fields[i] - l->co_fp_lo), 8);
+    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+  }
+  uint32_t fl;
+  memcpy(&fl, w + (l->co_firstlineno - l->co_fp_lo), 4);
+  return (h ^ fl) * 0x94D049BB133111EBull;
+}
+
+/* Empty the cache. Entries are retired, not freed: callers may hold their
+ * bf_smp_code until bf_smp_free (see sampler.h). */
 static void code_cache_clear(bf_smp *h) {
   for (size_t i = 0; i < h->code_cap; i++) {
-    code_free_chain(h->code_tab[i]);
+    smp_code *c = h->code_tab[i];
+    while (c) {
+      smp_code *n = c->next;
+      c->next = h->retired;
+      h->retired = c;
+      h->nretired++;
+      c = n;
+    }
     h->code_tab[i] = NULL;
   }
-  code_free_chain(h->retired);
-  h->retired = NULL;
   h->ncode = 0;
 }
 
 void bf_smp_free(bf_smp *h) {
   if (!h) return;
   code_cache_clear(h);
+  retired_clear(h);
   free(h->code_tab);
   for (size_t i = 0; i < h->nslots; i++) slot_close(&h->slots[i]);
   free(h->slots);
@@ -235,6 +262,12 @@ static void calibrate_pthread(bf_smp *h, uint64_t pthread_addr) {
 int bf_smp_attach(bf_smp *h, int pid) {
   smp_elf elf = {0};
   int rc;
+  /* a re-attach (e.g. the process exec'd) starts from a clean slate */
+  if (h->code_tab) code_cache_clear(h);
+  for (size_t i = 0; i < h->nslots; i++) slot_close(&h->slots[i]);
+  h->nslots = 0;
+  h->interp_head = 0;
+  h->pthread_tid_off = -1;
   h->pid = pid;
   h->readv = pvm_readv;
   h->readv_ud = (void *)(intptr_t)pid;
@@ -340,6 +373,10 @@ int bf_smp_attach(bf_smp *h, int pid) {
     const char *msg;
     rc = smp_layout_from_debug_offsets(blob, want, &h->lay, &free_threaded, &msg);
     if (free_threaded || ft) h->build = debug ? "free-threaded-debug" : "free-threaded";
+    /* no cookie yet: the loader may not have mapped libpython's data yet */
+    if (rc == -EINVAL && memcmp(blob, "xdebugpy", 8) != 0)
+      return seterr(h, -EAGAIN, "Python %s runtime of process %d not initialised yet (%s)",
+                    h->version, pid, msg);
     if (rc < 0) return seterr(h, -ENOTSUP, "Python %s (%s): %s", h->version, h->build, msg);
   }
   /* the runtime must be initialised: an interpreter with a thread */
@@ -411,15 +448,22 @@ static int read_str(bf_smp *h, uint64_t addr, char **out) {
   return 0;
 }
 
-/* How long a cached code object is trusted before its identity is re-read. */
-#define SMP_CODE_RECHECK_NS 20000000
-
 static size_t code_hash(uint64_t a, size_t cap) {
   return (size_t)((a >> 4) * 0x9E3779B97F4A7C15ull >> 24) & (cap - 1);
 }
 
-/* Cached code object at addr, reading it on a miss. NULL + *err on garbage. */
-static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
+/* Cached code object at addr, or NULL. */
+static smp_code *code_find(bf_smp *h, uint64_t addr) {
+  if (!h->code_tab) return NULL;
+  for (smp_code *c = h->code_tab[code_hash(addr, h->code_cap)]; c; c = c->next)
+    if (c->addr == addr) return c;
+  return NULL;
+}
+
+/* Cached code object at addr, reading it on a miss or when fp (the identity
+ * fingerprint read this sample; 0 = not checked) no longer matches: freed code
+ * objects' addresses get reused by new ones. NULL + *err on garbage. */
+static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
   if (!h->code_tab) {
     h->code_cap = 4096;
     h->code_tab = calloc(h->code_cap, sizeof *h->code_tab);
@@ -429,38 +473,31 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
     }
   }
   size_t b = code_hash(addr, h->code_cap);
+  for (smp_code **pc = &h->code_tab[b]; *pc; pc = &(*pc)->next) {
+    smp_code *c = *pc;
+    if (c->addr != addr) continue;
+    if (!fp || c->fp == fp) return c;
+    /* another code object now lives at this address (the old one was
+     * freed): retire the entry, callers may still hold its strings */
+    *pc = c->next;
+    h->ncode--;
+    c->next = h->retired;
+    h->retired = c;
+    h->nretired++;
+    break;
+  }
+  if (++h->code_misses > SMP_MAX_CODE_MISSES) {
+    *err = -EIO; /* this many new code objects in one sample: garbage */
+    return NULL;
+  }
+  /* a bound on distinct code objects: past it start over */
+  if (h->ncode > 200000) code_cache_clear(h);
   const smp_layout *l = &h->lay;
   unsigned char co[512];
   size_t cl = (size_t)l->co_size;
   if (cl > sizeof co) cl = sizeof co;
-  int have_co = 0, rc;
-  for (smp_code **pc = &h->code_tab[b]; *pc; pc = &(*pc)->next) {
-    smp_code *c = *pc;
-    if (c->addr != addr) continue;
-    if (h->now_ns - c->checked_ns < SMP_CODE_RECHECK_NS) return c;
-    /* Code objects die (a module body after import, a -c string) and their
-     * memory is reused by new ones: re-read the identity fields now and then. */
-    if ((rc = smp_read(h, addr, co, cl)) < 0) {
-      *err = rc;
-      return NULL;
-    }
-    have_co = 1;
-    if (rd64(co + l->co_filename) == c->fp_filename &&
-        rd64(co + (l->co_qualname ? l->co_qualname : l->co_name)) == c->fp_name &&
-        rd64(co + l->co_linetable) == c->fp_linetable &&
-        (int32_t)rd32(co + l->co_firstlineno) == (int32_t)c->pub.firstlineno) {
-      c->checked_ns = h->now_ns;
-      return c;
-    }
-    *pc = c->next; /* stale: retire it (pointers to it stay valid) and read anew */
-    c->next = h->retired;
-    h->retired = c;
-    h->ncode--;
-    break;
-  }
-  /* a bound on distinct code objects: past it start over */
-  if (h->ncode > 200000) code_cache_clear(h);
-  if (!have_co && (rc = smp_read(h, addr, co, cl)) < 0) {
+  int rc;
+  if ((rc = smp_read(h, addr, co, cl)) < 0) {
     *err = rc;
     return NULL;
   }
@@ -474,6 +511,7 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
     return NULL;
   }
   c->addr = addr;
+  if (l->co_fp_lo + l->co_fp_len <= cl) c->fp = code_fp(l, co + l->co_fp_lo);
   char *fn = NULL, *qn = NULL;
   uint64_t qaddr = rd64(co + (l->co_qualname ? l->co_qualname : l->co_name));
   if ((rc = read_str(h, rd64(co + l->co_filename), &fn)) < 0 || (rc = read_str(h, qaddr, &qn)) < 0) {
@@ -485,10 +523,6 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
   c->pub.filename = fn;
   c->pub.qualname = qn;
   c->pub.firstlineno = (int32_t)rd32(co + l->co_firstlineno);
-  c->fp_filename = rd64(co + l->co_filename);
-  c->fp_name = qaddr;
-  c->fp_linetable = rd64(co + l->co_linetable);
-  c->checked_ns = h->now_ns;
   /* line table: a bytes object */
   uint64_t lt = rd64(co + l->co_linetable);
   unsigned char bh[64];
@@ -641,20 +675,29 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
   int err = 0;
   size_t first = h->nframes;
   for (int depth = 0; fa && depth < SMP_MAX_DEPTH; depth++) {
+    /* garbage memory can look like endless chains: bound a sample's work */
+    if (++h->walk_steps > SMP_MAX_STEPS) return -EIO;
     const unsigned char *fb = smp_read_hot(h, fa, (size_t)l->fr_read, &err);
     if (!fb) return err;
     uint64_t code = rd64(fb + l->fr_code), back = rd64(fb + l->fr_back);
     uint64_t instr = l->instr_is_lasti ? rd32(fb + l->fr_instr) : rd64(fb + l->fr_instr);
     int owner = l->fr_owner ? fb[l->fr_owner] : 0;
     if (back == fa) return -EIO;
-    if (l->executable_tagged) code &= ~(uint64_t)3;
+    if (l->executable_tagged) code &= ~(uint64_t)7; /* _PyStackRef tag bits */
     if (owner >= 3) { /* C-stack shim / interpreter-owned: no Python code */
       /* native.c: the frame below a C-stack shim (owner 3) began its eval call */
       if (owner == 3 && h->nframes > first) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY;
       fa = back;
       continue;
     }
-    smp_code *c = code_get(h, code, &err);
+    /* check each code object's identity once per sample (recursion repeats it) */
+    smp_code *c = code_find(h, code);
+    if (!c || c->checked_gen != h->gen) {
+      const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
+      if (!cw) return err == -EINVAL ? -EIO : err;
+      c = code_get(h, code, code_fp(l, cw), &err);
+      if (c) c->checked_gen = h->gen;
+    }
     if (!c) {
       if (err == -EINVAL && l->version_hex >= 0x030D0000) { /* non-code executable */
         fa = back;
@@ -676,7 +719,9 @@ int smp_walk(bf_smp *h, unsigned want) {
   int err = 0;
   h->gen++;
   h->nthreads = h->nframes = 0;
-  {
+  h->walk_steps = 0;
+  h->code_misses = 0;
+  if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     h->now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
@@ -732,6 +777,7 @@ int smp_walk(bf_smp *h, unsigned want) {
       gil_locked = rd32(p) != 0;
     }
     for (int nt = 0; ts && nt < SMP_MAX_THREADS; nt++) {
+      if (++h->walk_steps > SMP_MAX_STEPS) return -EIO;
       const unsigned char *tb = smp_read_hot(h, ts, (size_t)l->ts_read, &err);
       if (!tb) return err;
       uint64_t next = rd64(tb + l->ts_next);
@@ -786,6 +832,10 @@ int smp_walk(bf_smp *h, unsigned want) {
       int rc = walk_frames(h, fa);
       if (rc < 0) return rc;
       t->nframes = h->nframes - first;
+      if (!t->nframes && !tid) { /* a thread state whose OS thread has not started */
+        h->nthreads--;
+        continue;
+      }
       t->frames = (const bf_smp_frame *)(uintptr_t)first; /* fixed up below */
       if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) thread_status(h, slot, want, t);
     }

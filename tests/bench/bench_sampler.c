@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +33,14 @@ static int64_t mono(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* This process's CPU time (user + system). */
+static int64_t cpu_ns(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
+         ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -88,6 +97,7 @@ int main(int argc, char **argv) {
   for (int mode = 0; mode < 2; mode++) {
     unsigned want = mode ? BF_SMP_WANT_STATE : 0;
     uint64_t calls0 = bf_smp_read_calls(h);
+    int64_t cpu0 = cpu_ns();
     for (int i = 0; i < N; i++) {
       int64_t a = mono();
       rc = bf_smp_sample(h, want, &t, &n);
@@ -97,12 +107,14 @@ int main(int argc, char **argv) {
       else if (n)
         depth = t[0].nframes;
     }
+    double cpu_us = (double)(cpu_ns() - cpu0) / 1e3 / N;
     qsort(cost, N, sizeof cost[0], cmp_i64);
-    printf("python %s: per thread-sample (%s): median %.2f us, p90 %.2f us, p99 %.2f us; "
-           "depth %zu; %.2f process_vm_readv per sample; %d invalid of %d\n",
+    printf("python %s: per thread-sample (%s): median %.2f us, p90 %.2f us, p99 %.2f us "
+           "(wall); mean %.2f us CPU (user+sys, immune to preemption); depth %zu; "
+           "%.2f process_vm_readv per sample; %d invalid of %d\n",
            bf_smp_python_version(h), mode ? "stack + /proc state" : "stack only",
            (double)cost[N / 2] / 1e3, (double)cost[N * 9 / 10] / 1e3,
-           (double)cost[N * 99 / 100] / 1e3, depth,
+           (double)cost[N * 99 / 100] / 1e3, cpu_us, depth,
            (double)(bf_smp_read_calls(h) - calls0) / N, invalid, N);
     invalid = 0;
   }

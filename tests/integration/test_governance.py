@@ -325,3 +325,13 @@ def test_audit_rows_for_data_leaving_commands(tmp_path, db, keys):
     assert "exists" in rows[2]["outcome"]
     human = run(["audit"], db=db).stdout
     assert "redact" in human and "export" in human
+
+
+def test_audit_in_the_repl_records_the_line(tmp_path, db):
+    imp(db, write(tmp_path, "alice.txt", ALICE))
+    out = str(tmp_path / "r.db")
+    run([], db=db, input="redact 1 -o %s\n" % out)
+    assert os.path.exists(out)
+    rows = audit(db)
+    assert len(rows) == 1 and rows[0]["command"] == "redact"
+    assert rows[0]["argv"].endswith("(repl) redact 1 -o %s" % out)

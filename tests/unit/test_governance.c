@@ -8,11 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "check.h"
 #include "copy.h"
 #include "gc.h"
 #include "redact.h"
+#include "share.h"
 #include "store.h"
 
 static char dir[256];
@@ -298,6 +300,120 @@ static void test_gc_leaves_a_running_capture_alone(void) {
   integrity(path);
 }
 
+static unsigned char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc((size_t)len + 1);
+  *n = fread(b, 1, (size_t)len, f);
+  fclose(f);
+  return b;
+}
+
+static void spit(const char *path, const unsigned char *b, size_t n) {
+  FILE *f = fopen(path, "wb");
+  fwrite(b, 1, n, f);
+  fclose(f);
+}
+
+static size_t count_sessions(bf_store *s) {
+  bf_session_info **l = NULL;
+  size_t n = 0;
+  CHECK_EQ_INT(bf_store_session_list(s, &l, &n), 0);
+  for (size_t i = 0; i < n; i++) bf_session_info_free(l[i]);
+  free(l);
+  return n;
+}
+
+/* Anyone holding the public key can seal anything, so what comes out of the
+ * box is untrusted: mutate the inner header, the zlib stream and the database
+ * itself, re-seal each variant properly, and check that import either works
+ * or fails cleanly, leaving the target consistent. */
+static void test_sealed_content_is_untrusted(void) {
+  unsigned char pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES];
+  crypto_box_keypair(pk, sk);
+  char b64[128], line[200];
+  sodium_bin2base64(b64, sizeof b64, sk, sizeof sk, sodium_base64_VARIANT_ORIGINAL);
+  snprintf(line, sizeof line, "bifocal-key-1 %s\n", b64);
+  spit(tmp_path("k.key"), (unsigned char *)line, strlen(line));
+  sodium_bin2base64(b64, sizeof b64, pk, sizeof pk, sodium_base64_VARIANT_ORIGINAL);
+  bf_store *src, *dst;
+  const char *msg;
+  CHECK_EQ_INT(bf_store_open(tmp_path("fz_src.db"), BF_STORE_CREATE, &src, &msg), 0);
+  int64_t sid = fill(src, "fz", 0, "/a/b.py");
+  CHECK_EQ_INT(bf_share_export(src, sid, b64, tmp_path("fz.bfs")), 0);
+  bf_store_close(src);
+  size_t n = 0;
+  unsigned char *sealed = slurp(tmp_path("fz.bfs"), &n);
+  size_t hdr = BF_SHARE_MAGIC_LEN + 8, plen = n - hdr - crypto_box_SEALBYTES;
+  unsigned char *plain = malloc(plen);
+  CHECK(crypto_box_seal_open(plain, sealed + hdr, n - hdr, pk, sk) == 0);
+  uLongf dblen = 0;
+  for (int i = 0; i < 8; i++) dblen |= (uLongf)plain[8 + i] << (8 * i);
+  unsigned char *db = malloc(dblen);
+  uLongf got = dblen;
+  CHECK(uncompress(db, &got, plain + 16, (uLong)(plen - 16)) == Z_OK && got == dblen);
+  CHECK_EQ_INT(bf_store_open(tmp_path("fz_dst.db"), BF_STORE_CREATE, &dst, &msg), 0);
+  size_t base = count_sessions(dst);
+  int ok = 0, refused = 0;
+  uint32_t seed = 12345;
+  for (int round = 0; round < 300; round++) {
+    unsigned char *p2;
+    size_t p2len;
+    if (round < 60) { /* header and zlib stream */
+      p2len = plen;
+      p2 = malloc(p2len);
+      memcpy(p2, plain, plen);
+      for (int k = 0; k <= round % 3; k++) {
+        seed = seed * 1103515245u + 12345u;
+        p2[(seed >> 8) % (round < 20 ? 16 : p2len)] ^= (unsigned char)(1u << ((seed >> 4) % 8));
+      }
+    } else { /* the database bytes, recompressed */
+      unsigned char *d2 = malloc(dblen);
+      memcpy(d2, db, dblen);
+      for (int k = 0; k <= round % 4; k++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t at = (round % 2) ? (seed >> 8) % 100 : (seed >> 8) % dblen; /* header often */
+        d2[at] = (unsigned char)(seed >> 3);
+      }
+      uLongf zl = compressBound(dblen);
+      p2 = malloc(16 + zl);
+      memcpy(p2, plain, 16);
+      CHECK(compress2(p2 + 16, &zl, d2, dblen, 1) == Z_OK);
+      p2len = 16 + zl;
+      free(d2);
+    }
+    size_t outn = hdr + crypto_box_SEALBYTES + p2len;
+    unsigned char *o = malloc(outn);
+    memcpy(o, sealed, hdr);
+    crypto_box_seal(o + hdr, p2, p2len, pk);
+    spit(tmp_path("fz2.bfs"), o, outn);
+    int64_t nid = 0;
+    size_t before = count_sessions(dst);
+    int rc = bf_share_import(dst, tmp_path("fz2.bfs"), tmp_path("k.key"), NULL, &nid);
+    if (rc == 0) {
+      ok++;
+      CHECK_EQ_INT(count_sessions(dst), before + 1);
+    } else {
+      refused++;
+      CHECK(strstr(bf_store_errmsg(dst), "nothing imported") != NULL);
+      CHECK_EQ_INT(count_sessions(dst), before);
+    }
+    free(o);
+    free(p2);
+  }
+  fprintf(stderr, "sealed fuzz: %d imported, %d refused\n", ok, refused);
+  CHECK(refused > 0);
+  CHECK(count_sessions(dst) == base + (size_t)ok);
+  bf_store_close(dst);
+  integrity(tmp_path("fz_dst.db"));
+  free(db);
+  free(plain);
+  free(sealed);
+}
+
 int main(void) {
   if (sodium_init() < 0) return 1;
   snprintf(dir, sizeof dir, "/tmp/bf-gov-XXXXXX");
@@ -306,6 +422,7 @@ int main(void) {
   test_redacted_copy();
   test_copy_into_busy_store_and_gc();
   test_gc_leaves_a_running_capture_alone();
+  test_sealed_content_is_untrusted();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
