@@ -395,3 +395,31 @@ def test_one_tracer_at_a_time(python, db, tmp_path):
     finally:
         target.kill()
         target.wait()
+
+
+def test_job_control_stop_kept(python, db, tmp_path):
+    """SIGSTOP to a target being sampled keeps it stopped; SIGCONT resumes it."""
+    target = start(python, tmp_path, "k.py", KILLWORK, "2.5")
+    try:
+        e = dict(os.environ)
+        e.pop("BIFOCAL_DB", None)
+        prof = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--native", "--pid",
+                                 str(target.pid), "--duration", "3"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=e)
+        time.sleep(0.7)
+        os.kill(target.pid, signal.SIGSTOP)
+        time.sleep(0.5)
+        states = [l.split()[1] for tid in os.listdir("/proc/%d/task" % target.pid)
+                  for l in open("/proc/%d/task/%s/status" % (target.pid, tid))
+                  if l.startswith("State:")]
+        assert states and all(s in ("t", "T") for s in states), states
+        os.kill(target.pid, signal.SIGCONT)
+        out, err = prof.communicate(timeout=30)
+        assert prof.returncode == 0, err
+        assert traced_or_stopped(target.pid) == []
+        assert target.wait(timeout=30) == 3
+        assert target.stdout.read().strip() == "done"
+    finally:
+        if target.poll() is None:
+            target.kill()
+            target.wait()
