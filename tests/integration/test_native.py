@@ -61,7 +61,13 @@ __attribute__((noinline)) static PyObject *bfnat_spin(PyObject *self, PyObject *
   return PyFloat_FromDouble(bfnat_inner_loop(n));
 }
 
+__attribute__((noinline)) static PyObject *bfnat_call(PyObject *self, PyObject *f) {
+  (void)self;
+  return PyObject_CallObject(f, NULL); /* C calls back into Python */
+}
+
 static PyMethodDef methods[] = {{"spin", bfnat_spin, METH_O, "burn CPU in C"},
+                                {"call", bfnat_call, METH_O, "call f() from C"},
                                 {NULL, NULL, 0, NULL}};
 static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "bfnat", NULL, -1, methods};
 PyMODINIT_FUNC PyInit_bfnat(void) { return PyModule_Create(&mod); }
@@ -250,16 +256,7 @@ def test_zlib_frames_under_python(python, db, tmp_path):
 
 
 def test_extension_function_names(python, db, tmp_path):
-    inc = subprocess.run([python, "-c", "import sysconfig;print(sysconfig.get_paths()['include'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    suffix = subprocess.run([python, "-c",
-                             "import sysconfig;print(sysconfig.get_config_var('EXT_SUFFIX'))"],
-                            capture_output=True, text=True, check=True).stdout.strip()
-    if not os.path.exists(os.path.join(inc, "Python.h")):
-        pytest.skip("no Python.h for %s" % python)
-    src = write(tmp_path, "bfnat.c", EXT)
-    so = str(tmp_path / ("bfnat" + suffix))
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g0", "-I", inc, "-o", so, src], check=True)
+    so = build_ext(python, tmp_path)
     work = write(tmp_path, "ext.py", EXTWORK)
     r = run(["record", "--native", "--", python, work, "1.5", str(tmp_path)], db=db)
     sid = last_line_id(r)
@@ -276,6 +273,70 @@ def test_extension_function_names(python, db, tmp_path):
             assert ffile(below[bn.index("bfnat_inner_loop")]) == so
             hit += w
     assert total >= 25, total  # few only when the machine is very busy
+    assert hit >= MOST * total, (hit, total)
+
+
+REENTRY = '''\
+import os, sys, time, zlib
+sys.path.insert(0, sys.argv[2])
+import bfnat
+data = os.urandom(1 << 12) + bytes(1 << 16)
+
+def deeper_py():
+    zlib.compress(data, 9)
+
+def inner_py():
+    for i in range(4):
+        deeper_py()
+
+def outer_py(dur):
+    end = time.monotonic() + dur
+    while time.monotonic() < end:
+        bfnat.call(inner_py)
+
+outer_py(float(sys.argv[1]))
+'''
+
+
+def build_ext(python, tmp_path):
+    inc = subprocess.run([python, "-c", "import sysconfig;print(sysconfig.get_paths()['include'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    suffix = subprocess.run([python, "-c",
+                             "import sysconfig;print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    if not os.path.exists(os.path.join(inc, "Python.h")):
+        pytest.skip("no Python.h for %s" % python)
+    src = write(tmp_path, "bfnat.c", EXT)
+    so = str(tmp_path / ("bfnat" + suffix))
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g0", "-I", inc, "-o", so, src], check=True)
+    return so
+
+
+def test_python_c_python_reentry(python, db, tmp_path):
+    """Python -> C extension -> Python -> Python -> zlib: every eval-loop C
+    frame gets its own Python frames (3.11+: one eval call runs inner_py and
+    deeper_py together; the C call splits outer_py from them)."""
+    build_ext(python, tmp_path)
+    work = write(tmp_path, "re.py", REENTRY)
+    r = run(["record", "--native", "--", python, work, "2", str(tmp_path)], db=db)
+    total = hit = 0
+    for frames, w in collapsed(db, last_line_id(r), tmp_path):
+        names = [fname(f) for f in frames]
+        if "deeper_py" not in names:
+            continue
+        total += w
+        py = [x for x in names if x in ("<module>", "outer_py", "inner_py", "deeper_py")]
+        assert py == ["<module>", "outer_py", "inner_py", "deeper_py"], frames
+        if "bfnat_call" not in names:
+            continue  # unwind cut short: Python frames only, still in order
+        i = names.index
+        assert i("outer_py") < i("bfnat_call") < i("inner_py"), frames
+        # CPython's call machinery between Python frames is hidden
+        between = names[i("outer_py") + 1:i("inner_py")]
+        assert between == ["bfnat_call"], frames
+        if any(x.startswith("deflate") for x in names[i("deeper_py"):]):
+            hit += w
+    assert total >= 25, total
     assert hit >= MOST * total, (hit, total)
 
 
