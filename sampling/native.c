@@ -88,6 +88,7 @@ typedef struct nat_thread {
   char name[32];
   int stat_fd;       /* /proc/PID/task/TID/stat, -1 until opened */
   uint32_t run_state; /* BF_SMP_ON_CPU / BF_SMP_IDLE read just before the stop */
+  int64_t state_sample; /* the sample run_state was read for */
 } nat_thread;
 
 /* Stop figures of a thread that has gone (kept for the session's record). */
@@ -103,6 +104,7 @@ typedef struct nat_tname {
   int tid;
   char name[32];
   int64_t read_ns, used_ns;
+  int stat_fd, sched_fd; /* -1 until opened */
 } nat_tname;
 
 /* One unwound C frame before merging. */
@@ -476,6 +478,7 @@ static nat_thread *thread_find(bf_smp_native *n, int tid) {
 static void read_run_state(bf_smp_native *n, nat_thread *t) {
   char buf[512];
   t->run_state = 0;
+  t->state_sample = n->samples;
   if (t->stat_fd < 0) {
     char p[96];
     snprintf(p, sizeof p, "/proc/%d/task/%d/stat", n->pid, t->tid);
@@ -697,39 +700,66 @@ static int parse_filter(bf_smp_native *n, const char *spec) {
   return 0;
 }
 
-/* A thread's OS name (/proc comm), re-read at most every NAT_NAME_NS: a
- * thread may name itself after it started. */
+/* Per-tid /proc state of every Python thread (seized or not): its name
+ * and open stat/schedstat files. Entries not used for a while are dropped. */
 #define NAT_NAME_NS 500000000LL
-static const char *thread_name(bf_smp_native *n, int tid) {
+static nat_tname *tinfo(bf_smp_native *n, int tid) {
   int64_t now = mono_ns();
   size_t i;
   for (i = 0; i < n->nnames; i++)
     if (n->names[i].tid == tid) break;
   if (i == n->nnames) {
-    /* forget names of threads gone (not asked for in a while) */
     size_t o = 0;
-    for (size_t k = 0; k < n->nnames; k++)
-      if (now - n->names[k].used_ns < 10 * NAT_NAME_NS) n->names[o++] = n->names[k];
+    for (size_t k = 0; k < n->nnames; k++) {
+      if (now - n->names[k].used_ns < 10 * NAT_NAME_NS) {
+        n->names[o++] = n->names[k];
+        continue;
+      }
+      if (n->names[k].stat_fd >= 0) close(n->names[k].stat_fd);
+      if (n->names[k].sched_fd >= 0) close(n->names[k].sched_fd);
+    }
     n->nnames = o;
     if (grow((void **)&n->names, &n->cap_names, n->nnames + 1, sizeof *n->names) < 0) return NULL;
     i = n->nnames++;
     memset(&n->names[i], 0, sizeof n->names[i]);
     n->names[i].tid = tid;
+    n->names[i].stat_fd = n->names[i].sched_fd = -1;
   }
-  nat_tname *e = &n->names[i];
-  e->used_ns = now;
-  if (!e->read_ns || now - e->read_ns > NAT_NAME_NS) {
+  n->names[i].used_ns = now;
+  return &n->names[i];
+}
+
+/* pread a /proc/PID/task/TID file through a cached fd. */
+static ssize_t proc_read(bf_smp_native *n, int tid, int *fd, const char *what, char *buf,
+                         size_t len) {
+  if (*fd < 0) {
     char p[96];
-    snprintf(p, sizeof p, "/proc/%d/task/%d/comm", n->pid, tid);
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    snprintf(p, sizeof p, "/proc/%d/task/%d/%s", n->pid, tid, what);
+    if ((*fd = open(p, O_RDONLY | O_CLOEXEC)) < 0) return -1;
+  }
+  ssize_t k = pread(*fd, buf, len - 1, 0);
+  buf[k > 0 ? k : 0] = 0;
+  return k;
+}
+
+static uint32_t stat_state(const char *buf) {
+  const char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ' || !p[2]) return 0;
+  return p[2] == 'R' ? BF_SMP_ON_CPU : BF_SMP_IDLE;
+}
+
+/* A thread's OS name (/proc comm), re-read at most every NAT_NAME_NS: a
+ * thread may name itself after it started. */
+static const char *thread_name(bf_smp_native *n, int tid) {
+  nat_tname *e = tinfo(n, tid);
+  if (!e) return NULL;
+  if (!e->read_ns || e->used_ns - e->read_ns > NAT_NAME_NS) {
+    int fd = -1;
     e->name[0] = 0;
-    if (fd >= 0) {
-      ssize_t k = read(fd, e->name, sizeof e->name - 1);
-      e->name[k > 0 ? k : 0] = 0;
+    if (proc_read(n, tid, &fd, "comm", e->name, sizeof e->name) > 0)
       e->name[strcspn(e->name, "\n")] = 0;
-      close(fd);
-    }
-    e->read_ns = now;
+    if (fd >= 0) close(fd);
+    e->read_ns = e->used_ns;
   }
   return e->name;
 }
@@ -905,6 +935,10 @@ void bf_smp_native_free(bf_smp_native *n) {
   free(n->ftids);
   free(n->retired);
   free(n->pages);
+  for (size_t i = 0; i < n->nnames; i++) {
+    if (n->names[i].stat_fd >= 0) close(n->names[i].stat_fd);
+    if (n->names[i].sched_fd >= 0) close(n->names[i].sched_fd);
+  }
   free(n->names);
   if (n->mask_set) {
     sigset_t chld;
@@ -1165,7 +1199,9 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
   /* threads still not stopped (waiting for a CPU, or in uninterruptible
    * sleep) get no C frames this time; their stop is resumed when it comes */
   /* the Python frames, read while the chosen threads stand still */
-  rc = intr ? -EINTR : bf_smp_sample(n->h, want, &pt, &npt);
+  /* (thread state and CPU time come from /proc afterwards, not in here) */
+  unsigned walk_want = want & ~(unsigned)(BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME);
+  rc = intr ? -EINTR : bf_smp_sample(n->h, walk_want, &pt, &npt);
   for (size_t i = 0; i < n->nth; i++) resume(n, &n->th[i]);
   reap_events(n); /* stops that came in after the deadline: resume them now */
   if (rc < 0) {
@@ -1191,8 +1227,20 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
       const char *nm = thread_name(n, t->tid); /* fresh: threads rename themselves */
       snprintf(t->name, sizeof t->name, "%s", nm && *nm ? nm : pt[i].name ? pt[i].name : "");
     }
-    if (t && t->stops && (want & BF_SMP_WANT_STATE) && t->run_state)
-      o->flags = (o->flags & ~(uint32_t)(BF_SMP_ON_CPU | BF_SMP_IDLE)) | t->run_state;
+    /* state: as it was before the stop for the threads stopped now */
+    nat_tname *ti = (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) && pt[i].native_tid > 0
+                        ? tinfo(n, (int)pt[i].native_tid)
+                        : NULL;
+    char buf[512];
+    if (want & BF_SMP_WANT_STATE) {
+      if (t && t->state_sample == n->samples && t->run_state)
+        o->flags |= t->run_state;
+      else if (ti && proc_read(n, ti->tid, &ti->stat_fd, "stat", buf, sizeof buf) > 0)
+        o->flags |= stat_state(buf);
+    }
+    if ((want & BF_SMP_WANT_CPU_TIME) && ti &&
+        proc_read(n, ti->tid, &ti->sched_fd, "schedstat", buf, sizeof buf) > 0)
+      o->cpu_ns = strtoll(buf, NULL, 10);
     if (nc) {
       rc = merge(n, pt[i].frames, pt[i].nframes, nc);
       if (rc == 0) o->flags |= BF_SMP_NATIVE;

@@ -317,7 +317,7 @@ def test_python_c_python_reentry(python, db, tmp_path):
     frame gets its own Python frames (3.11+: one eval call runs inner_py and
     deeper_py together; the C call splits outer_py from them)."""
     build_ext(python, tmp_path)
-    work = write(tmp_path, "re.py", REENTRY)
+    work = write(tmp_path, "reentry_work.py", REENTRY)
     r = run(["record", "--native", "--", python, work, "2", str(tmp_path)], db=db)
     total = hit = 0
     for frames, w in collapsed(db, last_line_id(r), tmp_path):
