@@ -85,9 +85,9 @@ def main():
     py = a.python or pythons.discover()[-1]["path"]
     print("bench_native: %s, %s Hz, %.1fs runs x %d, %d CPUs, load %.1f, bifocal nice %d" %
           (py, a.rate, a.seconds, a.runs, os.cpu_count(), os.getloadavg()[0], a.nice))
-    print("%8s %10s %10s %10s %10s %9s %9s %9s %9s" % (
-        "threads", "stop p50", "stop p99", "stop max", "intr p50", "stops/s", "late", "slowdown",
-        "unwound"))
+    print("%8s %10s %10s %10s %10s %9s %8s %9s %9s %9s" % (
+        "threads", "stop p50", "stop p99", "stop max", "intr p50", "stops/s", "stopped",
+        "late", "slowdown", "unwound"))
     with tempfile.TemporaryDirectory() as d:
         script = os.path.join(d, "work.py")
         with open(script, "w") as f:
@@ -106,16 +106,19 @@ def main():
             figs.sort(key=lambda f: f[1]["stop_p50_ns"])
             s, nat = figs[len(figs) // 2]
             slow = 100.0 * (1 - statistics.median(samp) / statistics.median(base))
-            print("%8d %10s %10s %10s %10s %9.0f %9d %8.1f%% %9s" % (
+            # share of each thread's time spent stopped (main thread + nt workers)
+            stopped = 100.0 * nat["stopped_ns"] / max(s["duration_ns"] * (nt + 1), 1)
+            print("%8d %10s %10s %10s %10s %9.0f %7.2f%% %9d %8.1f%% %9s" % (
                 nt, us(nat["stop_p50_ns"]), us(nat["stop_p99_ns"]), us(nat["stop_max_ns"]),
-                us(nat["interrupt_p50_ns"]), nat["stops"] / max(s["duration_s"], 1e-9),
+                us(nat["interrupt_p50_ns"]), nat["stops"] / max(s["duration_s"], 1e-9), stopped,
                 nat["late_stops"], slow,
                 "%d/%d" % (nat["stops"] - nat["unwind_failed"], nat["stops"])))
     print("stop: one thread in one sample, from its stop seen by waitpid to PTRACE_CONT (the\n"
           "chosen threads stand still together, at most 2 ms waiting for each other, while\n"
           "registers, stack and the Python frames are read); intr: PTRACE_INTERRUPT to stop;\n"
-          "late: stops that came after that wait (no C frames that sample); slowdown: work the\n"
-          "target did in the same time, against unsampled runs (noise is a few %)")
+          "stopped: share of each thread's time spent stopped; late: stops that came after\n"
+          "that wait (no C frames that sample); slowdown: work the target did in the same\n"
+          "time against unsampled runs (noisy on a busy machine: repeat with --runs)")
 
 
 if __name__ == "__main__":
