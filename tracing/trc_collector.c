@@ -909,10 +909,16 @@ static void trc_backend_stop(ProfileObject *p) {
   if (p->focus_tool_id >= 0) trc_release_tool(p->focus_tool_id);
   p->tool_id = p->focus_tool_id = -1;
   p->focus_tool_on = 0;
-  /* DISABLEd locations would stay disabled for the next user of the id */
-  PyObject *r = trc_mon_call("restart_events", "()");
-  Py_XDECREF(r);
-  PyErr_Clear();
+  if (p->focus_glob) {
+    /* focus mode DISABLEd PY_START on unfocused code; those locations would
+     * stay disabled for the next user of the tool id */
+    PyObject *exc_type, *exc_val, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
+    PyObject *r = trc_mon_call("restart_events", "()");
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_Restore(exc_type, exc_val, exc_tb);
+  }
   Py_CLEAR(p->callbacks);
 }
 
