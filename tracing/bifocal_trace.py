@@ -180,8 +180,7 @@ def _main(argv=None):
     except BaseException as e:
         exc, outcome, exit_code = e, "exception", 1
     finally:
-        if prof.running:
-            prof._pause_thread(True)
+        if prof.running:  # run_code already stopped counting this thread
             _join_threads()
             prof.disable()
     extra = '"exit_code":%d,"outcome":"%s"' % (exit_code, outcome)

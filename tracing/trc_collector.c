@@ -1288,9 +1288,18 @@ static PyObject *Profile_run_code(ProfileObject *p, PyObject *args) {
   PyObject *code, *globals;
   if (!PyArg_ParseTuple(args, "O!O!:run_code", &PyCode_Type, &code, &PyDict_Type, &globals))
     return NULL;
-  if (!p->running && !Profile_enable(p, NULL)) return NULL;
-  Py_DECREF(Py_None);
+  if (!p->running) {
+    PyObject *r = Profile_enable(p, NULL);
+    if (!r) return NULL;
+    Py_DECREF(r);
+  }
   PyObject *r = PyEval_EvalCode(code, globals, globals);
+  /* whatever the caller does next (exception handling, joining threads) is
+   * bootstrap work, not the program: stop counting on this thread now */
+  if (p->running) {
+    trc_thread *t = trc_thread_get(p);
+    if (t) t->paused = 1;
+  }
   return r;
 }
 
@@ -1541,7 +1550,8 @@ static PyMethodDef Profile_methods[] = {
     {"write", (PyCFunction)(void (*)(void))Profile_write, METH_VARARGS | METH_KEYWORDS,
      "write(db, session=0, label=None, ...) -> session id: store a traced session."},
     {"run_code", (PyCFunction)Profile_run_code, METH_VARARGS,
-     "run_code(code, globals): enable, exec code, return (tracing stays enabled)."},
+     "run_code(code, globals): enable, exec code, return; tracing stays enabled for other\n"
+     "threads (the calling thread stops counting) until disable()."},
     {"_pause_thread", (PyCFunction)Profile_pause_thread, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
