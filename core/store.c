@@ -204,6 +204,8 @@ struct bf_store {
   int txn_depth; /* explicit bf_store_begin nesting */
   int txn_open;  /* a transaction is open (explicit or implicit) */
   int64_t uncommitted_samples;
+  int64_t txn_started_ns, last_flush_ns; /* monotonic */
+  unsigned add_counter;
   /* interning caches */
   str_slot *strs;
   size_t strs_cap, strs_len;
@@ -479,11 +481,20 @@ void bf_store_close(bf_store *s) {
 
 /* ---- transactions -------------------------------------------------------------- */
 
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static int ensure_txn(bf_store *s) {
   if (s->readonly) return bf_store_fail(s, -EACCES, "database '%s' is open read-only", s->path);
   if (s->txn_open) return 0;
   int rc = exec(s, "BEGIN IMMEDIATE");
-  if (rc == 0) s->txn_open = 1;
+  if (rc == 0) {
+    s->txn_open = 1;
+    s->txn_started_ns = mono_ns();
+  }
   return rc;
 }
 
@@ -1169,7 +1180,24 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
   if (b->n >= CHUNK_RECORDS) {
     int rc = write_chunk(s, b);
     if (rc) return rc;
-    return maybe_commit(s);
+    if ((rc = maybe_commit(s))) return rc;
+  }
+  /* A long capture must neither hold the write lock (other writers, e.g. a
+   * tracer sharing the file, wait on it) nor keep its samples only in memory:
+   * commit every 250 ms and write buffered chunks every second. */
+  if ((++s->add_counter & 63) == 0 && s->txn_depth == 0) {
+    int64_t now = mono_ns();
+    if (!s->last_flush_ns) s->last_flush_ns = now;
+    if (now - s->last_flush_ns > 1000000000LL) {
+      s->last_flush_ns = now;
+      return bf_store_flush(s);
+    }
+    if (s->txn_open && now - s->txn_started_ns > 250000000LL) {
+      int rc = exec(s, "COMMIT");
+      if (rc) return rc;
+      s->txn_open = 0;
+      s->uncommitted_samples = 0;
+    }
   }
   return 0;
 }

@@ -8,7 +8,15 @@ BF_DECL(sessions)
 BF_DECL(import)
 BF_DECL(replay)
 BF_DECL(export)
+BF_DECL(record)
+BF_DECL(dump)
+BF_DECL(top)
+BF_DECL(live)
 BF_DECL(trace)
+BF_DECL(calibrate)
+BF_DECL(demo)
+BF_DECL(run)
+BF_DECL(correlate)
 #undef BF_DECL
 
 const bf_cmd bf_cmds[] = {
@@ -19,7 +27,15 @@ const bf_cmd bf_cmds[] = {
      "replay ID --view functions [--json] [--limit N] [--sort self|total] [--thread T]",
      "show a view of a session", NULL},
     {"export", bf_cmd_export, "export ID --format collapsed -o FILE", "write a session in another tool's format", NULL},
+    {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
+    {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
+    {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
+    {"live", bf_cmd_live, "live PID [--rate HZ]", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},
     {"trace", bf_cmd_trace, "trace [--clock wall|cpu] [--focus GLOB] [--no-builtins] [--tool-id N] [--label L] [--ttl T] [--records N] -- python[3.X] (script.py | -m module | -c cmd) [ARGS]", "exact call counts, edges and call times of a Python run (prints the session id)", NULL},
+    {"run", bf_cmd_run, "run [--out DIR] [--unsafe] [--timeout S] SCRIPT.lua [ARGS]", "run a Lua check; exit 0 all checks held, 1 one failed, 2 script error", "Sandboxed by default: no os.execute, io.popen, package.loadlib or C modules, and files\nmay be written only under --out DIR. --unsafe lifts the sandbox. Ctrl-C or --timeout S\nstops a runaway script. A bare SCRIPT name is also looked up among the shipped scripts."},
+    {"correlate", bf_cmd_correlate, "correlate SAMPLED TRACED [--json] [--limit N]", "join a sampled and a traced session per function", NULL},
+    {"calibrate", bf_cmd_calibrate, "calibrate [--rate HZ] [--clock wall|cpu] [--json] [--label L] -- python script.py ARGS", "trace and sample the same run; report how far the estimates are from the truth", NULL},
+    {"demo", bf_cmd_demo, "demo [--dir DIR] [--python PY] [--seconds S]", "the whole story on a bundled workload: sample, trace, correlate, gate, flame graph", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -12,7 +12,7 @@
 #define BF_VERSION "0.0.0"
 #endif
 
-int bf_repl_main(bf_cli *cli) __attribute__((weak));
+int bf_repl_main(bf_cli *cli);
 
 static void print_help(FILE *f) {
   fprintf(f,
@@ -167,12 +167,7 @@ int main(int argc, char **argv) {
   int nrest = out - 1;
   int rc;
   if (nrest == 0) {
-    if (bf_repl_main) {
-      rc = bf_repl_main(&cli);
-    } else {
-      print_help(stdout);
-      rc = 0;
-    }
+    rc = bf_repl_main(&cli);
   } else {
     rc = bf_cli_dispatch(&cli, nrest, rest);
   }

@@ -1,0 +1,347 @@
+/* correlate.c — join a sampled and a traced session by function identity and
+ * derive the call rate both lenses imply; terminal and JSON output. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "correlate.h"
+#include "store_int.h"
+#include "util.h"
+
+static int cmp_dbl_idx(const void *a, const void *b, void *ctx) {
+  const double *v = ctx;
+  double x = v[*(const size_t *)a], y = v[*(const size_t *)b];
+  return (x > y) - (x < y);
+}
+
+/* Average ranks (1-based), ties share the mean rank. */
+static int ranks(const double *v, size_t n, double *out) {
+  size_t *idx = malloc(n * sizeof *idx);
+  if (!idx) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) idx[i] = i;
+  qsort_r(idx, n, sizeof *idx, cmp_dbl_idx, (void *)v);
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j + 1 < n && v[idx[j + 1]] == v[idx[i]]) j++;
+    double r = ((double)i + (double)j) / 2 + 1;
+    for (size_t k = i; k <= j; k++) out[idx[k]] = r;
+    i = j + 1;
+  }
+  free(idx);
+  return 0;
+}
+
+double bf_spearman(const double *x, const double *y, size_t n) {
+  if (n < 2) return NAN;
+  double *rx = malloc(n * sizeof *rx), *ry = malloc(n * sizeof *ry);
+  double res = NAN;
+  if (!rx || !ry || ranks(x, n, rx) || ranks(y, n, ry)) goto out;
+  /* Pearson on the ranks: correct with ties, unlike 1 - 6Σd²/(n(n²-1)). */
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < n; i++) {
+    mx += rx[i];
+    my += ry[i];
+  }
+  mx /= (double)n;
+  my /= (double)n;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < n; i++) {
+    sxy += (rx[i] - mx) * (ry[i] - my);
+    sxx += (rx[i] - mx) * (rx[i] - mx);
+    syy += (ry[i] - my) * (ry[i] - my);
+  }
+  if (sxx > 0 && syy > 0) res = sxy / sqrt(sxx * syy);
+out:
+  free(rx);
+  free(ry);
+  return res;
+}
+
+static int cmp_join(const void *a, const void *b) {
+  const bf_join_row *x = a, *y = b;
+  if (x->observed != y->observed) return x->observed ? -1 : 1;
+  if (x->observed) {
+    if (x->self_share != y->self_share) return x->self_share < y->self_share ? 1 : -1;
+    if (x->total_share != y->total_share) return x->total_share < y->total_share ? 1 : -1;
+  } else if (x->self_ns != y->self_ns) {
+    return x->self_ns < y->self_ns ? 1 : -1;
+  }
+  int c = strcmp(x->qualname, y->qualname);
+  return c ? c : strcmp(x->file, y->file);
+}
+
+static int is_kind(const bf_session_info *in, const char *k) { return in->kind && strcmp(in->kind, k) == 0; }
+
+int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join **out) {
+  *out = NULL;
+  bf_session_info *si = NULL, *ti = NULL;
+  bf_profile *sp = NULL, *tp = NULL;
+  bf_join *j = NULL;
+  bf_thread_ref *th = NULL;
+  size_t nth = 0;
+  double *xs = NULL, *ys = NULL;
+  int64_t *tidx = NULL;
+  int rc;
+  if ((rc = bf_store_session_get(s, sampled_id, &si)) || (rc = bf_store_session_get(s, traced_id, &ti))) goto out;
+  if (is_kind(si, "traced")) {
+    rc = bf_store_fail(s, -EINVAL, "session %lld is traced; give a sampled or imported session first",
+                       (long long)sampled_id);
+    goto out;
+  }
+  if (!is_kind(ti, "traced")) {
+    rc = bf_store_fail(s, -EINVAL, "session %lld is %s, not traced (see `bifocal sessions`)", (long long)traced_id,
+                       ti->kind ? ti->kind : "of unknown kind");
+    goto out;
+  }
+  if ((rc = bf_profile_functions(s, sampled_id, NULL, BF_SORT_SELF, &sp)) ||
+      (rc = bf_profile_functions(s, traced_id, NULL, BF_SORT_SELF, &tp)) ||
+      (rc = bf_store_threads(s, sampled_id, &th, &nth)))
+    goto out;
+  j = calloc(1, sizeof *j);
+  size_t cap = sp->n + tp->n;
+  if (!j || !(j->rows = calloc(cap ? cap : 1, sizeof *j->rows)) || !(xs = malloc((cap + 1) * sizeof *xs)) ||
+      !(ys = malloc((cap + 1) * sizeof *ys)) || !(tidx = malloc((tp->n + 1) * sizeof *tidx))) {
+    rc = bf_store_fail(s, -ENOMEM, "out of memory");
+    goto out;
+  }
+  j->sampled_id = sampled_id;
+  j->traced_id = traced_id;
+  j->sampled_samples = sp->total_samples;
+  j->sampled_duration_ns = si->duration_ns > 0 ? si->duration_ns : 0;
+  j->sampled_threads = (int64_t)nth;
+  j->traced_ns = tp->total_ns;
+  snprintf(j->clock_buf, sizeof j->clock_buf, "%s", si->clock ? si->clock : "wall");
+  j->clock = j->clock_buf;
+  int cpu = strcmp(j->clock, "cpu") == 0;
+  if (cpu && sp->total_weight > (double)sp->total_samples)
+    j->budget_ns = sp->total_weight; /* weights are CPU ns */
+  else if (is_kind(si, "sampled") && si->achieved_rate_hz > 0)
+    /* one sample per thread per tick: each stands for one tick interval of
+     * that thread's wall time, whatever the thread's lifetime */
+    j->budget_ns = (double)sp->total_samples * 1e9 / si->achieved_rate_hz;
+  else
+    j->budget_ns = (double)j->sampled_duration_ns * (double)(nth ? nth : 1);
+
+  /* function ids are interned once per database, so they are the identity */
+  bf_map3 tmap = {0};
+  for (size_t i = 0; i < tp->n; i++) {
+    tidx[i] = 0;
+    if (bf_map3_put(&tmap, tp->rows[i].function_id, 0, 0, (int64_t)i)) {
+      bf_map3_free(&tmap);
+      rc = bf_store_fail(s, -ENOMEM, "out of memory");
+      goto out;
+    }
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < sp->n; i++) {
+    const bf_func_row *r = &sp->rows[i];
+    bf_join_row *o = &j->rows[n++];
+    o->file = r->file;
+    o->qualname = r->qualname;
+    o->firstlineno = r->firstlineno;
+    o->observed = r->total_samples > 0 || r->total_weight > 0;
+    o->self_samples = r->self_samples;
+    o->total_samples = r->total_samples;
+    o->self_share = r->self_share;
+    o->total_share = r->total_share;
+    o->self_lo = r->self_lo;
+    o->self_hi = r->self_hi;
+    o->total_lo = r->total_lo;
+    o->total_hi = r->total_hi;
+    o->sampled_ns = r->total_share * j->budget_ns;
+    o->calls = o->primitive_calls = o->self_ns = o->total_ns = -1;
+    o->per_call_ns = o->calls_per_s = o->traced_self_share = NAN;
+    int64_t *hit = bf_map3_get(&tmap, r->function_id, 0, 0);
+    if (hit) {
+      const bf_func_row *t = &tp->rows[*hit];
+      tidx[*hit] = 1;
+      o->traced = 1;
+      o->calls = t->calls;
+      o->primitive_calls = t->primitive_calls;
+      o->self_ns = t->self_ns;
+      o->total_ns = t->total_ns;
+      o->traced_self_share = t->self_share;
+      int64_t pc = t->primitive_calls > 0 ? t->primitive_calls : t->calls;
+      if (pc > 0 && t->total_ns > 0) o->per_call_ns = (double)t->total_ns / (double)pc;
+      if (o->observed && isfinite(o->per_call_ns) && j->sampled_duration_ns > 0)
+        o->calls_per_s = (o->sampled_ns / o->per_call_ns) / ((double)j->sampled_duration_ns / 1e9);
+      if (o->observed) {
+        xs[j->n_both] = o->self_share;
+        ys[j->n_both] = (double)t->self_ns;
+        j->n_both++;
+      }
+    }
+  }
+  for (size_t i = 0; i < tp->n; i++) {
+    if (tidx[i]) continue;
+    const bf_func_row *t = &tp->rows[i];
+    bf_join_row *o = &j->rows[n++];
+    o->file = t->file;
+    o->qualname = t->qualname;
+    o->firstlineno = t->firstlineno;
+    o->observed = 0;
+    o->self_samples = o->total_samples = -1;
+    o->self_share = o->total_share = o->self_lo = o->self_hi = o->total_lo = o->total_hi = NAN;
+    o->sampled_ns = NAN;
+    o->traced = 1;
+    o->calls = t->calls;
+    o->primitive_calls = t->primitive_calls;
+    o->self_ns = t->self_ns;
+    o->total_ns = t->total_ns;
+    o->traced_self_share = t->self_share;
+    int64_t pc = t->primitive_calls > 0 ? t->primitive_calls : t->calls;
+    o->per_call_ns = pc > 0 && t->total_ns > 0 ? (double)t->total_ns / (double)pc : NAN;
+    o->calls_per_s = NAN;
+  }
+  bf_map3_free(&tmap);
+  j->n = n;
+  j->spearman = bf_spearman(xs, ys, j->n_both);
+  qsort(j->rows, j->n, sizeof *j->rows, cmp_join);
+  *out = j;
+  j = NULL;
+  rc = 0;
+out:
+  free(xs);
+  free(ys);
+  free(tidx);
+  bf_thread_refs_free(th, nth);
+  bf_profile_free(sp);
+  bf_profile_free(tp);
+  bf_session_info_free(si);
+  bf_session_info_free(ti);
+  bf_join_free(j);
+  return rc;
+}
+
+void bf_join_free(bf_join *j) {
+  if (!j) return;
+  free(j->rows);
+  free(j);
+}
+
+static void fmt_rate(double v, char *buf, size_t len) {
+  if (!isfinite(v))
+    snprintf(buf, len, "-");
+  else if (v >= 1e6)
+    snprintf(buf, len, "%.2fM/s", v / 1e6);
+  else if (v >= 1e3)
+    snprintf(buf, len, "%.1fk/s", v / 1e3);
+  else
+    snprintf(buf, len, "%.1f/s", v);
+}
+
+void bf_join_print(const bf_join *j, FILE *out, int limit, int color) {
+  const char *dim = color ? "\033[2m" : "", *rst = color ? "\033[0m" : "", *b = color ? "\033[1m" : "";
+  size_t lim = limit <= 0 || (size_t)limit > j->n ? j->n : (size_t)limit;
+  fprintf(out, "%ssampled %lld × traced %lld%s · %lld samples · %s clock · %zu functions in both", b,
+          (long long)j->sampled_id, (long long)j->traced_id, rst, (long long)j->sampled_samples, j->clock,
+          j->n_both);
+  if (isfinite(j->spearman))
+    fprintf(out, " · spearman %.3f\n", j->spearman);
+  else
+    fputs(" · spearman n/a\n", out);
+  fprintf(out, "%s%-6s %-13s %6s %7s %9s %9s %9s %9s  %s%s\n", dim, "SELF", " 95% CI", "TOTAL", "SAMPLES", "CALLS",
+          "PER CALL", "TR.SELF", "EST.RATE", "FUNCTION", rst);
+  for (size_t i = 0; i < lim; i++) {
+    const bf_join_row *r = &j->rows[i];
+    char self[16], ci[24], tot[16], smp[16], calls[24], pc[32], ts[32], rate[24];
+    if (r->observed) {
+      snprintf(self, sizeof self, "%5.1f%%", r->self_share * 100);
+      snprintf(ci, sizeof ci, "[%.1f-%.1f]", r->self_lo * 100, r->self_hi * 100);
+      snprintf(tot, sizeof tot, "%5.1f%%", r->total_share * 100);
+      snprintf(smp, sizeof smp, "%lld", (long long)r->self_samples);
+    } else {
+      snprintf(self, sizeof self, "%s", "n/o");
+      snprintf(ci, sizeof ci, "%s", "not observed");
+      snprintf(tot, sizeof tot, "%s", "-");
+      snprintf(smp, sizeof smp, "%s", "0");
+    }
+    if (r->traced) {
+      snprintf(calls, sizeof calls, "%lld", (long long)r->calls);
+      bf_fmt_ns(isfinite(r->per_call_ns) ? r->per_call_ns : -1, pc, sizeof pc);
+      bf_fmt_ns((double)r->self_ns, ts, sizeof ts);
+    } else {
+      snprintf(calls, sizeof calls, "%s", "untraced");
+      snprintf(pc, sizeof pc, "-");
+      snprintf(ts, sizeof ts, "-");
+    }
+    fmt_rate(r->calls_per_s, rate, sizeof rate);
+    fprintf(out, "%-6s %-13s %6s %7s %9s %9s %9s %9s  %s  %s:%lld\n", self, ci, tot, smp, calls, pc, ts, rate,
+            r->qualname, r->file, (long long)r->firstlineno);
+  }
+  if (lim < j->n) fprintf(out, "%s… %zu more (use --limit)%s\n", dim, j->n - lim, rst);
+}
+
+static void num_or_null(FILE *out, int ok, double v) {
+  if (ok)
+    bf_json_num(out, v);
+  else
+    fputs("null", out);
+}
+
+void bf_join_json(const bf_join *j, FILE *out) {
+  fprintf(out, "{\"sampled\":%lld,\"traced\":%lld,\"clock\":", (long long)j->sampled_id, (long long)j->traced_id);
+  bf_json_str(out, j->clock);
+  fprintf(out, ",\"samples\":%lld,\"sampled_duration_ns\":%lld,\"sampled_threads\":%lld,\"budget_ns\":",
+          (long long)j->sampled_samples, (long long)j->sampled_duration_ns, (long long)j->sampled_threads);
+  bf_json_num(out, j->budget_ns);
+  fprintf(out, ",\"traced_ns\":%lld,\"n_both\":%zu,\"spearman\":", (long long)j->traced_ns, j->n_both);
+  bf_json_num(out, j->spearman);
+  fputs(",\"functions\":[", out);
+  for (size_t i = 0; i < j->n; i++) {
+    const bf_join_row *r = &j->rows[i];
+    if (i) fputc(',', out);
+    fputs("{\"file\":", out);
+    bf_json_str(out, r->file);
+    fputs(",\"qualname\":", out);
+    bf_json_str(out, r->qualname);
+    fprintf(out, ",\"firstlineno\":%lld,\"observed\":%s,\"self_share\":", (long long)r->firstlineno,
+            r->observed ? "true" : "false");
+    int o = r->observed;
+    num_or_null(out, o, r->self_share);
+    fputs(",\"self_ci\":", out);
+    if (o) {
+      fputc('[', out);
+      bf_json_num(out, r->self_lo);
+      fputc(',', out);
+      bf_json_num(out, r->self_hi);
+      fputc(']', out);
+    } else {
+      fputs("null", out);
+    }
+    fputs(",\"total_share\":", out);
+    num_or_null(out, o, r->total_share);
+    fputs(",\"total_ci\":", out);
+    if (o) {
+      fputc('[', out);
+      bf_json_num(out, r->total_lo);
+      fputc(',', out);
+      bf_json_num(out, r->total_hi);
+      fputc(']', out);
+    } else {
+      fputs("null", out);
+    }
+    fputs(",\"self_samples\":", out);
+    num_or_null(out, r->self_samples >= 0, (double)r->self_samples);
+    fputs(",\"total_samples\":", out);
+    num_or_null(out, r->total_samples >= 0, (double)r->total_samples);
+    fputs(",\"sampled_ns\":", out);
+    num_or_null(out, o, r->sampled_ns);
+    fprintf(out, ",\"traced\":%s,\"calls\":", r->traced ? "true" : "false");
+    int t = r->traced;
+    num_or_null(out, t, (double)r->calls);
+    fputs(",\"primitive_calls\":", out);
+    num_or_null(out, t, (double)r->primitive_calls);
+    fputs(",\"self_ns\":", out);
+    num_or_null(out, t, (double)r->self_ns);
+    fputs(",\"total_ns\":", out);
+    num_or_null(out, t, (double)r->total_ns);
+    fputs(",\"per_call_ns\":", out);
+    bf_json_num(out, r->per_call_ns);
+    fputs(",\"calls_per_s\":", out);
+    bf_json_num(out, r->calls_per_s);
+    fputc('}', out);
+  }
+  fputs("]}\n", out);
+}

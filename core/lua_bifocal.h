@@ -1,0 +1,56 @@
+/* lua_bifocal.h — the embedded Lua 5.4 side of bifocal: the `bifocal` module
+ * (database, sessions, functions, samples, edges, call records, join,
+ * statistics, checks/verdict) and the interpreter setup shared by `bifocal run`
+ * and the REPL (sandbox, timeout, Ctrl-C). Follows lauxlib/liolib conventions:
+ * misuse raises, expected failure returns nil, message.
+ */
+#ifndef BF_LUA_BIFOCAL_H
+#define BF_LUA_BIFOCAL_H
+
+#include <stddef.h>
+
+#include <lua.h>
+
+typedef struct bf_lua_opts {
+  const char *db_path; /* database of bifocal.open() with no argument; borrowed, must outlive the state */
+  int sandbox;         /* 1: no os.execute/io.popen/package.loadlib/C modules/binary chunks/debug
+                          hooks; files may be written only under out_dir */
+  const char *out_dir; /* where a sandboxed script may write (NULL: nowhere); must exist */
+  double timeout_s;    /* stop a running chunk after this many seconds; 0 = never */
+} bf_lua_opts;
+
+/* Open the `bifocal` module (also used as luaL_requiref's openf). */
+int luaopen_bifocal(lua_State *L);
+
+/* A fresh interpreter with the standard libraries, `bifocal` as a global and
+ * the sandbox applied as o says. Returns NULL and writes a one-line reason to
+ * err on failure (out of memory, --out not a directory). Caller closes with
+ * lua_close. */
+lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen);
+
+/* Run a script file with arg[0] = path and arg[1..argc] = argv (also passed as
+ * `...`), then print the verdict table when checks were made and not printed.
+ * Returns 0 when every check held, 1 when one failed, 2 on a script error.
+ * OUT: *errmsg on 2, one line "file:line: message" (caller frees). */
+int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg);
+
+/* Load and run one chunk of source (chunkname e.g. "=repl"); when print_results
+ * is set, the chunk is first tried as "return CHUNK" and its values printed.
+ * Returns 0 ok, 1 incomplete chunk (ends at <eof>: read more and call again),
+ * 2 error. OUT: *errmsg on 2 (caller frees). */
+int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, char **errmsg);
+
+/* Where `bifocal run NAME` finds a script: NAME itself when readable or when it
+ * has a '/', else $BIFOCAL_SCRIPTS/NAME, the installed scripts directory, then
+ * the source tree's scripts/. OUT: buf (the path to use, possibly NAME). */
+const char *bf_lua_find_script(const char *name, char *buf, size_t len);
+
+/* Call fn with the name of every shipped script (NAME.lua) in the directories
+ * bf_lua_find_script searches (a name may repeat across directories). */
+void bf_lua_script_names(void (*fn)(void *ud, const char *name), void *ud);
+
+/* Async-signal-safe: make the running chunk fail at its next instruction
+ * check with "interrupted". bf_lua_exec/bf_lua_run_file clear it on entry. */
+void bf_lua_interrupt(void);
+
+#endif

@@ -1,0 +1,161 @@
+/* cmd_record.c — `bifocal record (--pid PID | -- CMD ...)`: sample a live or
+ * launched Python process into a new session; the session id is the last
+ * line of stdout. SIGINT/SIGTERM stop the capture and finalise the session.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "sampler.h"
+#include "util.h"
+
+int bf_smp_cli_pid(const char *arg, int *pid);
+
+static volatile int stop_flag;
+static void on_signal(int sig) {
+  (void)sig;
+  stop_flag = 1;
+}
+
+static void progress(void *ud, const bf_smp_progress *p) {
+  (void)ud;
+  fprintf(stderr, "\r\033[Krecording: %.1fs  %lld samples  %.0f Hz  %lld missed  %lld invalid",
+          p->elapsed_s, (long long)p->samples, p->achieved_rate_hz, (long long)p->missed,
+          (long long)p->invalid);
+  fflush(stderr);
+}
+
+int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {
+      {"pid", required_argument, NULL, 'p'},      {"clock", required_argument, NULL, 'c'},
+      {"gil", no_argument, NULL, 'g'},            {"rate", required_argument, NULL, 'r'},
+      {"duration", required_argument, NULL, 'D'}, {"label", required_argument, NULL, 'l'},
+      {"commit", required_argument, NULL, 'C'},   {"ttl", required_argument, NULL, 't'},
+      {"subprocesses", no_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  bf_smp_record_opts o = {0};
+  o.rate_hz = 1000;
+  int c, pid = 0;
+  int64_t ns;
+  char *end;
+  while ((c = getopt_long(argc, argv, "+p:h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'p':
+        if (bf_smp_cli_pid(optarg, &pid)) return 2;
+        break;
+      case 'c':
+        if (strcmp(optarg, "wall") == 0) {
+          o.clock_cpu = 0;
+        } else if (strcmp(optarg, "cpu") == 0) {
+          o.clock_cpu = 1;
+        } else {
+          bf_cli_error("bad --clock '%s' (use wall or cpu)", optarg);
+          return 2;
+        }
+        break;
+      case 'g': o.gil_only = 1; break;
+      case 'r':
+        errno = 0;
+        o.rate_hz = strtod(optarg, &end);
+        if (errno || *end || !(o.rate_hz >= 1 && o.rate_hz <= 1e6)) {
+          bf_cli_error("bad --rate '%s' (a number of Hz from 1 to 1000000)", optarg);
+          return 2;
+        }
+        break;
+      case 'D':
+        if (bf_parse_duration_ns(optarg, &ns) < 0 || ns <= 0) {
+          bf_cli_error("bad --duration '%s' (use e.g. 10, 10s, 2m)", optarg);
+          return 2;
+        }
+        o.duration_s = (double)ns / 1e9;
+        break;
+      case 'l': o.label = optarg; break;
+      case 'C': o.commit = optarg; break;
+      case 't':
+        if (bf_parse_duration_ns(optarg, &o.ttl_ns) < 0 || o.ttl_ns <= 0) {
+          bf_cli_error("bad --ttl '%s' (use e.g. 90s, 30m, 12h, 7d)", optarg);
+          return 2;
+        }
+        break;
+      case 's': o.subprocesses = 1; break;
+      case 'h':
+        printf("usage: bifocal record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S]\n"
+               "                      [--label L] [--commit SHA] [--ttl T] [--subprocesses]\n"
+               "                      (--pid PID | -- CMD [ARGS...])\n");
+        return 0;
+      default: return 2;
+    }
+  }
+  char **cmd = argv + optind;
+  int ncmd = argc - optind;
+  if (pid && ncmd) {
+    bf_cli_error("give either --pid PID or -- CMD, not both");
+    return 2;
+  }
+  if (!pid && !ncmd) {
+    bf_cli_error("record needs --pid PID or -- CMD ... (see `bifocal help record`)");
+    return 2;
+  }
+  o.pid = pid;
+  o.argv = ncmd ? cmd : NULL;
+  bf_store *st;
+  int rc = bf_cli_open_store(cli, BF_STORE_CREATE, &st);
+  if (rc) return rc;
+  bf_smp *h = bf_smp_new();
+  if (!h) {
+    bf_store_close(st);
+    bf_cli_error("out of memory");
+    return 1;
+  }
+  stop_flag = 0;
+  struct sigaction sa, old_int, old_term;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  o.stop = &stop_flag;
+  int tty = isatty(2) && cli->stdout_tty;
+  if (tty) o.progress = progress;
+  int64_t sid = 0;
+  int wst = -1;
+  rc = bf_smp_record(h, st, &o, &sid, &wst);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (tty) fputs("\r\033[K", stderr);
+  int status = 0;
+  if (rc < 0) {
+    bf_cli_error("%s", bf_smp_errmsg(h));
+    status = 1;
+  }
+  if (sid > 0) {
+    bf_session_info *in = NULL;
+    if (tty && bf_store_session_get(st, sid, &in) == 0) {
+      fprintf(stderr,
+              "session %lld: %s, %lld samples in %.2fs (%.0f Hz achieved of %.0f asked), "
+              "%lld missed, %lld invalid, profiler CPU %.2fs, Python %s\n",
+              (long long)sid, in->status ? in->status : "?", (long long)in->samples,
+              (double)in->duration_ns / 1e9, in->achieved_rate_hz, in->rate_hz,
+              (long long)in->missed, (long long)in->invalid, (double)in->profiler_cpu_ns / 1e9,
+              in->python_version ? in->python_version : "?");
+      bf_session_info_free(in);
+    }
+  }
+  bf_smp_free(h);
+  bf_store_close(st);
+  if (sid > 0) {
+    printf("%lld\n", (long long)sid);
+    fflush(stdout);
+  }
+  if (!status && wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) != 0) {
+    bf_cli_warn("command exited with status %d", WEXITSTATUS(wst));
+    status = WEXITSTATUS(wst);
+  }
+  return status;
+}

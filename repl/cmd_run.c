@@ -1,0 +1,77 @@
+/* cmd_run.c — `bifocal run SCRIPT.lua [ARGS]`: a Lua check whose exit status is
+ * the verdict (0 every check held, 1 one failed, 2 script error). */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lua.h>
+
+#include "cli.h"
+#include "lua_bifocal.h"
+
+static void on_sigint(int sig) {
+  (void)sig;
+  bf_lua_interrupt();
+}
+
+int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
+                                       {"unsafe", no_argument, NULL, 'u'},
+                                       {"timeout", required_argument, NULL, 't'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  bf_lua_opts lo = {.db_path = cli->db_path, .sandbox = 1};
+  int c;
+  /* "+": options stop at the script name; what follows belongs to the script */
+  while ((c = getopt_long(argc, argv, "+o:ut:h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'o': lo.out_dir = optarg; break;
+      case 'u': lo.sandbox = 0; break;
+      case 't': {
+        char *end;
+        errno = 0;
+        double v = strtod(optarg, &end);
+        if (errno || *end || !(v > 0) || v > 1e6) {
+          bf_cli_error("bad --timeout '%s' (seconds, e.g. 30 or 0.5)", optarg);
+          return 2;
+        }
+        lo.timeout_s = v;
+        break;
+      }
+      case 'h': bf_cli_usage(bf_cli_find("run"), stdout); return 0;
+      default: return 2;
+    }
+  }
+  if (optind >= argc) {
+    bf_cli_error("run needs a SCRIPT.lua (usage: bifocal run [--out DIR] [--unsafe] [--timeout S] SCRIPT.lua [ARGS])");
+    return 2;
+  }
+  char buf[PATH_MAX];
+  const char *script = bf_lua_find_script(argv[optind], buf, sizeof buf);
+  if (access(script, R_OK) != 0) {
+    bf_cli_error("cannot read script '%s': %s", argv[optind], strerror(errno));
+    return 2;
+  }
+  char err[PATH_MAX + 128];
+  lua_State *L = bf_lua_new(&lo, err, sizeof err);
+  if (!L) {
+    bf_cli_error("%s", err);
+    return 2;
+  }
+  struct sigaction sa = {0}, old;
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old);
+  char *msg = NULL;
+  int rc = bf_lua_run_file(L, script, argc - optind - 1, argv + optind + 1, &msg);
+  sigaction(SIGINT, &old, NULL);
+  lua_close(L);
+  fflush(stdout);
+  if (rc == 2) fprintf(stderr, "%s\n", msg ? msg : "script error");
+  free(msg);
+  return rc;
+}

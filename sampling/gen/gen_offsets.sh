@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Print the per-version offset tables vendored in sampling/layouts.c by
+# compiling offsets_gen.c against every pyenv CPython 3.8-3.12's headers.
+set -euo pipefail
+cd "$(dirname "$0")"
+root="${PYENV_ROOT:-$HOME/.pyenv}"
+for v in 3.8 3.9 3.10 3.11 3.12; do
+  d=$(ls -d "$root"/versions/$v.* | sort -V | tail -1)
+  inc="$d/include/python$v"
+  ${CC:-cc} -w -I"$inc" -o /tmp/bf_offsets_gen_$v offsets_gen.c
+  /tmp/bf_offsets_gen_$v
+  rm -f /tmp/bf_offsets_gen_$v
+done

@@ -1,0 +1,540 @@
+/* record.c — the sampling loop: launch or attach, tick at a jittered rate,
+ * walk every target's threads and append samples to a store session, then
+ * finalise the session's metadata (rates, totals, status) whatever happens.
+ * Per-sample work hits no SQLite: ids are cached on the code objects.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "smp_int.h"
+#include "store.h"
+
+#ifndef BF_VERSION
+#define BF_VERSION "0.0.0"
+#endif
+
+#define MAX_TARGETS 64
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t real_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int seterr(bf_smp *h, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int seterr(bf_smp *h, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(h->err, sizeof h->err, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* Per-thread memory between ticks: CPU clock and the last stack interned. */
+typedef struct rec_thread {
+  int64_t tid;
+  int64_t store_thread_id;
+  int64_t last_cpu_ns;
+  int64_t last_stack_id;
+  bf_smp_frame *last_frames;
+  size_t last_n, last_cap;
+  int gen;
+} rec_thread;
+
+typedef struct target {
+  bf_smp *h;
+  int pid;
+  int own;          /* h allocated here (subprocess) */
+  int64_t session_id;
+  bf_session_info info;
+  char command[1024], host[256], commit[64], version[32];
+  int64_t samples, missed, invalid, ticks;
+  int64_t start_mono;
+  int64_t start_cpu_ns; /* profiler CPU when the session began */
+  int exited;
+  rec_thread *threads;
+  size_t nthreads, cap_threads;
+  int gen;
+} target;
+
+/* Read a small /proc file. */
+static ssize_t read_file(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = 0, r;
+  while ((size_t)n < len - 1 && (r = read(fd, buf + n, len - 1 - (size_t)n)) > 0) n += r;
+  close(fd);
+  buf[n < 0 ? 0 : n] = 0;
+  return n;
+}
+
+static void proc_cmdline(int pid, char *out, size_t len) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+  ssize_t n = read_file(path, out, len);
+  if (n <= 0) {
+    out[0] = 0;
+    return;
+  }
+  for (ssize_t i = 0; i < n; i++)
+    if (out[i] == 0) out[i] = ' ';
+  while (n > 0 && out[n - 1] == ' ') out[--n] = 0;
+}
+
+/* `git rev-parse HEAD` in the target's working directory, if any. */
+static void git_commit(int pid, char *out, size_t len) {
+  char cwd_link[64], cwd[600];
+  out[0] = 0;
+  snprintf(cwd_link, sizeof cwd_link, "/proc/%d/cwd", pid);
+  ssize_t n = readlink(cwd_link, cwd, sizeof cwd - 1);
+  if (n <= 0) return;
+  cwd[n] = 0;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) return;
+  pid_t c = fork();
+  if (c < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return;
+  }
+  if (c == 0) {
+    dup2(fds[1], 1);
+    int nul = open("/dev/null", O_WRONLY);
+    if (nul >= 0) dup2(nul, 2);
+    execlp("git", "git", "-C", cwd, "rev-parse", "HEAD", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[128];
+  ssize_t got = 0, r;
+  while (got < (ssize_t)sizeof buf - 1 && (r = read(fds[0], buf + got, sizeof buf - 1 - (size_t)got)) > 0)
+    got += r;
+  close(fds[0]);
+  int st;
+  waitpid(c, &st, 0);
+  buf[got > 0 ? got : 0] = 0;
+  buf[strcspn(buf, "\n")] = 0;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && strlen(buf) >= 7 && strlen(buf) < len)
+    memcpy(out, buf, strlen(buf) + 1);
+}
+
+static int64_t profiler_cpu_ns(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) < 0) return 0;
+  return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
+         ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
+
+static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_record_opts *o,
+                         int64_t parent) {
+  bf_session_info *in = &t->info;
+  memset(in, 0, sizeof *in);
+  proc_cmdline(t->pid, t->command, sizeof t->command);
+  gethostname(t->host, sizeof t->host - 1);
+  if (o->commit)
+    snprintf(t->commit, sizeof t->commit, "%s", o->commit);
+  else
+    git_commit(t->pid, t->commit, sizeof t->commit);
+  snprintf(t->version, sizeof t->version, "%s", bf_smp_python_version(t->h));
+  in->kind = "sampled";
+  in->clock = o->clock_cpu ? "cpu" : "wall";
+  in->mode = o->gil_only ? "gil" : "all";
+  in->rate_hz = o->rate_hz;
+  in->start_ns = real_ns();
+  in->host = t->host;
+  in->pid = t->pid;
+  in->command = t->command[0] ? t->command : NULL;
+  in->python_version = t->version;
+  in->python_build = bf_smp_python_build(t->h);
+  in->profiler_version = BF_VERSION;
+  in->commit = t->commit[0] ? t->commit : NULL;
+  in->label = o->label;
+  in->status = "incomplete";
+  in->expires_at_ns = o->ttl_ns > 0 ? in->start_ns + o->ttl_ns : 0;
+  in->parent_id = parent;
+  int rc = bf_store_session_begin(st, in, &t->session_id);
+  if (rc < 0) return seterr(err_h, rc, "%s", bf_store_errmsg(st));
+  in->id = t->session_id;
+  rc = bf_store_flush(st);
+  if (rc < 0) return seterr(err_h, rc, "%s", bf_store_errmsg(st));
+  t->start_mono = mono_ns();
+  t->start_cpu_ns = profiler_cpu_ns();
+  return 0;
+}
+
+static int session_finish(bf_store *st, target *t, const char *status, int64_t end_mono,
+                          int64_t cpu_ns) {
+  bf_session_info *in = &t->info;
+  in->duration_ns = end_mono - t->start_mono;
+  in->samples = t->samples;
+  in->missed = t->missed;
+  in->invalid = t->invalid;
+  in->achieved_rate_hz = in->duration_ns > 0 ? (double)t->ticks * 1e9 / (double)in->duration_ns : 0;
+  in->profiler_cpu_ns = cpu_ns - t->start_cpu_ns;
+  in->status = status;
+  int rc = bf_store_flush(st);
+  int rc2 = bf_store_session_update(st, in);
+  int rc3 = bf_store_flush(st);
+  return rc < 0 ? rc : rc2 < 0 ? rc2 : rc3;
+}
+
+static rec_thread *rec_thread_get(target *t, int64_t tid) {
+  for (size_t i = 0; i < t->nthreads; i++)
+    if (t->threads[i].tid == tid) return &t->threads[i];
+  if (t->nthreads == t->cap_threads) {
+    size_t nc = t->cap_threads ? t->cap_threads * 2 : 8;
+    rec_thread *n = realloc(t->threads, nc * sizeof *n);
+    if (!n) return NULL;
+    t->threads = n;
+    t->cap_threads = nc;
+  }
+  rec_thread *r = &t->threads[t->nthreads++];
+  memset(r, 0, sizeof *r);
+  r->tid = tid;
+  r->last_cpu_ns = -1;
+  r->last_stack_id = -1;
+  return r;
+}
+
+/* Intern a thread's stack (outermost first), reusing the last one when the
+ * frames did not change. OUT: *stack_id. */
+static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64_t *stack_id) {
+  if (r->last_stack_id >= 0 && r->last_n == th->nframes &&
+      memcmp(r->last_frames, th->frames, th->nframes * sizeof *th->frames) == 0) {
+    *stack_id = r->last_stack_id;
+    return 0;
+  }
+  int64_t parent = 0;
+  int rc;
+  for (size_t k = th->nframes; k-- > 0;) {
+    bf_smp_code *c = (bf_smp_code *)th->frames[k].code;
+    if (!c->user_id) {
+      rc = bf_store_intern_function(st, c->filename, c->qualname, c->firstlineno, &c->user_id);
+      if (rc < 0) return rc;
+    }
+    int64_t fid, sid;
+    if ((rc = bf_store_intern_frame(st, c->user_id, th->frames[k].line, &fid)) < 0) return rc;
+    if ((rc = bf_store_intern_stack(st, parent, fid, &sid)) < 0) return rc;
+    parent = sid;
+  }
+  if (th->nframes > r->last_cap) {
+    bf_smp_frame *nf = realloc(r->last_frames, th->nframes * sizeof *nf);
+    if (!nf) {
+      r->last_stack_id = -1;
+      *stack_id = parent;
+      return 0;
+    }
+    r->last_frames = nf;
+    r->last_cap = th->nframes;
+  }
+  if (th->nframes) memcpy(r->last_frames, th->frames, th->nframes * sizeof *th->frames);
+  r->last_n = th->nframes;
+  r->last_stack_id = parent;
+  *stack_id = parent;
+  return 0;
+}
+
+/* One tick for one target. Returns 0, or -ESRCH when it is gone, or a fatal
+ * store error. */
+static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t now,
+                int64_t interval_ns) {
+  /* cpu clock: a thread's CPU time since the last tick is charged to the
+   * stack it is running *now*; a thread found sleeping is skipped, since its
+   * stack (a wait) is not where that CPU went. */
+  unsigned want = o->clock_cpu ? (BF_SMP_WANT_CPU_TIME | BF_SMP_WANT_STATE) : BF_SMP_WANT_STATE;
+  if (o->gil_only) want |= BF_SMP_WANT_GIL_ONLY;
+  const bf_smp_thread *th;
+  size_t n;
+  int rc = bf_smp_sample(t->h, want, &th, &n);
+  if (rc == -ESRCH) return rc;
+  if (rc < 0) {
+    if (rc == -ENOMEM) return rc;
+    t->invalid++;
+    return 0;
+  }
+  t->ticks++;
+  t->gen++;
+  int64_t ts = now - t->start_mono;
+  for (size_t i = 0; i < n; i++) {
+    int64_t tid = th[i].native_tid ? th[i].native_tid : (int64_t)th[i].thread_id;
+    rec_thread *r = rec_thread_get(t, tid);
+    if (!r) return -ENOMEM;
+    int64_t weight = interval_ns;
+    uint32_t flags = th[i].flags;
+    if (o->clock_cpu) {
+      int64_t cpu = th[i].cpu_ns;
+      int64_t d = (cpu >= 0 && r->last_cpu_ns >= 0) ? cpu - r->last_cpu_ns : 0;
+      if (cpu >= 0) r->last_cpu_ns = cpu;
+      if (d <= 0) continue; /* not on a CPU since the last tick */
+      if (flags & BF_SMP_IDLE) continue; /* ran, but sleeps now: stack unknown */
+      weight = d;
+      flags |= BF_SAMPLE_ON_CPU;
+    }
+    if (!r->store_thread_id) {
+      rc = bf_store_intern_thread(st, t->session_id, tid, th[i].name, &r->store_thread_id);
+      if (rc < 0) return rc;
+    }
+    int64_t stack_id;
+    if ((rc = intern_stack(st, r, &th[i], &stack_id)) < 0) return rc;
+    bf_sample s = {r->store_thread_id, stack_id, ts, flags, 1, weight};
+    if ((rc = bf_store_sample_add(st, t->session_id, &s)) < 0) return rc;
+    t->samples++;
+  }
+  return 0;
+}
+
+/* Python children of pid (direct and deeper), by scanning /proc. */
+static size_t children_of(int pid, int *out, size_t max) {
+  char path[64], buf[256];
+  size_t n = 0;
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
+  if (read_file(path, buf, sizeof buf) <= 0) return 0;
+  char *p = buf;
+  while (*p && n < max) {
+    char *end;
+    long c = strtol(p, &end, 10);
+    if (end == p) break;
+    out[n++] = (int)c;
+    p = end;
+    while (*p == ' ') p++;
+  }
+  return n;
+}
+
+/* Sleep until deadline (monotonic ns). Below ~200 us per tick a sleep's
+ * wake-up latency is as long as the interval, so high rates spin the rest. */
+static void wait_until(int64_t deadline, int64_t interval) {
+  int64_t now = mono_ns();
+  if (interval >= 200000) {
+    struct timespec ts = {deadline / 1000000000, deadline % 1000000000};
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL); /* EINTR: check stop */
+    return;
+  }
+  if (deadline - now > 150000) {
+    int64_t wake = deadline - 80000;
+    struct timespec ts = {wake / 1000000000, wake % 1000000000};
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+  }
+  while (mono_ns() < deadline) {
+  }
+}
+
+static uint64_t xorshift(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x;
+}
+
+/* Launch argv; returns the child pid or a negative errno (message on h). */
+static int launch(bf_smp *h, char *const *argv) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) return seterr(h, -errno, "pipe: %s", strerror(errno));
+  pid_t c = fork();
+  if (c < 0) return seterr(h, -errno, "fork: %s", strerror(errno));
+  if (c == 0) {
+    close(fds[0]);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    execvp(argv[0], argv);
+    int e = errno;
+    if (write(fds[1], &e, sizeof e) < 0) _exit(127);
+    _exit(127);
+  }
+  close(fds[1]);
+  int e = 0;
+  ssize_t r = read(fds[0], &e, sizeof e);
+  close(fds[0]);
+  if (r == (ssize_t)sizeof e) {
+    waitpid(c, NULL, 0);
+    return seterr(h, -e, "cannot run '%s': %s", argv[0], strerror(e));
+  }
+  return c;
+}
+
+int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t *session_id,
+                  int *exit_status) {
+  int rc = 0;
+  int launched = 0, child_status = -1, child_reaped = 0;
+  target tg[MAX_TARGETS];
+  size_t ntg = 0;
+  memset(tg, 0, sizeof tg);
+  *exit_status = -1;
+  *session_id = 0;
+  if (!(o->rate_hz >= 1 && o->rate_hz <= 1e6))
+    return seterr(h, -EINVAL, "rate must be between 1 and 1000000 Hz");
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  int pid = o->pid;
+  if (o->argv && o->argv[0]) {
+    pid = launch(h, o->argv);
+    if (pid < 0) return pid;
+    launched = 1;
+    /* wait for the interpreter to be initialised: shims may exec first */
+    int64_t give_up = mono_ns() + 15 * 1000000000LL;
+    for (;;) {
+      rc = bf_smp_attach(h, pid);
+      if (rc == 0) break;
+      int st2;
+      if (waitpid(pid, &st2, WNOHANG) == pid) {
+        *exit_status = st2;
+        return seterr(h, -ENOEXEC, "'%s' exited before a Python runtime was seen in it", o->argv[0]);
+      }
+      if ((rc != -EAGAIN && rc != -ENOEXEC && rc != -ESRCH) || mono_ns() > give_up ||
+          (o->stop && *o->stop)) {
+        if (rc == -ENOEXEC) seterr(h, rc, "'%s' (pid %d) is not a Python process", o->argv[0], pid);
+        return rc;
+      }
+      struct timespec ts = {0, 200000};
+      nanosleep(&ts, NULL);
+    }
+  } else {
+    rc = bf_smp_attach(h, pid);
+    if (rc < 0) return rc;
+  }
+  tg[0].h = h;
+  tg[0].pid = pid;
+  ntg = 1;
+  rc = session_start(h, st, &tg[0], o, o->parent_session);
+  if (rc < 0) return rc;
+  *session_id = tg[0].session_id;
+
+  int64_t interval = (int64_t)(1e9 / o->rate_hz);
+  uint64_t rng = (uint64_t)mono_ns() | 1;
+  int64_t start = mono_ns(), next = start, last_progress = start, last_children = start;
+  int64_t end = o->duration_s > 0 ? start + (int64_t)(o->duration_s * 1e9) : INT64_MAX;
+  int64_t prev = start - interval;
+  const char *status = "complete";
+  int fatal = 0;
+  for (;;) {
+    if (o->stop && *o->stop) {
+      status = "interrupted";
+      break;
+    }
+    /* jitter: uniform in [0.5, 1.5) intervals so periodic work is not aliased */
+    int64_t step = interval / 2 + (int64_t)(xorshift(&rng) % (uint64_t)(interval > 0 ? interval : 1));
+    next += step;
+    int64_t now = mono_ns();
+    if (now < next) {
+      wait_until(next, interval);
+      now = mono_ns();
+    } else if (now - next > interval) {
+      int64_t lost = (now - next) / interval;
+      for (size_t i = 0; i < ntg; i++)
+        if (!tg[i].exited) tg[i].missed += lost;
+      next = now;
+    }
+    if (now >= end) break;
+    int64_t w = now - prev;
+    prev = now;
+    int alive = 0;
+    for (size_t i = 0; i < ntg; i++) {
+      if (tg[i].exited) continue;
+      rc = tick(st, &tg[i], o, now, w);
+      if (rc == -ESRCH) {
+        tg[i].exited = 1;
+        session_finish(st, &tg[i], launched && i == 0 ? "complete" : "target-exited", now,
+                       profiler_cpu_ns());
+        continue;
+      }
+      if (rc < 0) {
+        seterr(h, rc, "%s", rc == -ENOMEM ? "out of memory" : bf_store_errmsg(st));
+        fatal = 1;
+        break;
+      }
+      alive++;
+    }
+    if (fatal) break;
+    if (launched && !child_reaped && waitpid(pid, &child_status, WNOHANG) == pid) {
+      child_reaped = 1;
+      if (!tg[0].exited) {
+        tg[0].exited = 1;
+        session_finish(st, &tg[0], "complete", now, profiler_cpu_ns());
+      }
+    }
+    if (!alive && !(ntg > 1 && !tg[0].exited)) {
+      int any = 0;
+      for (size_t i = 0; i < ntg; i++) any |= !tg[i].exited;
+      if (!any) break;
+    }
+    if (o->subprocesses && now - last_children > 50000000) {
+      last_children = now;
+      for (size_t i = 0; i < ntg && ntg < MAX_TARGETS; i++) {
+        if (tg[i].exited) continue;
+        int kids[64];
+        size_t nk = children_of(tg[i].pid, kids, 64);
+        for (size_t k = 0; k < nk && ntg < MAX_TARGETS; k++) {
+          int known = 0;
+          for (size_t j = 0; j < ntg; j++) known |= tg[j].pid == kids[k];
+          if (known) continue;
+          bf_smp *ch = bf_smp_new();
+          if (!ch) continue;
+          if (bf_smp_attach(ch, kids[k]) < 0) { /* not Python (yet): try again later */
+            bf_smp_free(ch);
+            continue;
+          }
+          target *nt = &tg[ntg];
+          memset(nt, 0, sizeof *nt);
+          nt->h = ch;
+          nt->own = 1;
+          nt->pid = kids[k];
+          if (session_start(h, st, nt, o, tg[i].session_id) < 0) {
+            bf_smp_free(ch);
+            continue;
+          }
+          ntg++;
+        }
+      }
+    }
+    if (o->progress && now - last_progress > 250000000) {
+      last_progress = now;
+      bf_smp_progress p = {(double)(now - start) / 1e9, tg[0].samples, tg[0].missed, tg[0].invalid,
+                           (double)tg[0].ticks * 1e9 / (double)(now - start + 1)};
+      o->progress(o->progress_ud, &p);
+    }
+  }
+  int64_t stop = mono_ns();
+  if (fatal) status = "incomplete";
+  int64_t cpu = profiler_cpu_ns();
+  int frc = 0;
+  for (size_t i = 0; i < ntg; i++) {
+    if (!tg[i].exited) {
+      int r2 = session_finish(st, &tg[i], status, stop, cpu);
+      if (r2 < 0 && !frc) frc = r2;
+    }
+    if (tg[i].own) bf_smp_free(tg[i].h);
+    for (size_t k = 0; k < tg[i].nthreads; k++) free(tg[i].threads[k].last_frames);
+    free(tg[i].threads);
+  }
+  if (o->progress) {
+    bf_smp_progress p = {(double)(stop - start) / 1e9, tg[0].samples, tg[0].missed, tg[0].invalid,
+                         tg[0].info.achieved_rate_hz};
+    o->progress(o->progress_ud, &p);
+  }
+  if (launched) {
+    if (!child_reaped && strcmp(status, "interrupted") != 0 && waitpid(pid, &child_status, 0) == pid)
+      child_reaped = 1;
+    if (child_reaped) *exit_status = child_status;
+  }
+  if (fatal) return rc < 0 ? rc : -EIO;
+  if (frc < 0) return seterr(h, frc, "%s", bf_store_errmsg(st));
+  return 0;
+}

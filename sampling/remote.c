@@ -1,0 +1,273 @@
+/* remote.c — the one choke point for reading the target's memory
+ * (process_vm_readv), mapping OS errors to domain errors, plus the prefetch
+ * pool: the regions a sample touched are read again, all in one call, at the
+ * start of the next sample, so a steady stack costs about one system call.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "smp_int.h"
+
+#define POOL_MAX (1u << 20)
+#define PREF_MAX 8192
+#define IOV_BATCH 1024
+
+int smp_errno_remote(int e) {
+  switch (e) {
+    case ESRCH: return -ESRCH;
+    case EPERM: return -EPERM;
+    case ENOMEM: /* unmapped region in the target: stale pointer */
+    case EFAULT:
+    default: return -EIO;
+  }
+}
+
+static ssize_t do_readv(bf_smp *h, const struct iovec *l, size_t nl, const struct iovec *r,
+                        size_t nr) {
+  h->read_calls++;
+  return h->readv(h->readv_ud, l, nl, r, nr);
+}
+
+int smp_read(bf_smp *h, uint64_t addr, void *dst, size_t len) {
+  if (len == 0) return 0;
+  if (addr == 0 || addr + len < addr) return -EIO;
+  struct iovec l = {dst, len}, r = {(void *)(uintptr_t)addr, len};
+  ssize_t n = do_readv(h, &l, 1, &r, 1);
+  if (n < 0) return smp_errno_remote(errno);
+  if ((size_t)n != len) return -EIO;
+  return 0;
+}
+
+static size_t hash_addr(uint64_t a, size_t cap) {
+  return (size_t)((a * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+}
+
+static int pref_find(bf_smp *h, uint64_t addr) {
+  if (!h->pref_hash_cap) return -1;
+  size_t i = hash_addr(addr, h->pref_hash_cap);
+  for (size_t probe = 0; probe < h->pref_hash_cap; probe++) {
+    int32_t k = h->pref_hash[i];
+    if (k < 0) return -1;
+    if (h->pref[k].addr == addr) return k;
+    i = (i + 1) & (h->pref_hash_cap - 1);
+  }
+  return -1;
+}
+
+void smp_prefetch_reset(bf_smp *h) {
+  h->npref = h->npref_next = 0;
+  h->pool_len = 0;
+  h->plan_n = 0;
+  if (h->pref_hash) memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
+}
+
+static int grow(bf_smp *h) {
+  if (!h->pref) {
+    h->cap_pref = 1024;
+    h->pref = calloc(h->cap_pref, sizeof *h->pref);
+    h->pref_next = calloc(h->cap_pref, sizeof *h->pref_next);
+    h->pool_cap = 64 * 1024;
+    h->pool = malloc(h->pool_cap);
+    h->pref_hash_cap = 4096;
+    h->pref_hash = malloc(h->pref_hash_cap * sizeof *h->pref_hash);
+    if (!h->pref || !h->pref_next || !h->pool || !h->pref_hash) return -ENOMEM;
+    memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
+  }
+  return 0;
+}
+
+/* Remember (addr, len) for the next sample's prefetch (bounded; silently
+ * stops remembering past the limits). */
+static void remember(bf_smp *h, uint64_t addr, size_t len) {
+  if (h->npref_next >= h->cap_pref) {
+    if (h->cap_pref >= PREF_MAX) return;
+    size_t nc = h->cap_pref * 2;
+    smp_pref *a = realloc(h->pref_next, nc * sizeof *a);
+    if (!a) return;
+    h->pref_next = a;
+    smp_pref *b = realloc(h->pref, nc * sizeof *b);
+    if (!b) return;
+    h->pref = b;
+    h->cap_pref = nc;
+  }
+  h->pref_next[h->npref_next++] = (smp_pref){addr, (uint32_t)len, 0, 0};
+}
+
+/* Regions of the hot set sorted by address and merged into spans when close
+ * (each iovec costs a page pin in the kernel; copying a gap is cheaper). The
+ * plan is kept while the hot set stays the same, which is the steady state. */
+#define MERGE_GAP 4096
+#define SPAN_MAX (256u * 1024)
+
+static int by_addr(const void *a, const void *b, void *ud) {
+  const smp_pref *base = ud;
+  const smp_pref *x = &base[*(const uint32_t *)a], *y = &base[*(const uint32_t *)b];
+  return (x->addr > y->addr) - (x->addr < y->addr);
+}
+
+static int plan_same(const bf_smp *h) {
+  if (h->plan_n != h->npref) return 0;
+  for (size_t i = 0; i < h->npref; i++)
+    if (h->plan_key[i].addr != h->pref[i].addr || h->plan_key[i].len != h->pref[i].len) return 0;
+  return 1;
+}
+
+static int plan_build(bf_smp *h) {
+  size_t n = h->npref;
+  if (n > h->plan_cap) {
+    size_t nc = n * 2;
+    uint32_t *o = realloc(h->plan_ord, nc * sizeof *o);
+    if (o) h->plan_ord = o;
+    smp_span *sp = realloc(h->plan_sp, nc * sizeof *sp);
+    if (sp) h->plan_sp = sp;
+    smp_pref *k = realloc(h->plan_key, nc * sizeof *k);
+    if (k) h->plan_key = k;
+    if (!o || !sp || !k) return -ENOMEM;
+    h->plan_cap = nc;
+  }
+  uint32_t *ord = h->plan_ord;
+  smp_span *sp = h->plan_sp;
+  for (size_t i = 0; i < n; i++) ord[i] = (uint32_t)i;
+  qsort_r(ord, n, sizeof *ord, by_addr, h->pref);
+  size_t ns = 0;
+  for (size_t k = 0; k < n; k++) {
+    const smp_pref *p = &h->pref[ord[k]];
+    uint64_t end = p->addr + p->len;
+    if (end < p->addr) continue;
+    if (ns && p->addr <= sp[ns - 1].end + MERGE_GAP && end - sp[ns - 1].addr <= SPAN_MAX) {
+      if (end > sp[ns - 1].end) sp[ns - 1].end = end;
+      sp[ns - 1].last = k;
+    } else {
+      sp[ns++] = (smp_span){p->addr, end, k, k, 0};
+    }
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < ns; i++) {
+    sp[i].off = total;
+    total += sp[i].end - sp[i].addr;
+  }
+  if (total > h->span_cap) {
+    unsigned char *nb = realloc(h->span_buf, total);
+    if (!nb) return -ENOMEM;
+    h->span_buf = nb;
+    h->span_cap = total;
+  }
+  for (size_t i = 0; i < ns; i++)
+    for (size_t r = sp[i].first; r <= sp[i].last; r++) {
+      smp_pref *p = &h->pref[ord[r]];
+      p->off = (uint32_t)(sp[i].off + (p->addr - sp[i].addr));
+    }
+  h->plan_ns = ns;
+  h->plan_total = total;
+  h->plan_n = n;
+  for (size_t i = 0; i < n; i++) h->plan_key[i] = h->pref[i];
+  /* address -> region index; twice the entries keeps probes short */
+  size_t need = 16;
+  while (need < n * 2) need <<= 1;
+  if (need > h->pref_hash_cap) {
+    int32_t *nh = realloc(h->pref_hash, need * sizeof *nh);
+    if (!nh) return -ENOMEM;
+    h->pref_hash = nh;
+    h->pref_hash_cap = need;
+  }
+  memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
+  for (size_t i = 0; i < n; i++) {
+    if (pref_find(h, h->pref[i].addr) >= 0) continue; /* duplicate region */
+    size_t k = hash_addr(h->pref[i].addr, h->pref_hash_cap);
+    while (h->pref_hash[k] >= 0) k = (k + 1) & (h->pref_hash_cap - 1);
+    h->pref_hash[k] = (int32_t)i;
+  }
+  return 0;
+}
+
+void smp_prefetch(bf_smp *h) {
+  if (grow(h) < 0) return;
+  /* the hot set recorded during the previous sample becomes the pool */
+  smp_pref *t = h->pref;
+  h->pref = h->pref_next;
+  h->pref_next = t;
+  h->npref = h->npref_next;
+  h->npref_next = 0;
+  h->pool_len = 0;
+  h->pref_all_ok = 0;
+  if (!h->npref) {
+    h->plan_n = 0;
+    memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
+    return;
+  }
+  if (plan_same(h)) {
+    for (size_t i = 0; i < h->npref; i++) h->pref[i].off = h->plan_key[i].off;
+  } else if (plan_build(h) < 0) {
+    h->npref = 0;
+    h->plan_n = 0;
+    memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
+    return;
+  } else {
+    for (size_t i = 0; i < h->npref; i++) h->plan_key[i].off = h->pref[i].off;
+  }
+  struct iovec lv[IOV_BATCH], rv[IOV_BATCH];
+  const smp_span *sp = h->plan_sp;
+  size_t ns = h->plan_ns, i = 0, bad = 0;
+  while (i < ns) {
+    size_t nb = 0;
+    for (size_t k = i; k < ns && nb < IOV_BATCH; k++, nb++) {
+      size_t len = sp[k].end - sp[k].addr;
+      lv[nb].iov_base = h->span_buf + sp[k].off;
+      lv[nb].iov_len = len;
+      rv[nb].iov_base = (void *)(uintptr_t)sp[k].addr;
+      rv[nb].iov_len = len;
+    }
+    ssize_t got = do_readv(h, lv, nb, rv, nb);
+    size_t want = 0;
+    for (size_t k = 0; k < nb; k++) want += lv[k].iov_len;
+    if (got < 0 || (size_t)got != want) {
+      /* a span failed (stale pointer): mark what arrived, region by region */
+      size_t left = got > 0 ? (size_t)got : 0;
+      for (size_t k = i; k < i + nb; k++) {
+        size_t len = sp[k].end - sp[k].addr, have = left < len ? left : len;
+        left -= have;
+        for (size_t r = sp[k].first; r <= sp[k].last; r++) {
+          smp_pref *p = &h->pref[h->plan_ord[r]];
+          p->ok = p->addr + p->len <= sp[k].addr + have;
+        }
+      }
+      bad = 1;
+      if (got < 0 && errno == ESRCH) break;
+    } else {
+      for (size_t k = i; k < i + nb; k++)
+        for (size_t r = sp[k].first; r <= sp[k].last; r++) h->pref[h->plan_ord[r]].ok = 1;
+    }
+    i += nb;
+  }
+  if (!bad) h->pref_all_ok = 1;
+}
+
+const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err) {
+  if (len > sizeof h->scratch || addr == 0) {
+    *err = -EIO;
+    return NULL;
+  }
+  remember(h, addr, len);
+  int k = pref_find(h, addr);
+  if (k >= 0 && h->pref[k].ok && h->pref[k].len >= len) return h->span_buf + h->pref[k].off;
+  /* miss: read into the next free part of the pool so earlier pointers stay valid */
+  if (h->pool_len + len > h->pool_cap) {
+    /* no room: a private scratch copy (valid until the next miss) */
+    int rc = smp_read(h, addr, h->scratch, len);
+    if (rc < 0) {
+      *err = rc;
+      return NULL;
+    }
+    return h->scratch;
+  }
+  unsigned char *dst = h->pool + h->pool_len;
+  int rc = smp_read(h, addr, dst, len);
+  if (rc < 0) {
+    *err = rc;
+    return NULL;
+  }
+  h->pool_len += len;
+  return dst;
+}

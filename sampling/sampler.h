@@ -1,0 +1,121 @@
+/* sampler.h — the far lens: read a live CPython process's threads and stacks
+ * from outside (process_vm_readv only: the target is never paused nor written).
+ *
+ * A bf_smp handle is created closed (bf_smp_new), then attached to one pid.
+ * Every fallible function returns 0 or a negative errno; the one-line detail
+ * is on the handle (bf_smp_errmsg). The library never prints.
+ */
+#ifndef BF_SAMPLER_H
+#define BF_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bf_smp bf_smp;
+
+/* A Python code object as seen by the sampler (cached by remote address).
+ * Strings are owned by the handle and stay valid until bf_smp_free. */
+typedef struct bf_smp_code {
+  const char *filename;
+  const char *qualname; /* co_qualname from 3.11, co_name before */
+  int64_t firstlineno;
+  int64_t user_id;      /* free slot for the caller (e.g. a store function id); 0 initially */
+  void *user;           /* free slot for the caller; never touched by the library */
+} bf_smp_code;
+
+typedef struct bf_smp_frame {
+  const bf_smp_code *code;
+  int32_t line;         /* current line; co_firstlineno when unknown */
+} bf_smp_frame;
+
+/* Thread status bits (same values as the store's BF_SAMPLE_* flags). */
+#define BF_SMP_GIL 0x01    /* holds the GIL */
+#define BF_SMP_ON_CPU 0x02 /* running on a CPU (from /proc, when asked) */
+#define BF_SMP_IDLE 0x04   /* not running (sleeping/blocked), when asked */
+#define BF_SMP_GC 0x08     /* the interpreter is collecting garbage */
+
+typedef struct bf_smp_thread {
+  int64_t native_tid;     /* kernel tid; 0 if unknown */
+  uint64_t thread_id;     /* Python's threading.get_ident() */
+  const char *name;       /* OS thread name (/proc comm); may be NULL */
+  uint32_t flags;         /* BF_SMP_* */
+  int64_t cpu_ns;         /* cumulative CPU time (when BF_SMP_WANT_CPU_TIME), else -1 */
+  size_t nframes;
+  const bf_smp_frame *frames; /* innermost first */
+} bf_smp_thread;
+
+/* What bf_smp_sample should gather besides stacks. */
+#define BF_SMP_WANT_STATE 0x1    /* on-CPU / idle from /proc/PID/task/TID/stat */
+#define BF_SMP_WANT_CPU_TIME 0x2 /* per-thread CPU ns from /proc/.../schedstat */
+#define BF_SMP_WANT_GIL_ONLY 0x4 /* only walk the thread holding the GIL */
+
+/* New closed handle; NULL when out of memory. */
+bf_smp *bf_smp_new(void);
+
+/* Destroy; accepts NULL. */
+void bf_smp_free(bf_smp *h);
+
+/* Last error (never NULL). Borrowed until the next call on h. */
+const char *bf_smp_errmsg(const bf_smp *h);
+
+/* Attach to pid: find the interpreter, its version and layout.
+ * Errors: -ESRCH no such process, -ENOEXEC not a Python process,
+ * -EAGAIN Python found but its runtime is not initialised yet (retry),
+ * -ENOTSUP unsupported version or build, -EPERM/-EACCES not allowed
+ * (message says why and how to grant it). */
+int bf_smp_attach(bf_smp *h, int pid);
+
+/* Facts about the attached target. Borrowed, valid until bf_smp_free. */
+const char *bf_smp_python_version(const bf_smp *h); /* "3.12.1" */
+const char *bf_smp_python_build(const bf_smp *h);   /* "release" | "debug" | ... */
+int bf_smp_pid(const bf_smp *h);
+
+/* Take one sample of every thread (or only the GIL holder).
+ * OUT: *threads (array of *n, borrowed until the next call on h).
+ * Errors: -ESRCH target gone; -EIO torn or garbage read (skip this sample,
+ * count it invalid; the handle stays usable). */
+int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_t *n);
+
+/* Count of process_vm_readv calls so far (for benchmarks). */
+uint64_t bf_smp_read_calls(const bf_smp *h);
+
+/* Human-readable reason for a failed attach by errno (static string). */
+const char *bf_smp_strerror(int err);
+
+/* ---- recording into the store (sampling/record.c) --------------------- */
+
+struct bf_store;
+
+typedef struct bf_smp_progress {
+  double elapsed_s;
+  int64_t samples, missed, invalid;
+  double achieved_rate_hz;
+} bf_smp_progress;
+
+typedef struct bf_smp_record_opts {
+  int pid;                 /* attach mode when > 0 */
+  char *const *argv;       /* launch mode: command to run (NULL-terminated) */
+  int clock_cpu;           /* 0 wall, 1 cpu */
+  int gil_only;
+  double rate_hz;          /* 1 .. 1e6 */
+  double duration_s;       /* 0 = until exit / interrupt */
+  const char *label;
+  const char *commit;      /* NULL = git rev-parse HEAD in the target's cwd */
+  int64_t ttl_ns;          /* 0 = never expires */
+  int subprocesses;        /* follow Python children (own session, parent_id) */
+  int64_t parent_session;  /* 0 = none */
+  volatile int *stop;      /* set non-zero (e.g. from a signal handler) to stop */
+  /* Called about 4 times a second (may be NULL). */
+  void (*progress)(void *ud, const bf_smp_progress *p);
+  void *progress_ud;
+} bf_smp_record_opts;
+
+/* Sample a target into a new session of store until it exits, duration passes
+ * or *opts->stop is set; the session is finalised in every case once created.
+ * OUT: *session_id (also set when the capture failed after the session was
+ * created), *exit_status (launch mode: the command's wait status, else -1).
+ * Errors as bf_smp_attach plus store errors (-EIO); message on h. */
+int bf_smp_record(bf_smp *h, struct bf_store *store, const bf_smp_record_opts *opts,
+                  int64_t *session_id, int *exit_status);
+
+#endif

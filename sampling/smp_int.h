@@ -1,0 +1,202 @@
+/* smp_int.h — internals of the sampler module shared by its .c files:
+ * the per-version layout descriptor, the remote-read choke point with its
+ * prefetch pool, the code-object cache and the handle itself.
+ */
+#ifndef BF_SMP_INT_H
+#define BF_SMP_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "sampler.h"
+
+/* Kind of line table a code object carries. */
+enum smp_lt_kind { SMP_LT_LNOTAB = 1, SMP_LT_310 = 2, SMP_LT_LOCATIONS = 3 };
+
+/* One CPython layout: offsets in bytes, 0 meaning "absent" only where noted.
+ * Filled from the vendored tables (3.8-3.12) or from the target's
+ * _Py_DebugOffsets (3.13+). Passed explicitly, never global. */
+typedef struct smp_layout {
+  uint32_t version_hex;
+  int lt_kind;                 /* enum smp_lt_kind */
+  int frames_are_objects;      /* 3.8-3.10: PyFrameObject chain from tstate->frame */
+  int has_cframe;              /* 3.11-3.12: tstate->cframe->current_frame */
+  int instr_is_lasti;          /* fr_instr is an int f_lasti (3.8-3.10) */
+  int lasti_in_units;          /* 3.10: f_lasti counts code units */
+  int instr_is_prev;           /* 3.11/3.12 prev_instr (vs 3.13 instr_ptr) */
+  int executable_tagged;       /* 3.14+: _PyStackRef (mask low bits) */
+  uint64_t rt_interp_head;
+  uint64_t rt_gil_last_holder, rt_gil_locked; /* in _PyRuntime (<= 3.11), 0 = n/a */
+  uint64_t rt_gc_collecting;   /* 3.8: in _PyRuntime, 0 = n/a */
+  uint64_t is_gil_ptr;         /* 3.12: interp->ceval.gil pointer, 0 = n/a */
+  uint64_t gil_last_holder, gil_locked; /* inside struct _gil_runtime_state (3.12) */
+  uint64_t is_gil_holder, is_gil_locked; /* 3.13+: directly inside interp, 0 = n/a */
+  uint64_t is_gc_collecting;   /* 3.9+, 0 = n/a */
+  uint64_t is_next, is_tstate_head, is_size;
+  uint64_t ts_next, ts_thread_id, ts_native_thread_id; /* native 0 = n/a */
+  uint64_t ts_frame;           /* 3.8-3.10 frame, 3.13+ current_frame */
+  uint64_t ts_cframe, cf_current_frame;
+  uint64_t ts_size;
+  uint64_t fr_code, fr_back, fr_instr, fr_owner, fr_size; /* owner 0 = n/a (<3.11) */
+  uint64_t co_filename, co_name, co_qualname, co_firstlineno, co_linetable,
+      co_code_adaptive, co_size;
+  uint64_t ob_type, tp_name;
+  uint64_t bytes_size, bytes_sval;
+  uint64_t uni_length, uni_state, uni_ascii_size, uni_compact_size;
+  /* bytes of each hot struct actually needed (max used offset + field) */
+  uint64_t ts_read, fr_read;
+} smp_layout;
+
+/* Vendored layout for 3.minor (3.8-3.12). OUT: *out. -ENOTSUP if none. */
+int smp_layout_builtin(int minor, smp_layout *out);
+
+/* Fill *out from a _Py_DebugOffsets blob (len bytes copied from the target)
+ * of a 3.13+ interpreter; every offset is checked against its section size.
+ * Returns 0, -EINVAL (bad cookie / offsets out of bounds), -ENOTSUP
+ * (free-threaded or unknown layout). msg gets a reason (static). */
+int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_layout *out,
+                                  int *free_threaded, const char **msg);
+
+/* ---- line tables (linetable.c) ------------------------------------------ */
+
+typedef struct smp_line_range {
+  uint32_t start, end; /* [start, end) in the table's address unit */
+  int32_t line;        /* -1: no line */
+} smp_line_range;
+
+/* Decode a line table into ranges. OUT: *ranges (caller frees), *n.
+ * Never reads past len; returns 0 or -EINVAL (garbage), -ENOMEM. */
+int smp_linetable_decode(int kind, const unsigned char *tab, size_t len, int firstlineno,
+                         smp_line_range **ranges, size_t *n);
+/* Line of address addr (units of the table) or -1. */
+int32_t smp_linetable_lookup(const smp_line_range *r, size_t n, uint32_t addr);
+
+/* ---- ELF (elf.c) ---------------------------------------------------------- */
+
+typedef struct smp_elf {
+  unsigned char *data; /* whole file, owned */
+  size_t size;
+  uint64_t load_vaddr; /* lowest PT_LOAD p_vaddr, page-aligned down */
+} smp_elf;
+
+/* Load a file (bounded to 512 MiB). Returns 0 or -errno. */
+int smp_elf_load(const char *path, smp_elf *e);
+/* Load from a memory buffer (copied); for fuzzing/tests. */
+int smp_elf_from_buffer(const unsigned char *buf, size_t len, smp_elf *e);
+void smp_elf_free(smp_elf *e);
+/* Symbol value (vaddr) by name from .dynsym then .symtab. OUT: *value, *size.
+ * -ENOENT when absent, -EINVAL on malformed tables. */
+int smp_elf_symbol(const smp_elf *e, const char *name, uint64_t *value, uint64_t *size);
+/* First NUL-terminated string in the file's .rodata that starts with prefix
+ * and then looks like a version ("3.10." -> "3.10.13"). OUT: buf. */
+int smp_elf_find_version(const smp_elf *e, const char *prefix, char *buf, size_t buflen);
+
+/* ---- the handle ----------------------------------------------------------- */
+
+typedef struct smp_code {
+  bf_smp_code pub;
+  uint64_t addr;
+  smp_line_range *ranges;
+  size_t nranges;
+  struct smp_code *next; /* hash chain */
+} smp_code;
+
+/* Per-thread state kept between samples. */
+typedef struct smp_tslot {
+  uint64_t tstate;
+  int64_t tid;
+  int stat_fd, sched_fd; /* -1 when not opened */
+  int64_t state_ns;      /* when state_flags were read (monotonic) */
+  uint32_t state_flags;
+  char name[32];
+  int seen;              /* generation stamp */
+} smp_tslot;
+
+/* A prefetched region: part of the hot set of the previous sample. */
+typedef struct smp_pref {
+  uint64_t addr;
+  uint32_t len, off; /* offset into pool buffer */
+  int ok;
+} smp_pref;
+
+/* A merged span of the prefetch plan: regions plan_ord[first..last]. */
+typedef struct smp_span {
+  uint64_t addr, end;
+  size_t first, last;
+  size_t off; /* into span_buf */
+} smp_span;
+
+typedef ssize_t (*smp_readv_fn)(void *ud, const struct iovec *local, size_t nlocal,
+                                const struct iovec *remote, size_t nremote);
+
+struct bf_smp {
+  int pid;
+  int attached;
+  char err[512];
+  char version[32];
+  const char *build;
+  smp_layout lay;
+  uint64_t runtime_addr;   /* &_PyRuntime in the target */
+  uint64_t code_type_addr; /* &PyCode_Type, 0 = unknown (no type check) */
+  int64_t pthread_tid_off; /* 3.8-3.10: offset of tid in glibc struct pthread; -1 unknown */
+  uint64_t interp_head;    /* cached _PyRuntime.interpreters.head (0 = re-read) */
+  uint64_t read_calls;
+  smp_readv_fn readv;      /* the choke point (process_vm_readv unless fuzzing) */
+  void *readv_ud;
+  /* prefetch: the previous sample's hot regions, read in one go */
+  smp_pref *pref, *pref_next;
+  size_t npref, npref_next, cap_pref;
+  unsigned char *pool; /* this sample's misses */
+  size_t pool_len, pool_cap;
+  unsigned char *span_buf; /* merged spans as read */
+  size_t span_cap;
+  smp_pref *plan_key;      /* the hot set the plan was built for */
+  uint32_t *plan_ord;
+  smp_span *plan_sp;
+  size_t plan_n, plan_ns, plan_cap, plan_total;
+  int pref_all_ok;
+  int32_t *pref_hash;      /* open addressing over pref, size pref_hash_cap */
+  size_t pref_hash_cap;
+  unsigned char scratch[4096];
+  /* code cache */
+  smp_code **code_tab;
+  size_t code_cap, ncode;
+  /* output */
+  bf_smp_thread *threads;
+  size_t nthreads, cap_threads;
+  bf_smp_frame *frames;
+  size_t nframes, cap_frames;
+  smp_tslot *slots;
+  size_t nslots, cap_slots;
+  int gen;
+  int64_t now_ns; /* monotonic time of the current sample */
+};
+
+/* Remote reads (remote.c). smp_read: one region, exact length, into dst.
+ * Returns 0, -EIO (torn/unmapped), -ESRCH (gone), -EPERM. */
+int smp_read(bf_smp *h, uint64_t addr, void *dst, size_t len);
+/* Hot read: returns a pointer to len bytes of addr, served from the prefetch
+ * pool when the previous sample read the same region, and records it for the
+ * next sample's prefetch. Borrowed until the next sample. NULL on failure
+ * (*err set). */
+const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err);
+/* Start of a sample: read every region of the last sample's hot set at once. */
+void smp_prefetch(bf_smp *h);
+void smp_prefetch_reset(bf_smp *h);
+int smp_errno_remote(int e);
+
+/* Walker entry used by bf_smp_sample and the fuzzer. */
+int smp_walk(bf_smp *h, unsigned want);
+/* Install a fake memory reader (fuzzing). */
+void smp_set_reader(bf_smp *h, smp_readv_fn fn, void *ud);
+void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr);
+
+#define SMP_MAX_DEPTH 512
+#define SMP_MAX_THREADS 4096
+#define SMP_MAX_INTERPS 64
+#define SMP_MAX_STR 4096
+#define SMP_MAX_LINETABLE (1u << 20)
+
+#endif

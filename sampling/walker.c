@@ -1,0 +1,762 @@
+/* walker.c — attach to a CPython process (find _PyRuntime, version, layout)
+ * and walk every thread's frame chain into bf_smp_thread records, with a
+ * code-object cache keyed by remote address. Remote memory is untrusted:
+ * every pointer is read through remote.c, every count and length is bounded.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "smp_int.h"
+
+static ssize_t pvm_readv(void *ud, const struct iovec *l, size_t nl, const struct iovec *r,
+                         size_t nr) {
+  int pid = (int)(intptr_t)ud;
+  return process_vm_readv(pid, l, nl, r, nr, 0);
+}
+
+static int seterr(bf_smp *h, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int seterr(bf_smp *h, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(h->err, sizeof h->err, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+bf_smp *bf_smp_new(void) {
+  bf_smp *h = calloc(1, sizeof *h);
+  if (!h) return NULL;
+  strcpy(h->err, "not attached");
+  h->build = "release";
+  h->pthread_tid_off = -1;
+  h->readv = pvm_readv;
+  return h;
+}
+
+static void slot_close(smp_tslot *s) {
+  if (s->stat_fd >= 0) close(s->stat_fd);
+  if (s->sched_fd >= 0) close(s->sched_fd);
+  s->stat_fd = s->sched_fd = -1;
+}
+
+static void code_cache_clear(bf_smp *h) {
+  for (size_t i = 0; i < h->code_cap; i++) {
+    smp_code *c = h->code_tab[i];
+    while (c) {
+      smp_code *n = c->next;
+      free((char *)c->pub.filename);
+      free((char *)c->pub.qualname);
+      free(c->ranges);
+      free(c);
+      c = n;
+    }
+    h->code_tab[i] = NULL;
+  }
+  h->ncode = 0;
+}
+
+void bf_smp_free(bf_smp *h) {
+  if (!h) return;
+  code_cache_clear(h);
+  free(h->code_tab);
+  for (size_t i = 0; i < h->nslots; i++) slot_close(&h->slots[i]);
+  free(h->slots);
+  free(h->threads);
+  free(h->frames);
+  free(h->pref);
+  free(h->pref_next);
+  free(h->pool);
+  free(h->pref_hash);
+  free(h->span_buf);
+  free(h->plan_key);
+  free(h->plan_ord);
+  free(h->plan_sp);
+  free(h);
+}
+
+const char *bf_smp_errmsg(const bf_smp *h) { return h ? h->err : "out of memory"; }
+const char *bf_smp_python_version(const bf_smp *h) { return h->version; }
+const char *bf_smp_python_build(const bf_smp *h) { return h->build; }
+int bf_smp_pid(const bf_smp *h) { return h->pid; }
+uint64_t bf_smp_read_calls(const bf_smp *h) { return h->read_calls; }
+
+void smp_set_reader(bf_smp *h, smp_readv_fn fn, void *ud) {
+  h->readv = fn;
+  h->readv_ud = ud;
+}
+
+void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr) {
+  h->lay = *lay;
+  h->runtime_addr = runtime_addr;
+  h->attached = 1;
+}
+
+const char *bf_smp_strerror(int err) {
+  switch (err) {
+    case -ESRCH: return "no such process";
+    case -ENOEXEC: return "not a Python process";
+    case -ENOTSUP: return "unsupported Python version or build";
+    case -EPERM:
+    case -EACCES: return "permission denied";
+    case -EAGAIN: return "Python runtime not initialised yet";
+    default: return strerror(err < 0 ? -err : err);
+  }
+}
+
+/* ---- attach ------------------------------------------------------------- */
+
+/* Why reading another process's memory is denied, and how to grant it. */
+static int explain_eperm(bf_smp *h, int pid) {
+  char path[64];
+  struct stat st;
+  snprintf(path, sizeof path, "/proc/%d", pid);
+  if (stat(path, &st) == 0 && st.st_uid != geteuid() && geteuid() != 0)
+    return seterr(h, -EPERM,
+                  "cannot read process %d: it belongs to uid %u, you are uid %u "
+                  "(run bifocal as that user or as root)",
+                  pid, (unsigned)st.st_uid, (unsigned)geteuid());
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  int scope = -1;
+  if (f) {
+    if (fscanf(f, "%d", &scope) != 1) scope = -1;
+    fclose(f);
+  }
+  /* CAP_SYS_PTRACE is bit 19 of the effective set */
+  int has_cap = 0;
+  f = fopen("/proc/self/status", "r");
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+      unsigned long long cap;
+      if (sscanf(line, "CapEff: %llx", &cap) == 1) has_cap = (int)((cap >> 19) & 1);
+    }
+    fclose(f);
+  }
+  if (scope >= 1 && !has_cap)
+    return seterr(h, -EPERM,
+                  "cannot read process %d: kernel.yama.ptrace_scope is %d (run as root, "
+                  "`sudo sysctl kernel.yama.ptrace_scope=0`, or launch the target with "
+                  "`bifocal record -- CMD`)",
+                  pid, scope);
+  if (!has_cap)
+    return seterr(h, -EPERM,
+                  "cannot read process %d: missing CAP_SYS_PTRACE (in a container, add "
+                  "`--cap-add SYS_PTRACE`; or run as root)",
+                  pid);
+  return seterr(h, -EPERM, "cannot read process %d: permission denied (ptrace access check)",
+                pid);
+}
+
+typedef struct mapping {
+  char path[512];
+  uint64_t start;
+  int found;
+} mapping;
+
+/* Find the offset-0 mapping of a file whose basename starts with prefix
+ * (or equals exact path when exact != NULL). */
+static int find_mapping(int pid, const char *prefix, const char *exact, mapping *m) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/maps", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -errno;
+  char line[1024];
+  m->found = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long lo, hi, off;
+    char perms[8];
+    int n = 0;
+    if (sscanf(line, "%llx-%llx %7s %llx %*s %*s %n", &lo, &hi, perms, &off, &n) < 4 || n <= 0)
+      continue;
+    char *p = line + n;
+    p[strcspn(p, "\n")] = 0;
+    if (*p != '/' || off != 0) continue;
+    const char *base = strrchr(p, '/') + 1;
+    int hit = exact ? strcmp(p, exact) == 0 : strncmp(base, prefix, strlen(prefix)) == 0;
+    if (!hit) continue;
+    if (!exact && !strstr(base, ".so")) continue;
+    snprintf(m->path, sizeof m->path, "%s", p);
+    m->start = lo;
+    m->found = 1;
+    break;
+  }
+  fclose(f);
+  return 0;
+}
+
+static uint64_t rd64(const unsigned char *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+static uint32_t rd32(const unsigned char *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+/* glibc's struct pthread keeps the kernel tid at a fixed offset; find it on
+ * the main thread (tid == pid) so 3.8-3.10 thread ids map to native tids. */
+static void calibrate_pthread(bf_smp *h, uint64_t pthread_addr) {
+  uint32_t v = 0;
+  if (!pthread_addr) return;
+  if (smp_read(h, pthread_addr + 0x2d0, &v, 4) == 0 && v == (uint32_t)h->pid) {
+    h->pthread_tid_off = 0x2d0;
+    return;
+  }
+  /* other libc layouts: scan (struct pthread may end near its mapping's end) */
+  unsigned char buf[1024];
+  for (size_t span = sizeof buf; span >= 256; span /= 2) {
+    if (smp_read(h, pthread_addr, buf, span) < 0) continue;
+    for (size_t off = 0; off + 4 <= span; off += 4)
+      if (rd32(buf + off) == (uint32_t)h->pid) {
+        h->pthread_tid_off = (int64_t)off;
+        return;
+      }
+    return;
+  }
+}
+
+int bf_smp_attach(bf_smp *h, int pid) {
+  smp_elf elf = {0};
+  int rc;
+  h->pid = pid;
+  h->readv = pvm_readv;
+  h->readv_ud = (void *)(intptr_t)pid;
+  h->attached = 0;
+  if (pid <= 0) return seterr(h, -ESRCH, "invalid pid %d", pid);
+  if (kill(pid, 0) < 0 && errno == ESRCH) return seterr(h, -ESRCH, "no process with pid %d", pid);
+  char exe_link[64], exe[512];
+  snprintf(exe_link, sizeof exe_link, "/proc/%d/exe", pid);
+  ssize_t n = readlink(exe_link, exe, sizeof exe - 1);
+  if (n < 0) {
+    if (errno == ENOENT) return seterr(h, -ESRCH, "no process with pid %d", pid);
+    if (errno == EACCES || errno == EPERM) return explain_eperm(h, pid);
+    return seterr(h, -errno, "cannot read %s: %s", exe_link, strerror(errno));
+  }
+  exe[n] = 0;
+  if (strstr(exe, " (deleted)")) *strstr(exe, " (deleted)") = 0;
+  mapping m;
+  rc = find_mapping(pid, "libpython3.", NULL, &m);
+  if (rc < 0) {
+    if (rc == -EACCES || rc == -EPERM) return explain_eperm(h, pid);
+    return seterr(h, rc == -ENOENT ? -ESRCH : rc, "cannot read /proc/%d/maps: %s", pid,
+                  strerror(-rc));
+  }
+  char file[600];
+  const char *obj_name;
+  if (m.found) {
+    snprintf(file, sizeof file, "/proc/%d/root%s", pid, m.path);
+    obj_name = m.path;
+  } else {
+    rc = find_mapping(pid, NULL, exe, &m);
+    if (rc < 0 || !m.found)
+      return seterr(h, -ENOEXEC, "process %d (%s) is not a Python process", pid, exe);
+    snprintf(file, sizeof file, "/proc/%d/exe", pid);
+    obj_name = exe;
+  }
+  rc = smp_elf_load(file, &elf);
+  if (rc < 0) {
+    if (rc == -EACCES || rc == -EPERM) return explain_eperm(h, pid);
+    return seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (%s unreadable)", pid,
+                  exe, obj_name);
+  }
+  uint64_t bias = m.start - elf.load_vaddr;
+  uint64_t rt, rt_size, val, sz;
+  if (smp_elf_symbol(&elf, "_PyRuntime", &rt, &rt_size) < 0) {
+    smp_elf_free(&elf);
+    return seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (no _PyRuntime symbol)",
+                  pid, exe);
+  }
+  h->runtime_addr = bias + rt;
+  h->code_type_addr = smp_elf_symbol(&elf, "PyCode_Type", &val, &sz) == 0 ? bias + val : 0;
+  /* version: Py_Version (3.11+) in memory, else the name and .rodata */
+  const char *base = strrchr(obj_name, '/') ? strrchr(obj_name, '/') + 1 : obj_name;
+  int minor = -1;
+  const char *vp = strstr(base, "python3.");
+  if (vp) minor = atoi(vp + 8);
+  uint32_t vhex = 0;
+  if (smp_elf_symbol(&elf, "Py_Version", &val, &sz) == 0) {
+    rc = smp_read(h, bias + val, &vhex, 4);
+    if (rc == -EPERM) {
+      smp_elf_free(&elf);
+      return explain_eperm(h, pid);
+    }
+    if (rc < 0) {
+      smp_elf_free(&elf);
+      return seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
+    }
+    if ((vhex >> 24) == 3) minor = (int)((vhex >> 16) & 0xff);
+  }
+  if (minor < 0) {
+    smp_elf_free(&elf);
+    return seterr(h, -ENOTSUP, "process %d (%s): cannot tell the Python version", pid, exe);
+  }
+  if (vhex) {
+    unsigned lvl = (vhex >> 4) & 0xf, ser = vhex & 0xf;
+    snprintf(h->version, sizeof h->version, "3.%u.%u%s", (vhex >> 16) & 0xff, (vhex >> 8) & 0xff,
+             lvl == 0xa ? "a" : lvl == 0xb ? "b" : lvl == 0xc ? "rc" : "");
+    if (lvl != 0xf && ser) snprintf(h->version + strlen(h->version), 4, "%u", ser);
+  } else {
+    char pre[16];
+    snprintf(pre, sizeof pre, "3.%d.", minor);
+    if (smp_elf_find_version(&elf, pre, h->version, sizeof h->version) < 0)
+      snprintf(h->version, sizeof h->version, "3.%d", minor);
+  }
+  int debug = smp_elf_symbol(&elf, "_Py_RefTotal", &val, &sz) == 0 ||
+              smp_elf_symbol(&elf, "_Py_GetGlobalRefTotal", &val, &sz) == 0;
+  int ft = strstr(base, "python3.") && strchr(base + (vp - base) + 8, 't') &&
+           strstr(base, "t.so") != NULL;
+  smp_elf_free(&elf);
+  h->build = debug ? "debug" : "release";
+  if (minor < 8) return seterr(h, -ENOTSUP, "Python %s is not supported (3.8 or newer)", h->version);
+  if (minor <= 12) {
+    if (debug)
+      return seterr(h, -ENOTSUP, "Python %s debug builds are not supported (release builds only)",
+                    h->version);
+    smp_layout_builtin(minor, &h->lay);
+  } else {
+    unsigned char blob[1024];
+    size_t want = rt_size && rt_size < sizeof blob ? (size_t)rt_size : sizeof blob;
+    rc = smp_read(h, h->runtime_addr, blob, want);
+    if (rc == -EPERM) return explain_eperm(h, pid);
+    if (rc < 0) return seterr(h, rc, "cannot read _PyRuntime of process %d", pid);
+    int free_threaded = 0;
+    const char *msg;
+    rc = smp_layout_from_debug_offsets(blob, want, &h->lay, &free_threaded, &msg);
+    if (free_threaded || ft) h->build = debug ? "free-threaded-debug" : "free-threaded";
+    if (rc < 0) return seterr(h, -ENOTSUP, "Python %s (%s): %s", h->version, h->build, msg);
+  }
+  /* the runtime must be initialised: an interpreter with a thread */
+  uint64_t interp = 0, ts = 0;
+  rc = smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8);
+  if (rc == -EPERM) return explain_eperm(h, pid);
+  if (rc < 0) return seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
+  if (!interp) return seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);
+  if (smp_read(h, interp + h->lay.is_tstate_head, &ts, 8) < 0 || !ts)
+    return seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);
+  /* 3.8-3.10: find the main thread (tid == pid) among the thread states */
+  for (int i = 0; h->lay.frames_are_objects && ts && i < 256 && h->pthread_tid_off < 0; i++) {
+    uint64_t tid = 0;
+    if (smp_read(h, ts + h->lay.ts_thread_id, &tid, 8) == 0) calibrate_pthread(h, tid);
+    if (smp_read(h, ts + h->lay.ts_next, &ts, 8) < 0) break;
+  }
+  smp_prefetch_reset(h);
+  h->attached = 1;
+  snprintf(h->err, sizeof h->err, "ok");
+  return 0;
+}
+
+/* ---- code objects ----------------------------------------------------- */
+
+/* Read a str object as UTF-8 (bounded). OUT: malloc'd string. */
+static int read_str(bf_smp *h, uint64_t addr, char **out) {
+  const smp_layout *l = &h->lay;
+  unsigned char hdr[128];
+  size_t hl = (size_t)l->uni_compact_size;
+  if (hl > sizeof hdr || !addr) return -EIO;
+  int rc = smp_read(h, addr, hdr, hl);
+  if (rc < 0) return rc;
+  uint64_t len = rd64(hdr + l->uni_length);
+  uint32_t state = rd32(hdr + l->uni_state);
+  unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+  if (len > SMP_MAX_STR || !compact || (kind != 1 && kind != 2 && kind != 4)) return -EIO;
+  if (ascii && kind != 1) return -EIO;
+  uint64_t data = addr + (ascii ? l->uni_ascii_size : l->uni_compact_size);
+  unsigned char raw[SMP_MAX_STR * 4];
+  if ((rc = smp_read(h, data, raw, (size_t)len * kind)) < 0) return rc;
+  char *s = malloc((size_t)len * 4 + 1);
+  if (!s) return -ENOMEM;
+  size_t o = 0;
+  for (uint64_t i = 0; i < len; i++) {
+    uint32_t c = kind == 1 ? raw[i] : kind == 2 ? (uint32_t)(raw[2 * i] | raw[2 * i + 1] << 8)
+                                                 : rd32(raw + 4 * i);
+    if (c < 0x80) {
+      s[o++] = c ? (char)c : '?';
+    } else if (c < 0x800) {
+      s[o++] = (char)(0xc0 | (c >> 6));
+      s[o++] = (char)(0x80 | (c & 63));
+    } else if (c < 0x10000) {
+      if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd;
+      s[o++] = (char)(0xe0 | (c >> 12));
+      s[o++] = (char)(0x80 | ((c >> 6) & 63));
+      s[o++] = (char)(0x80 | (c & 63));
+    } else if (c < 0x110000) {
+      s[o++] = (char)(0xf0 | (c >> 18));
+      s[o++] = (char)(0x80 | ((c >> 12) & 63));
+      s[o++] = (char)(0x80 | ((c >> 6) & 63));
+      s[o++] = (char)(0x80 | (c & 63));
+    } else {
+      free(s);
+      return -EIO;
+    }
+  }
+  s[o] = 0;
+  *out = s;
+  return 0;
+}
+
+static size_t code_hash(uint64_t a, size_t cap) {
+  return (size_t)((a >> 4) * 0x9E3779B97F4A7C15ull >> 24) & (cap - 1);
+}
+
+/* Cached code object at addr, reading it on a miss. NULL + *err on garbage. */
+static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
+  if (!h->code_tab) {
+    h->code_cap = 4096;
+    h->code_tab = calloc(h->code_cap, sizeof *h->code_tab);
+    if (!h->code_tab) {
+      *err = -ENOMEM;
+      return NULL;
+    }
+  }
+  size_t b = code_hash(addr, h->code_cap);
+  for (smp_code *c = h->code_tab[b]; c; c = c->next)
+    if (c->addr == addr) return c;
+  /* a bound on distinct code objects: past it start over */
+  if (h->ncode > 200000) code_cache_clear(h);
+  const smp_layout *l = &h->lay;
+  unsigned char co[512];
+  size_t cl = (size_t)l->co_size;
+  if (cl > sizeof co) cl = sizeof co;
+  int rc = smp_read(h, addr, co, cl);
+  if (rc < 0) {
+    *err = rc;
+    return NULL;
+  }
+  if (h->code_type_addr && rd64(co + l->ob_type) != h->code_type_addr) {
+    *err = -EINVAL; /* not a code object */
+    return NULL;
+  }
+  smp_code *c = calloc(1, sizeof *c);
+  if (!c) {
+    *err = -ENOMEM;
+    return NULL;
+  }
+  c->addr = addr;
+  char *fn = NULL, *qn = NULL;
+  uint64_t qaddr = rd64(co + (l->co_qualname ? l->co_qualname : l->co_name));
+  if ((rc = read_str(h, rd64(co + l->co_filename), &fn)) < 0 || (rc = read_str(h, qaddr, &qn)) < 0) {
+    free(fn);
+    free(c);
+    *err = rc;
+    return NULL;
+  }
+  c->pub.filename = fn;
+  c->pub.qualname = qn;
+  c->pub.firstlineno = (int32_t)rd32(co + l->co_firstlineno);
+  /* line table: a bytes object */
+  uint64_t lt = rd64(co + l->co_linetable);
+  unsigned char bh[64];
+  if (lt && l->bytes_sval <= sizeof bh && smp_read(h, lt, bh, (size_t)l->bytes_sval) == 0) {
+    uint64_t blen = rd64(bh + l->bytes_size);
+    if (blen <= SMP_MAX_LINETABLE) {
+      unsigned char *tab = malloc(blen ? blen : 1);
+      if (tab && smp_read(h, lt + l->bytes_sval, tab, (size_t)blen) == 0)
+        smp_linetable_decode(l->lt_kind, tab, (size_t)blen, (int)c->pub.firstlineno, &c->ranges,
+                             &c->nranges);
+      free(tab);
+    }
+  }
+  c->next = h->code_tab[b];
+  h->code_tab[b] = c;
+  h->ncode++;
+  return c;
+}
+
+static int32_t code_line(const smp_layout *l, const smp_code *c, uint64_t code_addr,
+                         uint64_t instr) {
+  int64_t a;
+  if (l->instr_is_lasti) {
+    int32_t lasti = (int32_t)instr;
+    if (lasti < 0) return (int32_t)c->pub.firstlineno;
+    a = l->lasti_in_units ? (int64_t)lasti * 2 : lasti;
+  } else {
+    uint64_t base = code_addr + l->co_code_adaptive;
+    if (instr < base) return (int32_t)c->pub.firstlineno;
+    a = (int64_t)((instr - base) / 2);
+  }
+  if (a > UINT32_MAX) return (int32_t)c->pub.firstlineno;
+  int32_t line = smp_linetable_lookup(c->ranges, c->nranges, (uint32_t)a);
+  return line < 0 ? (int32_t)c->pub.firstlineno : line;
+}
+
+/* ---- threads ---------------------------------------------------------- */
+
+static smp_tslot *slot_get(bf_smp *h, uint64_t tstate, int64_t tid) {
+  for (size_t i = 0; i < h->nslots; i++)
+    if (h->slots[i].tstate == tstate && h->slots[i].tid == tid) {
+      h->slots[i].seen = h->gen;
+      return &h->slots[i];
+    }
+  if (h->nslots == h->cap_slots) {
+    size_t nc = h->cap_slots ? h->cap_slots * 2 : 16;
+    smp_tslot *ns = realloc(h->slots, nc * sizeof *ns);
+    if (!ns) return NULL;
+    h->slots = ns;
+    h->cap_slots = nc;
+  }
+  smp_tslot *s = &h->slots[h->nslots++];
+  memset(s, 0, sizeof *s);
+  s->tstate = tstate;
+  s->tid = tid;
+  s->stat_fd = s->sched_fd = -1;
+  s->seen = h->gen;
+  if (tid > 0 && h->pid > 0) {
+    char p[96];
+    snprintf(p, sizeof p, "/proc/%d/task/%lld/comm", h->pid, (long long)tid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t n = read(fd, s->name, sizeof s->name - 1);
+      if (n > 0) s->name[n - (s->name[n - 1] == '\n')] = 0;
+      close(fd);
+    }
+  }
+  return s;
+}
+
+static void slots_sweep(bf_smp *h) {
+  size_t o = 0;
+  for (size_t i = 0; i < h->nslots; i++) {
+    if (h->gen - h->slots[i].seen > 64) {
+      slot_close(&h->slots[i]);
+      continue;
+    }
+    h->slots[o++] = h->slots[i];
+  }
+  h->nslots = o;
+}
+
+static int proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *buf, size_t len) {
+  if (*fd < 0) {
+    char p[96];
+    snprintf(p, sizeof p, "/proc/%d/task/%lld/%s", h->pid, (long long)s->tid, what);
+    *fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) return -1;
+  }
+  ssize_t n = pread(*fd, buf, len - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  return 0;
+}
+
+/* /proc reads cost a few microseconds each, so a thread's state is
+ * refreshed at most every SMP_STATE_MIN_NS; in between the last one is kept
+ * (and no new CPU time is reported: cpu_ns stays -1). */
+#define SMP_STATE_MIN_NS 1000000
+
+static void thread_status(bf_smp *h, smp_tslot *s, unsigned want, bf_smp_thread *t) {
+  char buf[512];
+  if (!s || s->tid <= 0 || h->pid <= 0) return;
+  if (s->state_ns && h->now_ns - s->state_ns < SMP_STATE_MIN_NS) {
+    if (want & BF_SMP_WANT_STATE) t->flags |= s->state_flags;
+    return;
+  }
+  s->state_ns = h->now_ns;
+  s->state_flags = 0;
+  if ((want & BF_SMP_WANT_STATE) && proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) == 0) {
+    const char *p = strrchr(buf, ')');
+    if (p && p[1] == ' ' && p[2]) s->state_flags = (p[2] == 'R') ? BF_SMP_ON_CPU : BF_SMP_IDLE;
+    t->flags |= s->state_flags;
+  }
+  if ((want & BF_SMP_WANT_CPU_TIME) &&
+      proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) == 0)
+    t->cpu_ns = strtoll(buf, NULL, 10);
+}
+
+static int push_frame(bf_smp *h, const smp_code *c, int32_t line) {
+  if (h->nframes == h->cap_frames) {
+    size_t nc = h->cap_frames ? h->cap_frames * 2 : 256;
+    bf_smp_frame *nf = realloc(h->frames, nc * sizeof *nf);
+    if (!nf) return -ENOMEM;
+    h->frames = nf;
+    h->cap_frames = nc;
+  }
+  h->frames[h->nframes++] = (bf_smp_frame){&c->pub, line};
+  return 0;
+}
+
+/* Walk one thread's frames starting at frame address fa. */
+static int walk_frames(bf_smp *h, uint64_t fa) {
+  const smp_layout *l = &h->lay;
+  int err = 0;
+  for (int depth = 0; fa && depth < SMP_MAX_DEPTH; depth++) {
+    const unsigned char *fb = smp_read_hot(h, fa, (size_t)l->fr_read, &err);
+    if (!fb) return err;
+    uint64_t code = rd64(fb + l->fr_code), back = rd64(fb + l->fr_back);
+    uint64_t instr = l->instr_is_lasti ? rd32(fb + l->fr_instr) : rd64(fb + l->fr_instr);
+    int owner = l->fr_owner ? fb[l->fr_owner] : 0;
+    if (back == fa) return -EIO;
+    if (l->executable_tagged) code &= ~(uint64_t)3;
+    if (owner >= 3) { /* C-stack shim / interpreter-owned: no Python code */
+      fa = back;
+      continue;
+    }
+    smp_code *c = code_get(h, code, &err);
+    if (!c) {
+      if (err == -EINVAL && l->version_hex >= 0x030D0000) { /* non-code executable */
+        fa = back;
+        continue;
+      }
+      return err == -EINVAL ? -EIO : err;
+    }
+    int rc = push_frame(h, c, code_line(l, c, code, instr));
+    if (rc < 0) return rc;
+    fa = back;
+  }
+  return 0;
+}
+
+int smp_walk(bf_smp *h, unsigned want) {
+  const smp_layout *l = &h->lay;
+  int err = 0;
+  h->gen++;
+  h->nthreads = h->nframes = 0;
+  if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    h->now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+  }
+  smp_prefetch(h);
+  /* the interpreter list head barely ever changes: re-read it every 256
+   * samples (and after any failed sample) rather than every time */
+  const unsigned char *p;
+  if (!h->interp_head || (h->gen & 255) == 0) {
+    uint64_t v = 0;
+    int rc = smp_read(h, h->runtime_addr + l->rt_interp_head, &v, 8);
+    if (rc < 0) return rc;
+    h->interp_head = v;
+  }
+  uint64_t interp = h->interp_head;
+  int gc = 0;
+  uint64_t gil_holder = 0;
+  int gil_locked = 0;
+  if (l->rt_gc_collecting) {
+    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gc_collecting, 4, &err))) return err;
+    gc = rd32(p) != 0;
+  }
+  if (l->rt_gil_last_holder) {
+    size_t span = (size_t)(l->rt_gil_locked - l->rt_gil_last_holder + 4);
+    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gil_last_holder, span, &err))) return err;
+    gil_holder = rd64(p);
+    gil_locked = rd32(p + (l->rt_gil_locked - l->rt_gil_last_holder)) != 0;
+  }
+  for (int ni = 0; interp && ni < SMP_MAX_INTERPS; ni++) {
+    if (!(p = smp_read_hot(h, interp + l->is_tstate_head, 8, &err))) return err;
+    uint64_t ts = rd64(p);
+    if (!(p = smp_read_hot(h, interp + l->is_next, 8, &err))) return err;
+    uint64_t next_interp = rd64(p);
+    if (l->is_gc_collecting) {
+      if (!(p = smp_read_hot(h, interp + l->is_gc_collecting, 4, &err))) return err;
+      gc = rd32(p) != 0;
+    }
+    if (l->is_gil_ptr) {
+      if (!(p = smp_read_hot(h, interp + l->is_gil_ptr, 8, &err))) return err;
+      uint64_t g = rd64(p);
+      size_t span = (size_t)(l->gil_locked - l->gil_last_holder + 4);
+      if (g && (p = smp_read_hot(h, g + l->gil_last_holder, span, &err))) {
+        gil_holder = rd64(p);
+        gil_locked = rd32(p + (l->gil_locked - l->gil_last_holder)) != 0;
+      } else if (g) {
+        return err;
+      }
+    }
+    if (l->is_gil_holder) {
+      if (!(p = smp_read_hot(h, interp + l->is_gil_holder, 8, &err))) return err;
+      gil_holder = rd64(p);
+      if (!(p = smp_read_hot(h, interp + l->is_gil_locked, 4, &err))) return err;
+      gil_locked = rd32(p) != 0;
+    }
+    for (int nt = 0; ts && nt < SMP_MAX_THREADS; nt++) {
+      const unsigned char *tb = smp_read_hot(h, ts, (size_t)l->ts_read, &err);
+      if (!tb) return err;
+      uint64_t next = rd64(tb + l->ts_next);
+      uint64_t thread_id = rd64(tb + l->ts_thread_id);
+      int64_t tid = l->ts_native_thread_id ? (int64_t)rd64(tb + l->ts_native_thread_id) : 0;
+      uint64_t fa;
+      if (l->has_cframe) {
+        uint64_t cf = rd64(tb + l->ts_cframe);
+        fa = 0;
+        if (cf) {
+          if (!(p = smp_read_hot(h, cf + l->cf_current_frame, 8, &err))) return err;
+          fa = rd64(p);
+        }
+      } else {
+        fa = rd64(tb + l->ts_frame);
+      }
+      if (next == ts) return -EIO;
+      int holds = gil_locked && gil_holder == ts;
+      ts = next;
+      if ((want & BF_SMP_WANT_GIL_ONLY) && !holds) continue;
+      smp_tslot *slot = NULL;
+      if (!l->ts_native_thread_id && h->pthread_tid_off >= 0 && thread_id) {
+        /* 3.8-3.10: the tid lives in glibc's struct pthread (cached per slot) */
+        for (size_t i = 0; i < h->nslots; i++)
+          if (h->slots[i].tstate == thread_id) slot = &h->slots[i];
+        if (slot) {
+          tid = slot->tid;
+          slot->seen = h->gen;
+        } else {
+          uint32_t t32 = 0;
+          if (smp_read(h, thread_id + (uint64_t)h->pthread_tid_off, &t32, 4) == 0) tid = t32;
+          slot = slot_get(h, thread_id, tid);
+        }
+      } else {
+        slot = slot_get(h, ts, tid);
+      }
+      if (h->nthreads == h->cap_threads) {
+        size_t nc = h->cap_threads ? h->cap_threads * 2 : 16;
+        bf_smp_thread *nt2 = realloc(h->threads, nc * sizeof *nt2);
+        if (!nt2) return -ENOMEM;
+        h->threads = nt2;
+        h->cap_threads = nc;
+      }
+      bf_smp_thread *t = &h->threads[h->nthreads++];
+      memset(t, 0, sizeof *t);
+      t->native_tid = tid;
+      t->thread_id = thread_id;
+      t->name = slot && slot->name[0] ? slot->name : NULL;
+      t->cpu_ns = -1;
+      t->flags = (holds ? BF_SMP_GIL : 0) | (gc ? BF_SMP_GC : 0);
+      size_t first = h->nframes;
+      int rc = walk_frames(h, fa);
+      if (rc < 0) return rc;
+      t->nframes = h->nframes - first;
+      t->frames = (const bf_smp_frame *)(uintptr_t)first; /* fixed up below */
+      if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) thread_status(h, slot, want, t);
+    }
+    interp = next_interp;
+  }
+  for (size_t i = 0; i < h->nthreads; i++)
+    h->threads[i].frames = h->frames + (uintptr_t)h->threads[i].frames;
+  if ((h->gen & 63) == 0) slots_sweep(h);
+  return 0;
+}
+
+int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_t *n) {
+  if (!h->attached) return seterr(h, -EINVAL, "not attached");
+  int rc = smp_walk(h, want);
+  if (rc < 0) {
+    h->interp_head = 0;
+    if (rc == -ESRCH || (h->pid > 0 && kill(h->pid, 0) < 0 && errno == ESRCH)) {
+      h->attached = 0;
+      return seterr(h, -ESRCH, "process %d exited", h->pid);
+    }
+    if (rc == -ENOMEM) return seterr(h, rc, "out of memory");
+    if (rc == -EPERM) return seterr(h, rc, "lost permission to read process %d", h->pid);
+    return seterr(h, -EIO, "torn read in process %d", h->pid);
+  }
+  *threads = h->threads;
+  *n = h->nthreads;
+  return 0;
+}

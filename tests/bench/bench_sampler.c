@@ -1,0 +1,156 @@
+/* bench_sampler.c — figures of the external sampler (not a timed test):
+ *  1. median cost of one thread-sample (bf_smp_sample) on a 20-deep stack;
+ *  2. achieved rate and missed+invalid when 100 kHz is asked (record into a
+ *     scratch store, wall clock, one thread).
+ * usage: bench_sampler PYTHON [SECONDS]   (run by tests/bench/bench_sampler.py)
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sampler.h"
+#include "store.h"
+
+static const char *TARGET =
+    "import sys\n"
+    "def f(n):\n"
+    "    if n == 0:\n"
+    "        x = 0\n"
+    "        while True:\n"
+    "            x += 1\n"
+    "    return f(n - 1)\n"
+    "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
+    "f(18)\n"; /* <module> + 19 frames of f = 20 deep */
+
+static int64_t mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static pid_t spawn(const char *py) {
+  int fds[2];
+  if (pipe(fds) < 0) return -1;
+  pid_t c = fork();
+  if (c == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
+    dup2(fds[1], 1);
+    close(fds[0]);
+    execl(py, py, "-c", TARGET, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[8];
+  if (read(fds[0], buf, 6) != 6) {
+    close(fds[0]);
+    return -1;
+  }
+  close(fds[0]);
+  return c;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: bench_sampler PYTHON [SECONDS]\n");
+    return 2;
+  }
+  double secs = argc > 2 ? atof(argv[2]) : 3;
+  pid_t pid = spawn(argv[1]);
+  if (pid < 0) {
+    fprintf(stderr, "bench: cannot start %s\n", argv[1]);
+    return 1;
+  }
+  bf_smp *h = bf_smp_new();
+  int rc = bf_smp_attach(h, pid);
+  if (rc < 0) {
+    fprintf(stderr, "bench: %s\n", bf_smp_errmsg(h));
+    kill(pid, SIGKILL);
+    return 1;
+  }
+  /* 1. per-sample cost, stacks only and with /proc status */
+  enum { N = 20000 };
+  static int64_t cost[N];
+  const bf_smp_thread *t;
+  size_t n;
+  size_t depth = 0;
+  int invalid = 0;
+  for (int mode = 0; mode < 2; mode++) {
+    unsigned want = mode ? BF_SMP_WANT_STATE : 0;
+    uint64_t calls0 = bf_smp_read_calls(h);
+    for (int i = 0; i < N; i++) {
+      int64_t a = mono();
+      rc = bf_smp_sample(h, want, &t, &n);
+      cost[i] = mono() - a;
+      if (rc < 0)
+        invalid++;
+      else if (n)
+        depth = t[0].nframes;
+    }
+    qsort(cost, N, sizeof cost[0], cmp_i64);
+    printf("python %s: per thread-sample (%s): median %.2f us, p90 %.2f us, p99 %.2f us; "
+           "depth %zu; %.2f process_vm_readv per sample; %d invalid of %d\n",
+           bf_smp_python_version(h), mode ? "stack + /proc state" : "stack only",
+           (double)cost[N / 2] / 1e3, (double)cost[N * 9 / 10] / 1e3,
+           (double)cost[N * 99 / 100] / 1e3, depth,
+           (double)(bf_smp_read_calls(h) - calls0) / N, invalid, N);
+    invalid = 0;
+  }
+  /* 2. asked 100 kHz, recorded into a scratch store */
+  char path[] = "/tmp/bf_bench_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd >= 0) close(fd);
+  unlink(path);
+  bf_store *st;
+  const char *msg;
+  if (bf_store_open(path, BF_STORE_CREATE, &st, &msg) < 0) {
+    fprintf(stderr, "bench: %s\n", msg);
+    kill(pid, SIGKILL);
+    return 1;
+  }
+  for (int clock = 0; clock < 2; clock++) {
+    bf_smp_record_opts o = {0};
+    o.pid = pid;
+    o.rate_hz = 100000;
+    o.duration_s = secs;
+    o.clock_cpu = clock;
+    int64_t sid;
+    int wst;
+    rc = bf_smp_record(h, st, &o, &sid, &wst);
+    bf_session_info *in = NULL;
+    if (rc < 0 || bf_store_session_get(st, sid, &in) < 0) {
+      fprintf(stderr, "bench: record failed: %s\n", bf_smp_errmsg(h));
+      break;
+    }
+    double ticks = in->achieved_rate_hz * (double)in->duration_ns / 1e9;
+    printf("python %s: asked 100000 Hz (%s clock) for %.1fs: achieved %.0f samples/s "
+           "(%lld stored), missed %lld, invalid %lld (%.3f%% of ticks), profiler CPU %.2fs\n",
+           bf_smp_python_version(h), clock ? "cpu" : "wall", (double)in->duration_ns / 1e9,
+           in->achieved_rate_hz, (long long)in->samples, (long long)in->missed,
+           (long long)in->invalid,
+           100.0 * (double)(in->missed + in->invalid) / (ticks + (double)in->missed + 1),
+           (double)in->profiler_cpu_ns / 1e9);
+    bf_session_info_free(in);
+  }
+  bf_store_close(st);
+  unlink(path);
+  char p2[64];
+  snprintf(p2, sizeof p2, "%s-wal", path);
+  unlink(p2);
+  snprintf(p2, sizeof p2, "%s-shm", path);
+  unlink(p2);
+  bf_smp_free(h);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return 0;
+}
