@@ -1185,19 +1185,23 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
   /* A long capture must neither hold the write lock (other writers, e.g. a
    * tracer sharing the file, wait on it) nor keep its samples only in memory:
    * commit every 250 ms and write buffered chunks every second. */
-  if ((++s->add_counter & 63) == 0 && s->txn_depth == 0) {
-    int64_t now = mono_ns();
-    if (!s->last_flush_ns) s->last_flush_ns = now;
-    if (now - s->last_flush_ns > 1000000000LL) {
-      s->last_flush_ns = now;
-      return bf_store_flush(s);
-    }
-    if (s->txn_open && now - s->txn_started_ns > 250000000LL) {
-      int rc = exec(s, "COMMIT");
-      if (rc) return rc;
-      s->txn_open = 0;
-      s->uncommitted_samples = 0;
-    }
+  if ((++s->add_counter & 63) == 0) return bf_store_checkpoint(s);
+  return 0;
+}
+
+int bf_store_checkpoint(bf_store *s) {
+  if (s->readonly || s->txn_depth > 0) return 0;
+  int64_t now = mono_ns();
+  if (!s->last_flush_ns) s->last_flush_ns = now;
+  if (now - s->last_flush_ns > 1000000000LL) {
+    s->last_flush_ns = now;
+    return bf_store_flush(s);
+  }
+  if (s->txn_open && now - s->txn_started_ns > 250000000LL) {
+    int rc = exec(s, "COMMIT");
+    if (rc) return rc;
+    s->txn_open = 0;
+    s->uncommitted_samples = 0;
   }
   return 0;
 }

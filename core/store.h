@@ -139,6 +139,11 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp);
 /* Write out every buffered sample. */
 int bf_store_flush(bf_store *s);
 
+/* For long captures, call a few times a second: commits the implicit write
+ * transaction when it has been open for 250 ms (so other writers of the same
+ * file get in) and writes buffered samples once a second. Cheap otherwise. */
+int bf_store_checkpoint(bf_store *s);
+
 /* Filter for reading samples. Zero-initialise; 0/NULL fields mean "any". */
 typedef struct bf_sample_filter {
   int64_t thread_id;     /* 0 = every thread */

@@ -5,6 +5,7 @@
 
 #include "util.h"
 #include "views.h"
+#include "views_int.h"
 
 static void bar(FILE *out, double share, int width) {
   static const char *const parts[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
@@ -63,15 +64,6 @@ static void json_row(FILE *out, const bf_func_row *r, int traced) {
   fputc('}', out);
 }
 
-/* Shorten a path to its last components so the row fits. */
-static const char *short_file(const char *f, size_t max) {
-  size_t n = strlen(f);
-  if (n <= max) return f;
-  const char *p = f + n - max;
-  const char *slash = strchr(p, '/');
-  return slash ? slash + 1 : p;
-}
-
 int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_view_opts def = {0};
   if (!o) o = &def;
@@ -117,13 +109,13 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
         bf_fmt_ns((double)r->self_ns, sb, sizeof sb);
         bf_fmt_ns((double)r->total_ns, tb, sizeof tb);
         bf_fmt_ns(r->calls > 0 ? (double)r->total_ns / (double)r->calls : -1, pb, sizeof pb);
-        char loc[512];
-        snprintf(loc, sizeof loc, "%s  %s:%lld", r->qualname, short_file(r->file, 40), (long long)r->firstlineno);
-        fprintf(out, "%9lld %9lld %9s %9s %9s %5.1f%%  %.*s\n", (long long)r->calls, (long long)r->primitive_calls,
-                sb, tb, pb, r->self_share * 100, fw, loc);
+        char loc[1024];
+        bf_fit_func(loc, sizeof loc, r->qualname, r->file, r->firstlineno, fw);
+        fprintf(out, "%9lld %9lld %9s %9s %9s %5.1f%%  %s\n", (long long)r->calls, (long long)r->primitive_calls,
+                sb, tb, pb, r->self_share * 100, loc);
       }
     } else {
-      int fw = width - 57;
+      int fw = width - 52;
       if (fw < 20) fw = 20;
       fprintf(out, "%s%6s %-15s%6s %8s  %-10s  %s%s\n", dim, "SELF", " 95% CI", "TOTAL", "SAMPLES", "", "FUNCTION",
               rst);
@@ -131,12 +123,12 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
         const bf_func_row *r = &p->rows[i];
         char ci[32];
         snprintf(ci, sizeof ci, "[%.1f-%.1f]", r->self_lo * 100, r->self_hi * 100);
-        char loc[512];
-        snprintf(loc, sizeof loc, "%s  %s:%lld", r->qualname, short_file(r->file, 40), (long long)r->firstlineno);
+        char loc[1024];
+        bf_fit_func(loc, sizeof loc, r->qualname, r->file, r->firstlineno, fw);
         fprintf(out, "%5.1f%% %-15s%5.1f%% %8lld  ", r->self_share * 100, ci, r->total_share * 100,
                 (long long)r->self_samples);
         bar(out, r->self_share, 10);
-        fprintf(out, "  %.*s\n", fw, loc);
+        fprintf(out, "  %s\n", loc);
       }
       if (p->n == 0) fputs("  (no samples)\n", out);
     }

@@ -16,6 +16,8 @@ typedef struct bf_view_opts {
   bf_sort sort;
   bf_sample_filter filter;  /* thread / time window */
   int width;                /* terminal width (0 = 80) */
+  int html;                 /* heatmap: HTML page instead of terminal text */
+  int buckets;              /* heatmap: time buckets (0 = fit the width / 60) */
 } bf_view_opts;
 
 /* Function table with shares, 95% intervals and samples (sampled/imported) or
@@ -27,5 +29,66 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
  * (or weight for cpu-clock and imported sessions). Re-importable by
  * bf_import_collapsed with the same function shares. */
 int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+
+/* Flame graph: one self-contained HTML page (inline JS/CSS, no network) with
+ * click-to-zoom, search, hover details, thread filter and icicle toggle.
+ * Identical stacks are aggregated by function path per thread. Traced
+ * sessions: paths rebuilt from caller→callee edges (marked approximate). */
+int bf_view_flame(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
+/* Heatmap: time buckets × the top functions by self share; each cell is the
+ * function's self share of that bucket. Terminal (o->html = 0) or HTML.
+ * -ENODATA (message on the handle) for sessions without timed samples. */
+int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
+/* GIL view: per thread, shares of samples holding the GIL, waiting for it
+ * (not holding it and not idle), on CPU and idle; and the functions that
+ * hold the GIL most. -ENODATA for sessions that carry no thread states. */
+int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
+/* Stack view: per thread, the most frequent stacks and the last one seen. */
+int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
+/* ---- diff of two sessions ------------------------------------------------ */
+
+typedef struct bf_diff_opts {
+  int json, color, width;
+  int limit;            /* rows (0 = 25) */
+  double threshold_pp;  /* hide rows whose |change| is below this (percentage points) */
+  bf_sample_filter filter_a, filter_b;
+} bf_diff_opts;
+
+/* Are sessions a and b comparable (same clock, mode and rate)? Returns 0 when
+ * they are, 1 when not (why says which field differs), or a negative errno. */
+int bf_diff_compatible(bf_store *s, int64_t a, int64_t b, char *why, size_t why_len);
+
+/* Per-function change of self and total share from a to b with a
+ * two-proportion z-test (p-value, significant at 0.05). Terminal or JSON. */
+int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, FILE *out);
+
+/* Differential flame graph (HTML): widths from b, red = share grew since a,
+ * blue = shrank. */
+int bf_diff_flame(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, FILE *out);
+
+/* ---- exports ---------------------------------------------------------------- */
+
+/* speedscope JSON (https://www.speedscope.app/file-format-schema.json): shared
+ * frames, one "sampled" profile per thread, weights in ns (or samples). */
+int bf_export_speedscope(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+
+/* pstats (.prof) in marshal format, loadable by pstats.Stats on Python 3.8+.
+ * Traced: cc/nc = primitive/all calls, tt/ct = self/total seconds, callers from
+ * edges. Sampled: cc = samples with the function on the stack, nc = frames
+ * of it counting recursion, tt/ct = self/total seconds of
+ * sample weight; imported: seconds = samples / rate (1 kHz when unknown). */
+int bf_export_pstats(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+
+/* pprof: gzip-compressed profile.proto with value types samples/count and
+ * cpu/nanoseconds or wall/nanoseconds (imports: samples/count only). */
+int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+
+/* Chrome/Perfetto trace-event JSON of focus-mode call records (traced
+ * sessions). -ENODATA when the session has no call records. */
+int bf_export_chrome(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit.h"
 #include "cli.h"
 #include "sampler.h"
 
@@ -32,10 +33,9 @@ static void status_words(uint32_t f, char *buf, size_t len) {
 }
 
 int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
-  (void)cli;
   static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c == 'h') {
       printf("usage: bifocal dump PID\n");
       return 0;
@@ -49,14 +49,18 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   int pid;
   int rc = bf_smp_cli_pid(argv[optind], &pid);
   if (rc) return rc;
+  bf_audit *au = NULL; /* audited before the target is touched */
+  if ((rc = bf_audit_begin(cli, NULL, "dump", pid, &au))) return rc;
   bf_smp *h = bf_smp_new();
   if (!h) {
     bf_cli_error("out of memory");
+    bf_audit_end(au, "out of memory", 0);
     return 1;
   }
   rc = bf_smp_attach(h, pid);
   if (rc < 0) {
     bf_cli_error("%s", bf_smp_errmsg(h));
+    bf_audit_end(au, bf_smp_errmsg(h), 0);
     bf_smp_free(h);
     return 1;
   }
@@ -67,6 +71,7 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
     rc = bf_smp_sample(h, BF_SMP_WANT_STATE, &t, &n);
     if (rc != -EIO) break;
   }
+  bf_audit_end(au, rc < 0 ? bf_smp_errmsg(h) : NULL, 0);
   if (rc < 0) {
     bf_cli_error("%s", bf_smp_errmsg(h));
     bf_smp_free(h);

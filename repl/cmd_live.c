@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "cli.h"
 #include "sampler.h"
 
@@ -63,7 +64,7 @@ int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
                                        {NULL, 0, NULL, 0}};
   double rate = 200;
   int c;
-  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c == 'r') {
       rate = atof(optarg);
       if (!(rate >= 1 && rate <= 100000)) {
@@ -87,9 +88,13 @@ int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("live needs a terminal (use `bifocal top PID` or `bifocal record --pid PID`)");
     return 2;
   }
+  bf_audit *au = NULL; /* audited before the target is touched */
+  int arc = bf_audit_begin(cli, NULL, "live", pid, &au);
+  if (arc) return arc;
   bf_smp *h = bf_smp_new();
   if (!h || bf_smp_attach(h, pid) < 0) {
     bf_cli_error("%s", h ? bf_smp_errmsg(h) : "out of memory");
+    bf_audit_end(au, h ? bf_smp_errmsg(h) : "out of memory", 0);
     bf_smp_free(h);
     return 1;
   }
@@ -163,6 +168,7 @@ int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
   signal(SIGTERM, SIG_DFL);
   if (gone) fprintf(stderr, "bifocal: process %d exited\n", pid);
   bf_top_free(&t);
+  bf_audit_end(au, NULL, 0);
   bf_smp_free(h);
   return 0;
 }

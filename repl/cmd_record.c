@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "cli.h"
 #include "sampler.h"
 #include "util.h"
@@ -113,6 +114,12 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("out of memory");
     return 1;
   }
+  bf_audit *au = NULL; /* audited before the target is touched */
+  if ((rc = bf_audit_begin(cli, st, "record", pid, &au))) {
+    bf_smp_free(h);
+    bf_store_close(st);
+    return rc;
+  }
   stop_flag = 0;
   struct sigaction sa, old_int, old_term;
   memset(&sa, 0, sizeof sa);
@@ -147,6 +154,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       bf_session_info_free(in);
     }
   }
+  bf_audit_end(au, rc < 0 ? bf_smp_errmsg(h) : NULL, sid);
   bf_smp_free(h);
   bf_store_close(st);
   if (sid > 0) {

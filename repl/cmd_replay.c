@@ -1,13 +1,33 @@
 /* cmd_replay.c — `bifocal replay ID --view V [...]`. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "out_file.h"
 #include "util.h"
 #include "views.h"
+
+typedef int (*view_fn)(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
+/* The views; `html` = the view writes an HTML page (refused on a terminal). */
+static const struct {
+  const char *name;
+  view_fn fn;
+  int html;
+} views[] = {
+    {"functions", bf_view_functions, 0}, {"flame", bf_view_flame, 1}, {"heatmap", bf_view_heatmap, 0},
+    {"gil", bf_view_gil, 0},             {"stack", bf_view_stack, 0}, {NULL, NULL, 0},
+};
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
 
 int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"view", required_argument, NULL, 'v'},
@@ -18,6 +38,8 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
                                        {"since", required_argument, NULL, 'S'},
                                        {"until", required_argument, NULL, 'U'},
                                        {"output", required_argument, NULL, 'o'},
+                                       {"html", no_argument, NULL, 'H'},
+                                       {"buckets", required_argument, NULL, 'b'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   const char *view = "functions", *thread = NULL, *outp = NULL;
@@ -64,6 +86,17 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
         break;
       }
       case 'o': outp = optarg; break;
+      case 'H': vo.html = 1; break;
+      case 'b': {
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (*end || v < 2 || v > 1000) {
+          bf_cli_error("bad --buckets '%s' (2 to 1000)", optarg);
+          return 2;
+        }
+        vo.buckets = (int)v;
+        break;
+      }
       case 'h': bf_cli_usage(bf_cli_find("replay"), stdout); return 0;
       default: return 2;
     }
@@ -72,8 +105,15 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("replay takes one session id");
     return 2;
   }
-  if (strcmp(view, "functions") != 0) {
-    bf_cli_error("unknown view '%s' (known: functions)", view);
+  int vi = 0;
+  while (views[vi].name && strcmp(views[vi].name, view) != 0) vi++;
+  if (!views[vi].name) {
+    bf_cli_error("unknown view '%s' (known: functions, flame, heatmap, gil, stack)", view);
+    return 2;
+  }
+  if (outp && strcmp(view, "heatmap") == 0 && ends_with(outp, ".html")) vo.html = 1;
+  if ((views[vi].html || vo.html) && !outp && cli->stdout_tty) {
+    bf_cli_error("the %s view is an HTML page: give -o FILE.html", view);
     return 2;
   }
   if (cli->stdout_tty && !outp) {
@@ -109,23 +149,15 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
       return 1;
     }
   }
-  FILE *out = stdout;
-  if (outp && strcmp(outp, "-") != 0) {
-    out = fopen(outp, "w");
-    if (!out) {
-      bf_cli_error("cannot write '%s': %m", outp);
-      bf_store_close(s);
-      return 1;
-    }
-    vo.color = 0;
-  }
-  rc = bf_view_functions(s, id, &vo, out);
-  if (out != stdout) fclose(out);
-  if (rc < 0) {
-    bf_cli_error("%s", bf_store_errmsg(s));
+  bf_out_file of;
+  if (bf_out_open(outp, &of)) {
     bf_store_close(s);
     return 1;
   }
+  if (of.f != stdout) vo.color = 0;
+  rc = views[vi].fn(s, id, &vo, of.f);
+  if (rc < 0) bf_cli_error("%s", bf_store_errmsg(s));
+  int crc = bf_out_close(&of, rc >= 0);
   bf_store_close(s);
-  return 0;
+  return rc < 0 || crc ? 1 : 0;
 }

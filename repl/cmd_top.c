@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "audit.h"
 #include "cli.h"
 #include "sampler.h"
 #include "util.h"
@@ -179,7 +180,6 @@ static int64_t mono(void) {
 }
 
 int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
-  (void)cli;
   static const struct option opts[] = {{"duration", required_argument, NULL, 'D'},
                                        {"rate", required_argument, NULL, 'r'},
                                        {"limit", required_argument, NULL, 'n'},
@@ -189,7 +189,7 @@ int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
   double rate = 200;
   int limit = 20, c;
   char *end;
-  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'D':
         if (bf_parse_duration_ns(optarg, &dur) < 0 || dur <= 0) {
@@ -218,9 +218,12 @@ int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
   }
   int pid;
   if (bf_smp_cli_pid(argv[optind], &pid)) return 2;
+  bf_audit *au = NULL; /* audited before the target is touched */
+  if ((c = bf_audit_begin(cli, NULL, "top", pid, &au))) return c;
   bf_smp *h = bf_smp_new();
   if (!h || bf_smp_attach(h, pid) < 0) {
     bf_cli_error("%s", h ? bf_smp_errmsg(h) : "out of memory");
+    bf_audit_end(au, h ? bf_smp_errmsg(h) : "out of memory", 0);
     bf_smp_free(h);
     return 1;
   }
@@ -255,6 +258,7 @@ int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
   printf("\n");
   bf_top_print_threads(&t, stdout, "\n");
   bf_top_free(&t);
+  bf_audit_end(au, NULL, 0);
   bf_smp_free(h);
   return 0;
 }

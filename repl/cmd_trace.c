@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "cli.h"
 #include "util.h"
 
@@ -250,9 +251,11 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
 
   /* The session exists (status "incomplete") before the program starts, so a
    * program killed outright still leaves a trace of the attempt. */
+  bf_audit *au = NULL; /* audited before the program starts */
+  int rc = bf_audit_begin(cli, NULL, "trace", 0, &au);
   bf_store *s;
-  int rc = bf_cli_open_store(cli, BF_STORE_CREATE, &s);
-  if (rc) {
+  if (rc || (rc = bf_cli_open_store(cli, BF_STORE_CREATE, &s))) {
+    bf_audit_end(au, "cannot open the database", 0);
     free(command);
     return rc;
   }
@@ -271,6 +274,7 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   int64_t sid = 0;
   if (bf_store_session_begin(s, &info, &sid) < 0) {
     bf_cli_error("%s", bf_store_errmsg(s));
+    bf_audit_end(au, bf_store_errmsg(s), 0);
     bf_store_close(s);
     free(command);
     return 1;
@@ -294,6 +298,7 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
 
   char **cargv = calloc((size_t)ncmd + 40, sizeof *cargv);
   if (!cargv) {
+    bf_audit_end(au, "out of memory", sid);
     free(command);
     return 1;
   }
@@ -384,6 +389,9 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
     bf_session_info_free(got);
     bf_store_close(s);
   }
+  char outcome[64];
+  snprintf(outcome, sizeof outcome, "program exited with status %d", exit_code);
+  bf_audit_end(au, exit_code ? outcome : NULL, sid);
   fflush(stderr);
   printf("%lld\n", (long long)sid);
   fflush(stdout);

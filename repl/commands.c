@@ -13,29 +13,45 @@ BF_DECL(dump)
 BF_DECL(top)
 BF_DECL(live)
 BF_DECL(trace)
+BF_DECL(diff)
 BF_DECL(calibrate)
 BF_DECL(demo)
 BF_DECL(run)
 BF_DECL(correlate)
+BF_DECL(audit)
+BF_DECL(redact)
+BF_DECL(gc)
+BF_DECL(keygen)
 #undef BF_DECL
 
 const bf_cmd bf_cmds[] = {
     {"sessions", bf_cmd_sessions, "sessions [--json]", "list sessions with their metadata", NULL},
     {"import", bf_cmd_import, "import FILE [--label L] [--ttl T]",
      "import collapsed stacks (FlameGraph, py-spy raw, austin text)", NULL},
+    {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N]", "show a view of a session", NULL},
+    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome -o FILE", "write a session in another tool's format", NULL},
+    {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key]",
+     "import collapsed stacks (FlameGraph, py-spy raw, austin text) or a sealed export", NULL},
     {"replay", bf_cmd_replay,
      "replay ID --view functions [--json] [--limit N] [--sort self|total] [--thread T]",
      "show a view of a session", NULL},
-    {"export", bf_cmd_export, "export ID --format collapsed -o FILE", "write a session in another tool's format", NULL},
+    {"export", bf_cmd_export, "export ID --format collapsed|bifocal [--encrypt-to PUBKEY] -o FILE",
+     "write a session in another tool's format, or sealed for one recipient", NULL},
     {"record", bf_cmd_record, "record [--clock wall|cpu] [--gil] [--rate HZ] [--duration S] [--label L] [--commit SHA] [--ttl T] [--subprocesses] (--pid PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
     {"dump", bf_cmd_dump, "dump PID", "current Python stack of every thread of a process, once", NULL},
     {"top", bf_cmd_top, "top PID [--duration S] [--rate HZ] [--limit N]", "sample a process for a while and print its hottest functions", NULL},
     {"live", bf_cmd_live, "live PID [--rate HZ]", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},
     {"trace", bf_cmd_trace, "trace [--clock wall|cpu] [--focus GLOB] [--no-builtins] [--tool-id N] [--label L] [--ttl T] [--records N] -- python[3.X] (script.py | -m module | -c cmd) [ARGS]", "exact call counts, edges and call times of a Python run (prints the session id)", NULL},
+    {"diff", bf_cmd_diff, "diff A B [--threshold PP] [--json] [--force] [--limit N] [--view flame -o F.html]", "per-function change of share between two sessions, with significance", NULL},
     {"run", bf_cmd_run, "run [--out DIR] [--unsafe] [--timeout S] SCRIPT.lua [ARGS]", "run a Lua check; exit 0 all checks held, 1 one failed, 2 script error", "Sandboxed by default: no os.execute, io.popen, package.loadlib or C modules, and files\nmay be written only under --out DIR. --unsafe lifts the sandbox. Ctrl-C or --timeout S\nstops a runaway script. A bare SCRIPT name is also looked up among the shipped scripts."},
     {"correlate", bf_cmd_correlate, "correlate SAMPLED TRACED [--json] [--limit N]", "join a sampled and a traced session per function", NULL},
     {"calibrate", bf_cmd_calibrate, "calibrate [--rate HZ] [--clock wall|cpu] [--json] [--label L] -- python script.py ARGS", "trace and sample the same run; report how far the estimates are from the truth", NULL},
     {"demo", bf_cmd_demo, "demo [--dir DIR] [--python PY] [--seconds S]", "the whole story on a bundled workload: sample, trace, correlate, gate, flame graph", NULL},
+    {"audit", bf_cmd_audit, "audit [--json]", "who attached to which process, when, and how it ended", NULL},
+    {"redact", bf_cmd_redact, "redact ID -o OUT.db [--keep PREFIX ...]",
+     "copy a session with file paths hashed and host/command line dropped", NULL},
+    {"gc", bf_cmd_gc, "gc [--force]", "delete expired sessions (--ttl) and reclaim the space", NULL},
+    {"keygen", bf_cmd_keygen, "keygen [-o NAME]", "make NAME.pub / NAME.key for encrypted sharing", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -57,6 +58,10 @@ int bf_cli_open_store(bf_cli *cli, int flags, bf_store **out) {
     bf_cli_error("%s", msg ? msg : strerror(-rc));
     return 1;
   }
+  struct stat st; /* profiles reveal code layout: say so when others may write */
+  if (stat(cli->db_path, &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)))
+    bf_cli_warn("database '%s' is writable by group/others (mode %03o); chmod 600 it", cli->db_path,
+                (unsigned)(st.st_mode & 0777));
   return 0;
 }
 

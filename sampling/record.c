@@ -419,7 +419,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
 
   int64_t interval = (int64_t)(1e9 / o->rate_hz);
   uint64_t rng = (uint64_t)mono_ns() | 1;
-  int64_t start = mono_ns(), next = start, last_progress = start, last_children = start;
+  int64_t start = mono_ns(), next = start, last_progress = start, last_progress_cb = start, last_children = start;
   int64_t end = o->duration_s > 0 ? start + (int64_t)(o->duration_s * 1e9) : INT64_MAX;
   int64_t prev = start - interval;
   const char *status = "complete";
@@ -504,8 +504,16 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
         }
       }
     }
-    if (o->progress && now - last_progress > 250000000) {
+    if (now - last_progress > 250000000) {
       last_progress = now;
+      /* never hold the database's write lock for long (a tracer may share it) */
+      if (bf_store_checkpoint(st) < 0) {
+        fatal = 1;
+        break;
+      }
+    }
+    if (o->progress && now - last_progress_cb > 250000000) {
+      last_progress_cb = now;
       bf_smp_progress p = {(double)(now - start) / 1e9, tg[0].samples, tg[0].missed, tg[0].invalid,
                            (double)tg[0].ticks * 1e9 / (double)(now - start + 1)};
       o->progress(o->progress_ud, &p);

@@ -1,0 +1,277 @@
+/* diff.c — what changed between two sessions: per-function change of self
+ * and total share with a two-proportion z-test, and the differential flame
+ * graph. Sessions of different kind, clock, mode or rate are flagged. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+#include "util.h"
+#include "views.h"
+#include "views_int.h"
+
+static int same_str(const char *a, const char *b) {
+  return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+int bf_diff_compatible(bf_store *s, int64_t a, int64_t b, char *why, size_t why_len) {
+  bf_session_info *ia = NULL, *ib = NULL;
+  int rc = bf_store_session_get(s, a, &ia);
+  if (!rc) rc = bf_store_session_get(s, b, &ib);
+  if (rc) goto out;
+  why[0] = 0;
+  size_t n = 0;
+#define WHY(...)                                                                  \
+  do {                                                                            \
+    if (n < why_len) n += (size_t)snprintf(why + n, why_len - n, n ? "; " : ""); \
+    if (n < why_len) n += (size_t)snprintf(why + n, why_len - n, __VA_ARGS__);   \
+  } while (0)
+  if (!same_str(ia->kind, ib->kind)) WHY("kind differs (%s vs %s)", ia->kind, ib->kind);
+  if (!same_str(ia->clock, ib->clock))
+    WHY("clock differs (%s vs %s)", ia->clock ? ia->clock : "?", ib->clock ? ib->clock : "?");
+  if (!same_str(ia->mode, ib->mode))
+    WHY("mode differs (%s vs %s)", ia->mode ? ia->mode : "?", ib->mode ? ib->mode : "?");
+  double ra = ia->rate_hz, rb = ib->rate_hz;
+  if (fabs(ra - rb) > 0.01 * (ra > rb ? ra : rb)) WHY("rate differs (%g Hz vs %g Hz)", ra, rb);
+#undef WHY
+  rc = why[0] ? 1 : 0;
+out:
+  bf_session_info_free(ia);
+  bf_session_info_free(ib);
+  return rc;
+}
+
+typedef struct drow {
+  const bf_func_row *a, *b; /* NULL when absent from that session */
+  double sa, sb, ta, tb;    /* shares */
+  double z, p;              /* self-share test; p < 0 when not tested */
+  double key;
+} drow;
+
+static int cmp_drow(const void *x, const void *y) {
+  const drow *a = x, *b = y;
+  return a->key < b->key ? 1 : a->key > b->key ? -1 : 0;
+}
+
+/* Two-proportion z-test of k1/n1 vs k2/n2. OUT: *z, *p (two-sided). */
+static void ztest(double p1, double n1, double p2, double n2, double *z, double *p) {
+  if (n1 <= 0 || n2 <= 0) {
+    *z = 0;
+    *p = -1;
+    return;
+  }
+  double pool = (p1 * n1 + p2 * n2) / (n1 + n2);
+  double se = sqrt(pool * (1 - pool) * (1 / n1 + 1 / n2));
+  if (se <= 0) {
+    *z = 0;
+    *p = p1 == p2 ? 1 : 0;
+    return;
+  }
+  *z = (p2 - p1) / se;
+  *p = erfc(fabs(*z) / sqrt(2.0));
+}
+
+static void json_side(FILE *out, const bf_func_row *r, double self, double total) {
+  fputs("{\"self_share\":", out);
+  bf_json_num(out, self);
+  fputs(",\"total_share\":", out);
+  bf_json_num(out, total);
+  if (r && r->self_samples >= 0)
+    fprintf(out, ",\"self_samples\":%lld,\"total_samples\":%lld", (long long)r->self_samples,
+            (long long)r->total_samples);
+  else if (r)
+    fprintf(out, ",\"calls\":%lld,\"self_ns\":%lld,\"total_ns\":%lld", (long long)r->calls, (long long)r->self_ns,
+            (long long)r->total_ns);
+  else
+    fputs(",\"observed\":false", out);
+  fputc('}', out);
+}
+
+static const char *stars(double p) {
+  return p < 0 ? "   " : p < 0.001 ? "***" : p < 0.01 ? "** " : p < 0.05 ? "*  " : "   ";
+}
+
+int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, FILE *out) {
+  bf_diff_opts def = {0};
+  if (!o) o = &def;
+  bf_profile *pa = NULL, *pb = NULL;
+  bf_session_info *ia = NULL, *ib = NULL;
+  drow *rows = NULL;
+  bf_map3 idx = {0};
+  char why[512];
+  int incompatible = bf_diff_compatible(s, a, b, why, sizeof why);
+  int rc = incompatible < 0 ? incompatible : 0;
+  if (!rc) rc = bf_profile_functions(s, a, &o->filter_a, BF_SORT_SELF, &pa);
+  if (!rc) rc = bf_profile_functions(s, b, &o->filter_b, BF_SORT_SELF, &pb);
+  if (!rc) rc = bf_store_session_get(s, a, &ia);
+  if (!rc) rc = bf_store_session_get(s, b, &ib);
+  if (rc) goto out;
+  rows = calloc(pa->n + pb->n + 1, sizeof *rows);
+  if (!rows) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < pa->n; i++) {
+    rows[n].a = &pa->rows[i];
+    if (bf_map3_put(&idx, pa->rows[i].function_id, 0, 0, (int64_t)n)) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    n++;
+  }
+  for (size_t i = 0; i < pb->n; i++) {
+    int64_t *hit = bf_map3_get(&idx, pb->rows[i].function_id, 0, 0);
+    if (hit)
+      rows[*hit].b = &pb->rows[i];
+    else
+      rows[n++].b = &pb->rows[i];
+  }
+  int tested = !pa->traced && !pb->traced;
+  double na = (double)pa->total_samples, nb = (double)pb->total_samples;
+  for (size_t i = 0; i < n; i++) {
+    drow *r = &rows[i];
+    r->sa = r->a ? r->a->self_share : 0;
+    r->ta = r->a ? r->a->total_share : 0;
+    r->sb = r->b ? r->b->self_share : 0;
+    r->tb = r->b ? r->b->total_share : 0;
+    if (tested)
+      ztest(r->sa, na, r->sb, nb, &r->z, &r->p);
+    else
+      r->z = 0, r->p = -1;
+    double ds = fabs(r->sb - r->sa), dt = fabs(r->tb - r->ta);
+    r->key = ds * 1000 + dt; /* self change first, total breaks ties */
+  }
+  qsort(rows, n, sizeof *rows, cmp_drow);
+  size_t limit = o->limit > 0 ? (size_t)o->limit : o->json ? n : 25, shown = 0, hidden = 0;
+  double thr = o->threshold_pp / 100.0;
+  if (o->json) {
+    fputs("{\"a\":", out);
+    bf_json_session(out, ia);
+    fputs(",\"b\":", out);
+    bf_json_session(out, ib);
+    fprintf(out, ",\"comparable\":%s,\"why\":", incompatible ? "false" : "true");
+    bf_json_str(out, incompatible ? why : NULL);
+    fputs(",\"threshold_pp\":", out);
+    bf_json_num(out, o->threshold_pp);
+    fprintf(out, ",\"test\":\"%s\",\"functions\":[",
+            tested ? "two-proportion z-test on self share, two-sided" : "none (traced figures are exact)");
+  } else {
+    const char *dim = o->color ? "\033[2m" : "";
+    const char *bo = o->color ? "\033[1m" : "", *rst = o->color ? "\033[0m" : "";
+    char la[512], lb[512];
+    bf_session_line(ia, 0, la, sizeof la);
+    bf_session_line(ib, 0, lb, sizeof lb);
+    int width = o->width > 40 ? o->width : 80;
+    fprintf(out, "%sA%s ", bo, rst);
+    bf_put_fit(out, la, width - 2);
+    fprintf(out, "\n%sB%s ", bo, rst);
+    bf_put_fit(out, lb, width - 2);
+    fputc('\n', out);
+    if (tested)
+      fprintf(out, "A: %lld samples, B: %lld samples\n", (long long)pa->total_samples, (long long)pb->total_samples);
+    else
+      fprintf(out, "A: traced %.3f s, B: traced %.3f s (exact figures, no test)\n", (double)pa->total_ns / 1e9,
+              (double)pb->total_ns / 1e9);
+    if (incompatible) fprintf(out, "warning: not comparable: %s\n", why);
+    fprintf(out, "%s SELF A  SELF B    Δ SELF               p   Δ TOTAL  FUNCTION%s\n", dim, rst);
+  }
+  for (size_t i = 0; i < n; i++) {
+    drow *r = &rows[i];
+    double ds = r->sb - r->sa, dt = r->tb - r->ta;
+    if (fabs(ds) < thr && fabs(dt) < thr && !(thr == 0)) {
+      hidden++;
+      continue;
+    }
+    if (shown >= limit) {
+      hidden++;
+      continue;
+    }
+    const bf_func_row *f = r->b ? r->b : r->a;
+    if (o->json) {
+      fputs(shown ? ",{\"qualname\":" : "{\"qualname\":", out);
+      bf_json_str(out, f->qualname);
+      fputs(",\"file\":", out);
+      bf_json_str(out, f->file);
+      fprintf(out, ",\"firstlineno\":%lld,\"a\":", (long long)f->firstlineno);
+      json_side(out, r->a, r->sa, r->ta);
+      fputs(",\"b\":", out);
+      json_side(out, r->b, r->sb, r->tb);
+      fputs(",\"self_delta_pp\":", out);
+      bf_json_num(out, ds * 100);
+      fputs(",\"total_delta_pp\":", out);
+      bf_json_num(out, dt * 100);
+      fputs(",\"z\":", out);
+      bf_json_num(out, r->p < 0 ? NAN : r->z);
+      fputs(",\"p_value\":", out);
+      bf_json_num(out, r->p < 0 ? NAN : r->p);
+      fprintf(out, ",\"significant\":%s}", r->p < 0 ? "null" : r->p < 0.05 ? "true" : "false");
+    } else {
+      char ca[16], cb[16], pv[16];
+      if (r->a && (r->a->total_samples != 0))
+        snprintf(ca, sizeof ca, "%.1f%%", r->sa * 100);
+      else
+        snprintf(ca, sizeof ca, "%s", r->a ? "0.0%" : "—");
+      if (r->b && (r->b->total_samples != 0))
+        snprintf(cb, sizeof cb, "%.1f%%", r->sb * 100);
+      else
+        snprintf(cb, sizeof cb, "%s", r->b ? "0.0%" : "—");
+      if (r->p < 0)
+        snprintf(pv, sizeof pv, "exact");
+      else if (r->p < 0.001)
+        snprintf(pv, sizeof pv, "<0.001");
+      else
+        snprintf(pv, sizeof pv, "%.3f", r->p);
+      const char *col = "", *rst = "";
+      if (o->color && (r->p < 0 ? fabs(ds) >= thr : r->p < 0.05) && ds != 0) {
+        col = ds > 0 ? "\033[31m" : "\033[34m";
+        rst = "\033[0m";
+      }
+      int fw = (o->width > 40 ? o->width : 80) - 51;
+      if (fw < 16) fw = 16;
+      char loc[1024];
+      bf_fit_func(loc, sizeof loc, f->qualname, f->file, f->firstlineno, fw);
+      fprintf(out, "%7s %7s %s%+7.1fpp %s%s %7s %+7.1fpp  %s\n", ca, cb, col, ds * 100, stars(r->p), rst, pv,
+              dt * 100, loc);
+    }
+    shown++;
+  }
+  if (o->json) {
+    fprintf(out, "],\"hidden\":%zu}\n", hidden);
+  } else {
+    if (!shown) fprintf(out, "  no function changed by %.1f pp or more\n", o->threshold_pp);
+    if (hidden)
+      fprintf(out, "%zu more below %.1f pp or past --limit\n", hidden, o->threshold_pp);
+    fputs("— = not observed; * p<0.05 ** p<0.01 *** p<0.001 (two-proportion z-test)\n", out);
+  }
+out:
+  if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  bf_map3_free(&idx);
+  free(rows);
+  bf_profile_free(pa);
+  bf_profile_free(pb);
+  bf_session_info_free(ia);
+  bf_session_info_free(ib);
+  return rc;
+}
+
+int bf_diff_flame(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, FILE *out) {
+  bf_diff_opts def = {0};
+  if (!o) o = &def;
+  bf_wstacks *wa = NULL, *wb = NULL;
+  int rc = bf_wstacks_load(s, a, &o->filter_a, &wa);
+  if (!rc) rc = bf_wstacks_load(s, b, &o->filter_b, &wb);
+  if (!rc) {
+    char title[160], la[512], lb[512], sub[1100];
+    snprintf(title, sizeof title, "bifocal differential flame graph — session %lld → %lld", (long long)a,
+             (long long)b);
+    bf_session_line(wa->info, 0, la, sizeof la);
+    bf_session_line(wb->info, 0, lb, sizeof lb);
+    snprintf(sub, sizeof sub, "widths: B (%s); red = share grew since A (%s), blue = shrank", lb, la);
+    rc = bf_flame_write(s, wb, wa, title, sub, out);
+  }
+  bf_wstacks_free(wa);
+  bf_wstacks_free(wb);
+  return rc;
+}

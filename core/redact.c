@@ -1,0 +1,150 @@
+/* redact.c — the redaction rules (path tokens, JSON string scrubbing) on top
+ * of the single-session extract of copy.c.
+ */
+#include <errno.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "copy.h"
+#include "redact.h"
+#include "store_int.h"
+
+typedef struct redactor {
+  unsigned char key[32];
+  const bf_redact_opts *o;
+} redactor;
+
+static void token_of(const unsigned char key[32], const char *s, size_t n, char *tok, size_t toklen) {
+  unsigned char h[8];
+  crypto_generichash(h, sizeof h, (const unsigned char *)s, n, key, 32);
+  snprintf(tok, toklen, "<path:%02x%02x%02x%02x%02x%02x%02x%02x>", h[0], h[1], h[2], h[3], h[4], h[5], h[6],
+           h[7]);
+}
+
+int bf_redact_path(const unsigned char key[32], const char *path, const char *const *keep, size_t nkeep,
+                   char *tok, size_t toklen) {
+  size_t n = strlen(path);
+  /* "<builtin>", "<frozen importlib._bootstrap>", "<string>" and our own
+   * tokens name no place on disk; anything bracketed with a slash might. */
+  int bracketed = n >= 2 && path[0] == '<' && path[n - 1] == '>' && !strpbrk(path, "/\\");
+  int kept = bracketed;
+  for (size_t i = 0; !kept && i < nkeep; i++)
+    if (keep[i][0] && strncmp(path, keep[i], strlen(keep[i])) == 0) kept = 1;
+  if (kept) {
+    snprintf(tok, toklen, "%s", path);
+    return 1;
+  }
+  token_of(key, path, n, tok, toklen);
+  return 0;
+}
+
+static char *map_file(void *ud, const char *file) {
+  redactor *r = ud;
+  size_t cap = strlen(file) + 32;
+  char *out = malloc(cap);
+  if (!out) return NULL;
+  bf_redact_path(r->key, file, r->o ? r->o->keep : NULL, r->o ? r->o->nkeep : 0, out, cap);
+  return out;
+}
+
+/* Python qualnames never hold a slash; frame text imported from FlameGraph
+ * files may ("render (/srv/app/t.html:3)"). Words with a slash or backslash
+ * become the token of that word, so a path reads the same here as in files. */
+static char *map_qualname(void *ud, const char *q) {
+  redactor *r = ud;
+  size_t n = strlen(q);
+  if (!strpbrk(q, "/\\")) return strdup(q);
+  char *out = malloc(n * 24 + 64); /* a one-byte word can become a 23-byte token */
+  if (!out) return NULL;
+  static const char delim[] = " \t();:,;'\"";
+  size_t o = 0;
+  for (size_t i = 0; i < n;) {
+    size_t w = strcspn(q + i, delim);
+    if (w == 0) {
+      out[o++] = q[i++];
+      continue;
+    }
+    char word[4096];
+    int path = memchr(q + i, '/', w) || memchr(q + i, '\\', w);
+    if (path && w < sizeof word) {
+      memcpy(word, q + i, w);
+      word[w] = 0;
+      char tok[64];
+      if (bf_redact_path(r->key, word, r->o ? r->o->keep : NULL, r->o ? r->o->nkeep : 0, tok, sizeof tok)) {
+        memcpy(out + o, q + i, w); /* kept: the word itself, not the bounded copy */
+        o += w;
+      } else {
+        o += (size_t)sprintf(out + o, "%s", tok);
+      }
+    } else if (path) {
+      o += (size_t)sprintf(out + o, "<path:long>"); /* absurdly long word: drop it */
+    } else {
+      memcpy(out + o, q + i, w);
+      o += w;
+    }
+    i += w;
+  }
+  out[o] = 0;
+  return out;
+}
+
+/* Copy JSON text, replacing string values (not keys) that could name a path
+ * or hold a command line with tokens. Malformed JSON is replaced wholesale by
+ * null: it cannot be scrubbed reliably. */
+static char *map_json(void *ud, const char *json) {
+  redactor *r = ud;
+  size_t n = strlen(json);
+  /* a risky string is >= 3 bytes and becomes a 26-byte token */
+  char *out = malloc(n * 10 + 64);
+  if (!out) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n;) {
+    if (json[i] != '"') {
+      out[o++] = json[i++];
+      continue;
+    }
+    size_t start = i++;
+    while (i < n && json[i] != '"') i += (json[i] == '\\') ? 2 : 1;
+    if (i >= n) {
+      free(out);
+      return strdup("null");
+    }
+    i++; /* closing quote */
+    size_t j = i;
+    while (j < n && (json[j] == ' ' || json[j] == '\t' || json[j] == '\n' || json[j] == '\r')) j++;
+    int is_key = j < n && json[j] == ':';
+    const char *body = json + start + 1;
+    size_t blen = i - start - 2;
+    int risky = 0;
+    for (size_t k = 0; k < blen; k++)
+      if (body[k] == '/' || body[k] == '\\' || body[k] == ' ') risky = 1;
+    if (is_key || !risky) {
+      memcpy(out + o, json + start, i - start);
+      o += i - start;
+    } else {
+      char tok[40];
+      token_of(r->key, body, blen, tok, sizeof tok);
+      o += (size_t)sprintf(out + o, "\"%s\"", tok);
+    }
+  }
+  out[o] = 0;
+  return out;
+}
+
+int bf_redact_session(bf_store *src, int64_t session_id, const char *out_path, const bf_redact_opts *o,
+                      int64_t *new_id) {
+  if (sodium_init() < 0) return bf_store_fail(src, -EIO, "cannot initialise libsodium");
+  redactor r = {.o = o};
+  randombytes_buf(r.key, sizeof r.key);
+  bf_copy_opts co = {.map_file = map_file,
+                     .map_qualname = map_qualname,
+                     .map_json = map_json,
+                     .ud = &r,
+                     .drop_host_command = 1,
+                     .mark_redacted = 1};
+  int rc = bf_session_extract(src, session_id, out_path, &co, new_id);
+  sodium_memzero(r.key, sizeof r.key);
+  return rc;
+}

@@ -1,0 +1,389 @@
+/* share.c — keygen, sealed export and verified import of one session.
+ * The decrypted database only ever touches disk as a private temporary file
+ * (0600, unlinked at once after use) because SQLite opens files, not buffers.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "copy.h"
+#include "share.h"
+#include "store_int.h"
+#include "util.h"
+
+#define INNER_MAGIC "BFSESS1\0"
+#define INNER_HDR 16 /* magic + u64le length */
+#define FPR_LEN 8
+#define PUB_PREFIX "bifocal-pub-1 "
+#define KEY_PREFIX "bifocal-key-1 "
+
+static void fingerprint(const unsigned char pk[crypto_box_PUBLICKEYBYTES], unsigned char out[FPR_LEN]) {
+  crypto_generichash(out, FPR_LEN, pk, crypto_box_PUBLICKEYBYTES, NULL, 0);
+}
+
+static void hex(const unsigned char *b, size_t n, char *out) {
+  for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", b[i]);
+  out[2 * n] = 0;
+}
+
+/* Read a whole file (at most max bytes). OUT: *buf (caller frees), *len. */
+static int read_all(const char *path, int64_t max, unsigned char **buf, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return -EINVAL;
+  }
+  if (st.st_size > max) {
+    close(fd);
+    return -EFBIG;
+  }
+  unsigned char *b = malloc((size_t)st.st_size + 1);
+  if (!b) {
+    close(fd);
+    return -ENOMEM;
+  }
+  size_t got = 0;
+  while (got < (size_t)st.st_size) {
+    ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  b[got] = 0;
+  *buf = b;
+  *len = got;
+  return 0;
+}
+
+/* Write buf to path through a temporary and rename; mode applies on create. */
+static int write_file(const char *path, int mode, int excl, const unsigned char *buf, size_t len) {
+  char *tmp = NULL;
+  if (excl) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0) return -errno;
+    ssize_t w = write(fd, buf, len);
+    int e = (w == (ssize_t)len) ? 0 : (w < 0 ? -errno : -EIO);
+    if (close(fd) != 0 && !e) e = -errno;
+    if (e) unlink(path);
+    return e;
+  }
+  if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0) return -ENOMEM;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) {
+    int e = -errno;
+    free(tmp);
+    return e;
+  }
+  size_t off = 0;
+  int e = 0;
+  while (off < len) {
+    ssize_t w = write(fd, buf + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      e = w < 0 ? -errno : -EIO;
+      break;
+    }
+    off += (size_t)w;
+  }
+  if (!e && fsync(fd) != 0) e = -errno;
+  if (close(fd) != 0 && !e) e = -errno;
+  if (!e && rename(tmp, path) != 0) e = -errno;
+  if (e) unlink(tmp);
+  free(tmp);
+  return e;
+}
+
+/* Parse "PREFIX BASE64", or bare base64 when prefix may be omitted. */
+static int parse_key(const char *text, const char *prefix, int bare_ok, unsigned char out[32]) {
+  while (*text == ' ' || *text == '\t') text++;
+  size_t pl = strlen(prefix);
+  if (strncmp(text, prefix, pl) == 0)
+    text += pl;
+  else if (!bare_ok)
+    return -EINVAL;
+  size_t n = strcspn(text, " \t\r\n");
+  size_t bin_len = 0;
+  if (sodium_base642bin(out, 32, text, n, NULL, &bin_len, NULL, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+      bin_len != 32)
+    return -EINVAL;
+  return 0;
+}
+
+int bf_share_keygen(const char *name, char fpr[17], char *err, size_t errlen) {
+  if (sodium_init() < 0) {
+    snprintf(err, errlen, "cannot initialise libsodium");
+    return -EIO;
+  }
+  unsigned char pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES];
+  crypto_box_keypair(pk, sk);
+  char b64[sodium_base64_ENCODED_LEN(32, sodium_base64_VARIANT_ORIGINAL)];
+  char line[160];
+  char *pub_path = NULL, *key_path = NULL;
+  int rc = -ENOMEM;
+  if (asprintf(&pub_path, "%s.pub", name) < 0 || asprintf(&key_path, "%s.key", name) < 0) {
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  if (access(pub_path, F_OK) == 0 || access(key_path, F_OK) == 0) {
+    rc = -EEXIST;
+    snprintf(err, errlen, "'%s' or '%s' already exists; choose another name with -o", pub_path, key_path);
+    goto out;
+  }
+  sodium_bin2base64(b64, sizeof b64, sk, sizeof sk, sodium_base64_VARIANT_ORIGINAL);
+  int n = snprintf(line, sizeof line, KEY_PREFIX "%s\n", b64);
+  if ((rc = write_file(key_path, 0600, 1, (unsigned char *)line, (size_t)n))) {
+    snprintf(err, errlen, "cannot write '%s': %s", key_path, strerror(-rc));
+    goto out;
+  }
+  sodium_bin2base64(b64, sizeof b64, pk, sizeof pk, sodium_base64_VARIANT_ORIGINAL);
+  n = snprintf(line, sizeof line, PUB_PREFIX "%s\n", b64);
+  if ((rc = write_file(pub_path, 0644, 1, (unsigned char *)line, (size_t)n))) {
+    snprintf(err, errlen, "cannot write '%s': %s", pub_path, strerror(-rc));
+    unlink(key_path);
+    goto out;
+  }
+  unsigned char f[FPR_LEN];
+  fingerprint(pk, f);
+  hex(f, FPR_LEN, fpr);
+out:
+  sodium_memzero(sk, sizeof sk);
+  sodium_memzero(line, sizeof line);
+  sodium_memzero(b64, sizeof b64);
+  free(pub_path);
+  free(key_path);
+  return rc;
+}
+
+static int load_pub(bf_store *s, const char *arg, unsigned char pk[32]) {
+  unsigned char *buf = NULL;
+  size_t len = 0;
+  int rc;
+  if (access(arg, F_OK) == 0) {
+    if ((rc = read_all(arg, 4096, &buf, &len)))
+      return bf_store_fail(s, rc, "cannot read public key '%s': %s", arg, strerror(-rc));
+    if (strncmp((char *)buf, KEY_PREFIX, strlen(KEY_PREFIX)) == 0)
+      rc = bf_store_fail(s, -EINVAL, "'%s' is a secret key; --encrypt-to takes the recipient's .pub file", arg);
+    else if (parse_key((char *)buf, PUB_PREFIX, 1, pk))
+      rc = bf_store_fail(s, -EINVAL, "'%s' is not a bifocal public key (make one with `bifocal keygen`)", arg);
+    free(buf);
+    return rc;
+  }
+  if (parse_key(arg, PUB_PREFIX, 1, pk))
+    return bf_store_fail(s, -EINVAL, "--encrypt-to '%s': no such file and not a base64 public key", arg);
+  return 0;
+}
+
+int bf_share_export(bf_store *src, int64_t session_id, const char *pub, const char *out_path) {
+  if (sodium_init() < 0) return bf_store_fail(src, -EIO, "cannot initialise libsodium");
+  unsigned char pk[crypto_box_PUBLICKEYBYTES];
+  int rc = load_pub(src, pub, pk);
+  if (rc) return rc;
+  char *plain_path = NULL;
+  unsigned char *db = NULL, *plain = NULL, *sealed = NULL;
+  size_t db_len = 0, plain_len = 0;
+  if (asprintf(&plain_path, "%s.plain.%d", out_path, (int)getpid()) < 0)
+    return bf_store_fail(src, -ENOMEM, "out of memory");
+  unlink(plain_path);
+  if ((rc = bf_session_extract(src, session_id, plain_path, NULL, NULL))) goto out;
+  rc = read_all(plain_path, BF_SHARE_MAX_BYTES, &db, &db_len);
+  unlink(plain_path);
+  if (rc) {
+    bf_store_fail(src, rc, "cannot read back the session copy: %s", strerror(-rc));
+    goto out;
+  }
+  uLongf zlen = compressBound((uLong)db_len);
+  if (!(plain = malloc(INNER_HDR + zlen))) {
+    rc = bf_store_fail(src, -ENOMEM, "out of memory");
+    goto out;
+  }
+  memcpy(plain, INNER_MAGIC, 8);
+  for (int i = 0; i < 8; i++) plain[8 + i] = (unsigned char)((uint64_t)db_len >> (8 * i));
+  if (compress2(plain + INNER_HDR, &zlen, db, (uLong)db_len, 6) != Z_OK) {
+    rc = bf_store_fail(src, -EIO, "compression failed");
+    goto out;
+  }
+  plain_len = INNER_HDR + zlen;
+  size_t out_len = BF_SHARE_MAGIC_LEN + FPR_LEN + crypto_box_SEALBYTES + plain_len;
+  if (!(sealed = malloc(out_len))) {
+    rc = bf_store_fail(src, -ENOMEM, "out of memory");
+    goto out;
+  }
+  memcpy(sealed, BF_SHARE_MAGIC, BF_SHARE_MAGIC_LEN);
+  fingerprint(pk, sealed + BF_SHARE_MAGIC_LEN);
+  if (crypto_box_seal(sealed + BF_SHARE_MAGIC_LEN + FPR_LEN, plain, plain_len, pk) != 0) {
+    rc = bf_store_fail(src, -EIO, "encryption failed");
+    goto out;
+  }
+  if ((rc = write_file(out_path, 0600, 0, sealed, out_len)))
+    bf_store_fail(src, rc, "cannot write '%s': %s", out_path, strerror(-rc));
+out:
+  if (db) sodium_memzero(db, db_len);
+  if (plain) sodium_memzero(plain, plain_len);
+  free(db);
+  free(plain);
+  free(sealed);
+  free(plain_path);
+  return rc;
+}
+
+int bf_share_is_sealed(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  char hdr[BF_SHARE_MAGIC_LEN];
+  ssize_t n = read(fd, hdr, sizeof hdr);
+  close(fd);
+  return n == BF_SHARE_MAGIC_LEN && memcmp(hdr, BF_SHARE_MAGIC, BF_SHARE_MAGIC_LEN) == 0;
+}
+
+static int load_secret(bf_store *s, const char *key_path, unsigned char sk[32]) {
+  struct stat st;
+  if (stat(key_path, &st) != 0)
+    return bf_store_fail(s, -errno, "cannot read key '%s': %s", key_path, strerror(errno));
+  unsigned char *buf = NULL;
+  size_t len = 0;
+  int rc = read_all(key_path, 4096, &buf, &len);
+  if (rc) return bf_store_fail(s, rc, "cannot read key '%s': %s", key_path, strerror(-rc));
+  if (strncmp((char *)buf, PUB_PREFIX, strlen(PUB_PREFIX)) == 0)
+    rc = bf_store_fail(s, -EINVAL, "'%s' is a public key; --key takes your .key file", key_path);
+  else if (parse_key((char *)buf, KEY_PREFIX, 0, sk))
+    rc = bf_store_fail(s, -EINVAL, "'%s' is not a bifocal secret key (make one with `bifocal keygen`)", key_path);
+  sodium_memzero(buf, len);
+  free(buf);
+  return rc;
+}
+
+/* Check the decrypted database before trusting anything in it: anyone who has
+ * the public key can make a sealed file, so its content is untrusted input. */
+static int verify_db(bf_store *dst, bf_store *in, const char *path, int64_t *session_id) {
+  sqlite3 *db = bf_store_db(in);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+  sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+  sqlite3_stmt *st = NULL;
+  int ok = 0;
+  if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    const char *r = (const char *)sqlite3_column_text(st, 0);
+    ok = r && strcmp(r, "ok") == 0;
+  }
+  sqlite3_finalize(st);
+  if (!ok) return bf_store_fail(dst, -EBADMSG, "'%s': the enclosed database is damaged; nothing imported", path);
+  bf_session_info **list = NULL;
+  size_t n = 0;
+  if (bf_store_session_list(in, &list, &n))
+    return bf_store_fail(dst, -EBADMSG, "'%s': %s; nothing imported", path, bf_store_errmsg(in));
+  if (n == 1) *session_id = list[0]->id;
+  for (size_t i = 0; i < n; i++) bf_session_info_free(list[i]);
+  free(list);
+  if (n != 1)
+    return bf_store_fail(dst, -EBADMSG, "'%s' holds %zu sessions, expected exactly one; nothing imported", path, n);
+  return 0;
+}
+
+int bf_share_import(bf_store *dst, const char *path, const char *key_path, const bf_import_opts *io,
+                    int64_t *new_id) {
+  if (sodium_init() < 0) return bf_store_fail(dst, -EIO, "cannot initialise libsodium");
+  unsigned char sk[crypto_box_SECRETKEYBYTES], pk[crypto_box_PUBLICKEYBYTES];
+  unsigned char *file = NULL, *plain = NULL, *db = NULL;
+  size_t file_len = 0, plain_len = 0, db_len = 0;
+  char tmp[4096] = {0};
+  bf_store *in = NULL;
+  int rc = load_secret(dst, key_path, sk);
+  if (rc) return rc;
+  crypto_scalarmult_base(pk, sk);
+  if ((rc = read_all(path, BF_SHARE_MAX_BYTES, &file, &file_len))) {
+    bf_store_fail(dst, rc, "cannot read '%s': %s", path, strerror(-rc));
+    goto out;
+  }
+  size_t hdr = BF_SHARE_MAGIC_LEN + FPR_LEN;
+  if (file_len < hdr + crypto_box_SEALBYTES + INNER_HDR || memcmp(file, BF_SHARE_MAGIC, BF_SHARE_MAGIC_LEN) != 0) {
+    rc = bf_store_fail(dst, -EBADMSG, "'%s' is not a sealed bifocal export (or is truncated); nothing imported", path);
+    goto out;
+  }
+  unsigned char f[FPR_LEN];
+  fingerprint(pk, f);
+  if (sodium_memcmp(f, file + BF_SHARE_MAGIC_LEN, FPR_LEN) != 0) {
+    char want[2 * FPR_LEN + 1], have[2 * FPR_LEN + 1];
+    hex(file + BF_SHARE_MAGIC_LEN, FPR_LEN, want);
+    hex(f, FPR_LEN, have);
+    rc = bf_store_fail(dst, -EACCES,
+                       "'%s' is encrypted to key %s, not to '%s' (%s); nothing imported", path, want, key_path, have);
+    goto out;
+  }
+  plain_len = file_len - hdr - crypto_box_SEALBYTES;
+  if (!(plain = malloc(plain_len))) {
+    rc = bf_store_fail(dst, -ENOMEM, "out of memory");
+    goto out;
+  }
+  if (crypto_box_seal_open(plain, file + hdr, file_len - hdr, pk, sk) != 0) {
+    rc = bf_store_fail(dst, -EBADMSG, "'%s' fails authentication: tampered, truncated or not for this key; nothing imported",
+                       path);
+    goto out;
+  }
+  uint64_t want_len = 0;
+  for (int i = 0; i < 8; i++) want_len |= (uint64_t)plain[8 + i] << (8 * i);
+  if (memcmp(plain, INNER_MAGIC, 8) != 0 || want_len == 0 || want_len > (uint64_t)BF_SHARE_MAX_BYTES) {
+    rc = bf_store_fail(dst, -EBADMSG, "'%s': unknown content format; nothing imported", path);
+    goto out;
+  }
+  uLongf got = (uLongf)want_len;
+  if (!(db = malloc((size_t)want_len)) ||
+      uncompress(db, &got, plain + INNER_HDR, (uLong)(plain_len - INNER_HDR)) != Z_OK || got != want_len) {
+    rc = bf_store_fail(dst, db ? -EBADMSG : -ENOMEM, "'%s': enclosed data does not decompress; nothing imported", path);
+    goto out;
+  }
+  db_len = (size_t)got;
+  const char *td = getenv("TMPDIR");
+  snprintf(tmp, sizeof tmp, "%s/bifocal-import-XXXXXX", td && *td ? td : "/tmp");
+  int fd = mkstemp(tmp); /* mode 0600 */
+  if (fd < 0) {
+    rc = bf_store_fail(dst, -errno, "cannot create a temporary file in %s: %s", td && *td ? td : "/tmp", strerror(errno));
+    tmp[0] = 0;
+    goto out;
+  }
+  size_t off = 0;
+  while (off < db_len) {
+    ssize_t w = write(fd, db + off, db_len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+  close(fd);
+  if (off != db_len) {
+    rc = bf_store_fail(dst, -EIO, "cannot write a temporary file: %s", strerror(errno));
+    goto out;
+  }
+  const char *msg = NULL;
+  if ((rc = bf_store_open(tmp, BF_STORE_READONLY, &in, &msg))) {
+    rc = bf_store_fail(dst, -EBADMSG, "'%s': enclosed database: %s; nothing imported", path, msg ? msg : "unreadable");
+    goto out;
+  }
+  int64_t sid = 0;
+  if ((rc = verify_db(dst, in, path, &sid))) goto out;
+  bf_copy_opts co = {.label = io ? io->label : NULL};
+  if (io && io->ttl_ns > 0) co.expires_at_ns = bf_now_ns() + io->ttl_ns;
+  if ((rc = bf_session_copy(in, sid, dst, &co, new_id))) {
+    char m[512];
+    snprintf(m, sizeof m, "%s", bf_store_errmsg(dst));
+    bf_store_fail(dst, rc, "'%s': %s; nothing imported", path, m);
+  }
+out:
+  bf_store_close(in);
+  if (tmp[0]) unlink(tmp);
+  sodium_memzero(sk, sizeof sk);
+  if (plain) sodium_memzero(plain, plain_len);
+  if (db) sodium_memzero(db, db_len);
+  free(file);
+  free(plain);
+  free(db);
+  return rc;
+}

@@ -1,0 +1,282 @@
+/* view_heatmap.c — how load moves over time: time buckets × the top
+ * functions by self share, each cell the function's self share of its bucket.
+ * Terminal rendering (shades, colour on a TTY), HTML table, or JSON. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+#include "util.h"
+#include "views.h"
+#include "views_int.h"
+
+typedef struct hm {
+  bf_store *s;
+  int by_weight;
+  int64_t t0, t1, bucket_ns;
+  int nb;
+  bf_map3 leaf;   /* stack id → function index + 1 (0 = empty stack) */
+  bf_map3 fidx;   /* function id → index */
+  int64_t *fids;
+  size_t nfn, fcap;
+  double *cells;  /* nfn × nb */
+  double *btot;   /* per bucket: all value */
+  int64_t *bcount;
+  int64_t nsamples;
+  int err;
+} hm;
+
+static int range_pass(void *ud, const bf_sample *smp) {
+  hm *h = ud;
+  if (h->nsamples == 0 || smp->ts_ns < h->t0) h->t0 = smp->ts_ns;
+  if (h->nsamples == 0 || smp->ts_ns > h->t1) h->t1 = smp->ts_ns;
+  h->nsamples++;
+  return 0;
+}
+
+static int leaf_of(hm *h, int64_t stack_id, int64_t *out) {
+  int64_t *hit = bf_map3_get(&h->leaf, stack_id, 0, 0);
+  if (hit) {
+    *out = *hit;
+    return 0;
+  }
+  int64_t parent, frame, fid, line;
+  int rc = bf_store_stack_get(h->s, stack_id, &parent, &frame);
+  if (!rc) rc = bf_store_frame_get(h->s, frame, &fid, &line);
+  if (rc) return rc;
+  int64_t *fi = bf_map3_get(&h->fidx, fid, 0, 0), idx;
+  if (fi) {
+    idx = *fi;
+  } else {
+    if (h->nfn == h->fcap) {
+      size_t nc = h->fcap ? h->fcap * 2 : 64;
+      int64_t *nf = realloc(h->fids, nc * sizeof *nf);
+      double *ncl = realloc(h->cells, nc * (size_t)h->nb * sizeof *ncl);
+      if (nf) h->fids = nf;
+      if (ncl) h->cells = ncl;
+      if (!nf || !ncl) return -ENOMEM;
+      memset(h->cells + h->fcap * (size_t)h->nb, 0, (nc - h->fcap) * (size_t)h->nb * sizeof *ncl);
+      h->fcap = nc;
+    }
+    idx = (int64_t)h->nfn;
+    h->fids[h->nfn++] = fid;
+    if (bf_map3_put(&h->fidx, fid, 0, 0, idx)) return -ENOMEM;
+  }
+  *out = idx + 1;
+  return bf_map3_put(&h->leaf, stack_id, 0, 0, idx + 1) ? -ENOMEM : 0;
+}
+
+static int fill_pass(void *ud, const bf_sample *smp) {
+  hm *h = ud;
+  int b = (int)((smp->ts_ns - h->t0) / h->bucket_ns);
+  if (b >= h->nb) b = h->nb - 1;
+  if (b < 0) b = 0;
+  double v = h->by_weight ? (double)smp->weight : (double)(smp->count ? smp->count : 1);
+  h->btot[b] += v;
+  h->bcount[b] += smp->count ? smp->count : 1;
+  if (smp->stack_id <= 0) return 0;
+  int64_t li;
+  int rc = leaf_of(h, smp->stack_id, &li);
+  if (rc) return rc;
+  h->cells[(size_t)(li - 1) * (size_t)h->nb + (size_t)b] += v;
+  return 0;
+}
+
+typedef struct rank {
+  size_t idx;
+  double sum;
+} rank;
+
+static int cmp_rank(const void *a, const void *b) {
+  const rank *x = a, *y = b;
+  return x->sum < y->sum ? 1 : x->sum > y->sum ? -1 : 0;
+}
+
+static void shade(FILE *out, double x, int color) {
+  /* x in 0..1 relative to the hottest cell */
+  static const char *const ch[] = {" ", "░", "▒", "▓", "█"};
+  if (color) {
+    static const int ramp[] = {236, 52, 88, 124, 160, 196, 202, 208, 214, 220, 226};
+    int k = x <= 0 ? -1 : (int)(x * 10.999);
+    if (k < 0)
+      fputs("\033[48;5;235m \033[0m", out);
+    else
+      fprintf(out, "\033[48;5;%dm \033[0m", ramp[k]);
+    return;
+  }
+  int k = x <= 0 ? 0 : 1 + (int)(x * 3.999);
+  fputs(ch[k > 4 ? 4 : k], out);
+}
+
+int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
+  bf_view_opts def = {0};
+  if (!o) o = &def;
+  bf_session_info *info = NULL;
+  int rc = bf_store_session_get(s, session_id, &info);
+  if (rc) return rc;
+  hm h = {.s = s};
+  rank *rk = NULL;
+  if (bf_session_is(info, "traced")) {
+    rc = bf_store_fail(s, -ENODATA,
+                       "session %lld is traced: it has no samples over time for a heatmap (see --view functions, "
+                       "--view flame, or export --format chrome for the call timeline)",
+                       (long long)session_id);
+    goto out;
+  }
+  if ((rc = bf_store_samples_foreach(s, session_id, &o->filter, range_pass, &h))) goto out;
+  if (h.nsamples == 0) {
+    rc = bf_store_fail(s, -ENODATA, "session %lld has no samples in this thread/time window", (long long)session_id);
+    goto out;
+  }
+  if (h.t1 == h.t0) {
+    rc = bf_store_fail(s, -ENODATA,
+                       "session %lld (%s) has no sample timestamps, so there is no heatmap over time%s",
+                       (long long)session_id, info->kind,
+                       bf_session_is(info, "imported") ? " (collapsed imports carry none)" : "");
+    goto out;
+  }
+  int width = o->width > 40 ? o->width : 80;
+  int label_w = width >= 100 ? 32 : 22;
+  h.nb = o->buckets ? o->buckets : o->html || o->json ? 60 : width - label_w - 9;
+  if (h.nb > 200 && !o->buckets) h.nb = 200;
+  if (h.nb < 2) h.nb = 2;
+  h.by_weight = (info->clock && strcmp(info->clock, "cpu") == 0) || bf_session_is(info, "imported");
+  h.bucket_ns = (h.t1 - h.t0) / h.nb + 1;
+  h.btot = calloc((size_t)h.nb, sizeof *h.btot);
+  h.bcount = calloc((size_t)h.nb, sizeof *h.bcount);
+  if (!h.btot || !h.bcount) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  if ((rc = bf_store_samples_foreach(s, session_id, &o->filter, fill_pass, &h))) goto out;
+  double all = 0;
+  for (int b = 0; b < h.nb; b++) all += h.btot[b];
+  rk = calloc(h.nfn ? h.nfn : 1, sizeof *rk);
+  if (!rk) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < h.nfn; i++) {
+    rk[i].idx = i;
+    for (int b = 0; b < h.nb; b++) rk[i].sum += h.cells[i * (size_t)h.nb + (size_t)b];
+  }
+  qsort(rk, h.nfn, sizeof *rk, cmp_rank);
+  size_t top = o->limit > 0 ? (size_t)o->limit : 12;
+  if (top > h.nfn) top = h.nfn;
+  double hottest = 0;
+  for (size_t r = 0; r < top; r++)
+    for (int b = 0; b < h.nb; b++) {
+      double x = h.btot[b] > 0 ? h.cells[rk[r].idx * (size_t)h.nb + (size_t)b] / h.btot[b] : 0;
+      if (x > hottest) hottest = x;
+    }
+  double bucket_s = (double)h.bucket_ns / 1e9, t0_s = (double)h.t0 / 1e9;
+  if (o->json) {
+    fputs("{\"session\":", out);
+    bf_json_session(out, info);
+    fprintf(out, ",\"value\":\"%s\",\"start_s\":", h.by_weight ? "weight" : "samples");
+    bf_json_num(out, t0_s);
+    fputs(",\"bucket_s\":", out);
+    bf_json_num(out, bucket_s);
+    fputs(",\"bucket_samples\":[", out);
+    for (int b = 0; b < h.nb; b++) fprintf(out, b ? ",%lld" : "%lld", (long long)h.bcount[b]);
+    fputs("],\"functions\":[", out);
+    for (size_t r = 0; r < top; r++) {
+      bf_function_ref ref;
+      if ((rc = bf_store_function_get(s, h.fids[rk[r].idx], &ref))) goto out;
+      fputs(r ? ",{\"qualname\":" : "{\"qualname\":", out);
+      bf_json_str(out, ref.qualname);
+      fputs(",\"file\":", out);
+      bf_json_str(out, ref.file);
+      fprintf(out, ",\"firstlineno\":%lld,\"self_share\":", (long long)ref.firstlineno);
+      bf_json_num(out, all > 0 ? rk[r].sum / all : 0);
+      fputs(",\"cells\":[", out);
+      for (int b = 0; b < h.nb; b++) {
+        if (b) fputc(',', out);
+        bf_json_num(out, h.btot[b] > 0 ? h.cells[rk[r].idx * (size_t)h.nb + (size_t)b] / h.btot[b] : 0);
+      }
+      fputs("]}", out);
+    }
+    fputs("]}\n", out);
+  } else if (o->html) {
+    char sub[1024];
+    bf_session_line(info, 1, sub, sizeof sub);
+    fputs("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+          "<title>bifocal heatmap</title><style>"
+          "body{font:13px/1.4 system-ui,sans-serif;margin:14px;color:#222}h1{font-size:16px;margin:0}"
+          ".sub{color:#555;font-size:12px;margin-bottom:10px}table{border-collapse:collapse}"
+          "td{padding:0;height:20px}td.c{width:14px;border:1px solid #fff}"
+          "td.n{padding:0 10px 0 0;font:12px ui-monospace,Menlo,monospace;white-space:nowrap;text-align:right}"
+          "td.s{padding:0 0 0 8px;font:12px ui-monospace,monospace;color:#555}"
+          ".axis td{font-size:11px;color:#666;height:auto}.legend{margin-top:10px;font-size:12px;color:#555}"
+          "</style></head><body><h1>bifocal heatmap — session ",
+          out);
+    fprintf(out, "%lld</h1><div class=\"sub\">", (long long)session_id);
+    bf_html_str(out, sub);
+    fprintf(out, " · %lld samples · %d buckets of %.3g s · cell = the function's self share of the bucket</div><table>",
+            (long long)h.nsamples, h.nb, bucket_s);
+    for (size_t r = 0; r < top; r++) {
+      bf_function_ref ref;
+      if ((rc = bf_store_function_get(s, h.fids[rk[r].idx], &ref))) goto out;
+      fputs("<tr><td class=\"n\" title=\"", out);
+      bf_html_str(out, ref.file);
+      fprintf(out, ":%lld\">", (long long)ref.firstlineno);
+      bf_html_str(out, ref.qualname);
+      fputs("</td>", out);
+      for (int b = 0; b < h.nb; b++) {
+        double x = h.btot[b] > 0 ? h.cells[rk[r].idx * (size_t)h.nb + (size_t)b] / h.btot[b] : 0;
+        double a = hottest > 0 ? x / hottest : 0;
+        fprintf(out, "<td class=\"c\" style=\"background:rgba(214,39,40,%.3f)\" title=\"", a < 0.03 && x > 0 ? 0.03 : a);
+        bf_html_str(out, ref.qualname);
+        fprintf(out, " · %.2f–%.2f s · %.1f%% of %lld samples\"></td>", t0_s + b * bucket_s, t0_s + (b + 1) * bucket_s,
+                x * 100, (long long)h.bcount[b]);
+      }
+      fprintf(out, "<td class=\"s\">%.1f%%</td></tr>\n", all > 0 ? 100 * rk[r].sum / all : 0);
+    }
+    fprintf(out, "<tr class=\"axis\"><td></td><td colspan=\"%d\">%.1f s</td><td colspan=\"%d\" style=\"text-align:right\">"
+                 "%.1f s</td><td></td></tr></table>",
+            h.nb / 2, t0_s, h.nb - h.nb / 2, t0_s + h.nb * bucket_s);
+    fprintf(out, "<div class=\"legend\">Darkest cell = %.1f%% of its bucket. Right column: self share over the whole "
+                 "window.</div></body></html>\n", hottest * 100);
+  } else {
+    const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+    char sub[1024];
+    bf_session_line(info, 0, sub, sizeof sub);
+    char head[1100];
+    snprintf(head, sizeof head, "heatmap · %s", sub);
+    fputs(b, out);
+    bf_put_fit(out, head, width);
+    fprintf(out, "%s\n", rst);
+    fprintf(out, "%s%lld samples; cell = self share of its %.3g s bucket, darkest %.1f%%%s\n", dim,
+            (long long)h.nsamples, bucket_s, hottest * 100, rst);
+    for (size_t r = 0; r < top; r++) {
+      bf_function_ref ref;
+      if ((rc = bf_store_function_get(s, h.fids[rk[r].idx], &ref))) goto out;
+      size_t ql = strlen(ref.qualname);
+      const char *q = ql > (size_t)label_w ? ref.qualname + ql - label_w + 1 : ref.qualname;
+      fprintf(out, "%s%*s ", ql > (size_t)label_w ? "…" : "", ql > (size_t)label_w ? label_w - 1 : label_w, q);
+      for (int k = 0; k < h.nb; k++) {
+        double x = h.btot[k] > 0 ? h.cells[rk[r].idx * (size_t)h.nb + (size_t)k] / h.btot[k] : 0;
+        shade(out, hottest > 0 ? x / hottest : 0, o->color);
+      }
+      fprintf(out, " %5.1f%%\n", all > 0 ? 100 * rk[r].sum / all : 0);
+    }
+    char l[32], rgt[32];
+    snprintf(l, sizeof l, "%.1fs", t0_s);
+    snprintf(rgt, sizeof rgt, "%.1fs", t0_s + h.nb * bucket_s);
+    fprintf(out, "%s%*s %-*s%s%s\n", dim, label_w, "", h.nb - (int)strlen(rgt), l, rgt, rst);
+    if (top < h.nfn) fprintf(out, "%s… %zu more functions (use --limit)%s\n", dim, h.nfn - top, rst);
+  }
+out:
+  if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  free(rk);
+  free(h.fids);
+  free(h.cells);
+  free(h.btot);
+  free(h.bcount);
+  bf_map3_free(&h.leaf);
+  bf_map3_free(&h.fidx);
+  bf_session_info_free(info);
+  return rc;
+}

@@ -1,0 +1,195 @@
+/* view_stack.c — per thread, the most frequent stacks (with share and 95%
+ * interval) and the last stack seen, innermost frame first like a traceback
+ * turned upside down (py-spy dump order). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile.h"
+#include "store_int.h"
+#include "util.h"
+#include "views.h"
+#include "views_int.h"
+
+typedef struct last {
+  int64_t thread_id, stack_id, ts_ns;
+  uint32_t flags;
+} last;
+
+typedef struct lastset {
+  last *v;
+  size_t n;
+} lastset;
+
+static int last_sample(void *ud, const bf_sample *smp) {
+  lastset *l = ud;
+  for (size_t i = 0; i < l->n; i++)
+    if (l->v[i].thread_id == smp->thread_id && smp->ts_ns >= l->v[i].ts_ns) {
+      l->v[i].stack_id = smp->stack_id;
+      l->v[i].ts_ns = smp->ts_ns;
+      l->v[i].flags = smp->flags;
+    }
+  return 0;
+}
+
+static int print_frames(bf_store *s, FILE *out, const int64_t *fids, const int64_t *lines, size_t n, int json,
+                        int width) {
+  if (json) fputc('[', out);
+  for (size_t k = n; k-- > 0;) {
+    bf_function_ref ref;
+    int rc = bf_store_function_get(s, fids[k], &ref);
+    if (rc) return rc;
+    if (json) {
+      fputs(k + 1 == n ? "{\"qualname\":" : ",{\"qualname\":", out);
+      bf_json_str(out, ref.qualname);
+      fputs(",\"file\":", out);
+      bf_json_str(out, ref.file);
+      fprintf(out, ",\"line\":%lld}", (long long)lines[k]);
+      continue;
+    }
+    /* recursion: one line for a run of identical frames */
+    size_t run = 1;
+    while (k >= run && fids[k - run] == fids[k] && lines[k - run] == lines[k]) run++;
+    char loc[1024];
+    bf_fit_func(loc, sizeof loc, ref.qualname, ref.file, lines[k], width - 6 - (run > 1 ? 8 : 0));
+    fprintf(out, "      %s", loc);
+    if (run > 1) fprintf(out, "  × %zu", run);
+    fputc('\n', out);
+    k -= run - 1;
+  }
+  if (json) fputc(']', out);
+  return 0;
+}
+
+static void flag_names(uint32_t f, char *buf, size_t len) {
+  snprintf(buf, len, "%s%s%s%s", f & BF_SAMPLE_GIL ? "GIL " : "", f & BF_SAMPLE_ON_CPU ? "on-CPU " : "",
+           f & BF_SAMPLE_IDLE ? "idle " : "", f & BF_SAMPLE_GC ? "GC " : "");
+  size_t n = strlen(buf);
+  if (n) buf[n - 1] = 0;
+}
+
+static int cmp_count(const void *a, const void *b, void *w) {
+  (void)w;
+  const bf_wstack *x = a, *y = b;
+  return x->count < y->count ? 1 : x->count > y->count ? -1 : 0;
+}
+
+int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
+  bf_view_opts def = {0};
+  if (!o) o = &def;
+  bf_wstacks *w = NULL;
+  lastset ls = {0};
+  int64_t *fids = NULL, *lines = NULL;
+  int rc = bf_wstacks_load(s, session_id, &o->filter, &w);
+  if (rc) return rc;
+  if (w->traced) {
+    rc = bf_store_fail(s, -ENODATA,
+                       "session %lld is traced: it has no sampled stacks (see --view flame for caller→callee paths)",
+                       (long long)session_id);
+    goto out;
+  }
+  ls.v = calloc(w->nthreads ? w->nthreads : 1, sizeof *ls.v);
+  if (!ls.v) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < w->nthreads; i++) ls.v[i] = (last){w->threads[i].id, 0, -1, 0};
+  ls.n = w->nthreads;
+  if ((rc = bf_store_samples_foreach(s, session_id, &o->filter, last_sample, &ls))) goto out;
+  if (w->n) qsort_r(w->v, w->n, sizeof *w->v, cmp_count, NULL);
+  size_t top = o->limit > 0 ? (size_t)o->limit : 3;
+  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+  if (o->json) {
+    fputs("{\"session\":", out);
+    bf_json_session(out, w->info);
+    fputs(",\"threads\":[", out);
+  } else {
+    char sub[1024];
+    bf_session_line(w->info, 0, sub, sizeof sub);
+    char head[1100];
+    snprintf(head, sizeof head, "stacks · %s", sub);
+    fputs(b, out);
+    bf_put_fit(out, head, o->width > 40 ? o->width : 80);
+    fprintf(out, "%s\n%s%lld samples%s\n", rst, dim, (long long)w->total_count, rst);
+  }
+  int firstt = 1;
+  for (size_t t = 0; t < w->nthreads; t++) {
+    if (!w->threads[t].count) continue;
+    char lb[256];
+    bf_wthread_label(&w->threads[t], lb, sizeof lb);
+    int64_t n = w->threads[t].count;
+    if (o->json) {
+      fputs(firstt ? "{\"thread\":" : ",{\"thread\":", out);
+      bf_json_str(out, lb);
+      fprintf(out, ",\"native_tid\":%lld,\"samples\":%lld,\"top\":[", (long long)w->threads[t].native_tid,
+              (long long)n);
+    } else {
+      fprintf(out, "\n%s%s%s · %lld samples\n", b, lb, rst, (long long)n);
+    }
+    firstt = 0;
+    size_t shown = 0;
+    for (size_t i = 0; i < w->n && shown < top; i++) {
+      const bf_wstack *st = &w->v[i];
+      if (st->thread != (int32_t)t) continue;
+      double lo, hi;
+      bf_wilson((double)st->count, (double)n, &lo, &hi);
+      if (o->json) {
+        fprintf(out, "%s{\"samples\":%lld,\"share\":", shown ? "," : "", (long long)st->count);
+        bf_json_num(out, (double)st->count / (double)n);
+        fputs(",\"ci\":[", out);
+        bf_json_num(out, lo);
+        fputc(',', out);
+        bf_json_num(out, hi);
+        fputs("],\"frames\":", out);
+      } else {
+        fprintf(out, "  #%zu  %5.1f%% [%.1f-%.1f] · %lld samples\n", shown + 1, 100.0 * (double)st->count / (double)n,
+                lo * 100, hi * 100, (long long)st->count);
+      }
+      if ((rc = print_frames(s, out, w->fids + st->off, w->lines + st->off, st->depth, o->json, o->width > 40 ? o->width : 80))) goto out;
+      if (o->json) fputc('}', out);
+      shown++;
+    }
+    /* last stack seen */
+    const last *l = &ls.v[t];
+    char fl[64];
+    flag_names(l->flags, fl, sizeof fl);
+    if (o->json) {
+      fputs("],\"last\":{\"ts_s\":", out);
+      bf_json_num(out, (double)l->ts_ns / 1e9);
+      fputs(",\"state\":", out);
+      bf_json_str(out, fl);
+      fputs(",\"frames\":", out);
+    } else {
+      fprintf(out, "  last seen at %.3f s%s%s%s\n", (double)l->ts_ns / 1e9, *fl ? " [" : "", fl, *fl ? "]" : "");
+    }
+    size_t nf = 0;
+    int64_t *frames = NULL;
+    if (l->stack_id > 0 && (rc = bf_store_stack_frames(s, l->stack_id, &frames, &nf))) goto out;
+    free(fids);
+    free(lines);
+    fids = malloc((nf ? nf : 1) * sizeof *fids);
+    lines = malloc((nf ? nf : 1) * sizeof *lines);
+    if (!fids || !lines) {
+      free(frames);
+      rc = -ENOMEM;
+      goto out;
+    }
+    for (size_t k = 0; k < nf; k++)
+      if ((rc = bf_store_frame_get(s, frames[k], &fids[k], &lines[k]))) {
+        free(frames);
+        goto out;
+      }
+    free(frames);
+    if (!o->json && nf == 0) fputs("      (empty stack)\n", out);
+    if ((rc = print_frames(s, out, fids, lines, nf, o->json, o->width > 40 ? o->width : 80))) goto out;
+    if (o->json) fputs("}}", out);
+  }
+  if (o->json) fputs("]}\n", out);
+out:
+  if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  free(ls.v);
+  free(fids);
+  free(lines);
+  bf_wstacks_free(w);
+  return rc;
+}

@@ -1,0 +1,91 @@
+/* audit.c — who attached to what, when, with which command line. Everything
+ * is captured at begin; end only fills in the outcome and the session. */
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "audit.h"
+
+struct bf_audit {
+  bf_store *s;
+  int owns_store;
+  int64_t row;
+};
+
+/* Real uid of pid from /proc/PID/status, or -1. */
+static long long target_uid_of(long long pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%lld/status", pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  long long uid = -1;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "Uid:", 4) == 0) {
+      uid = strtoll(line + 4, NULL, 10);
+      break;
+    }
+  fclose(f);
+  return uid;
+}
+
+static void user_name(char *buf, size_t len) {
+  uid_t uid = getuid();
+  struct passwd pw, *res = NULL;
+  char tmp[1024];
+  const char *name = NULL;
+  if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &res) == 0 && res) name = res->pw_name;
+  const char *sudo = getenv("SUDO_USER");
+  if (name && uid == 0 && sudo && *sudo)
+    snprintf(buf, len, "%s (sudo by %s)", name, sudo);
+  else if (name)
+    snprintf(buf, len, "%s", name);
+  else
+    snprintf(buf, len, "uid %lld", (long long)uid);
+}
+
+int bf_audit_begin(bf_cli *cli, bf_store *s, const char *command, long long target_pid, bf_audit **out) {
+  *out = NULL;
+  bf_audit *a = calloc(1, sizeof *a);
+  if (!a) {
+    bf_cli_error("out of memory");
+    return 1;
+  }
+  if (!s) {
+    int rc = bf_cli_open_store(cli, BF_STORE_CREATE, &s);
+    if (rc) {
+      free(a);
+      return rc;
+    }
+    a->owns_store = 1;
+  }
+  a->s = s;
+  char user[300];
+  user_name(user, sizeof user);
+  bf_audit_entry e = {
+      .user = user,
+      .uid = (int64_t)getuid(),
+      .target_pid = target_pid,
+      .target_uid = target_pid > 0 ? target_uid_of(target_pid) : (int64_t)getuid(),
+      .command = command,
+      .argv = cli->cmdline,
+      .outcome = "started",
+  };
+  if (bf_store_audit_add(s, &e, &a->row) < 0) {
+    bf_cli_error("cannot write the audit row, so not running %s: %s", command, bf_store_errmsg(s));
+    if (a->owns_store) bf_store_close(s);
+    free(a);
+    return 1;
+  }
+  *out = a;
+  return 0;
+}
+
+void bf_audit_end(bf_audit *a, const char *outcome, int64_t session_id) {
+  if (!a) return;
+  if (bf_store_audit_update(a->s, a->row, outcome ? outcome : "ok", session_id) < 0)
+    bf_cli_warn("audit row %lld not updated: %s", (long long)a->row, bf_store_errmsg(a->s));
+  if (a->owns_store) bf_store_close(a->s);
+  free(a);
+}

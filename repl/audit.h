@@ -1,0 +1,33 @@
+/* audit.h — the audit trail of commands that reach into other processes
+ * (record, live, top, dump, trace) or take data out (redact, sealed export)
+ * or destroy it (gc). One row per run, written *before* the command acts, so
+ * a crash or kill leaves the row with outcome "started".
+ */
+#ifndef BF_AUDIT_H
+#define BF_AUDIT_H
+
+#include <stdint.h>
+
+#include "cli.h"
+#include "store.h"
+
+typedef struct bf_audit bf_audit;
+
+/* Write the row: time, user name and uid (with the sudo caller when run via
+ * sudo), target pid and its uid (from /proc/PID/status; -1 when unreadable;
+ * our own uid when pid is 0), command,
+ * the whole command line (cli->cmdline, options included), outcome "started".
+ * s: an open writable store, borrowed until bf_audit_end; NULL = open
+ * cli->db_path (created if missing) just for the audit.
+ * Launching commands (record/trace -- CMD) call it once the child exists,
+ * before the first read of its memory, with the child's pid.
+ * Returns 0, or an exit status after printing one line: a command that cannot
+ * be audited must not go on. OUT: *out (finish with bf_audit_end). */
+int bf_audit_begin(bf_cli *cli, bf_store *s, const char *command, long long target_pid, bf_audit **out);
+
+/* Record how it ended: outcome NULL = "ok", else the one-line error;
+ * session_id 0 = none. Frees a. Accepts NULL. Never fails loudly: a failed
+ * update leaves "started" in the row and prints one warning. */
+void bf_audit_end(bf_audit *a, const char *outcome, int64_t session_id);
+
+#endif

@@ -1,0 +1,109 @@
+/* cmd_diff.c — `bifocal diff A B`: what changed between two sessions. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "out_file.h"
+#include "views.h"
+
+int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"threshold", required_argument, NULL, 'T'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"force", no_argument, NULL, 'F'},
+                                       {"limit", required_argument, NULL, 'n'},
+                                       {"view", required_argument, NULL, 'v'},
+                                       {"output", required_argument, NULL, 'o'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  bf_diff_opts o = {0};
+  o.color = cli->color;
+  o.threshold_pp = 0.5;
+  int force = 0;
+  const char *view = "functions", *outp = NULL;
+  int c;
+  while ((c = getopt_long(argc, argv, "jn:v:o:h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'T': {
+        char *end;
+        double v = strtod(optarg, &end);
+        if (*end || !(v >= 0 && v <= 100)) {
+          bf_cli_error("bad --threshold '%s' (percentage points, 0 to 100)", optarg);
+          return 2;
+        }
+        o.threshold_pp = v;
+        break;
+      }
+      case 'j': o.json = 1; break;
+      case 'F': force = 1; break;
+      case 'n': {
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (*end || v <= 0 || v > 1000000) {
+          bf_cli_error("bad --limit '%s' (a positive number)", optarg);
+          return 2;
+        }
+        o.limit = (int)v;
+        break;
+      }
+      case 'v': view = optarg; break;
+      case 'o': outp = optarg; break;
+      case 'h': bf_cli_usage(bf_cli_find("diff"), stdout); return 0;
+      default: return 2;
+    }
+  }
+  if (argc - optind != 2) {
+    bf_cli_error("diff takes two sessions: diff A B (A = before, B = after)");
+    return 2;
+  }
+  int flame = strcmp(view, "flame") == 0;
+  if (!flame && strcmp(view, "functions") != 0) {
+    bf_cli_error("unknown diff view '%s' (known: functions, flame)", view);
+    return 2;
+  }
+  if (flame && !outp && cli->stdout_tty) {
+    bf_cli_error("the differential flame graph is an HTML page: give -o FILE.html");
+    return 2;
+  }
+  if (cli->stdout_tty && !outp) {
+    struct winsize ws;
+    if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) o.width = ws.ws_col;
+  }
+  bf_store *s;
+  int rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
+  if (rc) return rc;
+  int64_t a, b;
+  if ((rc = bf_cli_session_arg(cli, s, argv[optind], &a)) || (rc = bf_cli_session_arg(cli, s, argv[optind + 1], &b))) {
+    bf_store_close(s);
+    return rc;
+  }
+  char why[512];
+  int cmp = bf_diff_compatible(s, a, b, why, sizeof why);
+  if (cmp < 0) {
+    bf_cli_error("%s", bf_store_errmsg(s));
+    bf_store_close(s);
+    return 1;
+  }
+  if (cmp > 0) {
+    if (!force) {
+      bf_cli_error("sessions %lld and %lld are not comparable: %s (use --force to compare anyway)", (long long)a,
+                   (long long)b, why);
+      bf_store_close(s);
+      return 1;
+    }
+    bf_cli_warn("comparing anyway (--force): %s", why);
+  }
+  bf_out_file of;
+  if (bf_out_open(outp, &of)) {
+    bf_store_close(s);
+    return 1;
+  }
+  if (of.f != stdout) o.color = 0;
+  rc = flame ? bf_diff_flame(s, a, b, &o, of.f) : bf_diff_functions(s, a, b, &o, of.f);
+  if (rc < 0) bf_cli_error("%s", bf_store_errmsg(s));
+  int crc = bf_out_close(&of, rc >= 0);
+  bf_store_close(s);
+  return rc < 0 || crc ? 1 : 0;
+}

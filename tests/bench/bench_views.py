@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Views/exports benchmark on 1,000,000-sample sessions; prints figures and
+exits 1 when a target is missed (functions view ≤ 1 s, flame HTML ≤ 3 s and
+≤ 5 MB). Two shapes: a server with a few dozen distinct stacks, and 20,000
+distinct prefix-sharing stacks over 2,000 functions (depth 8..60).
+
+    python3 tests/bench/bench_views.py [--bin build/bifocal] [--keep DIR]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TARGETS = {"functions": 1.0, "flame": 3.0}
+FLAME_MAX_BYTES = 5 * 1024 * 1024
+
+
+def timed(cmd):
+    t = time.perf_counter()
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    dt = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit("failed: %s\n%s" % (" ".join(cmd), r.stderr))
+    return dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.environ.get("BIFOCAL_BIN") or os.path.join(ROOT, "build", "bifocal"))
+    ap.add_argument("--gen", default=os.path.join(ROOT, "build", "tests", "tools", "gen_sessions"))
+    ap.add_argument("--samples", type=int, default=1000000)
+    ap.add_argument("--keep", help="directory to keep the database and outputs in")
+    a = ap.parse_args()
+    work = a.keep or tempfile.mkdtemp(prefix="bf-bench-views-")
+    os.makedirs(work, exist_ok=True)
+    db = os.path.join(work, "bench.db")
+    if os.path.exists(db):
+        os.unlink(db)
+    ok = True
+    print("bench_views: %d samples per session, %s" % (a.samples, work))
+    print("%-10s %-22s %9s %12s  %s" % ("SHAPE", "STEP", "SECONDS", "BYTES", "TARGET"))
+    for shape, extra in (("server", ["--threads", "4"]), ("distinct", ["--distinct", "20000"])):
+        t = time.perf_counter()
+        r = subprocess.run([a.gen, db, "sampled", "--samples", str(a.samples)] + extra,
+                           capture_output=True, text=True, check=True)
+        sid = r.stdout.strip()
+        print("%-10s %-22s %9.3f %12s" % (shape, "generate", time.perf_counter() - t, ""))
+        steps = [
+            ("functions", ["replay", sid, "--view", "functions"], None),
+            ("functions --json", ["replay", sid, "--view", "functions", "--json"], None),
+            ("flame", ["replay", sid, "--view", "flame", "-o"], "flame.html"),
+            ("heatmap", ["replay", sid, "--view", "heatmap"], None),
+            ("gil", ["replay", sid, "--view", "gil"], None),
+            ("stack", ["replay", sid, "--view", "stack"], None),
+            ("export collapsed", ["export", sid, "--format", "collapsed", "-o"], "c.txt"),
+            ("export speedscope", ["export", sid, "--format", "speedscope", "-o"], "s.json"),
+            ("export pstats", ["export", sid, "--format", "pstats", "-o"], "p.prof"),
+            ("export pprof", ["export", sid, "--format", "pprof", "-o"], "p.pb.gz"),
+        ]
+        for name, args, out in steps:
+            cmd = [a.bin, "-d", db] + args
+            path = None
+            if out:
+                path = os.path.join(work, shape + "-" + out)
+                cmd.append(path)
+            dt = timed(cmd)
+            size = os.path.getsize(path) if path else None
+            target, verdict = "", ""
+            if name in TARGETS:
+                target = "≤ %.0f s" % TARGETS[name]
+                verdict = "ok" if dt <= TARGETS[name] else "MISSED"
+                ok &= dt <= TARGETS[name]
+            if name == "flame":
+                target += ", ≤ 5 MB"
+                good = size <= FLAME_MAX_BYTES
+                ok &= good
+                verdict = "ok" if verdict == "ok" and good else "MISSED"
+            print("%-10s %-22s %9.3f %12s  %s %s" % (shape, name, dt, "" if size is None else "{:,}".format(size),
+                                                     target, verdict))
+    print("bench_views: %s" % ("all targets met" if ok else "TARGET MISSED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
