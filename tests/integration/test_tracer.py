@@ -16,9 +16,11 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, run, last_line_id
+from conftest import ROOT, bifocal_bin, run, last_line_id
 
-TRACING_DIR = os.path.join(ROOT, "build", "tracing")
+# the extensions built beside the binary under test (build/tracing)
+TRACING_DIR = os.environ.get("BIFOCAL_TRACING_DIR") or os.path.join(
+    os.path.dirname(os.environ.get("BIFOCAL_BIN") or os.path.join(ROOT, "build", "bifocal")), "tracing")
 GEN_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 
 
@@ -304,7 +306,7 @@ def test_module_and_command_modes(python, db, tmp_path):
             sys.exit(main(sys.argv[1:]))
     """))
     e = dict(os.environ, PYTHONHASHSEED="0")
-    cmd = [os.path.join(ROOT, "build", "bifocal"), "-d", db, "trace", "--", python, "-m", "mypkg.tool", "a", "b"]
+    cmd = [bifocal_bin(), "-d", db, "trace", "--", python, "-m", "mypkg.tool", "a", "b"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), env=e, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stdout.splitlines()[0] == "args ['a', 'b'] __main__"
@@ -394,6 +396,17 @@ def test_unbuilt_or_old_interpreter_is_refused(db, tmp_path):
     assert r.returncode != 0 and r.stderr.count("\n") == 1 and "cannot run" in r.stderr
     r = run(["trace", "--clock", "bogus", "--", sys.executable, "-c", "pass"], db=db, check=False)
     assert r.returncode == 2 and "--clock" in r.stderr
+    # a bifocal binary with no extension beside it (and none installed) says so
+    import shutil
+    solo = tmp_path / "solo"
+    solo.mkdir()
+    shutil.copy(bifocal_bin(), str(solo / "bifocal"))
+    e = dict(os.environ)
+    e.pop("BIFOCAL_TRACING_DIR", None)
+    r = subprocess.run([str(solo / "bifocal"), "-d", db, "trace", "--", sys.executable, "-c", "pass"],
+                       capture_output=True, text=True, env=e, timeout=60)
+    assert r.returncode == 2 and "no tracing extension was built for Python" in r.stderr
+    assert r.stderr.count("\n") == 1
 
 
 def test_focus_recursion_generators_threads_api(python, tmp_path):
