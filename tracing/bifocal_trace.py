@@ -153,12 +153,25 @@ def _main(argv=None):
     import signal
     import _bifocal_trace as _c
     opts, target = _parse(list(_sys.argv[1:] if argv is None else argv))
+
+    def discard():
+        # the program never started: leave no half-written session behind
+        if opts["session"]:
+            try:
+                _c._discard_session(opts["db"], opts["session"])
+            except OSError as e:
+                _sys.stderr.write("bifocal: %s\n" % e)
+
     try:
-        prof = Profile(clock=opts["clock"], focus=opts["focus"], builtins=opts["builtins"],
-                       tool_id=opts["tool_id"], records=opts["records"])
-    except (ValueError, RuntimeError) as e:
-        _fail(str(e))
-    code, g = _prepare(target)
+        try:
+            prof = Profile(clock=opts["clock"], focus=opts["focus"], builtins=opts["builtins"],
+                           tool_id=opts["tool_id"], records=opts["records"])
+        except (ValueError, RuntimeError) as e:
+            _fail(str(e))
+        code, g = _prepare(target)
+    except SystemExit:
+        discard()
+        raise
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _c._sigterm)
     status, exit_code, outcome, exc = "complete", 0, "exit", None
@@ -175,6 +188,7 @@ def _main(argv=None):
         exc, status, outcome, exit_code = e, "interrupted", "keyboardinterrupt", 130
     except RuntimeError as e:
         if not prof.running:  # enabling failed (e.g. tool id taken): nothing ran
+            discard()
             _fail(str(e), 1)
         exc, outcome, exit_code = e, "exception", 1
     except BaseException as e:

@@ -23,6 +23,7 @@
 #define TRC_HAVE_TSC 0
 #endif
 
+#include "store.h"
 #include "trc_int.h"
 
 #if PY_VERSION_HEX >= 0x030C0000
@@ -1581,6 +1582,30 @@ static PyTypeObject ProfileType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* _discard_session(db, id): remove a session that never started (the runner
+ * could not set the program up), so nothing is left half-written. */
+static PyObject *trc_discard_session(PyObject *self, PyObject *args) {
+  (void)self;
+  const char *db;
+  long long id;
+  if (!PyArg_ParseTuple(args, "sL:_discard_session", &db, &id)) return NULL;
+  bf_store *s = NULL;
+  const char *msg = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bf_store_open(db, 0, &s, &msg);
+  if (rc == 0) rc = bf_store_session_delete(s, (int64_t)id);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) {
+    PyErr_Format(PyExc_OSError, "could not discard session %lld in %s: %s", id, db,
+                 s ? bf_store_errmsg(s) : (msg ? msg : strerror(-rc)));
+    bf_store_close(s);
+    return NULL;
+  }
+  bf_store_close(s);
+  Py_RETURN_NONE;
+}
+
 static int trc_terminated;
 
 /* SIGTERM handler for the runner: a C function so no frame is traced. */
@@ -1603,6 +1628,7 @@ static PyObject *trc_was_terminated(PyObject *self, PyObject *noargs) {
 static PyMethodDef module_methods[] = {
     {"_sigterm", trc_sigterm, METH_VARARGS, NULL},
     {"_terminated", trc_was_terminated, METH_NOARGS, NULL},
+    {"_discard_session", trc_discard_session, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -383,8 +383,22 @@ def test_tool_id_taken_names_holder(python, db, tmp_path):
     env = {"PYTHONPATH": str(site)}
     r = trace(python, [script], db, check=False, env=env)
     assert r.returncode != 0 and "othertool" in r.stderr and "--tool-id" in r.stderr
+    assert r.stdout.strip() == "" and r.stderr.count("\n") == 1  # nothing half-written
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 0
+    con.close()
     r = trace(python, [script], db, opts=["--tool-id", "3"], env=env)
     assert by_qualname(funcs(db, last_line_id(r)), "f")["calls"] == 1
+
+
+def test_program_that_cannot_start_leaves_no_session(python, db, tmp_path):
+    r = trace(python, [str(tmp_path / "missing.py")], db, check=False)
+    assert r.returncode == 2 and "missing.py" in r.stderr and r.stdout.strip() == ""
+    r = trace(python, ["-m", "no_such_module_here"], db, check=False)
+    assert r.returncode == 1 and "no_such_module_here" in r.stderr and r.stdout.strip() == ""
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 0
+    con.close()
 
 
 def test_unbuilt_or_old_interpreter_is_refused(db, tmp_path):
