@@ -402,7 +402,15 @@ static char *trc_cfunc_name(PyObject *callable, PyMethodDef *def) {
 
 /* PyMethodDef of a builtin callable worth tracing, else NULL (and never ours). */
 static inline PyMethodDef *trc_builtin_def(PyObject *callable) {
-  if (PyCFunction_Check(callable)) {
+  /* exact-type tests first: most callables are Python functions, bound
+   * methods or method descriptors, and PyCFunction_Check walks the MRO */
+  PyTypeObject *tp = Py_TYPE(callable);
+  if (tp == &PyFunction_Type || tp == &PyMethod_Type) return NULL;
+  if (tp == &PyMethodDescr_Type) {
+    if (PyDescr_TYPE(callable) == &ProfileType) return NULL;
+    return ((PyMethodDescrObject *)callable)->d_method;
+  }
+  if (tp == &PyCFunction_Type || PyCFunction_Check(callable)) {
     PyObject *self = PyCFunction_GET_SELF(callable);
     if (self && Py_IS_TYPE(self, &ProfileType)) return NULL;
     return ((PyCFunctionObject *)callable)->m_ml;
