@@ -224,6 +224,13 @@ def test_generators_threads_recursion(python, db, tmp_path):
     assert es[("rec", "rec")][0] == 300 and es[("<module>", "rec")] == (10, 10)
     s = session(db, sid)
     assert s["extra"]["mismatches"] == 0 and s["extra"]["threads"] >= 5
+    # the same exact figures through the CLI's machine-readable view
+    doc = json.loads(run(["replay", str(sid), "--view", "functions", "--json", "--limit", "1000"],
+                         db=db).stdout)
+    rows = {f["qualname"]: f for f in doc["functions"] if f["file"] == script}
+    assert (rows["rec"]["calls"], rows["rec"]["primitive_calls"]) == (310, 10)
+    assert (rows["gen"]["calls"], rows["gen"]["resumes"]) == (1, 1000)
+    assert rows["rec"]["self_ns"] == r["self_ns"] and rows["rec"]["total_ns"] == r["total_ns"]
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM threads WHERE session_id=?", (sid,)).fetchone()[0] >= 5
     con.close()
