@@ -470,3 +470,27 @@ def test_focus_recursion_generators_threads_api(python, tmp_path):
     assert p == {"rec": [290, 70, 0, 70], "leaf": [290, 290, 0, 0]}
     assert q == {"g": [3, 3, 15, 3], "leaf": [15, 15, 0, 0]}
     assert mp == mq == 0
+
+
+def test_threads_running_before_enable_are_traced(python, tmp_path):
+    script = write(tmp_path, "pre.py", """
+        import sys, threading, time
+        sys.path.insert(0, sys.argv[1])
+        import bifocal_trace
+        go, done = threading.Event(), threading.Event()
+        def leaf(): return 1
+        def worker():
+            go.wait()
+            for i in range(100): leaf()
+            done.set()
+        t = threading.Thread(target=worker); t.start()
+        time.sleep(0.05)
+        p = bifocal_trace.Profile(); p.enable()
+        go.set(); done.wait(); t.join()
+        p.disable()
+        st = p.stats()
+        print([f["calls"] for f in st["functions"] if f["qualname"] == "leaf"][0], st["mismatches"])
+    """)
+    r = subprocess.run([python, script, TRACING_DIR], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["100", "0"]
