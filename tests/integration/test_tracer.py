@@ -494,3 +494,19 @@ def test_threads_running_before_enable_are_traced(python, tmp_path):
     r = subprocess.run([python, script, TRACING_DIR], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["100", "0"]
+
+
+def test_no_builtins_never_subscribes_call(python, db, tmp_path):
+    if pyver(python) < (3, 12):
+        pytest.skip("sys.monitoring events exist on 3.12+")
+    script = write(tmp_path, "ev.py", """
+        import sys
+        m = sys.monitoring
+        ev = m.get_events(m.PROFILER_ID)
+        print(m.get_tool(m.PROFILER_ID), bool(ev & m.events.CALL), bool(ev & m.events.C_RETURN),
+              bool(ev & m.events.PY_START))
+    """)
+    r = trace(python, [script], db, opts=["--no-builtins"])
+    assert r.stdout.splitlines()[0] == "bifocal False False True"
+    r = trace(python, [script], db)
+    assert r.stdout.splitlines()[0] == "bifocal True True True"
