@@ -503,10 +503,10 @@ def test_no_builtins_never_subscribes_call(python, db, tmp_path):
         import sys
         m = sys.monitoring
         ev = m.get_events(m.PROFILER_ID)
-        print(m.get_tool(m.PROFILER_ID), bool(ev & m.events.CALL), bool(ev & m.events.C_RETURN),
-              bool(ev & m.events.PY_START))
+        # C_RETURN / C_RAISE ride on CALL (get_events does not report them)
+        print(m.get_tool(m.PROFILER_ID), bool(ev & m.events.CALL), bool(ev & m.events.PY_START))
     """)
     r = trace(python, [script], db, opts=["--no-builtins"])
-    assert r.stdout.splitlines()[0] == "bifocal False False True"
+    assert r.stdout.splitlines()[0] == "bifocal False True"
     r = trace(python, [script], db)
-    assert r.stdout.splitlines()[0] == "bifocal True True True"
+    assert r.stdout.splitlines()[0] == "bifocal True True"
