@@ -23,8 +23,8 @@ void bf_wilson(double k, double n, double *lo, double *hi) {
   double den = 1 + z2 / n;
   double centre = (p + z2 / (2 * n)) / den;
   double half = z * sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / den;
-  *lo = centre - half < 0 ? 0 : centre - half;
-  *hi = centre + half > 1 ? 1 : centre + half;
+  *lo = (k <= 0 || centre - half < 0) ? 0 : centre - half;
+  *hi = (k >= n || centre + half > 1) ? 1 : centre + half;
 }
 
 typedef struct stack_acc {
@@ -257,7 +257,7 @@ int bf_profile_functions(bf_store *s, int64_t session_id, const bf_sample_filter
     p->total_samples = a.total_count;
     p->total_weight = by_weight ? a.total_weight : (double)a.total_count;
   }
-  qsort(rs.rows, rs.n, sizeof *rs.rows, sort == BF_SORT_TOTAL ? cmp_total : cmp_self);
+  if (rs.n) qsort(rs.rows, rs.n, sizeof *rs.rows, sort == BF_SORT_TOTAL ? cmp_total : cmp_self);
   p->rows = rs.rows;
   p->n = rs.n;
   rs.rows = NULL;

@@ -216,6 +216,7 @@ struct bf_store {
   fn_row *fn_by_id;
   size_t fn_by_id_cap;
   pair_row *fr_by_id, *stk_by_id;
+  int64_t str_max, fn_max, fr_max, stk_max; /* highest id loaded into each reverse cache */
   size_t fr_by_id_cap, stk_by_id_cap;
   /* sample buffers, one per (session, thread) */
   thread_buf *bufs;
@@ -539,6 +540,7 @@ static void drop_caches_after_rollback(bf_store *s) {
   free(s->stk_by_id);
   s->stk_by_id = NULL;
   s->stk_by_id_cap = 0;
+  s->str_max = s->fn_max = s->fr_max = s->stk_max = 0;
 }
 
 int bf_store_rollback(bf_store *s) {
@@ -1260,7 +1262,10 @@ int bf_store_samples_foreach(bf_store *s, int64_t session_id, const bf_sample_fi
 /* ---- reverse lookups ----------------------------------------------------------------------- */
 
 static int load_strings(bf_store *s, int64_t need) {
-  size_t start = s->str_by_id_cap;
+  /* Load from the missing id onward: ids below it may be known already, and
+   * rows created after the last load can sit below the array's size. */
+  size_t start = (size_t)s->str_max + 1;
+  (void)0;
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(s->db, "SELECT id, s FROM strings WHERE id>=?1 ORDER BY id", -1, &st, NULL) != SQLITE_OK)
     return fail_sql(s, "prepare");
@@ -1269,6 +1274,7 @@ static int load_strings(bf_store *s, int64_t need) {
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0);
     if (id < 0) continue;
+    if (id > s->str_max) s->str_max = id;
     if ((size_t)id >= s->str_by_id_cap) {
       size_t nc = s->str_by_id_cap ? s->str_by_id_cap : 256;
       while (nc <= (size_t)id) nc *= 2;
@@ -1330,15 +1336,18 @@ static const char *string_get(bf_store *s, int64_t id) {
   return s->str_by_id[id];
 }
 
-/* Load rows of a (id, a, b[, c]) table with id >= cap into a dense array. */
-static int load_rows(bf_store *s, const char *sql, void **arr, size_t *cap, size_t elem, int ncols) {
+/* Load rows of a (id, a, b[, c]) table with id >= from into a dense array. */
+static int load_rows(bf_store *s, const char *sql, int64_t *maxid, void **arr, size_t *cap, size_t elem,
+                     int ncols) {
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return fail_sql(s, "prepare");
-  sqlite3_bind_int64(st, 1, (int64_t)*cap);
+  /* ids are dense and only grow: everything up to *maxid is loaded already */
+  sqlite3_bind_int64(st, 1, *maxid + 1);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0);
     if (id < 0) continue;
+    if (id > *maxid) *maxid = id;
     if ((size_t)id >= *cap) {
       size_t nc = *cap ? *cap : 256;
       while (nc <= (size_t)id) nc *= 2;
@@ -1372,7 +1381,7 @@ static int load_rows(bf_store *s, const char *sql, void **arr, size_t *cap, size
 int bf_store_function_get(bf_store *s, int64_t function_id, bf_function_ref *out) {
   if (function_id <= 0) return bf_store_fail(s, -ENOENT, "no function %lld", (long long)function_id);
   if ((size_t)function_id >= s->fn_by_id_cap || !s->fn_by_id[function_id].loaded) {
-    int rc = load_rows(s, "SELECT id, file_id, qualname_id, firstlineno FROM functions WHERE id>=?1",
+    int rc = load_rows(s, "SELECT id, file_id, qualname_id, firstlineno FROM functions WHERE id>=?1", &s->fn_max,
                        (void **)&s->fn_by_id, &s->fn_by_id_cap, sizeof(fn_row), 3);
     if (rc) return rc;
     if ((size_t)function_id >= s->fn_by_id_cap || !s->fn_by_id[function_id].loaded)
@@ -1392,7 +1401,7 @@ int bf_store_function_get(bf_store *s, int64_t function_id, bf_function_ref *out
 int bf_store_frame_get(bf_store *s, int64_t frame_id, int64_t *function_id, int64_t *line) {
   if (frame_id <= 0) return bf_store_fail(s, -ENOENT, "no frame %lld", (long long)frame_id);
   if ((size_t)frame_id >= s->fr_by_id_cap || !s->fr_by_id[frame_id].loaded) {
-    int rc = load_rows(s, "SELECT id, function_id, line FROM frames WHERE id>=?1", (void **)&s->fr_by_id,
+    int rc = load_rows(s, "SELECT id, function_id, line FROM frames WHERE id>=?1", &s->fr_max, (void **)&s->fr_by_id,
                        &s->fr_by_id_cap, sizeof(pair_row), 2);
     if (rc) return rc;
     if ((size_t)frame_id >= s->fr_by_id_cap || !s->fr_by_id[frame_id].loaded)
@@ -1406,7 +1415,7 @@ int bf_store_frame_get(bf_store *s, int64_t frame_id, int64_t *function_id, int6
 int bf_store_stack_get(bf_store *s, int64_t stack_id, int64_t *parent, int64_t *frame_id) {
   if (stack_id <= 0) return bf_store_fail(s, -ENOENT, "no stack %lld", (long long)stack_id);
   if ((size_t)stack_id >= s->stk_by_id_cap || !s->stk_by_id[stack_id].loaded) {
-    int rc = load_rows(s, "SELECT id, parent_id, frame_id FROM stacks WHERE id>=?1", (void **)&s->stk_by_id,
+    int rc = load_rows(s, "SELECT id, parent_id, frame_id FROM stacks WHERE id>=?1", &s->stk_max, (void **)&s->stk_by_id,
                        &s->stk_by_id_cap, sizeof(pair_row), 2);
     if (rc) return rc;
     if ((size_t)stack_id >= s->stk_by_id_cap || !s->stk_by_id[stack_id].loaded)

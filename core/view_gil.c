@@ -17,7 +17,7 @@ typedef struct tstat {
 
 typedef struct gil {
   bf_store *s;
-  tstat *t;
+  tstat *t, *last;
   size_t nt;
   uint32_t any_flags;
   bf_map3 leaf;   /* stack id → leaf function id */
@@ -29,10 +29,14 @@ typedef struct gil {
 
 static int gil_sample(void *ud, const bf_sample *smp) {
   gil *g = ud;
-  tstat *t = NULL;
-  for (size_t i = 0; i < g->nt; i++)
-    if (g->t[i].thread_id == smp->thread_id) t = &g->t[i];
-  if (!t) return 0;
+  tstat *t = g->last; /* samples come thread by thread */
+  if (!t || t->thread_id != smp->thread_id) {
+    t = NULL;
+    for (size_t i = 0; i < g->nt && !t; i++)
+      if (g->t[i].thread_id == smp->thread_id) t = &g->t[i];
+    if (!t) return 0;
+    g->last = t;
+  }
   int64_t c = smp->count ? smp->count : 1;
   uint32_t fl = smp->flags;
   g->any_flags |= fl;

@@ -17,18 +17,23 @@ typedef struct last {
 } last;
 
 typedef struct lastset {
-  last *v;
+  last *v, *cur;
   size_t n;
 } lastset;
 
 static int last_sample(void *ud, const bf_sample *smp) {
   lastset *l = ud;
-  for (size_t i = 0; i < l->n; i++)
-    if (l->v[i].thread_id == smp->thread_id && smp->ts_ns >= l->v[i].ts_ns) {
-      l->v[i].stack_id = smp->stack_id;
-      l->v[i].ts_ns = smp->ts_ns;
-      l->v[i].flags = smp->flags;
-    }
+  if (!l->cur || l->cur->thread_id != smp->thread_id) { /* samples come thread by thread */
+    l->cur = NULL;
+    for (size_t i = 0; i < l->n && !l->cur; i++)
+      if (l->v[i].thread_id == smp->thread_id) l->cur = &l->v[i];
+    if (!l->cur) return 0;
+  }
+  if (smp->ts_ns >= l->cur->ts_ns) {
+    l->cur->stack_id = smp->stack_id;
+    l->cur->ts_ns = smp->ts_ns;
+    l->cur->flags = smp->flags;
+  }
   return 0;
 }
 

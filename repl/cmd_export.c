@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "out_file.h"
 #include "share.h"
+#include "util.h"
 #include "views.h"
 
 typedef int (*export_fn)(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
@@ -22,18 +23,57 @@ static const struct {
 };
 #define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, bifocal (with --encrypt-to)"
 
+/* Native thread id or thread name → store thread id; prints the error. */
+static int thread_arg(bf_store *s, int64_t sid, const char *arg, int64_t *out) {
+  bf_thread_ref *th = NULL;
+  size_t nth = 0;
+  if (bf_store_threads(s, sid, &th, &nth) < 0) {
+    bf_cli_error("%s", bf_store_errmsg(s));
+    return 1;
+  }
+  char *end;
+  long long want = strtoll(arg, &end, 0);
+  for (size_t i = 0; i < nth; i++)
+    if ((*end == 0 && th[i].native_tid == want) || (th[i].name && strcmp(th[i].name, arg) == 0)) *out = th[i].id;
+  bf_thread_refs_free(th, nth);
+  if (!*out) {
+    bf_cli_error("session %lld has no thread '%s' (give a native thread id or name)", (long long)sid, arg);
+    return 1;
+  }
+  return 0;
+}
+
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
                                        {"output", required_argument, NULL, 'o'},
+                                       {"thread", required_argument, NULL, 't'},
+                                       {"since", required_argument, NULL, 'S'},
+                                       {"until", required_argument, NULL, 'U'},
                                        {"encrypt-to", required_argument, NULL, 'e'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
-  const char *format = NULL, *outp = NULL, *pub = NULL;
+  const char *format = NULL, *outp = NULL, *thread = NULL, *pub = NULL;
+  bf_sample_filter filter = {0};
   int c;
-  while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "f:o:t:h", opts, NULL)) != -1) {
     switch (c) {
       case 'f': format = optarg; break;
       case 'o': outp = optarg; break;
+      case 't': thread = optarg; break;
+      case 'S':
+      case 'U': {
+        int64_t ns;
+        if (bf_parse_duration_ns(optarg, &ns) < 0) {
+          bf_cli_error("bad --%s '%s' (seconds from the session start, e.g. 2.5 or 500ms)",
+                       c == 'S' ? "since" : "until", optarg);
+          return 2;
+        }
+        if (c == 'S')
+          filter.since_ns = ns;
+        else
+          filter.until_ns = ns;
+        break;
+      }
       case 'e': pub = optarg; break;
       case 'h': bf_cli_usage(bf_cli_find("export"), stdout); return 0;
       default: return 2;
@@ -88,12 +128,16 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return rc;
   }
+  if (thread && (rc = thread_arg(s, id, thread, &filter.thread_id))) {
+    bf_store_close(s);
+    return rc;
+  }
   bf_out_file of;
   if (bf_out_open(outp, &of)) {
     bf_store_close(s);
     return 1;
   }
-  int erc = formats[fi].fn(s, id, NULL, of.f);
+  int erc = formats[fi].fn(s, id, &filter, of.f);
   if (erc < 0) bf_cli_error("%s", bf_store_errmsg(s));
   int crc = bf_out_close(&of, erc >= 0);
   bf_store_close(s);

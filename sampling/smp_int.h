@@ -100,7 +100,11 @@ typedef struct smp_code {
   uint64_t addr;
   smp_line_range *ranges;
   size_t nranges;
-  struct smp_code *next; /* hash chain */
+  struct smp_code *next; /* hash chain (or the retired list) */
+  /* Fingerprint to notice a freed code object whose address was reused by
+   * another one: checked again every SMP_CODE_RECHECK_NS. */
+  uint64_t fp_filename, fp_name, fp_linetable;
+  int64_t checked_ns;
 } smp_code;
 
 /* Per-thread state kept between samples. */
@@ -163,6 +167,7 @@ struct bf_smp {
   /* code cache */
   smp_code **code_tab;
   size_t code_cap, ncode;
+  smp_code *retired; /* stale entries: kept (callers may hold pointers) until free */
   /* output */
   bf_smp_thread *threads;
   size_t nthreads, cap_threads;

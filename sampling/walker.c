@@ -49,19 +49,24 @@ static void slot_close(smp_tslot *s) {
   s->stat_fd = s->sched_fd = -1;
 }
 
+static void code_free_chain(smp_code *c) {
+  while (c) {
+    smp_code *n = c->next;
+    free((char *)c->pub.filename);
+    free((char *)c->pub.qualname);
+    free(c->ranges);
+    free(c);
+    c = n;
+  }
+}
+
 static void code_cache_clear(bf_smp *h) {
   for (size_t i = 0; i < h->code_cap; i++) {
-    smp_code *c = h->code_tab[i];
-    while (c) {
-      smp_code *n = c->next;
-      free((char *)c->pub.filename);
-      free((char *)c->pub.qualname);
-      free(c->ranges);
-      free(c);
-      c = n;
-    }
+    code_free_chain(h->code_tab[i]);
     h->code_tab[i] = NULL;
   }
+  code_free_chain(h->retired);
+  h->retired = NULL;
   h->ncode = 0;
 }
 
@@ -406,6 +411,9 @@ static int read_str(bf_smp *h, uint64_t addr, char **out) {
   return 0;
 }
 
+/* How long a cached code object is trusted before its identity is re-read. */
+#define SMP_CODE_RECHECK_NS 20000000
+
 static size_t code_hash(uint64_t a, size_t cap) {
   return (size_t)((a >> 4) * 0x9E3779B97F4A7C15ull >> 24) & (cap - 1);
 }
@@ -421,16 +429,38 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
     }
   }
   size_t b = code_hash(addr, h->code_cap);
-  for (smp_code *c = h->code_tab[b]; c; c = c->next)
-    if (c->addr == addr) return c;
-  /* a bound on distinct code objects: past it start over */
-  if (h->ncode > 200000) code_cache_clear(h);
   const smp_layout *l = &h->lay;
   unsigned char co[512];
   size_t cl = (size_t)l->co_size;
   if (cl > sizeof co) cl = sizeof co;
-  int rc = smp_read(h, addr, co, cl);
-  if (rc < 0) {
+  int have_co = 0, rc;
+  for (smp_code **pc = &h->code_tab[b]; *pc; pc = &(*pc)->next) {
+    smp_code *c = *pc;
+    if (c->addr != addr) continue;
+    if (h->now_ns - c->checked_ns < SMP_CODE_RECHECK_NS) return c;
+    /* Code objects die (a module body after import, a -c string) and their
+     * memory is reused by new ones: re-read the identity fields now and then. */
+    if ((rc = smp_read(h, addr, co, cl)) < 0) {
+      *err = rc;
+      return NULL;
+    }
+    have_co = 1;
+    if (rd64(co + l->co_filename) == c->fp_filename &&
+        rd64(co + (l->co_qualname ? l->co_qualname : l->co_name)) == c->fp_name &&
+        rd64(co + l->co_linetable) == c->fp_linetable &&
+        (int32_t)rd32(co + l->co_firstlineno) == (int32_t)c->pub.firstlineno) {
+      c->checked_ns = h->now_ns;
+      return c;
+    }
+    *pc = c->next; /* stale: retire it (pointers to it stay valid) and read anew */
+    c->next = h->retired;
+    h->retired = c;
+    h->ncode--;
+    break;
+  }
+  /* a bound on distinct code objects: past it start over */
+  if (h->ncode > 200000) code_cache_clear(h);
+  if (!have_co && (rc = smp_read(h, addr, co, cl)) < 0) {
     *err = rc;
     return NULL;
   }
@@ -455,6 +485,10 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, int *err) {
   c->pub.filename = fn;
   c->pub.qualname = qn;
   c->pub.firstlineno = (int32_t)rd32(co + l->co_firstlineno);
+  c->fp_filename = rd64(co + l->co_filename);
+  c->fp_name = qaddr;
+  c->fp_linetable = rd64(co + l->co_linetable);
+  c->checked_ns = h->now_ns;
   /* line table: a bytes object */
   uint64_t lt = rd64(co + l->co_linetable);
   unsigned char bh[64];
@@ -622,7 +656,7 @@ int smp_walk(bf_smp *h, unsigned want) {
   int err = 0;
   h->gen++;
   h->nthreads = h->nframes = 0;
-  if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) {
+  {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     h->now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;

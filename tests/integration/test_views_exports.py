@@ -196,6 +196,18 @@ def test_collapsed_round_trip(vdb, tmp_path):
             assert abs(fa[k]["total_share"] - fb[k]["total_share"]) < 1e-12, k
 
 
+def test_export_filters(vdb, tmp_path):
+    db, s = vdb
+    out = tmp_path / "main.json"
+    run(["export", str(s["wall"]), "--format", "speedscope", "--thread", "MainThread", "--since", "1",
+         "--until", "3", "-o", str(out)], db=db)
+    d = json.load(open(out))
+    assert [p["name"] for p in d["profiles"]] == ["MainThread (1000)"]
+    assert abs(sum(d["profiles"][0]["weights"]) - 2000 * 1e6) < 1  # 2 s of 1 ms samples
+    r = run(["export", str(s["wall"]), "--format", "pstats", "--thread", "nope", "-o", str(out)], db=db, check=False)
+    assert r.returncode == 1 and "no thread 'nope'" in r.stderr
+
+
 def test_export_errors(vdb, tmp_path):
     db, s = vdb
     r = run(["export", str(s["wall"]), "--format", "svg", "-o", str(tmp_path / "x")], db=db, check=False)

@@ -243,6 +243,27 @@ static void test_rollback(void) {
   integrity(path);
 }
 
+/* Reverse caches: rows created after a lookup filled the cache are found too. */
+static void test_read_after_write(void) {
+  const char *path = tmp_path("d.db");
+  bf_store *s;
+  CHECK_EQ_INT(bf_store_open(path, BF_STORE_CREATE, &s, NULL), 0);
+  int64_t ids[600];
+  bf_function_ref ref;
+  for (int i = 0; i < 600; i++) {
+    char q[32];
+    snprintf(q, sizeof q, "f%d", i);
+    CHECK_EQ_INT(bf_store_intern_function(s, "m.py", q, i, &ids[i]), 0);
+    if (i == 10) CHECK_EQ_INT(bf_store_function_get(s, ids[0], &ref), 0); /* fills the cache */
+  }
+  for (int i = 0; i < 600; i += 37) {
+    CHECK_EQ_INT(bf_store_function_get(s, ids[i], &ref), 0);
+    CHECK_EQ_INT(ref.firstlineno, i);
+  }
+  bf_store_close(s);
+  integrity(path);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/bf_test_store_XXXXXX");
   if (!mkdtemp(dir)) return 1;
@@ -251,6 +272,7 @@ int main(void) {
   test_refusals();
   test_chunk_decoder_garbage();
   test_rollback();
+  test_read_after_write();
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) return 1;
