@@ -10,6 +10,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "native.h"
 #include "sampler.h"
 
 int bf_smp_cli_pid(const char *arg, int *pid); /* cmd_top.c */
@@ -33,11 +34,28 @@ static void status_words(uint32_t f, char *buf, size_t len) {
 }
 
 int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-  int c;
+  static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                       {"native", no_argument, NULL, 'n'},
+                                       {"native-threads", required_argument, NULL, 'N'},
+                                       {NULL, 0, NULL, 0}};
+  int c, native = 0;
+  const char *native_threads = NULL;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 'n') {
+      native = 1;
+      continue;
+    }
+    if (c == 'N') { /* implies --native */
+      if (optarg[strspn(optarg, ", ")] == 0) {
+        bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
+        return 2;
+      }
+      native = 1;
+      native_threads = optarg;
+      continue;
+    }
     if (c == 'h') {
-      printf("usage: bifocal dump PID\n");
+      printf("usage: bifocal dump [--native] [--native-threads N|GLOB,...] PID\n");
       return 0;
     }
     return 2;
@@ -66,14 +84,28 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   }
   const bf_smp_thread *t = NULL;
   size_t n = 0;
+  bf_smp_native *nat = NULL; /* --native: merged C + Python stacks */
+  if (native) {
+    char msg[256];
+    rc = bf_smp_native_new(h, native_threads, &nat, msg, sizeof msg);
+    if (rc < 0) {
+      bf_cli_error("%s", msg);
+      bf_audit_end(au, msg, 0);
+      bf_smp_free(h);
+      return rc == -EINVAL ? 2 : 1;
+    }
+    bf_smp_native_set_stop_wait(nat, 1000000000LL); /* one sample: wait for every thread */
+  }
   /* a torn read costs a retry, not the dump */
   for (int tries = 0; tries < 20; tries++) {
-    rc = bf_smp_sample(h, BF_SMP_WANT_STATE, &t, &n);
+    rc = nat ? bf_smp_native_sample(nat, BF_SMP_WANT_STATE, &t, &n)
+             : bf_smp_sample(h, BF_SMP_WANT_STATE, &t, &n);
     if (rc != -EIO) break;
   }
-  bf_audit_end(au, rc < 0 ? bf_smp_errmsg(h) : NULL, 0);
+  bf_audit_end(au, rc < 0 ? (nat ? bf_smp_native_errmsg(nat) : bf_smp_errmsg(h)) : NULL, 0);
   if (rc < 0) {
-    bf_cli_error("%s", bf_smp_errmsg(h));
+    bf_cli_error("%s", nat ? bf_smp_native_errmsg(nat) : bf_smp_errmsg(h));
+    bf_smp_native_free(nat);
     bf_smp_free(h);
     return 1;
   }
@@ -87,10 +119,16 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
     if (!t[i].nframes) printf("  (no Python frames)\n");
     for (size_t k = t[i].nframes; k-- > 0;) {
       const bf_smp_frame *f = &t[i].frames[k];
+      if (f->flags & BF_SMP_FRAME_NATIVE) {
+        const char *lib = strrchr(f->code->filename, '/');
+        printf("  (native) %s in %s\n", f->code->qualname, lib ? lib + 1 : f->code->filename);
+        continue;
+      }
       printf("  File \"%s\", line %d, in %s\n", f->code->filename, (int)f->line,
              f->code->qualname);
     }
   }
+  bf_smp_native_free(nat); /* threads were resumed already; this detaches */
   bf_smp_free(h);
   return 0;
 }

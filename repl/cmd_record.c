@@ -13,6 +13,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "native.h"
 #include "sampler.h"
 #include "util.h"
 
@@ -40,10 +41,11 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       {"commit", required_argument, NULL, 'C'},   {"ttl", required_argument, NULL, 't'},
       {"subprocesses", no_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
       {"idle", no_argument, NULL, 'i'},           {"no-idle", no_argument, NULL, 'I'},
+      {"native", no_argument, NULL, 'n'},         {"native-threads", required_argument, NULL, 'N'},
       {NULL, 0, NULL, 0}};
   bf_smp_record_opts o = {0};
   o.rate_hz = 1000;
-  int c, pid = 0;
+  int c, pid = 0, rate_given = 0;
   int64_t ns;
   char *end;
   while ((c = getopt_long(argc, argv, "+p:h", opts, NULL)) != -1) {
@@ -65,6 +67,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       case 'r':
         errno = 0;
         o.rate_hz = strtod(optarg, &end);
+        rate_given = 1;
         if (errno || *end || !(o.rate_hz >= 1 && o.rate_hz <= 1e6)) {
           bf_cli_error("bad --rate '%s' (a number of Hz from 1 to 1000000)", optarg);
           return 2;
@@ -86,16 +89,28 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
         }
         break;
       case 's': o.subprocesses = 1; break;
+      case 'n': o.native = 1; break;
+      case 'N': /* implies --native */
+        if (optarg[strspn(optarg, ", ")] == 0) {
+          bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
+          return 2;
+        }
+        o.native = 1;
+        o.native_threads = optarg;
+        break;
       case 'i': o.no_idle = 0; break;
       case 'I': o.no_idle = 1; break;
       case 'h':
         printf("usage: bifocal record [--clock wall|cpu] [--gil] [--idle|--no-idle] [--rate HZ] [--duration S]\n"
                "                      [--label L] [--commit SHA] [--ttl T] [--subprocesses]\n"
+               "                      [--native] [--native-threads N|GLOB,...]\n"
                "                      (--pid PID | -- CMD [ARGS...])\n");
         return 0;
       default: return 2;
     }
   }
+  /* native stacks stop threads at every sample: a gentler default rate */
+  if (o.native && !rate_given) o.rate_hz = 100;
   char **cmd = argv + optind;
   int ncmd = argc - optind;
   if (pid && ncmd) {
@@ -143,6 +158,15 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   if (rc < 0) {
     bf_cli_error("%s", bf_smp_errmsg(h));
     status = 1;
+  }
+  if (sid > 0 && o.native) { /* the intrusion is always shown, terminal or not */
+    bf_session_info *in = NULL;
+    char line[256];
+    if (bf_store_session_get(st, sid, &in) == 0) {
+      if (bf_smp_native_summary(in->extra_json, line, sizeof line) == 0)
+        fprintf(stderr, "native: %s\n", line);
+      bf_session_info_free(in);
+    }
   }
   if (sid > 0) {
     bf_session_info *in = NULL;

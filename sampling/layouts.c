@@ -124,6 +124,7 @@ static const smp_layout builtin[] = {
     .fr_back = 48,
     .fr_instr = 56,
     .fr_owner = 69,
+    .fr_entry = 68,
     .fr_size = 80,
     .co_qualname = 128,
     .co_code_adaptive = 184,

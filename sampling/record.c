@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "native.h"
 #include "smp_int.h"
 #include "store.h"
 
@@ -75,6 +76,8 @@ typedef struct target {
   rec_thread *threads;
   size_t nthreads, cap_threads;
   int gen;
+  bf_smp_native *nat; /* --native: stops threads, merges C frames (native.c) */
+  char *nat_json;     /* its figures for the session's extra_json */
 } target;
 
 /* Read a small /proc file. */
@@ -158,7 +161,7 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
   snprintf(t->version, sizeof t->version, "%s", bf_smp_python_version(t->h));
   in->kind = "sampled";
   in->clock = o->clock_cpu ? "cpu" : "wall";
-  in->mode = o->gil_only ? "gil" : "all";
+  in->mode = o->native ? "native" : o->gil_only ? "gil" : "all";
   in->rate_hz = o->rate_hz;
   in->start_ns = real_ns();
   in->host = t->host;
@@ -192,6 +195,11 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   in->achieved_rate_hz = in->duration_ns > 0 ? (double)t->ticks * 1e9 / (double)in->duration_ns : 0;
   in->profiler_cpu_ns = cpu_ns - t->start_cpu_ns;
   in->status = status;
+  if (t->nat) { /* the intrusion: how long threads stood stopped */
+    free(t->nat_json);
+    t->nat_json = NULL;
+    if (bf_smp_native_stats_json(t->nat, &t->nat_json) == 0) in->extra_json = t->nat_json;
+  }
   int rc = bf_store_flush(st);
   int rc2 = bf_store_session_update(st, in);
   int rc3 = bf_store_flush(st);
@@ -262,8 +270,10 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   if (o->gil_only) want |= BF_SMP_WANT_GIL_ONLY;
   const bf_smp_thread *th;
   size_t n;
-  int rc = bf_smp_sample(t->h, want, &th, &n);
+  int rc = t->nat ? bf_smp_native_sample(t->nat, want, &th, &n)
+                  : bf_smp_sample(t->h, want, &th, &n);
   if (rc == -ESRCH) return rc;
+  if (rc == -EPERM && t->nat) return seterr(t->h, rc, "%s", bf_smp_native_errmsg(t->nat));
   if (rc < 0) {
     if (rc == -ENOMEM) return rc;
     t->invalid++;
@@ -430,8 +440,16 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
   tg[0].h = h;
   tg[0].pid = pid;
   ntg = 1;
+  if (o->native) {
+    char msg[256];
+    rc = bf_smp_native_new(h, o->native_threads, &tg[0].nat, msg, sizeof msg);
+    if (rc < 0) return seterr(h, rc, "%s", msg);
+  }
   rc = session_start(h, st, &tg[0], o, o->parent_session);
-  if (rc < 0) return rc;
+  if (rc < 0) {
+    bf_smp_native_free(tg[0].nat);
+    return rc;
+  }
   *session_id = tg[0].session_id;
 
   int64_t interval = (int64_t)(1e9 / o->rate_hz);
@@ -451,7 +469,10 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     next += step;
     int64_t now = mono_ns();
     if (now < next) {
-      wait_until(next, interval);
+      if (tg[0].nat && !tg[0].exited) /* hands signals on to seized threads meanwhile */
+        bf_smp_native_wait_until(tg[0].nat, next);
+      else
+        wait_until(next, interval);
       now = mono_ns();
     } else if (now - next > interval) {
       int64_t lost = (now - next) / interval;
@@ -472,6 +493,10 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
                        profiler_cpu_ns());
         continue;
       }
+      if (rc == -EPERM && tg[i].nat) { /* message set by tick */
+        fatal = 1;
+        break;
+      }
       if (rc < 0) {
         seterr(h, rc, "%s", rc == -ENOMEM ? "out of memory" : bf_store_errmsg(st));
         fatal = 1;
@@ -480,7 +505,10 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
       alive++;
     }
     if (fatal) break;
-    if (launched && !child_reaped && waitpid(pid, &child_status, WNOHANG) == pid) {
+    /* a traced child reports its stops and exit through native.c's waits */
+    if (launched && !child_reaped &&
+        (tg[0].nat ? bf_smp_native_child_exited(tg[0].nat, &child_status)
+                   : waitpid(pid, &child_status, WNOHANG) == pid)) {
       child_reaped = 1;
       if (!tg[0].exited) {
         tg[0].exited = 1;
@@ -545,6 +573,13 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     if (!tg[i].exited) {
       int r2 = session_finish(st, &tg[i], status, stop, cpu);
       if (r2 < 0 && !frc) frc = r2;
+    }
+    if (tg[i].nat) { /* resume and detach before waiting for a launched child */
+      if (launched && i == 0 && !child_reaped &&
+          bf_smp_native_child_exited(tg[i].nat, &child_status))
+        child_reaped = 1;
+      bf_smp_native_free(tg[i].nat);
+      free(tg[i].nat_json);
     }
     if (tg[i].own) bf_smp_free(tg[i].h);
     for (size_t k = 0; k < tg[i].nthreads; k++) free(tg[i].threads[k].last_frames);

@@ -26,13 +26,22 @@ typedef struct bf_smp_code {
 typedef struct bf_smp_frame {
   const bf_smp_code *code;
   int32_t line;         /* current line; co_firstlineno when unknown */
+  uint32_t flags;       /* BF_SMP_FRAME_* */
 } bf_smp_frame;
+
+/* Frame flags. ENTRY: the outermost Python frame run by one C call of the
+ * eval loop (3.8-3.10: every frame; 3.11: is_entry; 3.12+: the frame above a
+ * C-stack shim) — native.c maps eval-loop C frames to Python frames with it.
+ * NATIVE: a C frame from native unwinding (see native.h). */
+#define BF_SMP_FRAME_ENTRY 0x1
+#define BF_SMP_FRAME_NATIVE 0x2
 
 /* Thread status bits (same values as the store's BF_SAMPLE_* flags). */
 #define BF_SMP_GIL 0x01    /* holds the GIL */
 #define BF_SMP_ON_CPU 0x02 /* running on a CPU (from /proc, when asked) */
 #define BF_SMP_IDLE 0x04   /* not running (sleeping/blocked), when asked */
 #define BF_SMP_GC 0x08     /* the interpreter is collecting garbage */
+#define BF_SMP_NATIVE 0x10 /* frames include unwound C frames (native.h) */
 
 typedef struct bf_smp_thread {
   int64_t native_tid;     /* kernel tid; 0 if unknown */
@@ -105,6 +114,8 @@ typedef struct bf_smp_record_opts {
   int64_t ttl_ns;          /* 0 = never expires */
   int subprocesses;        /* follow Python children (own session, parent_id) */
   int64_t parent_session;  /* 0 = none */
+  int native;              /* merged Python + C stacks (native.h) */
+  const char *native_threads; /* NULL or the --native-threads filter */
   volatile int *stop;      /* set non-zero (e.g. from a signal handler) to stop */
   /* Called about 4 times a second (may be NULL). */
   void (*progress)(void *ud, const bf_smp_progress *p);

@@ -40,6 +40,7 @@ typedef struct smp_layout {
   uint64_t ts_cframe, cf_current_frame;
   uint64_t ts_size;
   uint64_t fr_code, fr_back, fr_instr, fr_owner, fr_size; /* owner 0 = n/a (<3.11) */
+  uint64_t fr_entry;           /* 3.11 bool is_entry, 0 = n/a (native.c uses it) */
   uint64_t co_filename, co_name, co_qualname, co_firstlineno, co_linetable,
       co_code_adaptive, co_size;
   uint64_t ob_type, tp_name;
@@ -196,6 +197,9 @@ const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err
 void smp_prefetch(bf_smp *h);
 void smp_prefetch_reset(bf_smp *h);
 int smp_errno_remote(int e);
+
+/* native.c: tid turned out dead; forget any cached mapping to it. */
+void smp_forget_tid(bf_smp *h, int64_t tid);
 
 /* Walker entry used by bf_smp_sample and the fuzzer. */
 int smp_walk(bf_smp *h, unsigned want);

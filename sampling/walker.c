@@ -605,6 +605,21 @@ static void slots_sweep(bf_smp *h) {
   h->nslots = o;
 }
 
+/* native.c hook: tid is gone. On 3.8-3.10 a slot caches the tid read from
+ * glibc's struct pthread, whose address a new thread may reuse: drop the
+ * slot so the next walk reads the tid afresh. */
+void smp_forget_tid(bf_smp *h, int64_t tid) {
+  size_t o = 0;
+  for (size_t i = 0; i < h->nslots; i++) {
+    if (h->slots[i].tid == tid) {
+      slot_close(&h->slots[i]);
+      continue;
+    }
+    h->slots[o++] = h->slots[i];
+  }
+  h->nslots = o;
+}
+
 static int proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *buf, size_t len) {
   if (*fd < 0) {
     char p[96];
@@ -650,7 +665,7 @@ static int push_frame(bf_smp *h, const smp_code *c, int32_t line) {
     h->frames = nf;
     h->cap_frames = nc;
   }
-  h->frames[h->nframes++] = (bf_smp_frame){&c->pub, line};
+  h->frames[h->nframes++] = (bf_smp_frame){&c->pub, line, 0};
   return 0;
 }
 
@@ -658,6 +673,7 @@ static int push_frame(bf_smp *h, const smp_code *c, int32_t line) {
 static int walk_frames(bf_smp *h, uint64_t fa) {
   const smp_layout *l = &h->lay;
   int err = 0;
+  size_t first = h->nframes;
   for (int depth = 0; fa && depth < SMP_MAX_DEPTH; depth++) {
     /* garbage memory can look like endless chains: bound a sample's work */
     if (++h->walk_steps > SMP_MAX_STEPS) return -EIO;
@@ -669,6 +685,8 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
     if (back == fa) return -EIO;
     if (l->executable_tagged) code &= ~(uint64_t)7; /* _PyStackRef tag bits */
     if (owner >= 3) { /* C-stack shim / interpreter-owned: no Python code */
+      /* native.c: the frame below a C-stack shim (owner 3) began its eval call */
+      if (owner == 3 && h->nframes > first) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY;
       fa = back;
       continue;
     }
@@ -695,6 +713,8 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
     }
     int rc = push_frame(h, c, code_line(l, c, code, instr));
     if (rc < 0) return rc;
+    if (l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]))
+      h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY; /* for native.c */
     fa = back;
   }
   return 0;

@@ -56,6 +56,9 @@ int main(void) {
   F("fr_back", offsetof(_PyInterpreterFrame, previous));
   F("fr_instr", offsetof(_PyInterpreterFrame, prev_instr));
   F("fr_owner", offsetof(_PyInterpreterFrame, owner));
+#if PY_VERSION_HEX < 0x030C0000
+  F("fr_entry", offsetof(_PyInterpreterFrame, is_entry));
+#endif
   F("fr_size", sizeof(_PyInterpreterFrame));
   F("co_qualname", offsetof(PyCodeObject, co_qualname));
   F("co_code_adaptive", offsetof(PyCodeObject, co_code_adaptive));

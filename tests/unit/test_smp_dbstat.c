@@ -17,7 +17,7 @@ typedef struct leaf {
 typedef struct th {
   int64_t id, tid;
   char *name;
-  int64_t samples, idle, on_cpu, gil, gc, weight;
+  int64_t samples, idle, on_cpu, gil, gc, weight, native;
   leaf leaves[256];
   size_t nleaves;
 } th;
@@ -41,6 +41,7 @@ static int on_sample(void *ud, const bf_sample *s) {
   if (s->flags & BF_SAMPLE_ON_CPU) t->on_cpu += n;
   if (s->flags & BF_SAMPLE_GIL) t->gil += n;
   if (s->flags & BF_SAMPLE_GC) t->gc += n;
+  if (s->flags & BF_SAMPLE_NATIVE) t->native += n;
   int64_t parent, frame = 0;
   if (s->stack_id && bf_store_stack_get(c->st, s->stack_id, &parent, &frame) < 0) frame = 0;
   size_t k;
@@ -100,9 +101,9 @@ int main(int argc, char **argv) {
     printf("%s{\"tid\": %lld, \"name\": ", i ? ", " : "", (long long)t->tid);
     json_str(t->name);
     printf(", \"samples\": %lld, \"idle\": %lld, \"on_cpu\": %lld, \"gil\": %lld, \"gc\": %lld, "
-           "\"weight\": %lld, \"leaves\": [",
+           "\"weight\": %lld, \"native\": %lld, \"leaves\": [",
            (long long)t->samples, (long long)t->idle, (long long)t->on_cpu, (long long)t->gil,
-           (long long)t->gc, (long long)t->weight);
+           (long long)t->gc, (long long)t->weight, (long long)t->native);
     for (size_t k = 0; k < t->nleaves; k++) {
       int64_t fn = 0, line = 0;
       bf_function_ref fr = {0};

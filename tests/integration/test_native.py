@@ -1,0 +1,486 @@
+"""Native stacks (`record --native`, `dump --native`) on every interpreter
+present: C frames under the Python frame that calls them (zlib, a C extension
+built here), the target never left stopped (bifocal SIGKILLed or SIGTERMed
+mid-sampling), signals to the target still delivered, threads coming and
+going, --native-threads.
+
+Tolerances: "most samples" means at least MOST of the samples of the busy
+thread; the workloads spend well over 90% of their time in C.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+
+import pytest
+
+from conftest import ROOT, bifocal_bin, last_line_id, run
+
+MOST = 0.6
+DBSTAT = os.path.join(os.path.dirname(os.environ.get("BIFOCAL_BIN") or
+                                      os.path.join(ROOT, "build", "bifocal")),
+                      "sampling", "test_smp_dbstat")
+
+ZWORK = '''\
+import os, sys, time, zlib
+data = os.urandom(1 << 14) + bytes(1 << 17)
+
+def squeeze(dur):
+    end = time.monotonic() + dur
+    n = 0
+    while time.monotonic() < end:
+        zlib.compress(data, 9)
+        n += 1
+    return n
+
+def main():
+    sys.stdout.write("ready\\n")
+    sys.stdout.flush()
+    squeeze(float(sys.argv[1]))
+    print("done")
+
+main()
+'''
+
+EXT = r'''
+#include <Python.h>
+
+__attribute__((noinline)) static double bfnat_inner_loop(long n) {
+  volatile double x = 0;
+  for (long i = 0; i < n; i++) x += (double)i * 0.5;
+  return x;
+}
+
+__attribute__((noinline)) static PyObject *bfnat_spin(PyObject *self, PyObject *arg) {
+  (void)self;
+  long n = PyLong_AsLong(arg);
+  if (n < 0 && PyErr_Occurred()) return NULL;
+  return PyFloat_FromDouble(bfnat_inner_loop(n));
+}
+
+__attribute__((noinline)) static PyObject *bfnat_call(PyObject *self, PyObject *f) {
+  (void)self;
+  return PyObject_CallObject(f, NULL); /* C calls back into Python */
+}
+
+static PyMethodDef methods[] = {{"spin", bfnat_spin, METH_O, "burn CPU in C"},
+                                {"call", bfnat_call, METH_O, "call f() from C"},
+                                {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "bfnat", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_bfnat(void) { return PyModule_Create(&mod); }
+'''
+
+EXTWORK = '''\
+import sys, time
+sys.path.insert(0, sys.argv[2])
+import bfnat
+
+def hot(dur):
+    end = time.monotonic() + dur
+    while time.monotonic() < end:
+        bfnat.spin(200000)
+
+hot(float(sys.argv[1]))
+'''
+
+KILLWORK = '''\
+import os, sys, threading, time, zlib
+data = os.urandom(1 << 12) + bytes(1 << 15)
+stop = time.monotonic() + float(sys.argv[1])
+
+def work():
+    while time.monotonic() < stop:
+        zlib.compress(data, 6)
+
+def sleeper():
+    while time.monotonic() < stop:
+        time.sleep(0.01)
+
+ts = [threading.Thread(target=work, name="w%d" % i) for i in range(2)]
+ts.append(threading.Thread(target=sleeper, name="sleepy"))
+for t in ts:
+    t.start()
+sys.stdout.write("ready\\n")
+sys.stdout.flush()
+for t in ts:
+    t.join()
+print("done")
+sys.exit(3)
+'''
+
+SIGWORK = '''\
+import os, signal, sys, threading, time, zlib
+got = [0]
+
+def on_usr1(sig, frame):
+    got[0] += 1
+
+signal.signal(signal.SIGUSR1, on_usr1)
+data = os.urandom(1 << 12) + bytes(1 << 16)
+
+def churn(stop):
+    # threads appear and exit all the time
+    while time.monotonic() < stop:
+        t = threading.Thread(target=lambda: [zlib.compress(data, 9) for i in range(8)],
+                             name="short")
+        t.start()
+        t.join()
+
+sys.stdout.write("ready\\n")
+sys.stdout.flush()
+stop = time.monotonic() + float(sys.argv[1])
+c = threading.Thread(target=churn, args=(stop,), name="churn")
+c.start()
+sent = 0
+while time.monotonic() < stop:
+    os.kill(os.getpid(), signal.SIGUSR1)
+    sent += 1
+    time.sleep(0.005)
+c.join()
+deadline = time.monotonic() + 5
+while got[0] < sent and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("SIGNALS %d %d" % (sent, got[0]))
+'''
+
+FILTERWORK = '''\
+import ctypes, os, sys, threading, time, zlib
+data = os.urandom(1 << 12) + bytes(1 << 15)
+stop = time.monotonic() + float(sys.argv[1])
+libc = ctypes.CDLL(None)
+
+def work():
+    # the OS thread name (/proc comm): Python sets it itself only from 3.14
+    libc.prctl(15, threading.current_thread().name.encode(), 0, 0, 0)
+    while time.monotonic() < stop:
+        zlib.compress(data, 6)
+
+ts = [threading.Thread(target=work, name=n) for n in ("worker-1", "other")]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+'''
+
+
+def version_of(python):
+    out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return tuple(int(x) for x in out)
+
+
+def collapsed(db, sid, tmp_path):
+    out = str(tmp_path / ("s%d.txt" % sid))
+    run(["export", str(sid), "--format", "collapsed", "-o", out], db=db)
+    stacks = []
+    for line in open(out):
+        line = line.rstrip("\n")
+        if not line or line.startswith("#"):
+            continue
+        stack, _, w = line.rpartition(" ")
+        stacks.append((stack.split(";"), int(w.split(",")[0])))
+    return stacks
+
+
+def fname(frame):
+    return frame.split(" (", 1)[0]
+
+
+def ffile(frame):
+    return frame.rsplit(" (", 1)[1].rsplit(":", 2)[0] if " (" in frame else ""
+
+
+def session(db, sid):
+    r = run(["sessions", "--json"], db=db)
+    return [s for s in json.loads(r.stdout) if s["id"] == sid][0]
+
+
+def dbstat(db, sid):
+    r = subprocess.run([DBSTAT, db, str(sid)], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def traced_or_stopped(pid):
+    """Threads of pid that still have a tracer or stand stopped ('t'/'T')."""
+    bad = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            st = open("/proc/%d/task/%s/status" % (pid, tid)).read()
+        except OSError:
+            continue
+        fields = dict(l.split(":", 1) for l in st.splitlines() if ":" in l)
+        state = fields.get("State", "").split()[0]
+        if fields.get("TracerPid", "0").strip() != "0" or state in ("t", "T"):
+            bad.append((tid, state, fields.get("TracerPid", "").strip()))
+    return bad
+
+
+def test_zlib_frames_under_python(python, db, tmp_path):
+    work = write(tmp_path, "z.py", ZWORK)
+    r = run(["record", "--native", "--", python, work, "2"], db=db)
+    sid = last_line_id(r)
+    assert "done" in r.stdout
+    assert "native: threads stopped" in r.stderr  # the intrusion is always shown
+    s = session(db, sid)
+    assert s["mode"] == "native" and s["rate_hz"] == 100 and s["status"] == "complete"
+    nat = s["extra"]["native"]
+    assert nat["stops"] >= 50 and nat["stopped_ns"] > 0
+    assert 0 < nat["stop_p50_ns"] <= nat["stop_p99_ns"] <= nat["stop_max_ns"]
+    assert nat["threads"] and nat["threads"][0]["stops"] > 0
+    th = dbstat(db, sid)
+    assert sum(t["native"] for t in th) >= MOST * sum(t["samples"] for t in th)
+    total = hit = 0
+    for frames, w in collapsed(db, sid, tmp_path):
+        names = [fname(f) for f in frames]
+        if "squeeze" not in names:
+            continue
+        total += w
+        i = names.index("squeeze")
+        assert names[:i] == ["<module>", "main"], frames  # Python roots kept, in order
+        below = frames[i + 1:]
+        if any(fname(f).startswith("deflate") and "libz" in ffile(f) for f in below):
+            hit += w
+            # no Python frame under a C one, no eval loop left unmerged
+            assert not any(fname(f).startswith("_PyEval_EvalFrameDefault") for f in below)
+    assert total >= 25, total  # few only when the machine is very busy
+    assert hit >= MOST * total, (hit, total)
+
+
+def test_extension_function_names(python, db, tmp_path):
+    so = build_ext(python, tmp_path)
+    work = write(tmp_path, "ext.py", EXTWORK)
+    r = run(["record", "--native", "--", python, work, "1.5", str(tmp_path)], db=db)
+    sid = last_line_id(r)
+    total = hit = 0
+    for frames, w in collapsed(db, sid, tmp_path):
+        names = [fname(f) for f in frames]
+        if "hot" not in names:
+            continue
+        total += w
+        below = frames[names.index("hot") + 1:]
+        bn = [fname(f) for f in below]
+        if "bfnat_inner_loop" in bn and "bfnat_spin" in bn:
+            assert bn.index("bfnat_spin") < bn.index("bfnat_inner_loop")  # caller first
+            assert ffile(below[bn.index("bfnat_inner_loop")]) == so
+            hit += w
+    assert total >= 25, total  # few only when the machine is very busy
+    assert hit >= MOST * total, (hit, total)
+
+
+REENTRY = '''\
+import os, sys, time, zlib
+sys.path.insert(0, sys.argv[2])
+import bfnat
+data = os.urandom(1 << 12) + bytes(1 << 16)
+
+def deeper_py():
+    zlib.compress(data, 9)
+
+def inner_py():
+    for i in range(4):
+        deeper_py()
+
+def outer_py(dur):
+    end = time.monotonic() + dur
+    while time.monotonic() < end:
+        bfnat.call(inner_py)
+
+outer_py(float(sys.argv[1]))
+'''
+
+
+def build_ext(python, tmp_path):
+    inc = subprocess.run([python, "-c", "import sysconfig;print(sysconfig.get_paths()['include'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    suffix = subprocess.run([python, "-c",
+                             "import sysconfig;print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    if not os.path.exists(os.path.join(inc, "Python.h")):
+        pytest.skip("no Python.h for %s" % python)
+    src = write(tmp_path, "bfnat.c", EXT)
+    so = str(tmp_path / ("bfnat" + suffix))
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g0", "-I", inc, "-o", so, src], check=True)
+    return so
+
+
+def test_python_c_python_reentry(python, db, tmp_path):
+    """Python -> C extension -> Python -> Python -> zlib: every eval-loop C
+    frame gets its own Python frames (3.11+: one eval call runs inner_py and
+    deeper_py together; the C call splits outer_py from them)."""
+    build_ext(python, tmp_path)
+    work = write(tmp_path, "re.py", REENTRY)
+    r = run(["record", "--native", "--", python, work, "2", str(tmp_path)], db=db)
+    total = hit = 0
+    for frames, w in collapsed(db, last_line_id(r), tmp_path):
+        names = [fname(f) for f in frames]
+        if "deeper_py" not in names:
+            continue
+        total += w
+        py = [x for x in names if x in ("<module>", "outer_py", "inner_py", "deeper_py")]
+        assert py == ["<module>", "outer_py", "inner_py", "deeper_py"], frames
+        if "bfnat_call" not in names:
+            continue  # unwind cut short: Python frames only, still in order
+        i = names.index
+        assert i("outer_py") < i("bfnat_call") < i("inner_py"), frames
+        # CPython's call machinery between Python frames is hidden
+        between = names[i("outer_py") + 1:i("inner_py")]
+        assert between == ["bfnat_call"], frames
+        if any(x.startswith("deflate") for x in names[i("deeper_py"):]):
+            hit += w
+    assert total >= 25, total
+    assert hit >= MOST * total, (hit, total)
+
+
+def start(python, tmp_path, name, text, *args):
+    work = write(tmp_path, name, text)
+    p = subprocess.Popen([python, work] + list(args), stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_profiler_leaves_target_running(python, db, tmp_path, sig):
+    target = start(python, tmp_path, "k.py", KILLWORK, "3")
+    try:
+        e = dict(os.environ)
+        e.pop("BIFOCAL_DB", None)
+        # a high rate so the kill lands mid-stop more often than not
+        prof = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--native", "--rate", "1000",
+                                 "--pid", str(target.pid)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=e)
+        # the session row exists once recording began (signal handlers set)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and prof.poll() is None:
+            r = run(["sessions", "--json"], db=db, check=False)
+            if r.returncode == 0 and r.stdout.strip().startswith("[{"):
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert prof.poll() is None, prof.communicate()
+        prof.send_signal(sig)
+        out, err = prof.communicate(timeout=20)
+        if sig == signal.SIGTERM:
+            assert prof.returncode == 0, err
+            assert session(db, last_line_id(subprocess.CompletedProcess([], 0, out)))["status"] == \
+                "interrupted"
+        time.sleep(0.2)
+        assert traced_or_stopped(target.pid) == []
+        assert target.wait(timeout=30) == 3
+        assert target.stdout.read().strip() == "done"
+    finally:
+        if target.poll() is None:
+            target.kill()
+            target.wait()
+
+
+def test_signals_and_thread_churn(python, db, tmp_path):
+    work = write(tmp_path, "s.py", SIGWORK)
+    r = run(["record", "--native", "--rate", "200", "--", python, work, "1.5"], db=db)
+    sid = last_line_id(r)
+    sent, got = [int(x) for x in r.stdout.split("SIGNALS")[1].split()[:2]]
+    assert sent > 50 and got == sent, (sent, got)  # every signal reached its handler
+    s = session(db, sid)
+    assert s["status"] == "complete" and s["samples"] > 0
+    nat = s["extra"]["native"]
+    assert nat["threads_gone"] > 0 or len(nat["threads"]) > 2, nat  # short threads were seized
+
+
+def test_native_threads_filter(python, db, tmp_path):
+    work = write(tmp_path, "f.py", FILTERWORK)
+    r = run(["record", "--native-threads", "worker-*", "--", python, work, "1.0"], db=db)
+    nat = session(db, last_line_id(r))["extra"]["native"]
+    assert [t["name"] for t in nat["threads"]] == ["worker-1"], nat
+    wtid = nat["threads"][0]["tid"]
+    th = dbstat(db, last_line_id(r))
+    assert [t["native"] > 0 for t in th if t["tid"] == wtid] == [True], th
+    assert all(t["native"] == 0 for t in th if t["tid"] != wtid), th
+    r = run(["record", "--native-threads", "", "--", python, work, "0.1"], db=db, check=False)
+    assert r.returncode == 2 and "--native-threads" in r.stderr
+
+
+def test_dump_native(python, tmp_path):
+    target = start(python, tmp_path, "z.py", ZWORK, "30")
+    try:
+        # one dump is one moment (zlib may be in free() then): a few tries
+        seen_deflate = False
+        for attempt in range(10):
+            out = run(["dump", "--native", str(target.pid)]).stdout
+            lines = out.splitlines()
+            sq = [i for i, l in enumerate(lines) if l.strip().endswith("in squeeze")]
+            assert sq, out
+            mod = [i for i, l in enumerate(lines) if l.strip().endswith("in <module>")]
+            assert mod and mod[0] < sq[0], out  # outermost first, like a traceback
+            below = lines[sq[0] + 1:]
+            assert below and below[0].startswith("  (native) "), out
+            assert traced_or_stopped(target.pid) == []
+            assert target.poll() is None
+            if any(l.startswith("  (native) deflate") and "libz" in l for l in below):
+                seen_deflate = True
+                break
+        assert seen_deflate, out
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_one_tracer_at_a_time(python, db, tmp_path):
+    target = start(python, tmp_path, "z.py", ZWORK, "30")
+    try:
+        e = dict(os.environ)
+        e.pop("BIFOCAL_DB", None)
+        first = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--native", "--pid",
+                                  str(target.pid), "--duration", "20"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=e)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and first.poll() is None:
+            st = open("/proc/%d/status" % target.pid).read()
+            if "TracerPid:\t%d" % first.pid in st:
+                break
+            time.sleep(0.05)
+        r = run(["dump", "--native", str(target.pid)], check=False)
+        assert r.returncode == 1, r
+        assert "already traced by process %d (bifocal)" % first.pid in r.stderr, r.stderr
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=30) == 0
+        assert traced_or_stopped(target.pid) == []
+        assert target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_job_control_stop_kept(python, db, tmp_path):
+    """SIGSTOP to a target being sampled keeps it stopped; SIGCONT resumes it."""
+    target = start(python, tmp_path, "k.py", KILLWORK, "2.5")
+    try:
+        e = dict(os.environ)
+        e.pop("BIFOCAL_DB", None)
+        prof = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--native", "--pid",
+                                 str(target.pid), "--duration", "3"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=e)
+        time.sleep(0.7)
+        os.kill(target.pid, signal.SIGSTOP)
+        time.sleep(0.5)
+        states = [l.split()[1] for tid in os.listdir("/proc/%d/task" % target.pid)
+                  for l in open("/proc/%d/task/%s/status" % (target.pid, tid))
+                  if l.startswith("State:")]
+        assert states and all(s in ("t", "T") for s in states), states
+        os.kill(target.pid, signal.SIGCONT)
+        out, err = prof.communicate(timeout=30)
+        assert prof.returncode == 0, err
+        assert traced_or_stopped(target.pid) == []
+        assert target.wait(timeout=30) == 3
+        assert target.stdout.read().strip() == "done"
+    finally:
+        if target.poll() is None:
+            target.kill()
+            target.wait()
