@@ -379,21 +379,27 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   free(cargv);
   free(command);
 
+  int exists = 1;
   if (bf_cli_open_store(cli, BF_STORE_CREATE, &s) == 0) {
     bf_session_info *got = NULL;
-    if (bf_store_session_get(s, sid, &got) == 0 && got->status &&
-        strcmp(got->status, "incomplete") == 0)
+    int grc = bf_store_session_get(s, sid, &got);
+    if (grc == -ENOENT) {
+      exists = 0; /* the runner could not start the program, said why and dropped it */
+    } else if (grc == 0 && got->status && strcmp(got->status, "incomplete") == 0) {
       bf_cli_warn("the traced program ended before its trace was written (exit status %d); "
                   "session %lld stays incomplete",
                   exit_code, (long long)sid);
+    }
     bf_session_info_free(got);
     bf_store_close(s);
   }
+  if (!exists && exit_code == 0) exit_code = 1;
   char outcome[64];
-  snprintf(outcome, sizeof outcome, "program exited with status %d", exit_code);
-  bf_audit_end(au, exit_code ? outcome : NULL, sid);
+  snprintf(outcome, sizeof outcome, "%s with status %d",
+           exists ? "program exited" : "program could not be started", exit_code);
+  bf_audit_end(au, exit_code ? outcome : NULL, exists ? sid : 0);
   fflush(stderr);
-  printf("%lld\n", (long long)sid);
+  if (exists) printf("%lld\n", (long long)sid);
   fflush(stdout);
   return exit_code;
 }

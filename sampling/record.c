@@ -55,10 +55,7 @@ typedef struct rec_thread {
   int64_t store_thread_id;
   int64_t last_cpu_ns;
   int64_t last_stack_id;
-  int64_t run_stack_id;   /* cpu clock: stack at the last fresh reading, when running */
-  uint32_t run_flags;
-  int was_running;        /* surely running at the last fresh reading (see tick) */
-  int64_t last_read_ns;   /* monotonic time of the last fresh reading */
+  int64_t last_read_ns;   /* cpu clock: monotonic time of the last tick that saw the thread */
   bf_smp_frame *last_frames;
   size_t last_n, last_cap;
   int gen;
@@ -269,16 +266,7 @@ static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, in
  * store error. */
 static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t now,
                 int64_t interval_ns) {
-  /* cpu clock: the CPU a thread used since its last reading is charged to a
-   * stack it was seen running. State R alone does not mean running: on a busy
-   * machine a thread woken from a wait sits runnable (R) in the wait's frame
-   * before it gets a CPU. So a thread counts as surely running at a reading
-   * when it is in state R *and* used at least half of the time since the
-   * reading before. The CPU used since the last reading goes to the stack of
-   * that reading when the thread was surely running then (the work continued
-   * from there), else to the stack it runs now when it is in state R now;
-   * else it cannot be placed and is dropped (counted in no function). */
-  unsigned want = o->clock_cpu ? (BF_SMP_WANT_CPU_TIME | BF_SMP_WANT_STATE) : BF_SMP_WANT_STATE;
+  unsigned want = BF_SMP_WANT_STATE;
   if (o->gil_only) want |= BF_SMP_WANT_GIL_ONLY;
   const bf_smp_thread *th;
   size_t n;
@@ -318,31 +306,18 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     }
     int64_t stack_id;
     if (o->clock_cpu) {
-      int64_t cpu = th[i].cpu_ns;
-      if (cpu < 0) continue; /* no fresh reading this tick */
-      int64_t d = r->last_cpu_ns >= 0 ? cpu - r->last_cpu_ns : 0;
-      r->last_cpu_ns = cpu;
-      int64_t dt = r->last_read_ns ? now - r->last_read_ns : 0;
+      /* on-CPU sampling: a thread found running or ready to run (state R)
+       * is charged the time since its previous reading; a sleeping one is
+       * not sampled. (The kernel's per-thread CPU time only advances at
+       * scheduler ticks and context switches, so charging CPU deltas would
+       * lump a burst onto the frame where the thread went to sleep.) */
+      int64_t dt = r->last_read_ns ? now - r->last_read_ns : interval_ns;
       r->last_read_ns = now;
-      int runnable = !(flags & BF_SMP_IDLE);
-      int64_t cur = 0;
-      if (runnable && (rc = intern_stack(st, r, &th[i], &cur)) < 0) return rc;
-      int64_t charge_stack = 0;
-      uint32_t charge_flags = 0;
-      if (d > 0 && r->was_running && r->run_stack_id) {
-        charge_stack = r->run_stack_id;
-        charge_flags = r->run_flags;
-      } else if (d > 0 && runnable) {
-        charge_stack = cur;
-        charge_flags = flags;
-      }
-      r->was_running = runnable && dt > 0 && d * 2 >= dt;
-      r->run_stack_id = cur;
-      r->run_flags = flags;
-      if (d <= 0 || !charge_stack) continue;
-      stack_id = charge_stack;
-      flags = charge_flags | BF_SAMPLE_ON_CPU;
-      weight = d;
+      if (flags & BF_SMP_IDLE) continue;
+      if (dt > 4 * interval_ns) dt = 4 * interval_ns; /* after a stall, count one tick or so */
+      if ((rc = intern_stack(st, r, &th[i], &stack_id)) < 0) return rc;
+      flags |= BF_SAMPLE_ON_CPU;
+      weight = dt;
     } else if ((rc = intern_stack(st, r, &th[i], &stack_id)) < 0) {
       return rc;
     }

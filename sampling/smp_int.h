@@ -104,7 +104,8 @@ typedef struct smp_code {
   bf_smp_code pub;
   uint64_t addr;
   uint64_t fp; /* fingerprint of the code object's identity fields */
-  int checked_gen; /* sample in which fp was last checked */
+  int checked_gen;   /* sample in which fp was last checked */
+  int64_t checked_ns; /* and when (monotonic) */
   smp_line_range *ranges;
   size_t nranges;
   struct smp_code *next; /* hash chain (or the retired list) */
@@ -211,6 +212,7 @@ void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr);
 #define SMP_MAX_INTERPS 64
 #define SMP_MAX_STEPS (1 << 16)      /* frames + threads visited per sample */
 #define SMP_MAX_CODE_MISSES 4096     /* new code objects read per sample */
+#define SMP_CODE_TRUST_NS 1000000    /* a checked code-cache entry is trusted this long */
 #define SMP_MAX_STR 4096
 #define SMP_MAX_LINETABLE (1u << 20)
 

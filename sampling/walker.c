@@ -690,13 +690,19 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
       fa = back;
       continue;
     }
-    /* check each code object's identity once per sample (recursion repeats it) */
+    /* A cached code object's identity is re-checked (its address may now hold
+     * another one) at most once per sample and once per SMP_CODE_TRUST_NS:
+     * a code object on a stack is alive, so a death *and* a reuse of the
+     * address inside that window is what could slip through. */
     smp_code *c = code_find(h, code);
-    if (!c || c->checked_gen != h->gen) {
+    if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
       const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
       if (!cw) return err == -EINVAL ? -EIO : err;
       c = code_get(h, code, code_fp(l, cw), &err);
-      if (c) c->checked_gen = h->gen;
+      if (c) {
+        c->checked_gen = h->gen;
+        c->checked_ns = h->now_ns;
+      }
     }
     if (!c) {
       if (err == -EINVAL && l->version_hex >= 0x030D0000) { /* non-code executable */

@@ -87,6 +87,17 @@ def _cache_finder(entry):
             continue
 
 
+def _set_path0(entry):
+    """sys.path[0] as `python` would have set it for this target ('' from our
+    own -c start); -I / -P (safe_path) mean no such entry at all."""
+    if _sys.flags.isolated or getattr(_sys.flags, "safe_path", False):
+        return
+    if _sys.path and _sys.path[0] == "":
+        _sys.path[0] = entry
+    else:
+        _sys.path.insert(0, entry)
+
+
 def _prepare(target):
     """Build (code, globals) for the target the way `python` would run it, and
     install the fresh __main__ module; nothing of it runs yet."""
@@ -100,7 +111,7 @@ def _prepare(target):
         if len(target) < 2:
             _fail("-m needs a module name")
         import runpy
-        _sys.path[0] = os.getcwd()
+        _set_path0(os.getcwd())
         try:
             mod_name, spec, code = runpy._get_module_details(target[1])
         except ImportError as e:
@@ -113,7 +124,7 @@ def _prepare(target):
     elif target[0] == "-c":
         if len(target) < 2:
             _fail("-c needs a command")
-        _sys.path[0] = ""
+        _set_path0("")
         _sys.argv = ["-c"] + target[2:]
         code = compile(target[1], "<string>", "exec")
         g.update(__name__="__main__", __doc__=None, __spec__=None, __loader__=None,
@@ -127,12 +138,13 @@ def _prepare(target):
             _fail("%s: can't open file %r: [Errno %d] %s" % (_sys.executable, path, e.errno,
                                                             e.strerror), 2)
         fname = os.path.abspath(path) if _sys.version_info >= (3, 9) else path
-        _sys.path[0] = os.path.dirname(os.path.abspath(path))
+        _set_path0(os.path.dirname(os.path.abspath(path)))
         _sys.argv = list(target)
         code = compile(src, fname, "exec", dont_inherit=True)
         g.update(__name__="__main__", __file__=fname, __cached__=None, __doc__=None,
                  __loader__=None, __package__=None, __spec__=None)
-    _cache_finder(_sys.path[0])
+    if _sys.path:
+        _cache_finder(_sys.path[0])
     _sys.modules["__main__"] = main
     return code, g
 
@@ -153,12 +165,25 @@ def _main(argv=None):
     import signal
     import _bifocal_trace as _c
     opts, target = _parse(list(_sys.argv[1:] if argv is None else argv))
+
+    def discard():
+        # the program never started: leave no half-written session behind
+        if opts["session"]:
+            try:
+                _c._discard_session(opts["db"], opts["session"])
+            except OSError as e:
+                _sys.stderr.write("bifocal: %s\n" % e)
+
     try:
-        prof = Profile(clock=opts["clock"], focus=opts["focus"], builtins=opts["builtins"],
-                       tool_id=opts["tool_id"], records=opts["records"])
-    except (ValueError, RuntimeError) as e:
-        _fail(str(e))
-    code, g = _prepare(target)
+        try:
+            prof = Profile(clock=opts["clock"], focus=opts["focus"], builtins=opts["builtins"],
+                           tool_id=opts["tool_id"], records=opts["records"])
+        except (ValueError, RuntimeError) as e:
+            _fail(str(e))
+        code, g = _prepare(target)
+    except SystemExit:
+        discard()
+        raise
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _c._sigterm)
     status, exit_code, outcome, exc = "complete", 0, "exit", None
@@ -175,13 +200,13 @@ def _main(argv=None):
         exc, status, outcome, exit_code = e, "interrupted", "keyboardinterrupt", 130
     except RuntimeError as e:
         if not prof.running:  # enabling failed (e.g. tool id taken): nothing ran
+            discard()
             _fail(str(e), 1)
         exc, outcome, exit_code = e, "exception", 1
     except BaseException as e:
         exc, outcome, exit_code = e, "exception", 1
     finally:
-        if prof.running:
-            prof._pause_thread(True)
+        if prof.running:  # run_code already stopped counting this thread
             _join_threads()
             prof.disable()
     extra = '"exit_code":%d,"outcome":"%s"' % (exit_code, outcome)

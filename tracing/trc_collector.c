@@ -23,6 +23,7 @@
 #define TRC_HAVE_TSC 0
 #endif
 
+#include "store.h"
 #include "trc_int.h"
 
 #if PY_VERSION_HEX >= 0x030C0000
@@ -401,7 +402,15 @@ static char *trc_cfunc_name(PyObject *callable, PyMethodDef *def) {
 
 /* PyMethodDef of a builtin callable worth tracing, else NULL (and never ours). */
 static inline PyMethodDef *trc_builtin_def(PyObject *callable) {
-  if (PyCFunction_Check(callable)) {
+  /* exact-type tests first: most callables are Python functions, bound
+   * methods or method descriptors, and PyCFunction_Check walks the MRO */
+  PyTypeObject *tp = Py_TYPE(callable);
+  if (tp == &PyFunction_Type || tp == &PyMethod_Type) return NULL;
+  if (tp == &PyMethodDescr_Type) {
+    if (PyDescr_TYPE(callable) == &ProfileType) return NULL;
+    return ((PyMethodDescrObject *)callable)->d_method;
+  }
+  if (tp == &PyCFunction_Type || PyCFunction_Check(callable)) {
     PyObject *self = PyCFunction_GET_SELF(callable);
     if (self && Py_IS_TYPE(self, &ProfileType)) return NULL;
     return ((PyCFunctionObject *)callable)->m_ml;
@@ -909,10 +918,16 @@ static void trc_backend_stop(ProfileObject *p) {
   if (p->focus_tool_id >= 0) trc_release_tool(p->focus_tool_id);
   p->tool_id = p->focus_tool_id = -1;
   p->focus_tool_on = 0;
-  /* DISABLEd locations would stay disabled for the next user of the id */
-  PyObject *r = trc_mon_call("restart_events", "()");
-  Py_XDECREF(r);
-  PyErr_Clear();
+  if (p->focus_glob) {
+    /* focus mode DISABLEd PY_START on unfocused code; those locations would
+     * stay disabled for the next user of the tool id */
+    PyObject *exc_type, *exc_val, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
+    PyObject *r = trc_mon_call("restart_events", "()");
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_Restore(exc_type, exc_val, exc_tb);
+  }
   Py_CLEAR(p->callbacks);
 }
 
@@ -1282,9 +1297,18 @@ static PyObject *Profile_run_code(ProfileObject *p, PyObject *args) {
   PyObject *code, *globals;
   if (!PyArg_ParseTuple(args, "O!O!:run_code", &PyCode_Type, &code, &PyDict_Type, &globals))
     return NULL;
-  if (!p->running && !Profile_enable(p, NULL)) return NULL;
-  Py_DECREF(Py_None);
+  if (!p->running) {
+    PyObject *r = Profile_enable(p, NULL);
+    if (!r) return NULL;
+    Py_DECREF(r);
+  }
   PyObject *r = PyEval_EvalCode(code, globals, globals);
+  /* whatever the caller does next (exception handling, joining threads) is
+   * bootstrap work, not the program: stop counting on this thread now */
+  if (p->running) {
+    trc_thread *t = trc_thread_get(p);
+    if (t) t->paused = 1;
+  }
   return r;
 }
 
@@ -1535,7 +1559,8 @@ static PyMethodDef Profile_methods[] = {
     {"write", (PyCFunction)(void (*)(void))Profile_write, METH_VARARGS | METH_KEYWORDS,
      "write(db, session=0, label=None, ...) -> session id: store a traced session."},
     {"run_code", (PyCFunction)Profile_run_code, METH_VARARGS,
-     "run_code(code, globals): enable, exec code, return (tracing stays enabled)."},
+     "run_code(code, globals): enable, exec code, return; tracing stays enabled for other\n"
+     "threads (the calling thread stops counting) until disable()."},
     {"_pause_thread", (PyCFunction)Profile_pause_thread, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -1565,6 +1590,30 @@ static PyTypeObject ProfileType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* _discard_session(db, id): remove a session that never started (the runner
+ * could not set the program up), so nothing is left half-written. */
+static PyObject *trc_discard_session(PyObject *self, PyObject *args) {
+  (void)self;
+  const char *db;
+  long long id;
+  if (!PyArg_ParseTuple(args, "sL:_discard_session", &db, &id)) return NULL;
+  bf_store *s = NULL;
+  const char *msg = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = bf_store_open(db, 0, &s, &msg);
+  if (rc == 0) rc = bf_store_session_delete(s, (int64_t)id);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) {
+    PyErr_Format(PyExc_OSError, "could not discard session %lld in %s: %s", id, db,
+                 s ? bf_store_errmsg(s) : (msg ? msg : strerror(-rc)));
+    bf_store_close(s);
+    return NULL;
+  }
+  bf_store_close(s);
+  Py_RETURN_NONE;
+}
+
 static int trc_terminated;
 
 /* SIGTERM handler for the runner: a C function so no frame is traced. */
@@ -1587,6 +1636,7 @@ static PyObject *trc_was_terminated(PyObject *self, PyObject *noargs) {
 static PyMethodDef module_methods[] = {
     {"_sigterm", trc_sigterm, METH_VARARGS, NULL},
     {"_terminated", trc_was_terminated, METH_NOARGS, NULL},
+    {"_discard_session", trc_discard_session, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,14 +3,15 @@ bifocal (full trace) and bifocal focus on one function, per interpreter.
 
     /usr/bin/python3 tests/bench/bench_tracer.py [--repeat 5] [--python PATH ...]
 
-Each mode runs in a fresh process; the workload (recursive fib plus many
-builtin calls) is timed inside the process, so startup and writing the store
-are not counted. Prints the best of --repeat runs and the ratios the tracer is
+All modes run in one process per interpreter, interleaved round by round (best
+of --repeat rounds); the workload (recursive fib plus many builtin calls) is
+timed inside the process, so startup and writing the store are not counted. Prints the best of --repeat runs and the ratios the tracer is
 held to: bifocal added time / cProfile added time (target <= 0.6), bifocal
 added / floor added, and focus run / untraced run (target <= 1.1).
 Not a pass/fail test: it prints figures.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -21,9 +22,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pythons  # noqa: E402
 
 CHILD = r"""
-import sys, time
+import sys, time, json
 sys.path.insert(0, sys.argv[1])
-mode = sys.argv[2]
+rounds = int(sys.argv[2])
 
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
@@ -42,76 +43,95 @@ def rare(n):
     return sorted(str(i) for i in range(n))
 
 def workload():
-    fib(27)
-    builtin_heavy(400000)
+    fib(25)
+    builtin_heavy(150000)
     rare(100)
 
-def run():
+def timed():
     t0 = time.perf_counter()
     workload()
     return time.perf_counter() - t0
 
-workload()  # warm up (specialisation, caches)
-if mode == "base":
-    dt = run()
-elif mode == "floor":
+def base():
+    return timed()
+
+def floor():
     import _bifocal_trace_floor as fl
     fl.enable()
-    dt = run()
-    fl.disable()
-elif mode == "cprofile":
+    try:
+        return timed()
+    finally:
+        fl.disable()
+
+def cprofile():
     import cProfile
     p = cProfile.Profile()
     p.enable()
-    dt = run()
+    dt = timed()
     p.disable()
-elif mode == "bifocal":
+    return dt
+
+def bifocal():
     import bifocal_trace
     p = bifocal_trace.Profile()
     p.enable()
-    dt = run()
+    dt = timed()
     p.disable()
-elif mode == "focus":
+    return dt
+
+def focus():
     import bifocal_trace
     p = bifocal_trace.Profile(focus="__main__:rare")
     p.enable()
-    dt = run()
+    dt = timed()
     p.disable()
-    st = p.stats()
-    assert [f for f in st["functions"] if f["qualname"] == "rare"][0]["calls"] == 1
-print(dt)
+    assert [f for f in p.stats()["functions"] if f["qualname"] == "rare"][0]["calls"] == 1
+    return dt
+
+modes = {"base": base, "floor": floor, "cprofile": cprofile, "bifocal": bifocal, "focus": focus}
+best, errs = {}, {}
+workload()  # warm up (specialisation, caches)
+for r in range(rounds):
+    for name, fn in modes.items():
+        if name in errs:
+            continue
+        try:
+            dt = fn()
+        except Exception as e:
+            errs[name] = "%s: %s" % (type(e).__name__, e)
+            continue
+        best[name] = min(best.get(name, dt), dt)
+print(json.dumps({"best": best, "errs": errs}))
 """
 
 MODES = ["base", "floor", "cprofile", "bifocal", "focus"]
 
 
-def measure_all(python, tracing_dir, repeat):
-    """Best time per mode; modes interleaved round-robin so machine noise is shared."""
-    best, errs = {m: None for m in MODES}, {}
-    for _ in range(repeat):
-        for mode in MODES:
-            if mode in errs:
-                continue
-            r = subprocess.run([python, "-c", CHILD, tracing_dir, mode], capture_output=True,
-                               text=True, timeout=300)
-            if r.returncode != 0:
-                errs[mode] = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed"
-                continue
-            dt = float(r.stdout.split()[-1])
-            best[mode] = dt if best[mode] is None else min(best[mode], dt)
-    return best, errs
+def measure_all(python, tracing_dir, rounds):
+    """Best time per mode. All modes run in one process, interleaved round by
+    round, so machine noise (other jobs) falls on every mode alike."""
+    r = subprocess.run([python, "-c", CHILD, tracing_dir, str(rounds)], capture_output=True,
+                       text=True, timeout=900)
+    if r.returncode != 0:
+        return {}, {"all": (r.stderr.strip().splitlines() or ["failed"])[-1]}
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    return doc["best"], doc["errs"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=15, help="rounds (best of)")
     ap.add_argument("--python", action="append", help="interpreter(s); default: every 3.12+ found")
     ap.add_argument("--all", action="store_true", help="every interpreter found, not only 3.12+")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     a = ap.parse_args()
     tracing_dir = os.path.join(a.build, "tracing")
     if a.python:
-        pys = [(p, "?") for p in a.python]
+        pys = []
+        for p in a.python:
+            v = subprocess.run([p, "-c", "import sys;print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True).stdout.strip()
+            pys.append((p, v or "?"))
     else:
         pys = [(d["path"], d["tag"]) for d in pythons.discover()
                if a.all or d["version"][:2] >= (3, 12)]
@@ -122,8 +142,9 @@ def main():
         t, errs = measure_all(path, tracing_dir, a.repeat)
         for m, err in errs.items():
             print("%-7s %s: %s" % (tag, m, err))
-        if any(t[m] is None for m in ("base", "cprofile", "bifocal")):
+        if any(t.get(m) is None for m in ("base", "cprofile", "bifocal")):
             continue
+        t = {m: t.get(m) for m in MODES}
         base = t["base"]
         add = {m: (t[m] - base) if t[m] is not None else float("nan") for m in MODES}
         fmt = lambda v: "%8.3f" % v if v is not None else "%8s" % "-"

@@ -27,8 +27,7 @@ def has_command(name):
 
 
 def need(name):
-    if not has_command(name):
-        pytest.skip("`bifocal %s` not built yet" % name)
+    assert has_command(name), "`bifocal %s` missing from this build" % name
 
 
 @pytest.fixture

@@ -54,19 +54,15 @@ def have(cmd, db):
 
 @pytest.fixture
 def lenses(db, tmp_path):
-    if not (have("record", db) and have("trace", db)):
-        pytest.skip("record/trace not in this build yet")
+    assert have("record", db) and have("trace", db), "record/trace missing from this build"
     ps = pythons.discover()
-    if not ps:
-        pytest.skip("no Python interpreter found")
+    assert ps, "no Python interpreter found"
     py = ps[-1]["path"]
     src = tmp_path / "src"
     src.mkdir()
     w = src / "work.py"
     w.write_text(textwrap.dedent(WORKLOAD))
     r = run(["record", "--rate", "500", "--label", "prod", "--", py, str(w), "1.5"], db=db, check=False, timeout=120)
-    if r.returncode != 0 and ("ptrace" in r.stderr or "permission" in r.stderr.lower()):
-        pytest.skip("sampling not permitted here: " + r.stderr.strip())
     assert r.returncode == 0, r.stderr
     r = run(["trace", "--label", "repro", "--", py, str(w), "0.3"], db=db, check=False, timeout=120)
     assert r.returncode == 0, r.stderr

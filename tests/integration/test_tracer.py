@@ -16,9 +16,11 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, run, last_line_id
+from conftest import ROOT, bifocal_bin, run, last_line_id
 
-TRACING_DIR = os.path.join(ROOT, "build", "tracing")
+# the extensions built beside the binary under test (build/tracing)
+TRACING_DIR = os.environ.get("BIFOCAL_TRACING_DIR") or os.path.join(
+    os.path.dirname(os.environ.get("BIFOCAL_BIN") or os.path.join(ROOT, "build", "bifocal")), "tracing")
 GEN_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 
 
@@ -222,6 +224,13 @@ def test_generators_threads_recursion(python, db, tmp_path):
     assert es[("rec", "rec")][0] == 300 and es[("<module>", "rec")] == (10, 10)
     s = session(db, sid)
     assert s["extra"]["mismatches"] == 0 and s["extra"]["threads"] >= 5
+    # the same exact figures through the CLI's machine-readable view
+    doc = json.loads(run(["replay", str(sid), "--view", "functions", "--json", "--limit", "1000"],
+                         db=db).stdout)
+    rows = {f["qualname"]: f for f in doc["functions"] if f["file"] == script}
+    assert (rows["rec"]["calls"], rows["rec"]["primitive_calls"]) == (310, 10)
+    assert (rows["gen"]["calls"], rows["gen"]["resumes"]) == (1, 1000)
+    assert rows["rec"]["self_ns"] == r["self_ns"] and rows["rec"]["total_ns"] == r["total_ns"]
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM threads WHERE session_id=?", (sid,)).fetchone()[0] >= 5
     con.close()
@@ -278,7 +287,11 @@ def test_exit_paths_write_the_session(python, db, tmp_path, how, rc, status):
     sid = last_line_id(r)
     s = session(db, sid)
     assert s["status"] == status
-    assert by_qualname(funcs(db, sid), "work")["calls"] == 1
+    fs = funcs(db, sid)
+    assert by_qualname(fs, "work")["calls"] == 1
+    # nothing of the runner (exception handling, thread joins) is counted
+    assert not [k for k in fs if "bifocal" in k[0] or "bifocal" in k[1] or "Thread" in k[1]
+                or k[1] == "builtins.isinstance"]
     if how == "raise":
         assert "ValueError: boom" in r.stderr
     if how in ("raise", "kbd"):
@@ -300,7 +313,7 @@ def test_module_and_command_modes(python, db, tmp_path):
             sys.exit(main(sys.argv[1:]))
     """))
     e = dict(os.environ, PYTHONHASHSEED="0")
-    cmd = [os.path.join(ROOT, "build", "bifocal"), "-d", db, "trace", "--", python, "-m", "mypkg.tool", "a", "b"]
+    cmd = [bifocal_bin(), "-d", db, "trace", "--", python, "-m", "mypkg.tool", "a", "b"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), env=e, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stdout.splitlines()[0] == "args ['a', 'b'] __main__"
@@ -377,8 +390,22 @@ def test_tool_id_taken_names_holder(python, db, tmp_path):
     env = {"PYTHONPATH": str(site)}
     r = trace(python, [script], db, check=False, env=env)
     assert r.returncode != 0 and "othertool" in r.stderr and "--tool-id" in r.stderr
+    assert r.stdout.strip() == "" and r.stderr.count("\n") == 1  # nothing half-written
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 0
+    con.close()
     r = trace(python, [script], db, opts=["--tool-id", "3"], env=env)
     assert by_qualname(funcs(db, last_line_id(r)), "f")["calls"] == 1
+
+
+def test_program_that_cannot_start_leaves_no_session(python, db, tmp_path):
+    r = trace(python, [str(tmp_path / "missing.py")], db, check=False)
+    assert r.returncode == 2 and "missing.py" in r.stderr and r.stdout.strip() == ""
+    r = trace(python, ["-m", "no_such_module_here"], db, check=False)
+    assert r.returncode == 1 and "no_such_module_here" in r.stderr and r.stdout.strip() == ""
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 0
+    con.close()
 
 
 def test_unbuilt_or_old_interpreter_is_refused(db, tmp_path):
@@ -390,6 +417,17 @@ def test_unbuilt_or_old_interpreter_is_refused(db, tmp_path):
     assert r.returncode != 0 and r.stderr.count("\n") == 1 and "cannot run" in r.stderr
     r = run(["trace", "--clock", "bogus", "--", sys.executable, "-c", "pass"], db=db, check=False)
     assert r.returncode == 2 and "--clock" in r.stderr
+    # a bifocal binary with no extension beside it (and none installed) says so
+    import shutil
+    solo = tmp_path / "solo"
+    solo.mkdir()
+    shutil.copy(bifocal_bin(), str(solo / "bifocal"))
+    e = dict(os.environ)
+    e.pop("BIFOCAL_TRACING_DIR", None)
+    r = subprocess.run([str(solo / "bifocal"), "-d", db, "trace", "--", sys.executable, "-c", "pass"],
+                       capture_output=True, text=True, env=e, timeout=60)
+    assert r.returncode == 2 and "no tracing extension was built for Python" in r.stderr
+    assert r.stderr.count("\n") == 1
 
 
 def test_focus_recursion_generators_threads_api(python, tmp_path):
@@ -432,3 +470,43 @@ def test_focus_recursion_generators_threads_api(python, tmp_path):
     assert p == {"rec": [290, 70, 0, 70], "leaf": [290, 290, 0, 0]}
     assert q == {"g": [3, 3, 15, 3], "leaf": [15, 15, 0, 0]}
     assert mp == mq == 0
+
+
+def test_threads_running_before_enable_are_traced(python, tmp_path):
+    script = write(tmp_path, "pre.py", """
+        import sys, threading, time
+        sys.path.insert(0, sys.argv[1])
+        import bifocal_trace
+        go, done = threading.Event(), threading.Event()
+        def leaf(): return 1
+        def worker():
+            go.wait()
+            for i in range(100): leaf()
+            done.set()
+        t = threading.Thread(target=worker); t.start()
+        time.sleep(0.05)
+        p = bifocal_trace.Profile(); p.enable()
+        go.set(); done.wait(); t.join()
+        p.disable()
+        st = p.stats()
+        print([f["calls"] for f in st["functions"] if f["qualname"] == "leaf"][0], st["mismatches"])
+    """)
+    r = subprocess.run([python, script, TRACING_DIR], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["100", "0"]
+
+
+def test_no_builtins_never_subscribes_call(python, db, tmp_path):
+    if pyver(python) < (3, 12):
+        pytest.skip("sys.monitoring events exist on 3.12+")
+    script = write(tmp_path, "ev.py", """
+        import sys
+        m = sys.monitoring
+        ev = m.get_events(m.PROFILER_ID)
+        # C_RETURN / C_RAISE ride on CALL (get_events does not report them)
+        print(m.get_tool(m.PROFILER_ID), bool(ev & m.events.CALL), bool(ev & m.events.PY_START))
+    """)
+    r = trace(python, [script], db, opts=["--no-builtins"])
+    assert r.stdout.splitlines()[0] == "bifocal False True"
+    r = trace(python, [script], db)
+    assert r.stdout.splitlines()[0] == "bifocal True True"
