@@ -727,7 +727,8 @@ int smp_walk(bf_smp *h, unsigned want) {
   h->nthreads = h->nframes = 0;
   h->walk_steps = 0;
   h->code_misses = 0;
-  if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) {
+  { /* always: the code cache's trust window runs on it too (native.c walks
+     * without WANT_STATE, and a stale clock would trust stale code forever) */
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     h->now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
