@@ -636,7 +636,7 @@ static int proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *
 /* /proc reads cost a few microseconds each, so a thread's state is
  * refreshed at most every SMP_STATE_MIN_NS; in between the last one is kept
  * (and no new CPU time is reported: cpu_ns stays -1). */
-#define SMP_STATE_MIN_NS 1000000
+#define SMP_STATE_MIN_NS 200000
 
 static void thread_status(bf_smp *h, smp_tslot *s, unsigned want, bf_smp_thread *t) {
   char buf[512];
