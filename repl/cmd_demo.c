@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "correlate.h"
+#include "profile.h"
 #include "lua_bifocal.h"
 #include "util.h"
 
@@ -234,11 +235,21 @@ int bf_cmd_demo(bf_cli *cli, int argc, char **argv) {
       if (!top && r->observed) top = r;
       if (strcmp(r->qualname, "checksum") == 0) hot = r;
     }
-    if (top)
-      printf("- Where the CPU goes: %s (%s:%lld) has %.1f%% of the sampled CPU time "
-             "[95%% CI %.1f–%.1f%%, %lld samples].\n",
-             top->qualname, top->file, (long long)top->firstlineno, top->self_share * 100, top->self_lo * 100,
-             top->self_hi * 100, (long long)top->self_samples);
+    (void)top;
+    /* The top three of each clock, with their intervals: wall time says where
+     * threads wait, the cpu clock where they run. */
+    const char *names[2] = {"wall clock (all threads, idle included)", "cpu clock (threads found running)"};
+    int64_t ids[2] = {atoll(wall_id), cpu};
+    for (int k = 0; k < 2; k++) {
+      bf_profile *p = NULL;
+      if (bf_profile_functions(s, ids[k], NULL, BF_SORT_SELF, &p) < 0) continue;
+      printf("- Top of the %s:", names[k]);
+      for (size_t i = 0; i < p->n && i < 3; i++)
+        printf("%s %s %.1f%% [%.1f–%.1f]", i ? "," : "", p->rows[i].qualname, p->rows[i].self_share * 100,
+               p->rows[i].self_lo * 100, p->rows[i].self_hi * 100);
+      printf(".\n");
+      bf_profile_free(p);
+    }
     if (hot && hot->observed && hot->traced) {
       char pc[32];
       bf_fmt_ns(hot->per_call_ns, pc, sizeof pc);
