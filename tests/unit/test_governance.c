@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "check_db.h"
 #include "copy.h"
 #include "gc.h"
 #include "redact.h"
@@ -27,16 +28,6 @@ static const char *tmp_path(const char *name) {
   return buf[k];
 }
 
-static void integrity(const char *path) {
-  sqlite3 *db;
-  CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
-  sqlite3_stmt *st;
-  CHECK(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL) == SQLITE_OK);
-  CHECK(sqlite3_step(st) == SQLITE_ROW);
-  CHECK(strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0);
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-}
 
 static int file_contains(const char *path, const char *needle) {
   FILE *f = fopen(path, "rb");
@@ -188,7 +179,7 @@ static void test_redacted_copy(void) {
   CHECK_EQ_INT(nid, 1);
   CHECK(bf_redact_session(s, sid, out, &ro, &nid) == -EEXIST);
   CHECK(access(tmp_path("red.db-wal"), F_OK) != 0);
-  integrity(out);
+  check_integrity(out);
   CHECK(!file_contains(out, "alice"));
   CHECK(!file_contains(out, "/srv/bob"));
   CHECK(!file_contains(out, "hunter2"));
@@ -276,7 +267,7 @@ static void test_copy_into_busy_store_and_gc(void) {
   CHECK_EQ_INT(bf_store_function_get(s, f, &ref), 0);
   CHECK(strcmp(ref.file, "/home/alice/app/gone_leaf.py") == 0);
   bf_store_close(s);
-  integrity(path);
+  check_integrity(path);
 }
 
 static void test_gc_leaves_a_running_capture_alone(void) {
@@ -297,7 +288,7 @@ static void test_gc_leaves_a_running_capture_alone(void) {
   CHECK_EQ_INT(st.sessions_deleted, 1);
   CHECK(st.swept);
   bf_store_close(s);
-  integrity(path);
+  check_integrity(path);
 }
 
 static unsigned char *slurp(const char *path, size_t *n) {
@@ -408,7 +399,7 @@ static void test_sealed_content_is_untrusted(void) {
   CHECK(refused > 0);
   CHECK(count_sessions(dst) == base + (size_t)ok);
   bf_store_close(dst);
-  integrity(tmp_path("fz_dst.db"));
+  check_integrity(tmp_path("fz_dst.db"));
   free(db);
   free(plain);
   free(sealed);

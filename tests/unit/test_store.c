@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "check_db.h"
 #include "profile.h"
 #include "store.h"
 #include "store_int.h"
@@ -22,16 +23,6 @@ static const char *tmp_path(const char *name) {
   return buf;
 }
 
-static void integrity(const char *path) {
-  sqlite3 *db;
-  CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
-  sqlite3_stmt *st;
-  CHECK(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL) == SQLITE_OK);
-  CHECK(sqlite3_step(st) == SQLITE_ROW);
-  CHECK(strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0);
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-}
 
 static void test_intern_and_samples(void) {
   const char *path = tmp_path("a.db");
@@ -71,7 +62,7 @@ static void test_intern_and_samples(void) {
   in.status = "complete";
   CHECK_EQ_INT(bf_store_session_update(s, &in), 0);
   bf_store_close(s);
-  integrity(path);
+  check_integrity(path);
 
   CHECK_EQ_INT(bf_store_open(path, BF_STORE_READONLY, &s, &msg), 0);
   int64_t rid;
@@ -109,7 +100,7 @@ static void test_intern_and_samples(void) {
   CHECK_EQ_INT(frames[1], fr2);
   free(frames);
   bf_store_close(s);
-  integrity(path);
+  check_integrity(path);
 }
 
 static void test_traced(void) {
@@ -150,7 +141,7 @@ static void test_traced(void) {
   bf_session_info *got;
   CHECK(bf_store_session_get(s, sid, &got) == -ENOENT);
   bf_store_close(s);
-  integrity(path);
+  check_integrity(path);
 }
 
 static void write_file(const char *path, const void *data, size_t n) {
@@ -182,7 +173,7 @@ static void test_refusals(void) {
   sqlite3_close(db);
   CHECK(bf_store_open(tmp_path("foreign.db"), BF_STORE_CREATE, &s, &msg) == -EINVAL);
   CHECK(strstr(msg, "not a bifocal one") != NULL);
-  integrity(tmp_path("foreign.db"));
+  check_integrity(tmp_path("foreign.db"));
   /* newer schema */
   CHECK_EQ_INT(bf_store_open(tmp_path("newer.db"), BF_STORE_CREATE, &s, &msg), 0);
   bf_store_close(s);
@@ -191,7 +182,7 @@ static void test_refusals(void) {
   sqlite3_close(db);
   CHECK(bf_store_open(tmp_path("newer.db"), BF_STORE_CREATE, &s, &msg) == -EPROTO);
   CHECK(strstr(msg, "newer") != NULL);
-  integrity(tmp_path("newer.db"));
+  check_integrity(tmp_path("newer.db"));
 }
 
 static int count_cb(void *ud, const bf_sample *x) {
@@ -240,7 +231,7 @@ static void test_rollback(void) {
   CHECK_EQ_INT(bf_store_function_get(s, fn, &ref), 0);
   CHECK(strcmp(ref.qualname, "zz") == 0);
   bf_store_close(s);
-  integrity(path);
+  check_integrity(path);
 }
 
 /* Reverse caches: rows created after a lookup filled the cache are found too. */
@@ -261,7 +252,7 @@ static void test_read_after_write(void) {
     CHECK_EQ_INT(ref.firstlineno, i);
   }
   bf_store_close(s);
-  integrity(path);
+  check_integrity(path);
 }
 
 int main(void) {

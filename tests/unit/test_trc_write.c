@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "check_db.h"
 #include "store.h"
 #include "trc_int.h"
 
@@ -112,14 +113,7 @@ static void test_write(const char *path) {
   CHECK(bf_trc_write("/nonexistent/dir/x.db", &res, &meta, &sid, err, sizeof err) < 0);
   CHECK(err[0] != 0);
 
-  sqlite3 *db;
-  CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
-  sqlite3_stmt *st;
-  CHECK_EQ_INT(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL), SQLITE_OK);
-  CHECK_EQ_INT(sqlite3_step(st), SQLITE_ROW);
-  CHECK(strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0);
-  sqlite3_finalize(st);
-  sqlite3_close(db);
+  check_integrity(path);
 }
 
 int main(void) {
