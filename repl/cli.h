@@ -48,6 +48,11 @@ int bf_cli_open_store(bf_cli *cli, int flags, bf_store **out);
  * Returns 0 or an exit status. OUT: *id. */
 int bf_cli_session_arg(bf_cli *cli, bf_store *s, const char *arg, int64_t *id);
 
+/* Resolve a --thread argument (native thread id or thread name) of session sid
+ * to the store's thread id; prints the error itself. Returns 0 or an exit
+ * status. OUT: *thread_id. */
+int bf_cli_thread_arg(bf_store *s, int64_t sid, const char *arg, int64_t *thread_id);
+
 /* Print usage of cmd to f. */
 void bf_cli_usage(const bf_cmd *cmd, FILE *f);
 

@@ -23,26 +23,6 @@ static const struct {
 };
 #define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, bifocal (with --encrypt-to)"
 
-/* Native thread id or thread name → store thread id; prints the error. */
-static int thread_arg(bf_store *s, int64_t sid, const char *arg, int64_t *out) {
-  bf_thread_ref *th = NULL;
-  size_t nth = 0;
-  if (bf_store_threads(s, sid, &th, &nth) < 0) {
-    bf_cli_error("%s", bf_store_errmsg(s));
-    return 1;
-  }
-  char *end;
-  long long want = strtoll(arg, &end, 0);
-  for (size_t i = 0; i < nth; i++)
-    if ((*end == 0 && th[i].native_tid == want) || (th[i].name && strcmp(th[i].name, arg) == 0)) *out = th[i].id;
-  bf_thread_refs_free(th, nth);
-  if (!*out) {
-    bf_cli_error("session %lld has no thread '%s' (give a native thread id or name)", (long long)sid, arg);
-    return 1;
-  }
-  return 0;
-}
-
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
                                        {"output", required_argument, NULL, 'o'},
@@ -128,7 +108,7 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return rc;
   }
-  if (thread && (rc = thread_arg(s, id, thread, &filter.thread_id))) {
+  if (thread && (rc = bf_cli_thread_arg(s, id, thread, &filter.thread_id))) {
     bf_store_close(s);
     return rc;
   }

@@ -128,26 +128,9 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return rc;
   }
-  if (thread) {
-    bf_thread_ref *th = NULL;
-    size_t nth = 0;
-    if (bf_store_threads(s, id, &th, &nth) < 0) {
-      bf_cli_error("%s", bf_store_errmsg(s));
-      bf_store_close(s);
-      return 1;
-    }
-    char *end;
-    long long want = strtoll(thread, &end, 0);
-    int numeric = *end == 0;
-    for (size_t i = 0; i < nth; i++)
-      if ((numeric && th[i].native_tid == want) || (th[i].name && strcmp(th[i].name, thread) == 0))
-        vo.filter.thread_id = th[i].id;
-    bf_thread_refs_free(th, nth);
-    if (!vo.filter.thread_id) {
-      bf_cli_error("session %lld has no thread '%s' (give a native thread id or name)", (long long)id, thread);
-      bf_store_close(s);
-      return 1;
-    }
+  if (thread && (rc = bf_cli_thread_arg(s, id, thread, &vo.filter.thread_id))) {
+    bf_store_close(s);
+    return rc;
   }
   bf_out_file of;
   if (bf_out_open(outp, &of)) {

@@ -85,6 +85,28 @@ int bf_cli_session_arg(bf_cli *cli, bf_store *s, const char *arg, int64_t *id) {
   return 0;
 }
 
+int bf_cli_thread_arg(bf_store *s, int64_t sid, const char *arg, int64_t *thread_id) {
+  bf_thread_ref *th = NULL;
+  size_t nth = 0;
+  if (bf_store_threads(s, sid, &th, &nth) < 0) {
+    bf_cli_error("%s", bf_store_errmsg(s));
+    return 1;
+  }
+  char *end;
+  long long want = strtoll(arg, &end, 0);
+  int numeric = *arg && *end == 0;
+  int64_t found = 0;
+  for (size_t i = 0; i < nth; i++)
+    if ((numeric && th[i].native_tid == want) || (th[i].name && strcmp(th[i].name, arg) == 0)) found = th[i].id;
+  bf_thread_refs_free(th, nth);
+  if (!found) {
+    bf_cli_error("session %lld has no thread '%s' (give a native thread id or name)", (long long)sid, arg);
+    return 1;
+  }
+  *thread_id = found;
+  return 0;
+}
+
 int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
   if (argc < 1) return 2;
   if (strcmp(argv[0], "help") == 0) {
