@@ -27,6 +27,7 @@
 #endif
 
 #define MAX_TARGETS 64
+#define SMP_BACKLOG_NS 10000000 /* how far behind schedule the loop still catches up */
 
 static int64_t mono_ns(void) {
   struct timespec ts;
@@ -453,6 +454,11 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
   *session_id = tg[0].session_id;
 
   int64_t interval = (int64_t)(1e9 / o->rate_hz);
+  /* A sampler that fell behind (preempted; a store write) samples back to
+   * back until it is on schedule again, as long as it is at most this late;
+   * ticks further behind are dropped and counted missed. Each sample still
+   * carries the time since the previous one, so time estimates hold. */
+  int64_t backlog = interval > SMP_BACKLOG_NS ? interval : SMP_BACKLOG_NS;
   uint64_t rng = (uint64_t)mono_ns() | 1;
   int64_t start = mono_ns(), next = start, last_progress = start, last_progress_cb = start, last_children = start;
   int64_t end = o->duration_s > 0 ? start + (int64_t)(o->duration_s * 1e9) : INT64_MAX;
@@ -474,12 +480,13 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
       else
         wait_until(next, interval);
       now = mono_ns();
-    } else if (now - next > interval) {
+    } else if (now - next > backlog) {
+      /* too far behind to catch up: those ticks are lost */
       int64_t lost = (now - next) / interval;
       for (size_t i = 0; i < ntg; i++)
         if (!tg[i].exited) tg[i].missed += lost;
       next = now;
-    }
+    } /* else late but within the backlog: sample now, back to back, until on time */
     if (now >= end) break;
     int64_t w = now - prev;
     prev = now;

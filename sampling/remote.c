@@ -27,6 +27,8 @@ int smp_errno_remote(int e) {
 static ssize_t do_readv(bf_smp *h, const struct iovec *l, size_t nl, const struct iovec *r,
                         size_t nr) {
   h->read_calls++;
+  h->read_iovs += nr;
+  for (size_t i = 0; i < nr; i++) h->read_bytes += r[i].iov_len;
   return h->readv(h->readv_ud, l, nl, r, nr);
 }
 

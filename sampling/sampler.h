@@ -87,6 +87,9 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
 
 /* Count of process_vm_readv calls so far (for benchmarks). */
 uint64_t bf_smp_read_calls(const bf_smp *h);
+/* Bytes and iovecs asked of process_vm_readv so far (for benchmarks). */
+uint64_t bf_smp_read_bytes(const bf_smp *h);
+uint64_t bf_smp_read_iovs(const bf_smp *h);
 
 /* Human-readable reason for a failed attach by errno (static string). */
 const char *bf_smp_strerror(int err);

@@ -151,6 +151,7 @@ struct bf_smp {
   int64_t pthread_tid_off; /* 3.8-3.10: offset of tid in glibc struct pthread; -1 unknown */
   uint64_t interp_head;    /* cached _PyRuntime.interpreters.head (0 = re-read) */
   uint64_t read_calls;
+  uint64_t read_bytes, read_iovs;
   smp_readv_fn readv;      /* the choke point (process_vm_readv unless fuzzing) */
   void *readv_ud;
   /* prefetch: the previous sample's hot regions, read in one go */

@@ -121,6 +121,8 @@ const char *bf_smp_python_version(const bf_smp *h) { return h->version; }
 const char *bf_smp_python_build(const bf_smp *h) { return h->build; }
 int bf_smp_pid(const bf_smp *h) { return h->pid; }
 uint64_t bf_smp_read_calls(const bf_smp *h) { return h->read_calls; }
+uint64_t bf_smp_read_bytes(const bf_smp *h) { return h->read_bytes; }
+uint64_t bf_smp_read_iovs(const bf_smp *h) { return h->read_iovs; }
 
 void smp_set_reader(bf_smp *h, smp_readv_fn fn, void *ud) {
   h->readv = fn;

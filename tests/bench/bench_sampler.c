@@ -97,6 +97,7 @@ int main(int argc, char **argv) {
   for (int mode = 0; mode < 2; mode++) {
     unsigned want = mode ? BF_SMP_WANT_STATE : 0;
     uint64_t calls0 = bf_smp_read_calls(h);
+    uint64_t bytes0 = bf_smp_read_bytes(h), iovs0 = bf_smp_read_iovs(h);
     int64_t cpu0 = cpu_ns();
     for (int i = 0; i < N; i++) {
       int64_t a = mono();
@@ -111,11 +112,13 @@ int main(int argc, char **argv) {
     qsort(cost, N, sizeof cost[0], cmp_i64);
     printf("python %s: per thread-sample (%s): median %.2f us, p90 %.2f us, p99 %.2f us "
            "(wall); mean %.2f us CPU (user+sys, immune to preemption); depth %zu; "
-           "%.2f process_vm_readv per sample; %d invalid of %d\n",
+           "%.2f process_vm_readv (%.1f iovecs, %.0f bytes) per sample; %d invalid of %d\n",
            bf_smp_python_version(h), mode ? "stack + /proc state" : "stack only",
            (double)cost[N / 2] / 1e3, (double)cost[N * 9 / 10] / 1e3,
            (double)cost[N * 99 / 100] / 1e3, cpu_us, depth,
-           (double)(bf_smp_read_calls(h) - calls0) / N, invalid, N);
+           (double)(bf_smp_read_calls(h) - calls0) / N,
+           (double)(bf_smp_read_iovs(h) - iovs0) / N, (double)(bf_smp_read_bytes(h) - bytes0) / N,
+           invalid, N);
     invalid = 0;
   }
   /* 2. asked 100 kHz, recorded into a scratch store */
