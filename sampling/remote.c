@@ -1,7 +1,14 @@
 /* remote.c — the one choke point for reading the target's memory
  * (process_vm_readv), mapping OS errors to domain errors, plus the prefetch
- * pool: the regions a sample touched are read again, all in one call, at the
- * start of the next sample, so a steady stack costs about one system call.
+ * pool: the regions the recent samples touched are read again, all in one
+ * call, at the start of the next sample, so a steady stack costs about one
+ * system call.
+ *
+ * The hot set is sticky: a region the last sample did not touch stays in it
+ * for a few more samples (SMP_PREF_KEEP). A stack that grows and shrinks
+ * between samples (the common case at 1 kHz) then finds its deeper frames
+ * already read instead of paying a system call per frame (about 1.5 us
+ * each, against about 0.5 us for one more iovec in the shared call).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -13,6 +20,7 @@
 #define POOL_MAX (1u << 20)
 #define PREF_MAX 8192
 #define IOV_BATCH 1024
+#define SMP_PREF_KEEP 4 /* samples an untouched region stays in the hot set */
 
 int smp_errno_remote(int e) {
   switch (e) {
@@ -47,22 +55,25 @@ static size_t hash_addr(uint64_t a, size_t cap) {
 }
 
 static int pref_find(bf_smp *h, uint64_t addr) {
-  if (!h->pref_hash_cap) return -1;
-  size_t i = hash_addr(addr, h->pref_hash_cap);
-  for (size_t probe = 0; probe < h->pref_hash_cap; probe++) {
+  size_t n = h->pref_hash_n;
+  if (!n) return -1;
+  size_t i = hash_addr(addr, n);
+  for (size_t probe = 0; probe < n; probe++) {
     int32_t k = h->pref_hash[i];
     if (k < 0) return -1;
     if (h->pref[k].addr == addr) return k;
-    i = (i + 1) & (h->pref_hash_cap - 1);
+    i = (i + 1) & (n - 1);
   }
   return -1;
 }
+
+static void hash_clear(bf_smp *h) { h->pref_hash_n = 0; }
 
 void smp_prefetch_reset(bf_smp *h) {
   h->npref = h->npref_next = 0;
   h->pool_len = 0;
   h->plan_n = 0;
-  if (h->pref_hash) memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
+  hash_clear(h);
 }
 
 static int grow(bf_smp *h) {
@@ -72,10 +83,10 @@ static int grow(bf_smp *h) {
     h->pref_next = calloc(h->cap_pref, sizeof *h->pref_next);
     h->pool_cap = 64 * 1024;
     h->pool = malloc(h->pool_cap);
-    h->pref_hash_cap = 4096;
+    h->pref_hash_cap = 256;
+    h->pref_hash_n = 0;
     h->pref_hash = malloc(h->pref_hash_cap * sizeof *h->pref_hash);
     if (!h->pref || !h->pref_next || !h->pool || !h->pref_hash) return -ENOMEM;
-    memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
   }
   return 0;
 }
@@ -94,7 +105,7 @@ static void remember(bf_smp *h, uint64_t addr, size_t len) {
     h->pref = b;
     h->cap_pref = nc;
   }
-  h->pref_next[h->npref_next++] = (smp_pref){addr, (uint32_t)len, 0, 0};
+  h->pref_next[h->npref_next++] = (smp_pref){addr, (uint32_t)len, 0, 0, 0, 0};
 }
 
 /* Regions of the hot set sorted by address and merged into spans when close
@@ -174,19 +185,38 @@ static int plan_build(bf_smp *h) {
     h->pref_hash = nh;
     h->pref_hash_cap = need;
   }
-  memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
+  h->pref_hash_n = need;
+  memset(h->pref_hash, 0xff, need * sizeof *h->pref_hash);
   for (size_t i = 0; i < n; i++) {
     if (pref_find(h, h->pref[i].addr) >= 0) continue; /* duplicate region */
-    size_t k = hash_addr(h->pref[i].addr, h->pref_hash_cap);
-    while (h->pref_hash[k] >= 0) k = (k + 1) & (h->pref_hash_cap - 1);
+    size_t k = hash_addr(h->pref[i].addr, need);
+    while (h->pref_hash[k] >= 0) k = (k + 1) & (need - 1);
     h->pref_hash[k] = (int32_t)i;
   }
   return 0;
 }
 
+/* Regions of the last plan that the last sample did not touch, still read
+ * fine and not too old, join the regions it touched (appended after them,
+ * so a touched duplicate wins the hash). */
+static void carry_over(bf_smp *h) {
+  size_t touched = h->npref_next, kept = 0;
+  for (size_t i = 0; i < h->npref && h->npref_next < PREF_MAX; i++) {
+    smp_pref *p = &h->pref[i];
+    if (p->used || !p->ok || p->age + 1 >= SMP_PREF_KEEP) continue;
+    if (kept >= touched + 8) break; /* never let the stale part dwarf the live one */
+    size_t before = h->npref_next;
+    remember(h, p->addr, p->len);
+    if (h->npref_next == before) break;
+    h->pref_next[before].age = (uint8_t)(p->age + 1);
+    kept++;
+  }
+}
+
 void smp_prefetch(bf_smp *h) {
   if (grow(h) < 0) return;
-  /* the hot set recorded during the previous sample becomes the pool */
+  carry_over(h);
+  /* the hot set recorded during the previous samples becomes the pool */
   smp_pref *t = h->pref;
   h->pref = h->pref_next;
   h->pref_next = t;
@@ -194,9 +224,10 @@ void smp_prefetch(bf_smp *h) {
   h->npref_next = 0;
   h->pool_len = 0;
   h->pref_all_ok = 0;
+  for (size_t i = 0; i < h->npref; i++) h->pref[i].used = 0;
   if (!h->npref) {
     h->plan_n = 0;
-    memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
+    hash_clear(h);
     return;
   }
   if (plan_same(h)) {
@@ -204,7 +235,7 @@ void smp_prefetch(bf_smp *h) {
   } else if (plan_build(h) < 0) {
     h->npref = 0;
     h->plan_n = 0;
-    memset(h->pref_hash, 0xff, h->pref_hash_cap * sizeof *h->pref_hash);
+    hash_clear(h);
     return;
   } else {
     for (size_t i = 0; i < h->npref; i++) h->plan_key[i].off = h->pref[i].off;
@@ -253,7 +284,10 @@ const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err
   }
   remember(h, addr, len);
   int k = pref_find(h, addr);
-  if (k >= 0 && h->pref[k].ok && h->pref[k].len >= len) return h->span_buf + h->pref[k].off;
+  if (k >= 0 && h->pref[k].ok && h->pref[k].len >= len) {
+    h->pref[k].used = 1;
+    return h->span_buf + h->pref[k].off;
+  }
   /* miss: read into the next free part of the pool so earlier pointers stay valid */
   if (h->pool_len + len > h->pool_cap) {
     /* no room: a private scratch copy (valid until the next miss) */

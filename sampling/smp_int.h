@@ -126,7 +126,9 @@ typedef struct smp_tslot {
 typedef struct smp_pref {
   uint64_t addr;
   uint32_t len, off; /* offset into pool buffer */
-  int ok;
+  uint8_t ok;        /* read fine by this sample's prefetch */
+  uint8_t used;      /* served a read in this sample */
+  uint8_t age;       /* samples since a read last asked for it */
 } smp_pref;
 
 /* A merged span of the prefetch plan: regions plan_ord[first..last]. */
@@ -166,8 +168,8 @@ struct bf_smp {
   smp_span *plan_sp;
   size_t plan_n, plan_ns, plan_cap, plan_total;
   int pref_all_ok;
-  int32_t *pref_hash;      /* open addressing over pref, size pref_hash_cap */
-  size_t pref_hash_cap;
+  int32_t *pref_hash;      /* open addressing over pref: pref_hash_n slots in use */
+  size_t pref_hash_cap, pref_hash_n;
   unsigned char scratch[4096];
   /* code cache */
   smp_code **code_tab;
