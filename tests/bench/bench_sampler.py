@@ -30,10 +30,10 @@ def f(n):
             x += i
         return x
     return f(n - 1)
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 for _ in range(int(sys.argv[1])):
     f(18)
-print("%.6f" % (time.perf_counter() - t))
+print("%.6f %.6f" % (time.perf_counter() - t, time.process_time() - c))
 """
 
 
@@ -45,21 +45,32 @@ def load():
 
 
 def slowdown(bifocal, py, runs, iters):
+    """Alternating pairs (order flipped every pair) of the same CPU-bound
+    target, alone and under `bifocal record --rate 1000`. Returns the median
+    of the per-pair ratios of the target's own wall time and of its own CPU
+    time (user+sys: immune to preemption by other load on the machine), and
+    the medians of the two wall-time groups."""
     with tempfile.TemporaryDirectory() as d:
         script = os.path.join(d, "work.py")
         with open(script, "w") as f:
             f.write(WORK)
         db = os.path.join(d, "b.db")
-        base, samp = [], []
+        base, samp, wall_r, cpu_r = [], [], [], []
         for i in range(runs):
+            pair = {}
             for sampled in ((False, True) if i % 2 == 0 else (True, False)):
                 cmd = [py, script, str(iters)]
                 if sampled:
                     cmd = [bifocal, "-d", db, "record", "--rate", "1000", "--"] + cmd
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-                t = float(out.split()[0])  # the target's own timing is the first line
-                (samp if sampled else base).append(t)
-        return statistics.median(base), statistics.median(samp)
+                # the target's own timing is the first line: wall and CPU seconds
+                wall, cpu = (float(x) for x in out.split("\n")[0].split()[:2])
+                pair[sampled] = (wall, cpu)
+                (samp if sampled else base).append(wall)
+            wall_r.append(pair[True][0] / pair[False][0])
+            cpu_r.append(pair[True][1] / pair[False][1])
+        return (statistics.median(base), statistics.median(samp), statistics.median(wall_r),
+                statistics.median(cpu_r))
 
 
 def main():
@@ -102,10 +113,11 @@ def run_all(a):
           % (os.cpu_count(), load(), os.nice(0)), flush=True)
     for py in pys:
         subprocess.run([bench, py, str(a.seconds)], check=False)
-        b, s = slowdown(bifocal, py, a.runs, a.iters)
+        b, s, wr, cr = slowdown(bifocal, py, a.runs, a.iters)
         print("%s: CPU-bound target at 1 kHz: median %.3fs sampled vs %.3fs alone "
-              "(%d alternating runs each): slowdown %+.2f%%"
-              % (py, s, b, a.runs, 100.0 * (s - b) / b), flush=True)
+              "(%d alternating pairs); median per-pair slowdown %+.2f%% wall, %+.2f%% "
+              "target CPU time" % (py, s, b, a.runs, 100.0 * (wr - 1), 100.0 * (cr - 1)),
+              flush=True)
     print("bench_sampler: load average %.2f at end" % load())
 
 
