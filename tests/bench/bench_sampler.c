@@ -1,7 +1,9 @@
 /* bench_sampler.c — figures of the external sampler (not a timed test):
  *  1. median cost of one thread-sample (bf_smp_sample) on a 20-deep stack;
  *  2. achieved rate and missed+invalid when 100 kHz is asked (record into a
- *     scratch store, wall clock, one thread).
+ *     scratch store, wall and cpu clocks, one thread);
+ *  3. reads per sample and profiler CPU per tick at 1 kHz on a stack that
+ *     changes between samples.
  * usage: bench_sampler PYTHON [SECONDS]   (run by tests/bench/bench_sampler.py)
  */
 #include <errno.h>
@@ -29,6 +31,20 @@ static const char *TARGET =
     "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
     "f(18)\n"; /* <module> + 19 frames of f = 20 deep */
 
+/* A stack that grows and shrinks between samples (3. below). */
+static const char *TARGET_MOVING =
+    "import sys\n"
+    "def f(n):\n"
+    "    if n == 0:\n"
+    "        x = 0\n"
+    "        for i in range(200):\n"
+    "            x += i\n"
+    "        return x\n"
+    "    return f(n - 1)\n"
+    "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
+    "while True:\n"
+    "    f(18)\n";
+
 static int64_t mono(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -48,7 +64,7 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static pid_t spawn(const char *py) {
+static pid_t spawn(const char *py, const char *code) {
   int fds[2];
   if (pipe(fds) < 0) return -1;
   pid_t c = fork();
@@ -56,7 +72,7 @@ static pid_t spawn(const char *py) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
     dup2(fds[1], 1);
     close(fds[0]);
-    execl(py, py, "-c", TARGET, (char *)NULL);
+    execl(py, py, "-c", code, (char *)NULL);
     _exit(127);
   }
   close(fds[1]);
@@ -75,7 +91,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   double secs = argc > 2 ? atof(argv[2]) : 3;
-  pid_t pid = spawn(argv[1]);
+  pid_t pid = spawn(argv[1], TARGET);
   if (pid < 0) {
     fprintf(stderr, "bench: cannot start %s\n", argv[1]);
     return 1;
@@ -156,6 +172,34 @@ int main(int argc, char **argv) {
            100.0 * (double)(in->missed + in->invalid) / (ticks + (double)in->missed + 1),
            (double)in->profiler_cpu_ns / 1e9);
     bf_session_info_free(in);
+  }
+  /* 3. the default rate on a stack that changes between samples: what a tick
+   * really costs (reads per sample, profiler CPU per tick) */
+  pid_t mpid = spawn(argv[1], TARGET_MOVING);
+  bf_smp *hm = mpid > 0 ? bf_smp_new() : NULL;
+  if (hm && bf_smp_attach(hm, mpid) == 0) {
+    bf_smp_record_opts o = {0};
+    o.pid = mpid;
+    o.rate_hz = 1000;
+    o.duration_s = secs;
+    int64_t sid;
+    int wst;
+    uint64_t calls0 = bf_smp_read_calls(hm);
+    bf_session_info *in = NULL;
+    if (bf_smp_record(hm, st, &o, &sid, &wst) == 0 && bf_store_session_get(st, sid, &in) == 0) {
+      printf("python %s: 1000 Hz on a stack changing between samples (1-20 deep) for %.1fs: "
+             "%.2f process_vm_readv per sample, profiler CPU %.1f us per tick (wall clock, "
+             "/proc state included)\n",
+             bf_smp_python_version(hm), (double)in->duration_ns / 1e9,
+             (double)(bf_smp_read_calls(hm) - calls0) / (double)(in->samples ? in->samples : 1),
+             (double)in->profiler_cpu_ns / 1e3 / (double)(in->samples ? in->samples : 1));
+      bf_session_info_free(in);
+    }
+  }
+  bf_smp_free(hm);
+  if (mpid > 0) {
+    kill(mpid, SIGKILL);
+    waitpid(mpid, NULL, 0);
   }
   bf_store_close(st);
   unlink(path);
