@@ -358,7 +358,7 @@ void smp_pynames_attach(bf_smp *h) {
 
 void smp_pynames_tick(bf_smp *h) {
   if (h->pn_cover_next) { /* threads of the first sample were there at attach */
-    h->pn_start_ns = h->now_ns + 1;
+    h->pn_start_ns = h->now_ns + SMP_PYNAME_GRACE_NS + 1;
     h->pn_cover_next = 0;
   }
   int64_t since = h->now_ns - h->pn_last_ns;

@@ -218,7 +218,7 @@ struct bf_smp {
   size_t npn;
   int pn_gen;               /* bumped by every lookup */
   int64_t pn_last_ns;       /* when the last lookup ran (monotonic) */
-  int64_t pn_start_ns;      /* threads first seen before this were looked for */
+  int64_t pn_start_ns;      /* threads first seen a grace before this were looked for */
   int pn_cover_next;        /* the attach lookup covers the next sample's threads */
   int pn_unnamed;           /* last sample: 1 a thread without name, 2 one not looked for */
   int pn_budget;            /* remote reads left to the running lookup */
@@ -279,13 +279,18 @@ enum smp_attr_mode {
 
 #define SMP_PYNAME_EVERY_NS 1000000000LL  /* at most one lookup a second */
 #define SMP_PYNAME_RETRY_NS 10000000000LL /* re-look for unnamed threads */
+/* A thread runs a little before threading lists it in _active: a lookup
+ * counts for a thread only if it began this long after the thread showed up
+ * (until then the thread's name is pending). */
+#define SMP_PYNAME_GRACE_NS 100000000LL
 #define SMP_PYNAME_MAX 1024               /* names kept per lookup */
 #define SMP_PYNAME_LEN 128                /* bytes kept of one name */
 #define SMP_PYNAME_BUDGET 16384           /* remote reads per lookup */
 #define SMP_DICT_MAX 8192                 /* entries scanned in one dict */
 
 /* Run a lookup now; start_ns is the sample time it stands for (threads
- * first seen at or after it are still to be looked for). Replaces h->pn. */
+ * first seen later than SMP_PYNAME_GRACE_NS before it are still to be looked
+ * for). Replaces h->pn. */
 void smp_pynames_refresh(bf_smp *h, int64_t start_ns);
 /* Forget every name and cached address (attach, free). */
 void smp_pynames_clear(bf_smp *h);

@@ -846,7 +846,8 @@ int smp_walk(bf_smp *h, unsigned want) {
         if (slot->py_ident != thread_id || slot->py_gen != h->pn_gen)
           smp_pynames_resolve(h, slot, thread_id);
         t->py_name = slot->py_name;
-        t->py_name_pending = !slot->py_name && slot->py_first_ns >= h->pn_start_ns;
+        t->py_name_pending =
+            !slot->py_name && slot->py_first_ns + SMP_PYNAME_GRACE_NS >= h->pn_start_ns;
         if (!slot->py_name) h->pn_unnamed |= 1 | (t->py_name_pending << 1);
       }
       t->cpu_ns = -1;
