@@ -368,6 +368,14 @@ static void names_layout(int minor, struct smp_names_layout *out) {
     if (builtin_names[i].minor == minor) *out = builtin_names[i];
 }
 
+int smp_layout_names(int minor, struct smp_names_layout *out) {
+  struct smp_names_layout n;
+  names_layout(minor, &n);
+  if (!n.minor) return -ENOTSUP;
+  *out = n;
+  return 0;
+}
+
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* How many bytes of a thread state / frame the walker touches. */

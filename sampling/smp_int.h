@@ -300,6 +300,8 @@ void smp_pynames_attach(bf_smp *h);
 void smp_pynames_tick(bf_smp *h);
 /* Walker, rare path: slot s (thread ident) is new or the cache changed. */
 void smp_pynames_resolve(bf_smp *h, smp_tslot *s, uint64_t ident);
+/* The thread-name layout of 3.minor (layouts.c). OUT: *out. -ENOTSUP if none. */
+int smp_layout_names(int minor, struct smp_names_layout *out);
 /* A str object as UTF-8 (walker.c). OUT: *out, malloc'd. */
 int smp_read_str(bf_smp *h, uint64_t addr, char **out);
 
