@@ -140,7 +140,9 @@ typedef struct smp_tslot {
   int stat_fd, sched_fd; /* -1 when not opened */
   int64_t state_ns;      /* when state_flags were read (monotonic) */
   uint32_t state_flags;
-  char name[32];
+  /* names live on the heap: threads of a sample point at them while the
+   * slots array grows or is swept */
+  char *name;            /* OS name (/proc comm), owned; NULL: unknown */
   int seen;              /* generation stamp */
   /* Python thread name (pynames.c): copied from the names cache, owned */
   char *py_name;         /* NULL: not known */

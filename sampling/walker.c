@@ -44,8 +44,9 @@ bf_smp *bf_smp_new(void) {
 }
 
 static void slot_close(smp_tslot *s) {
+  free(s->name);
   free(s->py_name);
-  s->py_name = NULL;
+  s->name = s->py_name = NULL;
   if (s->stat_fd >= 0) close(s->stat_fd);
   if (s->sched_fd >= 0) close(s->sched_fd);
   s->stat_fd = s->sched_fd = -1;
@@ -593,8 +594,12 @@ static smp_tslot *slot_get(bf_smp *h, uint64_t tstate, int64_t tid) {
     snprintf(p, sizeof p, "/proc/%d/task/%lld/comm", h->pid, (long long)tid);
     int fd = open(p, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-      ssize_t n = read(fd, s->name, sizeof s->name - 1);
-      if (n > 0) s->name[n - (s->name[n - 1] == '\n')] = 0;
+      char nm[32];
+      ssize_t n = read(fd, nm, sizeof nm - 1);
+      if (n > 0) {
+        nm[n - (nm[n - 1] == '\n')] = 0;
+        if (nm[0]) s->name = strdup(nm); /* NULL when out of memory: no name */
+      }
       close(fd);
     }
   }
@@ -841,7 +846,7 @@ int smp_walk(bf_smp *h, unsigned want) {
       memset(t, 0, sizeof *t);
       t->native_tid = tid;
       t->thread_id = thread_id;
-      t->name = slot && slot->name[0] ? slot->name : NULL;
+      t->name = slot ? slot->name : NULL;
       if (slot) {
         if (slot->py_ident != thread_id || slot->py_gen != h->pn_gen)
           smp_pynames_resolve(h, slot, thread_id);
