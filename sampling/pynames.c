@@ -1,8 +1,7 @@
-/* pynames.c — Python-level thread names read from the target: each
- * interpreter's sys.modules["threading"]._active maps thread idents to Thread
- * objects, whose _name is read. Small bounded readers for dicts, ints,
- * modules and instance attributes; run on attach and then rarely, never on
- * the per-sample path. Remote memory is untrusted: any doubt, no name.
+/* pynames.c — Python thread names from the target: each interpreter's
+ * sys.modules["threading"]._active (ident -> Thread) and each Thread's _name,
+ * through small bounded readers for dicts, ints, modules and instance
+ * attributes. Run on attach and then rarely, never per sample; any doubt, no name.
  */
 #include <errno.h>
 #include <stdlib.h>
