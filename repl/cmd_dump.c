@@ -114,8 +114,12 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   for (size_t i = 0; i < n; i++) {
     char st[64];
     status_words(t[i].flags, st, sizeof st);
-    printf("\nThread %lld \"%s\" (ident 0x%llx; %s)\n", (long long)t[i].native_tid,
-           t[i].name ? t[i].name : "?", (unsigned long long)t[i].thread_id, st);
+    /* the Python name (threading) first; the OS name too when it differs */
+    const char *pyn = t[i].py_name, *os = t[i].name;
+    char osn[64] = "";
+    if (pyn && os && strcmp(pyn, os) != 0) snprintf(osn, sizeof osn, "OS name \"%s\"; ", os);
+    printf("\nThread %lld \"%s\" (%sident 0x%llx; %s)\n", (long long)t[i].native_tid,
+           pyn ? pyn : os ? os : "?", osn, (unsigned long long)t[i].thread_id, st);
     if (!t[i].nframes) printf("  (no Python frames)\n");
     for (size_t k = t[i].nframes; k-- > 0;) {
       const bf_smp_frame *f = &t[i].frames[k];

@@ -29,6 +29,7 @@ typedef struct bf_top_fn {
 typedef struct bf_top_thread {
   int64_t tid;
   char name[32];
+  int py_named;
   int64_t samples, on_cpu, gil, idle;
   const bf_smp_code *last_top;
 } bf_top_thread;

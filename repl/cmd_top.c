@@ -27,6 +27,7 @@ typedef struct bf_top_fn {
 typedef struct bf_top_thread {
   int64_t tid;
   char name[32];
+  int py_named; /* name is the Python thread name */
   int64_t samples, on_cpu, gil, idle;
   const bf_smp_code *last_top;
 } bf_top_thread;
@@ -97,6 +98,17 @@ int bf_top_add(bf_top *t, const bf_smp_thread *th, size_t n) {
       tt->tid = th[i].native_tid;
       snprintf(tt->name, sizeof tt->name, "%s", th[i].name ? th[i].name : "?");
     }
+    /* the Python name once the sampler has read it (it may come later) */
+    if (th[i].py_name && !tt->py_named) {
+      snprintf(tt->name, sizeof tt->name, "%s", th[i].py_name);
+      size_t k = strlen(tt->name); /* a cut name must not end inside a character */
+      if (k == sizeof tt->name - 1) {
+        size_t c = k;
+        while (c && ((unsigned char)tt->name[c - 1] & 0xc0) == 0x80) c--;
+        if (c && ((unsigned char)tt->name[c - 1] & 0xc0) == 0xc0) tt->name[c - 1] = 0;
+      }
+      tt->py_named = 1;
+    }
     tt->samples++;
     tt->on_cpu += !!(th[i].flags & BF_SMP_ON_CPU);
     tt->idle += !!(th[i].flags & BF_SMP_IDLE);
@@ -155,12 +167,12 @@ void bf_top_print(bf_top *t, FILE *f, int sort_total, int max_rows, int width, c
 }
 
 void bf_top_print_threads(bf_top *t, FILE *f, const char *eol) {
-  fprintf(f, "%9s %-16s %9s %7s %7s %7s  %s%s", "tid", "name", "samples", "cpu%", "gil%", "idle%",
+  fprintf(f, "%9s %-22s %9s %7s %7s %7s  %s%s", "tid", "name", "samples", "cpu%", "gil%", "idle%",
           "now in", eol);
   for (size_t i = 0; i < t->nth; i++) {
     bf_top_thread *x = &t->th[i];
     double s = x->samples ? (double)x->samples : 1;
-    fprintf(f, "%9lld %-16s %9lld %6.1f%% %6.1f%% %6.1f%%  %s%s", (long long)x->tid, x->name,
+    fprintf(f, "%9lld %-22s %9lld %6.1f%% %6.1f%% %6.1f%%  %s%s", (long long)x->tid, x->name,
             (long long)x->samples, 100.0 * (double)x->on_cpu / s, 100.0 * (double)x->gil / s,
             100.0 * (double)x->idle / s, x->last_top ? x->last_top->qualname : "-", eol);
   }

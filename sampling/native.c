@@ -770,7 +770,9 @@ static int selected(bf_smp_native *n, const bf_smp_thread *t) {
     if (n->ftids[i] == t->native_tid) return 1;
   const char *name = n->nglobs && t->native_tid > 0 ? thread_name(n, (int)t->native_tid) : NULL;
   for (size_t i = 0; i < n->nglobs; i++)
-    if (name && fnmatch(n->globs[i], name, 0) == 0) return 1;
+    if ((name && fnmatch(n->globs[i], name, 0) == 0) ||
+        (t->py_name && fnmatch(n->globs[i], t->py_name, 0) == 0))
+      return 1;
   return 0;
 }
 

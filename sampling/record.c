@@ -301,8 +301,12 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     int64_t weight = interval_ns;
     uint32_t flags = th[i].flags;
     if (o->no_idle && !o->clock_cpu && (flags & BF_SMP_IDLE)) continue; /* cpu: never charged */
-    if (!r->store_thread_id) {
-      rc = bf_store_intern_thread(st, t->session_id, tid, th[i].name, &r->store_thread_id);
+    /* the Python name when known, else the OS name; the store keeps the
+     * first name it gets, so a thread the sampler has not looked up yet is
+     * interned unnamed and named on a later tick (cheap once named) */
+    const char *tname = th[i].py_name ? th[i].py_name : th[i].py_name_pending ? NULL : th[i].name;
+    if (!r->store_thread_id || tname) {
+      rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
       if (rc < 0) return rc;
     }
     int64_t stack_id;

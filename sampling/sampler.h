@@ -47,6 +47,12 @@ typedef struct bf_smp_thread {
   int64_t native_tid;     /* kernel tid; 0 if unknown */
   uint64_t thread_id;     /* Python's threading.get_ident() */
   const char *name;       /* OS thread name (/proc comm); may be NULL */
+  /* Python thread name (threading.Thread.name, UTF-8); NULL when unknown:
+   * not a threading thread, threading not imported, or not read yet */
+  const char *py_name;
+  /* 1 while py_name is NULL only because the sampler has not looked for
+   * this thread yet (it does within about a second) */
+  int py_name_pending;
   uint32_t flags;         /* BF_SMP_* */
   int64_t cpu_ns;         /* cumulative CPU time (when BF_SMP_WANT_CPU_TIME), else -1 */
   size_t nframes;

@@ -51,6 +51,28 @@ typedef struct smp_layout {
   /* window of a code object read every sample to check a cached entry still
    * describes what lives at that address (fingerprint fields) */
   uint64_t co_fp_lo, co_fp_len;
+  /* Python thread names (pynames.c): dict, int, module and instance
+   * attribute layouts, generated for 3.8-3.13 (gen_offsets.sh, table
+   * builtin_names[]); minor == 0: not known, names are not read. */
+  struct smp_names_layout {
+    int minor;
+    int attr_mode;             /* enum smp_attr_mode */
+    uint64_t is_modules;       /* interp->modules (3.12+: imports.modules) */
+    uint64_t md_dict;
+    uint64_t tp_basicsize, tp_dictoffset, tp_flags, ht_cached_keys, ht_size;
+    uint64_t dict_keys, dict_values, dict_size;
+    uint64_t dk_nentries, dk_indices, dk_size; /* dk_size: 3.8-3.10 */
+    int dk_log2;               /* 3.11+: dk_log2_size / dk_log2_index_bytes / dk_kind */
+    uint64_t dk_log2_size, dk_log2_index_bytes, dk_kind;
+    uint64_t dk_entry_size, dk_entry_key, dk_entry_value;    /* PyDictKeyEntry */
+    uint64_t dk_uentry_size, dk_uentry_key, dk_uentry_value; /* PyDictUnicodeEntry, 3.11+ */
+    uint64_t dv_values, dv_valid, dv_capacity; /* PyDictValues (valid, capacity: 3.13) */
+    uint64_t tpf_heaptype, tpf_managed_dict, tpf_inline_values;
+    uint64_t obj_inline_values;             /* 3.13: values after the object */
+    int64_t obj_managed_dict, obj_values_ptr; /* before the object (negative) */
+    uint64_t long_size, long_digit;
+    int long_tagged;           /* 3.12+: lv_tag (ndigits << 3 | sign) */
+  } nm;
 } smp_layout;
 
 /* Vendored layout for 3.minor (3.8-3.12). OUT: *out. -ENOTSUP if none. */
@@ -118,8 +140,15 @@ typedef struct smp_tslot {
   int stat_fd, sched_fd; /* -1 when not opened */
   int64_t state_ns;      /* when state_flags were read (monotonic) */
   uint32_t state_flags;
-  char name[32];
+  /* names live on the heap: threads of a sample point at them while the
+   * slots array grows or is swept */
+  char *name;            /* OS name (/proc comm), owned; NULL: unknown */
   int seen;              /* generation stamp */
+  /* Python thread name (pynames.c): copied from the names cache, owned */
+  char *py_name;         /* NULL: not known */
+  uint64_t py_ident;     /* thread ident the name belongs to */
+  int py_gen;            /* names-cache generation last resolved against */
+  int64_t py_first_ns;   /* when the ident was first seen (monotonic) */
 } smp_tslot;
 
 /* A prefetched region: part of the hot set of the previous sample. */
@@ -150,6 +179,9 @@ struct bf_smp {
   smp_layout lay;
   uint64_t runtime_addr;   /* &_PyRuntime in the target */
   uint64_t code_type_addr; /* &PyCode_Type, 0 = unknown (no type check) */
+  /* &PyDict_Type, &PyLong_Type, &PyModule_Type (pynames.c type checks);
+   * dict 0 on a real target: thread names are not read */
+  uint64_t dict_type_addr, long_type_addr, module_type_addr;
   int64_t pthread_tid_off; /* 3.8-3.10: offset of tid in glibc struct pthread; -1 unknown */
   uint64_t interp_head;    /* cached _PyRuntime.interpreters.head (0 = re-read) */
   uint64_t read_calls;
@@ -186,6 +218,17 @@ struct bf_smp {
   int gen;
   int64_t now_ns; /* monotonic time of the current sample */
   int walk_steps, code_misses; /* this sample's work, bounded */
+  /* Python thread names (pynames.c): ident -> name from the last lookup */
+  struct smp_pyname *pn;
+  size_t npn;
+  int pn_gen;               /* bumped by every lookup */
+  int64_t pn_last_ns;       /* when the last lookup ran (monotonic) */
+  int64_t pn_start_ns;      /* threads first seen a grace before this were looked for */
+  int pn_cover_next;        /* the attach lookup covers the next sample's threads */
+  int pn_unnamed;           /* last sample: 1 a thread without name, 2 one not looked for */
+  int pn_budget;            /* remote reads left to the running lookup */
+  unsigned pn_lookups;
+  uint64_t pn_interp[8], pn_active[8]; /* cached threading._active per interpreter */
 };
 
 /* Remote reads (remote.c). smp_read: one region, exact length, into dst.
@@ -218,5 +261,55 @@ void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr);
 #define SMP_CODE_TRUST_NS 1000000    /* a checked code-cache entry is trusted this long */
 #define SMP_MAX_STR 4096
 #define SMP_MAX_LINETABLE (1u << 20)
+
+/* ==== Python thread names (pynames.c) ====================================
+ * threading.Thread names read from each interpreter's
+ * sys.modules["threading"]._active (ident -> Thread, Thread._name). Never on
+ * the per-sample path: on attach, then when a thread without a known name
+ * shows up (at most once per SMP_PYNAME_EVERY_NS; every SMP_PYNAME_RETRY_NS
+ * while some thread stays unnamed). Every failure leaves names unknown. */
+
+typedef struct smp_pyname {
+  uint64_t ident;
+  char *name; /* owned, UTF-8, at most SMP_PYNAME_LEN bytes */
+} smp_pyname;
+
+/* How an instance's attributes are found (smp_layout.nm.attr_mode). */
+enum smp_attr_mode {
+  SMP_ATTR_DICTOFFSET = 1, /* 3.8-3.10: dict at obj + tp_dictoffset */
+  SMP_ATTR_VALUES_PTR = 2, /* 3.11: values / dict pointers before the object */
+  SMP_ATTR_DORV = 3,       /* 3.12: one tagged dict-or-values pointer before it */
+  SMP_ATTR_INLINE = 4      /* 3.13: values inline after the object, else dict */
+};
+
+#define SMP_PYNAME_EVERY_NS 1000000000LL  /* at most one lookup a second */
+#define SMP_PYNAME_RETRY_NS 10000000000LL /* re-look for unnamed threads */
+/* A thread runs a little before threading lists it in _active: a lookup
+ * counts for a thread only if it began this long after the thread showed up
+ * (until then the thread's name is pending). */
+#define SMP_PYNAME_GRACE_NS 100000000LL
+#define SMP_PYNAME_MAX 1024               /* names kept per lookup */
+#define SMP_PYNAME_LEN 128                /* bytes kept of one name */
+#define SMP_PYNAME_BUDGET 16384           /* remote reads per lookup */
+#define SMP_DICT_MAX 8192                 /* entries scanned in one dict */
+
+/* Run a lookup now; start_ns is the sample time it stands for (threads
+ * first seen later than SMP_PYNAME_GRACE_NS before it are still to be looked
+ * for). Replaces h->pn. */
+void smp_pynames_refresh(bf_smp *h, int64_t start_ns);
+/* Forget every name and cached address (attach, free). */
+void smp_pynames_clear(bf_smp *h);
+/* After attach: look up now; the next sample's threads count as looked for. */
+void smp_pynames_attach(bf_smp *h);
+/* Start of a sample (walker): run a due lookup. */
+void smp_pynames_tick(bf_smp *h);
+/* Walker, rare path: slot s (thread ident) is new or the cache changed. */
+void smp_pynames_resolve(bf_smp *h, smp_tslot *s, uint64_t ident);
+/* The thread-name layout of 3.minor (layouts.c). OUT: *out. -ENOTSUP if none. */
+int smp_layout_names(int minor, struct smp_names_layout *out);
+/* A str object as UTF-8 (walker.c). OUT: *out, malloc'd. */
+int smp_read_str(bf_smp *h, uint64_t addr, char **out);
+
+/* ==== end Python thread names ============================================ */
 
 #endif

@@ -44,6 +44,9 @@ bf_smp *bf_smp_new(void) {
 }
 
 static void slot_close(smp_tslot *s) {
+  free(s->name);
+  free(s->py_name);
+  s->name = s->py_name = NULL;
   if (s->stat_fd >= 0) close(s->stat_fd);
   if (s->sched_fd >= 0) close(s->sched_fd);
   s->stat_fd = s->sched_fd = -1;
@@ -103,6 +106,7 @@ void bf_smp_free(bf_smp *h) {
   free(h->code_tab);
   for (size_t i = 0; i < h->nslots; i++) slot_close(&h->slots[i]);
   free(h->slots);
+  smp_pynames_clear(h);
   free(h->threads);
   free(h->frames);
   free(h->pref);
@@ -320,6 +324,9 @@ int bf_smp_attach(bf_smp *h, int pid) {
   }
   h->runtime_addr = bias + rt;
   h->code_type_addr = smp_elf_symbol(&elf, "PyCode_Type", &val, &sz) == 0 ? bias + val : 0;
+  h->dict_type_addr = smp_elf_symbol(&elf, "PyDict_Type", &val, &sz) == 0 ? bias + val : 0;
+  h->long_type_addr = smp_elf_symbol(&elf, "PyLong_Type", &val, &sz) == 0 ? bias + val : 0;
+  h->module_type_addr = smp_elf_symbol(&elf, "PyModule_Type", &val, &sz) == 0 ? bias + val : 0;
   /* version: Py_Version (3.11+) in memory, else the name and .rodata */
   const char *base = strrchr(obj_name, '/') ? strrchr(obj_name, '/') + 1 : obj_name;
   int minor = -1;
@@ -397,6 +404,7 @@ int bf_smp_attach(bf_smp *h, int pid) {
   }
   smp_prefetch_reset(h);
   h->attached = 1;
+  smp_pynames_attach(h); /* thread names: read once now, then only when needed */
   snprintf(h->err, sizeof h->err, "ok");
   return 0;
 }
@@ -404,7 +412,7 @@ int bf_smp_attach(bf_smp *h, int pid) {
 /* ---- code objects ----------------------------------------------------- */
 
 /* Read a str object as UTF-8 (bounded). OUT: malloc'd string. */
-static int read_str(bf_smp *h, uint64_t addr, char **out) {
+int smp_read_str(bf_smp *h, uint64_t addr, char **out) {
   const smp_layout *l = &h->lay;
   unsigned char hdr[128];
   size_t hl = (size_t)l->uni_compact_size;
@@ -516,7 +524,8 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
   if (l->co_fp_lo + l->co_fp_len <= cl) c->fp = code_fp(l, co + l->co_fp_lo);
   char *fn = NULL, *qn = NULL;
   uint64_t qaddr = rd64(co + (l->co_qualname ? l->co_qualname : l->co_name));
-  if ((rc = read_str(h, rd64(co + l->co_filename), &fn)) < 0 || (rc = read_str(h, qaddr, &qn)) < 0) {
+  if ((rc = smp_read_str(h, rd64(co + l->co_filename), &fn)) < 0 ||
+      (rc = smp_read_str(h, qaddr, &qn)) < 0) {
     free(fn);
     free(c);
     *err = rc;
@@ -587,8 +596,12 @@ static smp_tslot *slot_get(bf_smp *h, uint64_t tstate, int64_t tid) {
     snprintf(p, sizeof p, "/proc/%d/task/%lld/comm", h->pid, (long long)tid);
     int fd = open(p, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-      ssize_t n = read(fd, s->name, sizeof s->name - 1);
-      if (n > 0) s->name[n - (s->name[n - 1] == '\n')] = 0;
+      char nm[32];
+      ssize_t n = read(fd, nm, sizeof nm - 1);
+      if (n > 0) {
+        nm[n - (nm[n - 1] == '\n')] = 0;
+        if (nm[0]) s->name = strdup(nm); /* NULL when out of memory: no name */
+      }
       close(fd);
     }
   }
@@ -735,6 +748,7 @@ int smp_walk(bf_smp *h, unsigned want) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     h->now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
   }
+  smp_pynames_tick(h); /* a thread-name lookup when due: rare, not per sample */
   smp_prefetch(h);
   /* the interpreter list head barely ever changes: re-read it every 256
    * samples (and after any failed sample) rather than every time */
@@ -834,7 +848,15 @@ int smp_walk(bf_smp *h, unsigned want) {
       memset(t, 0, sizeof *t);
       t->native_tid = tid;
       t->thread_id = thread_id;
-      t->name = slot && slot->name[0] ? slot->name : NULL;
+      t->name = slot ? slot->name : NULL;
+      if (slot) {
+        if (slot->py_ident != thread_id || slot->py_gen != h->pn_gen)
+          smp_pynames_resolve(h, slot, thread_id);
+        t->py_name = slot->py_name;
+        t->py_name_pending =
+            !slot->py_name && slot->py_first_ns + SMP_PYNAME_GRACE_NS >= h->pn_start_ns;
+        if (!slot->py_name) h->pn_unnamed |= 1 | (t->py_name_pending << 1);
+      }
       t->cpu_ns = -1;
       t->flags = (holds ? BF_SMP_GIL : 0) | (gc ? BF_SMP_GC : 0);
       size_t first = h->nframes;

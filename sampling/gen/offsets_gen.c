@@ -21,6 +21,110 @@
 #include <internal/pycore_gil.h>
 
 #define F(name, val) printf("    .%s = %lu,\n", name, (unsigned long)(val))
+#define FS(name, val) printf("    .%s = %ld,\n", name, (long)(val))
+
+#ifdef BF_NAMES
+/* The thread-name table (smp_names_layout, read by pynames.c): dict, int,
+ * module and instance-attribute layouts. Dict keys and modules of 3.8-3.10
+ * live in Objects/dict-common.h / moduleobject.c, not in the installed
+ * headers: their minimal structs are vendored here (identical in 3.8-3.10). */
+#if PY_VERSION_HEX >= 0x030B0000
+#include <internal/pycore_dict.h>
+#include <internal/pycore_object.h>
+#else
+#include <longintrepr.h>
+typedef struct {
+  Py_hash_t me_hash;
+  PyObject *me_key;
+  PyObject *me_value;
+} PyDictKeyEntry;
+struct _dictkeysobject {
+  Py_ssize_t dk_refcnt;
+  Py_ssize_t dk_size;
+  void *dk_lookup;
+  Py_ssize_t dk_usable;
+  Py_ssize_t dk_nentries;
+  char dk_indices[];
+};
+#endif
+#if PY_VERSION_HEX >= 0x030A0000
+#include <internal/pycore_moduleobject.h>
+#else
+typedef struct {
+  PyObject_HEAD
+  PyObject *md_dict;
+} bf_module;
+#endif
+
+int main(void) {
+  printf("  { /* %s */\n", PY_VERSION);
+  F("minor", PY_MINOR_VERSION);
+#if PY_VERSION_HEX >= 0x030C0000
+  F("is_modules", offsetof(PyInterpreterState, imports.modules));
+#else
+  F("is_modules", offsetof(PyInterpreterState, modules));
+#endif
+#if PY_VERSION_HEX >= 0x030A0000
+  F("md_dict", offsetof(PyModuleObject, md_dict));
+#else
+  F("md_dict", offsetof(bf_module, md_dict));
+#endif
+  F("tp_basicsize", offsetof(PyTypeObject, tp_basicsize));
+  F("tp_dictoffset", offsetof(PyTypeObject, tp_dictoffset));
+  F("tp_flags", offsetof(PyTypeObject, tp_flags));
+  F("ht_cached_keys", offsetof(PyHeapTypeObject, ht_cached_keys));
+  F("tpf_heaptype", Py_TPFLAGS_HEAPTYPE);
+  F("ht_size", sizeof(PyHeapTypeObject));
+  F("dict_keys", offsetof(PyDictObject, ma_keys));
+  F("dict_values", offsetof(PyDictObject, ma_values));
+  F("dict_size", sizeof(PyDictObject));
+  F("dk_nentries", offsetof(struct _dictkeysobject, dk_nentries));
+  F("dk_indices", offsetof(struct _dictkeysobject, dk_indices));
+  F("dk_entry_size", sizeof(PyDictKeyEntry));
+  F("dk_entry_key", offsetof(PyDictKeyEntry, me_key));
+  F("dk_entry_value", offsetof(PyDictKeyEntry, me_value));
+#if PY_VERSION_HEX >= 0x030B0000
+  F("dk_log2", 1);
+  F("dk_log2_size", offsetof(struct _dictkeysobject, dk_log2_size));
+  F("dk_log2_index_bytes", offsetof(struct _dictkeysobject, dk_log2_index_bytes));
+  F("dk_kind", offsetof(struct _dictkeysobject, dk_kind));
+  F("dk_uentry_size", sizeof(PyDictUnicodeEntry));
+  F("dk_uentry_key", offsetof(PyDictUnicodeEntry, me_key));
+  F("dk_uentry_value", offsetof(PyDictUnicodeEntry, me_value));
+  F("dv_values", offsetof(PyDictValues, values));
+  F("tpf_managed_dict", Py_TPFLAGS_MANAGED_DICT);
+#else
+  F("dk_size", offsetof(struct _dictkeysobject, dk_size));
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+  F("attr_mode", 4); /* SMP_ATTR_INLINE */
+  F("dv_valid", offsetof(PyDictValues, valid));
+  F("dv_capacity", offsetof(PyDictValues, capacity));
+  F("tpf_inline_values", Py_TPFLAGS_INLINE_VALUES);
+  F("obj_inline_values", sizeof(PyObject)); /* _PyObject_InlineValues */
+  FS("obj_managed_dict", MANAGED_DICT_OFFSET);
+#elif PY_VERSION_HEX >= 0x030C0000
+  F("attr_mode", 3); /* SMP_ATTR_DORV: _PyObject_DictOrValuesPointer, tagged */
+  FS("obj_managed_dict", -3 * (long)sizeof(PyObject *));
+#elif PY_VERSION_HEX >= 0x030B0000
+  F("attr_mode", 2); /* SMP_ATTR_VALUES_PTR: _PyObject_ValuesPointer */
+  FS("obj_managed_dict", MANAGED_DICT_OFFSET);
+  FS("obj_values_ptr", -4 * (long)sizeof(PyObject *));
+#else
+  F("attr_mode", 1); /* SMP_ATTR_DICTOFFSET */
+#endif
+#if PY_VERSION_HEX >= 0x030C0000
+  F("long_size", offsetof(PyLongObject, long_value.lv_tag));
+  F("long_digit", offsetof(PyLongObject, long_value.ob_digit));
+  F("long_tagged", 1);
+#else
+  F("long_size", offsetof(PyVarObject, ob_size));
+  F("long_digit", offsetof(PyLongObject, ob_digit));
+#endif
+  printf("  },\n");
+  return 0;
+}
+#else
 
 int main(void) {
   printf("  { /* %s */\n", PY_VERSION);
@@ -91,3 +195,4 @@ int main(void) {
   printf("  },\n");
   return 0;
 }
+#endif

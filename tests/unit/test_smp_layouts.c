@@ -1,7 +1,9 @@
 /* test_smp_layouts.c — the _Py_DebugOffsets reader: synthetic 3.13 and 3.14
  * blobs (field positions as in those versions' headers) parse into the
  * expected layout; a bad cookie, an offset outside its section and a
- * free-threaded build are refused. Also the vendored 3.8-3.12 tables exist.
+ * free-threaded build are refused. Also the vendored 3.8-3.12 tables exist,
+ * and the thread-name tables (3.8-3.13; 3.13 takes its modules dict offset
+ * from _Py_DebugOffsets, 3.14+ has none).
  */
 #include <errno.h>
 #include <string.h>
@@ -56,6 +58,7 @@ static void fill(unsigned char *b, int minor) {
   put(b, m14 ? 640 : 560, 40);        /* ascii size */
   put(b, m14 ? 648 : 568, 400);       /* gc size */
   put(b, m14 ? 656 : 576, 44);        /* collecting */
+  put(b, m14 ? 96 : 88, 4000);        /* imports_modules */
 }
 
 int main(void) {
@@ -78,6 +81,17 @@ int main(void) {
     CHECK_EQ_INT(l.uni_compact_size, 56);
     CHECK_EQ_INT(l.executable_tagged, minor == 14);
     CHECK_EQ_INT(ft, 0);
+    /* thread names: 3.13 from the vendored table and the target's modules
+     * offset; 3.14 is not known (no names) */
+    CHECK_EQ_INT(l.nm.minor, minor == 13 ? 13 : 0);
+    if (minor == 13) {
+      CHECK_EQ_INT(l.nm.is_modules, 4000);
+      CHECK_EQ_INT(l.nm.attr_mode, SMP_ATTR_INLINE);
+      put(b, 88, 9000); /* past the interpreter's size: no names, layout still fine */
+      CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), 0);
+      CHECK_EQ_INT(l.nm.minor, 0);
+      fill(b, minor);
+    }
     /* an offset past its section */
     put(b, minor == 13 ? 184 : 208, 4096);
     CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), -EINVAL);
@@ -91,10 +105,19 @@ int main(void) {
     fill(b, minor);
     CHECK_EQ_INT(smp_layout_from_debug_offsets(b, 100, &l, &ft, &msg), -EINVAL); /* short */
   }
+  static const int modes[] = {SMP_ATTR_DICTOFFSET, SMP_ATTR_DICTOFFSET, SMP_ATTR_DICTOFFSET,
+                               SMP_ATTR_VALUES_PTR, SMP_ATTR_DORV};
   for (int minor = 8; minor <= 12; minor++) {
     CHECK_EQ_INT(smp_layout_builtin(minor, &l), 0);
     CHECK(l.ts_read > 0 && l.fr_read > 0 && l.co_fp_len > 0 && l.co_fp_len < 256);
+    CHECK_EQ_INT(l.nm.minor, minor);
+    CHECK_EQ_INT(l.nm.attr_mode, modes[minor - 8]);
+    CHECK_EQ_INT(l.nm.dk_log2, minor >= 11);
+    CHECK_EQ_INT(l.nm.long_tagged, minor >= 12);
   }
+  struct smp_names_layout nm;
+  CHECK_EQ_INT(smp_layout_names(13, &nm), 0);
+  CHECK_EQ_INT(smp_layout_names(14, &nm), -ENOTSUP);
   CHECK_EQ_INT(smp_layout_builtin(7, &l), -ENOTSUP);
   CHECK_EQ_INT(smp_layout_builtin(13, &l), -ENOTSUP);
   return CHECK_DONE();

@@ -1,0 +1,154 @@
+"""Python-level thread names (threading.Thread.name) as the external sampler
+reads them from every interpreter present: `dump`, `top`, and the thread list
+of a recorded session (a thread started during the recording included), with
+the OS name (/proc comm) as the fallback for threads threading does not know.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, bifocal_bin, last_line_id, run
+
+DBSTAT = os.path.join(os.path.dirname(os.environ.get("BIFOCAL_BIN") or
+                                      os.path.join(ROOT, "build", "bifocal")),
+                      "sampling", "test_smp_dbstat")
+
+NAMED = ["MainThread", "worker-a", "io-loop-\u00df", "bg-daemon",
+         "ThreadPoolExecutor-0_0"]
+
+TARGET = '''\
+import _thread, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+
+stop = threading.Event()
+
+def idle(ev):
+    ev.wait()
+
+def busy(ev):
+    x = 0
+    while not ev.is_set():
+        x += 1
+
+threading.Thread(target=busy, args=(stop,), name="worker-a").start()
+threading.Thread(target=idle, args=(stop,), name="io-loop-\\u00df").start()
+threading.Thread(target=idle, args=(stop,), name="bg-daemon", daemon=True).start()
+pool = ThreadPoolExecutor(1)
+pool.submit(idle, stop)
+# a thread threading does not know: only its OS name can be shown
+raw = []
+_thread.start_new_thread(lambda: raw.append(_thread.get_native_id() if hasattr(_thread, "get_native_id") else 0) or stop.wait(), ())
+while not raw:
+    time.sleep(0.01)
+print("ready %d" % raw[0], flush=True)
+late_after = float(sys.argv[1])
+if late_after > 0:
+    time.sleep(late_after)
+    threading.Thread(target=idle, args=(stop,), name="late-worker").start()
+    print("late", flush=True)
+time.sleep(float(sys.argv[2]))
+stop.set()
+pool.shutdown()
+'''
+
+
+def start(python, tmp_path, late_after=0.0, life=60.0):
+    path = tmp_path / "names_target.py"
+    path.write_text(TARGET, encoding="utf-8")
+    proc = subprocess.Popen([python, str(path), str(late_after), str(life)],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().split()
+    assert line and line[0] == "ready", line
+    return proc, int(line[1])
+
+
+def stop(proc):
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+
+
+def comm(pid, tid):
+    with open("/proc/%d/task/%d/comm" % (pid, tid)) as f:
+        return f.read().strip()
+
+
+def dbstat(db, sid):
+    r = subprocess.run([DBSTAT, db, str(sid)], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def test_dump_shows_python_names(python, tmp_path):
+    proc, raw_tid = start(python, tmp_path)
+    try:
+        out = run(["dump", str(proc.pid)]).stdout
+        heads = re.findall(r'^Thread (\d+) "([^"]*)" \((.*)\)$', out, re.M)
+        names = {int(tid): name for tid, name, _ in heads}
+        for want in NAMED:
+            assert want in names.values(), (want, out)
+        assert names[proc.pid] == "MainThread", out
+        # the OS name is shown too where it differs from the Python name
+        main = [rest for tid, _, rest in heads if int(tid) == proc.pid][0]
+        assert 'OS name "%s"' % comm(proc.pid, proc.pid) in main, out
+        # a _thread thread is not in threading._active: its OS name stands
+        if raw_tid:
+            assert names[raw_tid] == comm(proc.pid, raw_tid), out
+    finally:
+        stop(proc)
+
+
+def test_top_shows_python_names(python, tmp_path):
+    proc, _ = start(python, tmp_path)
+    try:
+        out = run(["top", str(proc.pid), "--duration", "0.5"]).stdout
+        for want in NAMED:
+            assert want in out, (want, out)
+    finally:
+        stop(proc)
+
+
+def test_record_names_threads(python, db, tmp_path):
+    """Threads present at attach and one started a second into the recording
+    are stored under their Python names; the thread list of the session (and
+    the views naming threads) show them."""
+    proc, raw_tid = start(python, tmp_path, late_after=1.0)
+    try:
+        r = run(["record", "--pid", str(proc.pid), "--duration", "3"], db=db)
+        sid = last_line_id(r)
+        assert proc.stdout.readline().strip() == "late"
+    finally:
+        stop(proc)
+    names = [t["name"] for t in dbstat(db, sid)]
+    for want in NAMED + ["late-worker"]:
+        assert want in names, "%s not in %s" % (want, [(t["tid"], t["name"], t["samples"]) for t in dbstat(db, sid)])
+    if raw_tid:
+        assert any(t["tid"] == raw_tid and t["name"] for t in dbstat(db, sid)), names
+    gil = run(["replay", str(sid), "--view", "gil"], db=db).stdout
+    for want in ["MainThread", "worker-a", "io-loop-\u00df", "late-worker"]:
+        assert want in gil, (want, gil)
+    out = str(tmp_path / "s.json")
+    run(["export", str(sid), "--format", "speedscope", "-o", out], db=db)
+    with open(out, encoding="utf-8") as f:
+        sp = f.read()
+    assert "worker-a" in sp and ("io-loop-\\u00df" in sp or "io-loop-\u00df" in sp), sp[:2000]
+
+
+def test_no_threading_module(python, tmp_path):
+    """A target that never imports threading has no Python names: the OS
+    name is shown, nothing fails."""
+    path = tmp_path / "plain.py"
+    path.write_text("import sys, time\nprint('ready', flush=True)\n"
+                    "assert 'threading' not in sys.modules\ntime.sleep(60)\n")
+    proc = subprocess.Popen([python, "-S", str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.1)
+        if proc.poll() is not None:  # the interpreter imported threading itself
+            return
+        out = run(["dump", str(proc.pid)]).stdout
+        assert 'Thread %d "%s" (ident' % (proc.pid, comm(proc.pid, proc.pid)) in out, out
+    finally:
+        stop(proc)
