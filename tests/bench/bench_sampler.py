@@ -69,14 +69,13 @@ def slowdown(bifocal, py, runs, iters):
                 (samp if sampled else base).append(wall)
             wall_r.append(pair[True][0] / pair[False][0])
             cpu_r.append(pair[True][1] / pair[False][1])
-        return (statistics.median(base), statistics.median(samp), statistics.median(wall_r),
-                statistics.median(cpu_r))
+        return (statistics.median(base), statistics.median(samp), wall_r, cpu_r)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--python", action="append")
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--iters", type=int, default=120000)
     ap.add_argument("--nice", type=int, default=0,
@@ -114,10 +113,14 @@ def run_all(a):
     for py in pys:
         subprocess.run([bench, py, str(a.seconds)], check=False)
         b, s, wr, cr = slowdown(bifocal, py, a.runs, a.iters)
+
+        def pct(r):
+            q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
+            return "%+.2f%% (quartiles %+.1f%% .. %+.1f%%)" % (
+                100.0 * (statistics.median(r) - 1), 100.0 * (q[0] - 1), 100.0 * (q[2] - 1))
         print("%s: CPU-bound target at 1 kHz: median %.3fs sampled vs %.3fs alone "
-              "(%d alternating pairs); median per-pair slowdown %+.2f%% wall, %+.2f%% "
-              "target CPU time" % (py, s, b, a.runs, 100.0 * (wr - 1), 100.0 * (cr - 1)),
-              flush=True)
+              "(%d alternating pairs); per-pair slowdown: wall %s; target CPU time %s"
+              % (py, s, b, a.runs, pct(wr), pct(cr)), flush=True)
     print("bench_sampler: load average %.2f at end" % load())
 
 
