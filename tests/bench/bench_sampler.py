@@ -4,10 +4,13 @@
 1. median cost per thread-sample on a 20-deep pure-Python stack, and
 2. achieved rate / missed+invalid when 100 kHz is asked (both from the C
    benchmark build/sampling/bench_sampler), then
-3. slowdown of a CPU-bound target sampled at 1 kHz: median of alternating
-   runs with and without `bifocal record`, side by side.
+3. slowdown of a CPU-bound target sampled at 1 kHz, two ways: inside one
+   long-running target, half-second windows of `bifocal record --pid`
+   alternating with windows alone (adjacent windows share the host's speed
+   of the moment, so this is the precise one); and whole launched runs with
+   and without `bifocal record --`, in alternating pairs.
 
-usage: tests/bench/bench_sampler.py [--python EXE] [--runs N] [--seconds S]
+usage: tests/bench/bench_sampler.py [--python EXE] [--runs N] [--windows N] [--seconds S]
 Interpreters default to every one found (tests/integration/pythons.py).
 """
 import argparse
@@ -16,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
@@ -35,6 +39,84 @@ for _ in range(int(sys.argv[1])):
     f(18)
 print("%.6f %.6f" % (time.perf_counter() - t, time.process_time() - c))
 """
+
+
+# One long-running copy of the same CPU-bound work, reporting its progress
+# (monotonic ns, its own CPU ns, iterations done) every 100 iterations.
+PROGRESS = r"""
+import sys, time
+def f(n):
+    if n == 0:
+        x = 0
+        for i in range(200):
+            x += i
+        return x
+    return f(n - 1)
+k = 0
+while True:
+    for _ in range(100):
+        f(18)
+    k += 100
+    sys.stdout.write("%d %d %d\n" % (time.monotonic_ns(), time.process_time_ns(), k))
+    sys.stdout.flush()
+"""
+
+
+def windows(bifocal, py, n, secs):
+    """Slowdown measured inside one target: n windows of `bifocal record
+    --pid --rate 1000` (attach, sample, detach) alternating with windows
+    alone, each about secs long. Each sampled window's progress rate is
+    compared with the mean of the two windows alone around it, so a host
+    that changes speed over seconds cancels out. Returns the per-window
+    slowdowns of wall-clock and of the target's CPU-time progress."""
+    import threading
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "progress.py")
+        with open(script, "w") as f:
+            f.write(PROGRESS)
+        db = os.path.join(d, "w.db")
+        p = subprocess.Popen([py, script], stdout=subprocess.PIPE, text=True)
+        lines = []
+
+        def reader():
+            for line in p.stdout:
+                t, c, k = line.split()
+                lines.append((int(t), int(c), int(k)))
+        th = threading.Thread(target=reader, daemon=True)
+        th.start()
+        try:
+            time.sleep(0.5)  # imports done, steady state
+            spans = []  # (sampled, t0, t1) in monotonic ns
+            for i in range(2 * n + 1):
+                sampled = i % 2 == 1
+                t0 = time.monotonic_ns()
+                if sampled:
+                    subprocess.run([bifocal, "-d", db, "record", "--pid", str(p.pid), "--rate",
+                                    "1000", "--duration", str(secs)],
+                                   capture_output=True, check=True)
+                else:
+                    time.sleep(secs)
+                spans.append((sampled, t0, time.monotonic_ns()))
+        finally:
+            p.kill()
+            p.wait()
+            th.join(timeout=5)
+
+        def rates(t0, t1):
+            inside = [x for x in lines if t0 <= x[0] <= t1]
+            if len(inside) < 2:
+                return None
+            a, b = inside[0], inside[-1]
+            return ((b[2] - a[2]) / (b[0] - a[0]), (b[2] - a[2]) / max(1, b[1] - a[1]))
+        r = [rates(t0, t1) for _, t0, t1 in spans]
+        wall, cpu = [], []
+        for i in range(1, len(spans) - 1, 2):
+            on, before, after = r[i], r[i - 1], r[i + 1]
+            if not (on and before and after):
+                continue
+            wall.append((before[0] + after[0]) / 2 / on[0])
+            cpu.append((before[1] + after[1]) / 2 / on[1])
+        return wall, cpu
 
 
 def load():
@@ -75,9 +157,12 @@ def slowdown(bifocal, py, runs, iters):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--python", action="append")
-    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=9,
+                    help="alternating pairs of whole launched runs (0: skip)")
+    ap.add_argument("--windows", type=int, default=20,
+                    help="sampled windows, each between two windows alone")
     ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--iters", type=int, default=120000)
+    ap.add_argument("--iters", type=int, default=60000)
     ap.add_argument("--nice", type=int, default=0,
                     help="niceness increment for the benchmark and its targets (root may use a "
                          "negative one to stand out from other load on a shared machine)")
@@ -110,17 +195,24 @@ def run_all(a):
     pys = a.python or [p["path"] for p in pythons.discover()]
     print("bench_sampler: %d CPUs, load average %.2f at start, nice %d"
           % (os.cpu_count(), load(), os.nice(0)), flush=True)
+    def pct(r):
+        if not r:
+            return "n/a"
+        q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
+        return "%+.2f%% (quartiles %+.1f%% .. %+.1f%%)" % (
+            100.0 * (statistics.median(r) - 1), 100.0 * (q[0] - 1), 100.0 * (q[2] - 1))
     for py in pys:
         subprocess.run([bench, py, str(a.seconds)], check=False)
-        b, s, wr, cr = slowdown(bifocal, py, a.runs, a.iters)
-
-        def pct(r):
-            q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
-            return "%+.2f%% (quartiles %+.1f%% .. %+.1f%%)" % (
-                100.0 * (statistics.median(r) - 1), 100.0 * (q[0] - 1), 100.0 * (q[2] - 1))
-        print("%s: CPU-bound target at 1 kHz: median %.3fs sampled vs %.3fs alone "
-              "(%d alternating pairs); per-pair slowdown: wall %s; target CPU time %s"
-              % (py, s, b, a.runs, pct(wr), pct(cr)), flush=True)
+        ww, wc = windows(bifocal, py, a.windows, 0.5)
+        print("%s: CPU-bound target, 1 kHz in %d windows of `record --pid` alternating with "
+              "windows alone: median slowdown of its progress: wall %s; its CPU time %s"
+              % (py, len(ww), pct(ww), pct(wc)), flush=True)
+        if a.runs:
+            b, s, wr, cr = slowdown(bifocal, py, a.runs, a.iters)
+            print("%s: CPU-bound target under `record -- ...` at 1 kHz: median %.3fs sampled "
+                  "vs %.3fs alone (%d alternating pairs of whole runs); per-pair slowdown: "
+                  "wall %s; target CPU time %s" % (py, s, b, a.runs, pct(wr), pct(cr)),
+                  flush=True)
     print("bench_sampler: load average %.2f at end" % load())
 
 
