@@ -70,6 +70,7 @@ typedef struct target {
   bf_session_info info;
   char command[1024], host[256], commit[64], version[32];
   int64_t samples, missed, invalid, ticks;
+  int64_t late, max_late_ns; /* ticks sampled over one period behind schedule (caught up) */
   int invalid_run; /* consecutive invalid samples */
   int64_t start_mono;
   int64_t start_cpu_ns; /* profiler CPU when the session began */
@@ -196,11 +197,26 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   in->achieved_rate_hz = in->duration_ns > 0 ? (double)t->ticks * 1e9 / (double)in->duration_ns : 0;
   in->profiler_cpu_ns = cpu_ns - t->start_cpu_ns;
   in->status = status;
-  if (t->nat) { /* the intrusion: how long threads stood stopped */
-    free(t->nat_json);
-    t->nat_json = NULL;
-    if (bf_smp_native_stats_json(t->nat, &t->nat_json) == 0) in->extra_json = t->nat_json;
+  /* extra: ticks taken late while catching up, and with --native how long
+   * threads stood stopped */
+  free(t->nat_json);
+  t->nat_json = NULL;
+  char *nat = NULL;
+  if (t->nat && bf_smp_native_stats_json(t->nat, &nat) < 0) nat = NULL;
+  char late[96];
+  snprintf(late, sizeof late, "\"late_ticks\":%lld,\"max_late_ms\":%.3f", (long long)t->late,
+           (double)t->max_late_ns / 1e6);
+  size_t nl = nat ? strlen(nat) : 0;
+  if (nat && nl >= 2 && nat[0] == '{' && nat[nl - 1] == '}') { /* {late, ...native} */
+    t->nat_json = malloc(nl + strlen(late) + 2);
+    if (t->nat_json)
+      sprintf(t->nat_json, "{%s%s%s", late, nl > 2 ? "," : "", nat + 1);
+  } else {
+    t->nat_json = malloc(strlen(late) + 3);
+    if (t->nat_json) sprintf(t->nat_json, "{%s}", late);
   }
+  free(nat);
+  in->extra_json = t->nat_json;
   int rc = bf_store_flush(st);
   int rc2 = bf_store_session_update(st, in);
   int rc3 = bf_store_flush(st);
@@ -490,7 +506,14 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
       for (size_t i = 0; i < ntg; i++)
         if (!tg[i].exited) tg[i].missed += lost;
       next = now;
-    } /* else late but within the backlog: sample now, back to back, until on time */
+    } else if (now - next > interval) { /* late but within the backlog: sample now, back to
+                                          * back, until on time */
+      for (size_t i = 0; i < ntg; i++)
+        if (!tg[i].exited) {
+          tg[i].late++;
+          if (now - next > tg[i].max_late_ns) tg[i].max_late_ns = now - next;
+        }
+    }
     if (now >= end) break;
     int64_t w = now - prev;
     prev = now;

@@ -176,12 +176,20 @@ int main(int argc, char **argv) {
       break;
     }
     double ticks = in->achieved_rate_hz * (double)in->duration_ns / 1e9;
+    long long late = 0;
+    double max_late = 0;
+    const char *lj = in->extra_json ? strstr(in->extra_json, "\"late_ticks\":") : NULL;
+    if (lj) late = strtoll(lj + 13, NULL, 10);
+    lj = in->extra_json ? strstr(in->extra_json, "\"max_late_ms\":") : NULL;
+    if (lj) max_late = strtod(lj + 14, NULL);
     printf("python %s: asked 100000 Hz (%s clock) for %.1fs: achieved %.0f samples/s "
-           "(%lld stored), missed %lld, invalid %lld (%.3f%% of ticks), profiler CPU %.2fs\n",
+           "(%lld stored), missed %lld, invalid %lld (%.3f%% of ticks), caught up late %.2f%% "
+           "of ticks (at most %.2f ms late), profiler CPU %.2fs\n",
            bf_smp_python_version(h), clock ? "cpu" : "wall", (double)in->duration_ns / 1e9,
            in->achieved_rate_hz, (long long)in->samples, (long long)in->missed,
            (long long)in->invalid,
            100.0 * (double)(in->missed + in->invalid) / (ticks + (double)in->missed + 1),
+           100.0 * (double)late / (ticks + 1), max_late,
            (double)in->profiler_cpu_ns / 1e9);
     bf_session_info_free(in);
   }

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import ROOT, bifocal_bin, last_line_id, run
+import pythons
 
 TOL_POINTS = 7.0
 DBSTAT = os.path.join(os.path.dirname(os.environ.get("BIFOCAL_BIN") or
@@ -341,3 +342,32 @@ def test_no_idle(python, db, work):
     assert total > 50 and sum(t["idle"] for t in threads) == 0
     sleepy = [t for t in threads if any(l["qualname"] == "sleeper" for l in t["leaves"])]
     assert sum(t["samples"] for t in sleepy) <= 0.1 * total
+
+
+def test_stalled_sampler_counts_missed_and_late(db, tmp_path):
+    """A sampler that cannot run (stopped for 400 ms) drops those ticks as
+    missed; it only catches up on ticks at most 10 ms late, and says how many
+    it took late. Any interpreter will do: this is the record loop's rule."""
+    python = pythons.discover()[-1]["path"]
+    proc, _ = start_dumpee(python, tmp_path)
+    try:
+        rec = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--pid", str(proc.pid),
+                                "--rate", "1000", "--duration", "1.5"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        rec.send_signal(signal.SIGSTOP)
+        time.sleep(0.4)
+        rec.send_signal(signal.SIGCONT)
+        out, err = rec.communicate(timeout=30)
+        assert rec.returncode == 0, err
+        r = run(["sessions", "--json"], db=db)
+        s = [x for x in json.loads(r.stdout) if x["id"] == int(out.strip().splitlines()[-1])][0]
+        # about 400 ticks lost in the stop (more on a busy machine, never fewer than ~300)
+        assert 300 <= s["missed"] <= 1000, s
+        assert s["samples"] + s["missed"] >= 1000, s
+        extra = s["extra"]
+        assert extra["late_ticks"] >= 0
+        assert extra["max_late_ms"] <= 10.0 + 1e-6  # later than that is missed, not late
+    finally:
+        proc.kill()
+        proc.wait()
