@@ -411,12 +411,6 @@ int smp_layout_builtin(int minor, smp_layout *out) {
   return -ENOTSUP;
 }
 
-static uint64_t rd64(const unsigned char *p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
-
 /* Positions (byte offsets inside _Py_DebugOffsets, every field a uint64) of
  * the fields the sampler uses. 3.13 from its pycore_runtime.h; 3.14 from its
  * pycore_debug_offsets.h (sections grew: threads_main, code generations,

@@ -10,16 +10,6 @@
 
 #include "smp_int.h"
 
-static uint64_t rd64(const unsigned char *p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
-static uint32_t rd32(const unsigned char *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
 
 /* Every read of a lookup goes through here: one budget bounds its work. */
 static int pn_read(bf_smp *h, uint64_t addr, void *dst, size_t len) {

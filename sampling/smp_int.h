@@ -7,10 +7,23 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
 #include "sampler.h"
+
+/* Little-endian fields of copied remote memory (unaligned-safe). */
+static inline uint64_t rd64(const unsigned char *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+static inline uint32_t rd32(const unsigned char *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
 
 /* Kind of line table a code object carries. */
 enum smp_lt_kind { SMP_LT_LNOTAB = 1, SMP_LT_310 = 2, SMP_LT_LOCATIONS = 3 };

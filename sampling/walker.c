@@ -232,16 +232,6 @@ static int find_mapping(int pid, const char *prefix, const char *exact, mapping 
   return 0;
 }
 
-static uint64_t rd64(const unsigned char *p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
-static uint32_t rd32(const unsigned char *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
 
 /* glibc's struct pthread keeps the kernel tid at a fixed offset; find it on
  * the main thread (tid == pid) so 3.8-3.10 thread ids map to native tids. */
