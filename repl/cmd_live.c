@@ -132,7 +132,7 @@ int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
       ioctl(1, TIOCGWINSZ, &ws);
       int rows = ws.ws_row ? ws.ws_row : 24, cols = ws.ws_col ? ws.ws_col : 80;
       fputs("\033[H", stdout);
-      printf("bifocal live — pid %d, Python %s — %.0f Hz, window %.0fs, %lld samples, %lld "
+      printf("bifocal live — pid %d, Python %s — %.0f Hz, window %.0fs, %lld busy thread-samples, %lld "
              "invalid — sort: %s — q quit, s sort, t threads\033[K\n\033[K\n",
              pid, bf_smp_python_version(h), rate, (double)(now - window) / 1e9,
              (long long)t.samples, (long long)t.invalid, sort_total ? "total" : "self");

@@ -152,3 +152,50 @@ def test_no_threading_module(python, tmp_path):
         assert 'Thread %d "%s" (ident' % (proc.pid, comm(proc.pid, proc.pid)) in out, out
     finally:
         stop(proc)
+
+
+def test_live_threads_view_shows_python_names(tmp_path):
+    """`live` on a pseudo-terminal: press t for the thread table, which names
+    threads by their Python names, then q. One interpreter is enough: the
+    names come from the same reader the tests above cover everywhere."""
+    import pty
+    import select
+    import signal
+    sys.path.insert(0, os.path.dirname(__file__))
+    import pythons
+    python = pythons.discover()[-1]["path"]
+    proc, _ = start(python, tmp_path)
+    master, slave = pty.openpty()
+    live = subprocess.Popen([bifocal_bin(), "-d", str(tmp_path / "l.db"), "live", str(proc.pid)],
+                            stdin=slave, stdout=slave, stderr=subprocess.PIPE, close_fds=True)
+    os.close(slave)
+    screen = b""
+
+    def drain(secs):
+        nonlocal screen
+        end = time.time() + secs
+        while time.time() < end:
+            r, _, _ = select.select([master], [], [], 0.1)
+            if r:
+                try:
+                    screen += os.read(master, 65536)
+                except OSError:
+                    return
+    try:
+        drain(1.5)
+        os.write(master, b"t")
+        screen = b""
+        drain(2.0)  # the screen is redrawn every half second
+        text = screen.decode("utf-8", "replace")
+        for want in ["MainThread", "worker-a", "io-loop-\u00df", "bg-daemon"]:
+            assert want in text, (want, text[-2000:])
+        assert "busy thread-samples" in text
+        os.write(master, b"q")
+        live.wait(timeout=20)
+        assert live.returncode == 0, live.stderr.read()
+    finally:
+        if live.poll() is None:
+            live.send_signal(signal.SIGINT)
+            live.wait(timeout=10)
+        os.close(master)
+        stop(proc)
