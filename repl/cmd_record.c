@@ -171,13 +171,21 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   if (sid > 0) {
     bf_session_info *in = NULL;
     if (tty && bf_store_session_get(st, sid, &in) == 0) {
+      /* ticks sampled late while catching up (extra.late_ticks / max_late_ms) */
+      const char *lt = in->extra_json ? strstr(in->extra_json, "\"late_ticks\":") : NULL;
+      const char *lm = in->extra_json ? strstr(in->extra_json, "\"max_late_ms\":") : NULL;
+      long long late = lt ? strtoll(lt + 13, NULL, 10) : 0;
+      char late_s[96] = "";
+      if (late > 0)
+        snprintf(late_s, sizeof late_s, ", %lld taken late (caught up; at most %.1f ms late)", late,
+                 lm ? strtod(lm + 14, NULL) : 0.0);
       fprintf(stderr,
               "session %lld: %s, %lld samples in %.2fs (%.0f Hz achieved of %.0f asked), "
-              "%lld missed, %lld invalid, profiler CPU %.2fs, Python %s\n",
+              "%lld missed%s, %lld invalid, profiler CPU %.2fs, Python %s\n",
               (long long)sid, in->status ? in->status : "?", (long long)in->samples,
               (double)in->duration_ns / 1e9, in->achieved_rate_hz, in->rate_hz,
-              (long long)in->missed, (long long)in->invalid, (double)in->profiler_cpu_ns / 1e9,
-              in->python_version ? in->python_version : "?");
+              (long long)in->missed, late_s, (long long)in->invalid,
+              (double)in->profiler_cpu_ns / 1e9, in->python_version ? in->python_version : "?");
       bf_session_info_free(in);
     }
   }
