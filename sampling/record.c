@@ -71,6 +71,7 @@ typedef struct target {
   char command[1024], host[256], commit[64], version[32];
   int64_t samples, missed, invalid, ticks;
   int64_t late, max_late_ns; /* ticks sampled over one period behind schedule (caught up) */
+  int64_t retried;           /* torn samples read again at once */
   int invalid_run; /* consecutive invalid samples */
   int64_t start_mono;
   int64_t start_cpu_ns; /* profiler CPU when the session began */
@@ -204,8 +205,8 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   char *nat = NULL;
   if (t->nat && bf_smp_native_stats_json(t->nat, &nat) < 0) nat = NULL;
   char late[96];
-  snprintf(late, sizeof late, "\"late_ticks\":%lld,\"max_late_ms\":%.3f", (long long)t->late,
-           (double)t->max_late_ns / 1e6);
+  snprintf(late, sizeof late, "\"late_ticks\":%lld,\"max_late_ms\":%.3f,\"torn_retried\":%lld",
+           (long long)t->late, (double)t->max_late_ns / 1e6, (long long)t->retried);
   size_t nl = nat ? strlen(nat) : 0;
   if (nat && nl >= 2 && nat[0] == '{' && nat[nl - 1] == '}') { /* {late, ...native} */
     t->nat_json = malloc(nl + strlen(late) + 2);
@@ -289,6 +290,13 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   size_t n;
   int rc = t->nat ? bf_smp_native_sample(t->nat, want, &th, &n)
                   : bf_smp_sample(t->h, want, &th, &n);
+  if (rc == -EIO && !t->nat) {
+    /* torn: the stack changed while it was being read (the target runs on;
+     * startup's imports do this most). Read it again at once: only a sample
+     * torn twice is lost. */
+    t->retried++;
+    rc = bf_smp_sample(t->h, want, &th, &n);
+  }
   if (rc == -ESRCH) return rc;
   if (rc == -EPERM && t->nat) return seterr(t->h, rc, "%s", bf_smp_native_errmsg(t->nat));
   if (rc < 0) {
