@@ -202,13 +202,13 @@ static int plan_build(bf_smp *h) {
 static void carry_over(bf_smp *h) {
   size_t touched = h->npref_next, kept = 0;
   for (size_t i = 0; i < h->npref && h->npref_next < PREF_MAX; i++) {
-    smp_pref *p = &h->pref[i];
-    if (p->used || !p->ok || p->age + 1 >= SMP_PREF_KEEP) continue;
+    const smp_pref p = h->pref[i]; /* a copy: remember() may move h->pref */
+    if (p.used || !p.ok || p.age + 1 >= SMP_PREF_KEEP) continue;
     if (kept >= touched + 8) break; /* never let the stale part dwarf the live one */
     size_t before = h->npref_next;
-    remember(h, p->addr, p->len);
+    remember(h, p.addr, p.len);
     if (h->npref_next == before) break;
-    h->pref_next[before].age = (uint8_t)(p->age + 1);
+    h->pref_next[before].age = (uint8_t)(p.age + 1);
     kept++;
   }
 }
