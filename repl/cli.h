@@ -56,6 +56,11 @@ int bf_cli_thread_arg(bf_store *s, int64_t sid, const char *arg, int64_t *thread
 /* Print usage of cmd to f. */
 void bf_cli_usage(const bf_cmd *cmd, FILE *f);
 
+/* Options of a command that takes only --json and --help (sessions, audit).
+ * Returns -1 to go on (*json set), else the exit code (help printed: 0;
+ * bad option or argument, said on stderr: 2). */
+int bf_cli_json_only(const char *cmd, int argc, char **argv, int *json);
+
 /* Run one command line (argv[0] = command) — used by main and the REPL. */
 int bf_cli_dispatch(bf_cli *cli, int argc, char **argv);
 

@@ -1,5 +1,4 @@
 /* cmd_audit.c — `bifocal audit [--json]`: the audit trail, oldest first. */
-#include <getopt.h>
 #include <stdio.h>
 
 #include "cli.h"
@@ -53,21 +52,9 @@ static int print_row(void *ud, const bf_audit_entry *e) {
 }
 
 int bf_cmd_audit(bf_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0}};
-  int json = 0, c;
-  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
-    if (c == 'j')
-      json = 1;
-    else if (c == 'h') {
-      bf_cli_usage(bf_cli_find("audit"), stdout);
-      return 0;
-    } else
-      return 2;
-  }
-  if (optind < argc) {
-    bf_cli_error("audit takes no arguments ('%s')", argv[optind]);
-    return 2;
-  }
+  int json;
+  int orc = bf_cli_json_only("audit", argc, argv, &json);
+  if (orc >= 0) return orc;
   bf_store *s;
   int rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
   if (rc) return rc;

@@ -1,5 +1,4 @@
 /* cmd_sessions.c — `bifocal sessions [--json]`. */
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,21 +6,9 @@
 #include "util.h"
 
 int bf_cmd_sessions(bf_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0}};
-  int json = 0, c;
-  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
-    if (c == 'j')
-      json = 1;
-    else if (c == 'h') {
-      bf_cli_usage(bf_cli_find("sessions"), stdout);
-      return 0;
-    } else
-      return 2;
-  }
-  if (optind < argc) {
-    bf_cli_error("sessions takes no arguments ('%s')", argv[optind]);
-    return 2;
-  }
+  int json;
+  int orc = bf_cli_json_only("sessions", argc, argv, &json);
+  if (orc >= 0) return orc;
   bf_store *s;
   int rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
   if (rc) return rc;

@@ -107,6 +107,27 @@ int bf_cli_thread_arg(bf_store *s, int64_t sid, const char *arg, int64_t *thread
   return 0;
 }
 
+int bf_cli_json_only(const char *cmd, int argc, char **argv, int *json) {
+  static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0}};
+  int c;
+  *json = 0;
+  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+    if (c == 'j') {
+      *json = 1;
+    } else if (c == 'h') {
+      bf_cli_usage(bf_cli_find(cmd), stdout);
+      return 0;
+    } else {
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    bf_cli_error("%s takes no arguments ('%s')", cmd, argv[optind]);
+    return 2;
+  }
+  return -1;
+}
+
 int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
   if (argc < 1) return 2;
   if (strcmp(argv[0], "help") == 0) {
