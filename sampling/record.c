@@ -57,6 +57,7 @@ typedef struct rec_thread {
   int64_t last_cpu_ns;
   int64_t last_stack_id;
   int64_t last_read_ns;   /* cpu clock: monotonic time of the last tick that saw the thread */
+  int named;              /* the store has its name (it keeps the first one it gets) */
   bf_smp_frame *last_frames;
   size_t last_n, last_cap;
   int gen;
@@ -327,11 +328,12 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     if (o->no_idle && !o->clock_cpu && (flags & BF_SMP_IDLE)) continue; /* cpu: never charged */
     /* the Python name when known, else the OS name; the store keeps the
      * first name it gets, so a thread the sampler has not looked up yet is
-     * interned unnamed and named on a later tick (cheap once named) */
+     * interned unnamed and named on a later tick (then never asked again) */
     const char *tname = th[i].py_name ? th[i].py_name : th[i].py_name_pending ? NULL : th[i].name;
-    if (!r->store_thread_id || tname) {
+    if (!r->store_thread_id || (tname && !r->named)) {
       rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
       if (rc < 0) return rc;
+      r->named = tname != NULL;
     }
     int64_t stack_id;
     if (o->clock_cpu) {
