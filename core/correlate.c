@@ -280,6 +280,19 @@ static void num_or_null(FILE *out, int ok, double v) {
     fputs("null", out);
 }
 
+/* [lo,hi] when the function was observed, else null. */
+static void ci_or_null(FILE *out, int observed, double lo, double hi) {
+  if (!observed) {
+    fputs("null", out);
+    return;
+  }
+  fputc('[', out);
+  bf_json_num(out, lo);
+  fputc(',', out);
+  bf_json_num(out, hi);
+  fputc(']', out);
+}
+
 void bf_join_json(const bf_join *j, FILE *out) {
   fprintf(out, "{\"sampled\":%lld,\"traced\":%lld,\"clock\":", (long long)j->sampled_id, (long long)j->traced_id);
   bf_json_str(out, j->clock);
@@ -301,27 +314,11 @@ void bf_join_json(const bf_join *j, FILE *out) {
     int o = r->observed;
     num_or_null(out, o, r->self_share);
     fputs(",\"self_ci\":", out);
-    if (o) {
-      fputc('[', out);
-      bf_json_num(out, r->self_lo);
-      fputc(',', out);
-      bf_json_num(out, r->self_hi);
-      fputc(']', out);
-    } else {
-      fputs("null", out);
-    }
+    ci_or_null(out, o, r->self_lo, r->self_hi);
     fputs(",\"total_share\":", out);
     num_or_null(out, o, r->total_share);
     fputs(",\"total_ci\":", out);
-    if (o) {
-      fputc('[', out);
-      bf_json_num(out, r->total_lo);
-      fputc(',', out);
-      bf_json_num(out, r->total_hi);
-      fputc(']', out);
-    } else {
-      fputs("null", out);
-    }
+    ci_or_null(out, o, r->total_lo, r->total_hi);
     fputs(",\"self_samples\":", out);
     num_or_null(out, r->self_samples >= 0, (double)r->self_samples);
     fputs(",\"total_samples\":", out);
