@@ -387,7 +387,7 @@ int bf_store_open(const char *path, int flags, bf_store **out, const char **errm
   }
   if (!exists) {
     if (readonly || !(flags & BF_STORE_CREATE)) {
-      snprintf(open_err, sizeof open_err, "database '%s' does not exist (record or import something first, or pass -d)", path);
+      snprintf(open_err, sizeof open_err, "database '%s' does not exist (record or import something first, or pass --db)", path);
       return -ENOENT;
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -13,7 +13,7 @@
 #include "store.h"
 
 typedef struct bf_cli {
-  const char *db_path;   /* -d DB, else $BIFOCAL_DB, else ./bifocal.db */
+  const char *db_path;   /* --db DB (-D DB), else $BIFOCAL_DB, else ./bifocal.db */
   int stdout_tty;        /* stdout is a terminal */
   int color;             /* colour allowed: tty and no NO_COLOR */
   const char *cmdline;   /* the whole bifocal command line, space-joined (audit) */

@@ -152,7 +152,7 @@ int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
   if (!targv) return 1;
   int k = 0;
   targv[k++] = self;
-  targv[k++] = "-d";
+  targv[k++] = "--db";
   targv[k++] = (char *)cli->db_path;
   targv[k++] = "trace";
   targv[k++] = "--no-builtins";

@@ -32,7 +32,7 @@ typedef struct demo {
   int step;
 } demo;
 
-/* Run `bifocal -d DB ARGS...`; show the command, its output indented (or
+/* Run `bifocal --db DB ARGS...`; show the command, its output indented (or
  * hidden when quiet), and keep the last stdout line. Returns the exit status. */
 static int run_self(demo *d, int quiet, char *last, size_t last_len, const char *const *args) {
   printf("%s$ bifocal", d->dim);
@@ -51,7 +51,7 @@ static int run_self(demo *d, int quiet, char *last, size_t last_len, const char 
     const char *argv[64];
     int k = 0;
     argv[k++] = d->self;
-    argv[k++] = "-d";
+    argv[k++] = "--db";
     argv[k++] = d->db;
     for (const char *const *a = args; *a && k < 62; a++) argv[k++] = *a;
     argv[k] = NULL;
@@ -278,7 +278,7 @@ int bf_cmd_demo(bf_cli *cli, int argc, char **argv) {
   if (fl == 0) printf("  %s   flame graph of the wall-clock run (click to zoom, search, threads)\n", flame);
   if (hm == 0) printf("  %s   how load moves over time\n", heat);
   if (df == 0) printf("  %s   differential flame graph: red grew, blue shrank\n", diffp);
-  printf("  bifocal -d %s          the REPL on this database (try: use demo-cpu, replay --view gil)\n", d.db);
+  printf("  bifocal --db %s        the REPL on this database (try: use demo-cpu, replay --view gil)\n", d.db);
   int ok = gate_same == 0 && gate_reg == 1;
   printf("\ndemo %s\n", ok ? "complete" : "complete, but a step did not behave as expected");
   return ok ? 0 : 1;

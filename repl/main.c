@@ -18,10 +18,10 @@ int bf_repl_main(bf_cli *cli);
 static void print_help(FILE *f) {
   fprintf(f,
           "bifocal %s — sampling and tracing profiler workbench for CPython\n\n"
-          "usage: bifocal [-d DB] COMMAND [ARGS]\n"
-          "       bifocal [-d DB]            (interactive REPL)\n\n"
+          "usage: bifocal [--db DB] COMMAND [ARGS]\n"
+          "       bifocal [--db DB]          (interactive REPL)\n\n"
           "options:\n"
-          "  -d, --db DB     database file (default $BIFOCAL_DB, else ./bifocal.db)\n"
+          "  -D, --db DB     database file (default $BIFOCAL_DB, else ./bifocal.db)\n"
           "  -h, --help      this help; `bifocal help COMMAND` for one command\n"
           "  -V, --version   print the version\n\ncommands:\n",
           BF_VERSION);
@@ -128,8 +128,31 @@ int bf_cli_json_only(const char *cmd, int argc, char **argv, int *json) {
   return -1;
 }
 
+/* Commands whose -d is py-spy's --duration; everywhere else -d is refused. */
+static int takes_dash_d(const char *cmd) {
+  static const char *const with_d[] = {NULL};
+  for (const char *const *w = with_d; *w; w++)
+    if (strcmp(*w, cmd) == 0) return 1;
+  return 0;
+}
+
+static int dash_d(const char *a) { return a[0] == '-' && a[1] == 'd'; }
+
+static void refuse_dash_d(void) {
+  bf_cli_error("-d no longer names the database: use --db DB (or -D DB, or $BIFOCAL_DB); "
+               "-d is --duration on record and top, as in py-spy");
+}
+
 int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
   if (argc < 1) return 2;
+  /* `-d DB` was the database option before 0.2; say so instead of a bare
+   * "invalid option". A script's own arguments (run SCRIPT ARGS) are its own. */
+  if (!takes_dash_d(argv[0]) && strcmp(argv[0], "run") != 0)
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+      if (dash_d(argv[i])) {
+        refuse_dash_d();
+        return 2;
+      }
   if (strcmp(argv[0], "help") == 0) {
     if (argc > 1) {
       const bf_cmd *c = bf_cli_find(argv[1]);
@@ -176,8 +199,8 @@ int main(int argc, char **argv) {
   char *cmdline = join_args(argc, argv);
   cli.cmdline = cmdline ? cmdline : "bifocal";
 
-  /* Global options come before the command; `-d DB` is also accepted anywhere
-   * before a `--` so `bifocal sessions -d x.db` works too. */
+  /* Global options come before the command; `--db DB` (-D DB) is also accepted
+   * anywhere before a `--` so `bifocal sessions --db x.db` works too. */
   int out = 1;
   int i = 1;
   int seen_cmd = 0, seen_dashdash = 0;
@@ -186,7 +209,7 @@ int main(int argc, char **argv) {
   for (; i < argc; i++) {
     const char *a = argv[i];
     if (!seen_dashdash && strcmp(a, "--") == 0) seen_dashdash = 1;
-    if (!seen_dashdash && (strcmp(a, "-d") == 0 || strcmp(a, "--db") == 0)) {
+    if (!seen_dashdash && (strcmp(a, "-D") == 0 || strcmp(a, "--db") == 0)) {
       if (i + 1 >= argc) {
         bf_cli_error("option %s needs a database path", a);
         free(rest);
@@ -200,7 +223,17 @@ int main(int argc, char **argv) {
       cli.db_path = a + 5;
       continue;
     }
+    if (!seen_dashdash && strncmp(a, "-D", 2) == 0 && a[2]) {
+      cli.db_path = a + 2;
+      continue;
+    }
     if (!seen_cmd && !seen_dashdash) {
+      if (dash_d(a)) {
+        refuse_dash_d();
+        free(rest);
+        free(cmdline);
+        return 2;
+      }
       if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
         print_help(stdout);
         free(rest);

@@ -52,7 +52,7 @@ def us(ns):
 def run_once(bifocal, py, script, db, nthreads, seconds, rate, sampled, nice):
     cmd = [py, script, str(nthreads), str(seconds)]
     if sampled:
-        cmd = [bifocal, "-d", db, "record", "--native", "--rate", str(rate), "--"] + cmd
+        cmd = [bifocal, "--db", db, "record", "--native", "--rate", str(rate), "--"] + cmd
         if nice:  # the profiler above the target on a busy machine; the target at nice 0
             cmd = ["nice", "-n", str(nice)] + cmd[:-len([py, script, str(nthreads), str(seconds)])] + \
                 ["nice", "-n", str(-nice), py, script, str(nthreads), str(seconds)]
@@ -63,7 +63,7 @@ def run_once(bifocal, py, script, db, nthreads, seconds, rate, sampled, nice):
 
 
 def session_extra(bifocal, db, sid):
-    out = subprocess.run([bifocal, "-d", db, "sessions", "--json"], capture_output=True,
+    out = subprocess.run([bifocal, "--db", db, "sessions", "--json"], capture_output=True,
                          text=True, check=True).stdout
     for s in json.loads(out):
         if s["id"] == sid:

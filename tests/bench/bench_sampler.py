@@ -86,7 +86,7 @@ def windows(bifocal, py, n, secs):
                 sampled = i % 2 == 1
                 t0 = time.monotonic_ns()
                 if sampled:
-                    subprocess.run([bifocal, "-d", db, "record", "--pid", str(p.pid), "--rate",
+                    subprocess.run([bifocal, "--db", db, "record", "--pid", str(p.pid), "--rate",
                                     "1000", "--duration", str(secs)],
                                    capture_output=True, check=True)
                 else:
@@ -138,7 +138,7 @@ def slowdown(bifocal, py, runs, iters):
             for sampled in ((False, True) if i % 2 == 0 else (True, False)):
                 cmd = [py, script, str(iters)]
                 if sampled:
-                    cmd = [bifocal, "-d", db, "record", "--rate", "1000", "--"] + cmd
+                    cmd = [bifocal, "--db", db, "record", "--rate", "1000", "--"] + cmd
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
                 # the target's own timing is the first line: wall and CPU seconds
                 wall, cpu = (float(x) for x in out.split("\n")[0].split()[:2])

@@ -67,7 +67,7 @@ def main():
             ("export pprof", ["export", sid, "--format", "pprof", "-o"], "p.pb.gz"),
         ]
         for name, args, out in steps:
-            cmd = [a.bin, "-d", db] + args
+            cmd = [a.bin, "--db", db] + args
             path = None
             if out:
                 path = os.path.join(work, shape + "-" + out)

@@ -32,7 +32,7 @@ def run(args, db=None, check=True, timeout=120, input=None, env=None):
     """Run bifocal with args; returns CompletedProcess (text)."""
     cmd = [bifocal_bin()]
     if db:
-        cmd += ["-d", db]
+        cmd += ["--db", db]
     cmd += list(args)
     e = dict(os.environ)
     e.pop("BIFOCAL_DB", None)

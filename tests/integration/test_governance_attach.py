@@ -56,7 +56,7 @@ def attach_row(db, command):
 def run_bounded(args, db, seconds):
     """Run a command that may not stop on its own; SIGINT it after seconds,
     and kill its whole process group (launched targets included) if needed."""
-    p = subprocess.Popen([bifocal_bin(), "-d", db] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.Popen([bifocal_bin(), "--db", db] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         out, err = p.communicate(timeout=seconds)
@@ -113,7 +113,7 @@ def test_live_is_audited(db, target):
     need("live")
     # live wants a terminal: give it a pseudo-terminal and press q
     master, slave = pty.openpty()
-    p = subprocess.Popen([bifocal_bin(), "-d", db, "live", str(target.pid)], stdin=slave, stdout=slave,
+    p = subprocess.Popen([bifocal_bin(), "--db", db, "live", str(target.pid)], stdin=slave, stdout=slave,
                          stderr=subprocess.PIPE, close_fds=True)
     os.close(slave)
     time.sleep(1.5)
@@ -164,7 +164,7 @@ def sessions(db):
 
 def test_record_ttl_expires_with_gc(db, target):
     need("record")
-    keep = subprocess.run([bifocal_bin(), "-d", db, "record", "--pid", str(target.pid), "--duration", "0.5"],
+    keep = subprocess.run([bifocal_bin(), "--db", db, "record", "--pid", str(target.pid), "--duration", "0.5"],
                           capture_output=True, text=True, timeout=60)
     rc, out, err = run_bounded(["record", "--ttl", "1s", "--pid", str(target.pid), "--duration", "0.5"], db, 60)
     assert rc == 0 and keep.returncode == 0, err + keep.stderr

@@ -159,7 +159,7 @@ def test_timeout_stops_runaway(tmp_path, db):
 
 def test_ctrl_c_stops_runaway(tmp_path, db):
     s = script(tmp_path, 'io.write("started\\n") io.stdout:flush()\nwhile true do end\n')
-    p = subprocess.Popen([bifocal_bin(), "-d", db, "run", s], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([bifocal_bin(), "--db", db, "run", s], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "started\n"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=20)

@@ -354,7 +354,7 @@ def test_killed_profiler_leaves_target_running(python, db, tmp_path, sig):
         e = dict(os.environ)
         e.pop("BIFOCAL_DB", None)
         # a high rate so the kill lands mid-stop more often than not
-        prof = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--native", "--rate", "1000",
+        prof = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native", "--rate", "1000",
                                  "--pid", str(target.pid)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=e)
         # the session row exists once recording began (signal handlers set)
@@ -437,7 +437,7 @@ def test_one_tracer_at_a_time(python, db, tmp_path):
     try:
         e = dict(os.environ)
         e.pop("BIFOCAL_DB", None)
-        first = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--native", "--pid",
+        first = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native", "--pid",
                                   str(target.pid), "--duration", "20"], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=e)
         deadline = time.monotonic() + 20
@@ -464,7 +464,7 @@ def test_job_control_stop_kept(python, db, tmp_path):
     try:
         e = dict(os.environ)
         e.pop("BIFOCAL_DB", None)
-        prof = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--native", "--pid",
+        prof = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native", "--pid",
                                  str(target.pid), "--duration", "3"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=e)
         time.sleep(0.7)

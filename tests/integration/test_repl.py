@@ -88,7 +88,7 @@ class Screen:
         self.sock = "bf-" + uuid.uuid4().hex[:8]
         self.hist = str(tmp_path / "history")
         env = "HOME=%s BIFOCAL_HISTORY=%s TERM=xterm NO_COLOR=1" % (tmp_path, self.hist)
-        cmd = "env %s %s -d %s" % (env, bifocal_bin(), db)
+        cmd = "env %s %s --db %s" % (env, bifocal_bin(), db)
         subprocess.run([tmux, "-L", self.sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "150", "-y",
                         "50", cmd], check=True)
         self.wait_for("bifocal>")

@@ -219,7 +219,7 @@ def test_record_attach_duration_and_target_exit(python, db, tmp_path):
         assert 0.4 < s["duration_s"] < 3
         assert s["expires_at_ns"] > s["start_ns"]
         # the target exits while being recorded
-        rec = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--pid",
+        rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--pid",
                                 str(proc.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
         time.sleep(0.5)
@@ -236,7 +236,7 @@ def test_record_attach_duration_and_target_exit(python, db, tmp_path):
 def test_sigint_finalises(python, db, tmp_path):
     p = tmp_path / "forever.py"
     p.write_text("import time\nwhile True:\n    sum(range(1000))\n")
-    rec = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--", python,
+    rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--", python,
                             str(p)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
     # wait for the session row (the capture has started), then a little more
@@ -351,7 +351,7 @@ def test_stalled_sampler_counts_missed_and_late(db, tmp_path):
     python = pythons.discover()[-1]["path"]
     proc, _ = start_dumpee(python, tmp_path)
     try:
-        rec = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--pid", str(proc.pid),
+        rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--pid", str(proc.pid),
                                 "--rate", "1000", "--duration", "1.5"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(0.5)

@@ -166,7 +166,7 @@ def test_live_threads_view_shows_python_names(tmp_path):
     python = pythons.discover()[-1]["path"]
     proc, _ = start(python, tmp_path)
     master, slave = pty.openpty()
-    live = subprocess.Popen([bifocal_bin(), "-d", str(tmp_path / "l.db"), "live", str(proc.pid)],
+    live = subprocess.Popen([bifocal_bin(), "--db", str(tmp_path / "l.db"), "live", str(proc.pid)],
                             stdin=slave, stdout=slave, stderr=subprocess.PIPE, close_fds=True)
     os.close(slave)
     screen = b""

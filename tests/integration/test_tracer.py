@@ -313,7 +313,7 @@ def test_module_and_command_modes(python, db, tmp_path):
             sys.exit(main(sys.argv[1:]))
     """))
     e = dict(os.environ, PYTHONHASHSEED="0")
-    cmd = [bifocal_bin(), "-d", db, "trace", "--", python, "-m", "mypkg.tool", "a", "b"]
+    cmd = [bifocal_bin(), "--db", db, "trace", "--", python, "-m", "mypkg.tool", "a", "b"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), env=e, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stdout.splitlines()[0] == "args ['a', 'b'] __main__"
@@ -424,7 +424,7 @@ def test_unbuilt_or_old_interpreter_is_refused(db, tmp_path):
     shutil.copy(bifocal_bin(), str(solo / "bifocal"))
     e = dict(os.environ)
     e.pop("BIFOCAL_TRACING_DIR", None)
-    r = subprocess.run([str(solo / "bifocal"), "-d", db, "trace", "--", sys.executable, "-c", "pass"],
+    r = subprocess.run([str(solo / "bifocal"), "--db", db, "trace", "--", sys.executable, "-c", "pass"],
                        capture_output=True, text=True, env=e, timeout=60)
     assert r.returncode == 2 and "no tracing extension was built for Python" in r.stderr
     assert r.stderr.count("\n") == 1
