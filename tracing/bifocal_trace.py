@@ -74,19 +74,6 @@ def _parse(argv):
     return opts, target
 
 
-def _cache_finder(entry):
-    """Give sys.path[0] its path finder now, as interpreter startup would have,
-    so the traced program does not pay (and count) the path hook calls."""
-    if entry in _sys.path_importer_cache:
-        return
-    for hook in _sys.path_hooks:
-        try:
-            _sys.path_importer_cache[entry] = hook(entry or ".")
-            return
-        except ImportError:
-            continue
-
-
 def _set_path0(entry):
     """sys.path[0] as `python` would have set it for this target ('' from our
     own -c start); -I / -P (safe_path) mean no such entry at all."""
@@ -102,8 +89,7 @@ def _prepare(target):
     """Build (code, globals) for the target the way `python` would run it, and
     install the fresh __main__ module; nothing of it runs yet."""
     import os
-    import types
-    main = types.ModuleType("__main__")
+    main = type(_sys)("__main__")  # types.ModuleType, without importing types
     g = main.__dict__
     import builtins
     g["__builtins__"] = builtins
@@ -143,8 +129,6 @@ def _prepare(target):
         code = compile(src, fname, "exec", dont_inherit=True)
         g.update(__name__="__main__", __file__=fname, __cached__=None, __doc__=None,
                  __loader__=None, __package__=None, __spec__=None)
-    if _sys.path:
-        _cache_finder(_sys.path[0])
     _sys.modules["__main__"] = main
     return code, g
 
@@ -162,7 +146,9 @@ def _join_threads():
 
 def _main(argv=None):
     """Run a program under the tracer and write the session (see _USAGE)."""
-    import signal
+    # _signal, not signal: signal.py would import enum and collections before
+    # the program, whose own imports of them would then go uncounted
+    import _signal as signal
     import _bifocal_trace as _c
     opts, target = _parse(list(_sys.argv[1:] if argv is None else argv))
 
