@@ -133,6 +133,46 @@ def _prepare(target):
     return code, g
 
 
+def _json_str(s):
+    """s as a JSON string literal; undecodable path bytes become U+FFFD."""
+    if not isinstance(s, str):
+        return "null"
+    out = []
+    for ch in s:
+        o = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif o < 0x20 or 0xD800 <= o <= 0xDFFF:
+            out.append("\\u%04x" % (0xFFFD if o >= 0xD800 else o))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _interpreter():
+    """The interpreter running this process, as a JSON object: what ran the
+    program, not what the extension was built against. Reads only what is
+    loaded at start-up (sys, _imp), so nothing is imported for the program."""
+    import _imp
+    v = _sys.version_info
+    level = {"alpha": "a", "beta": "b", "candidate": "rc"}.get(v.releaselevel)
+    version = "%d.%d.%d" % v[:3] + ("%s%d" % (level, v.serial) if level else "")
+    suffix = next((x for x in _imp.extension_suffixes() if x.count(".") >= 2), "")
+    abiflags = getattr(_sys, "abiflags", "")
+    fields = [("implementation", _json_str(_sys.implementation.name)),
+              ("version", _json_str(version)),
+              ("executable", _json_str(_sys.executable or None)),  # made real after the run
+              ("prefix", _json_str(_sys.prefix)),
+              ("base_prefix", _json_str(getattr(_sys, "base_prefix", _sys.prefix))),
+              ("soabi", _json_str(suffix[1:-3] if suffix.endswith(".so") else suffix[1:] or None)),
+              ("ext_suffix", _json_str(suffix or None)),
+              ("abiflags", _json_str(abiflags)),
+              ("debug", "true" if hasattr(_sys, "gettotalrefcount") else "false"),
+              ("free_threaded", "true" if "t" in abiflags else "false"),
+              ("source", '"runtime"')]
+    return dict(fields)
+
+
 def _join_threads():
     import threading
     me = threading.current_thread()
@@ -170,6 +210,8 @@ def _main(argv=None):
     except SystemExit:
         discard()
         raise
+    interp = _interpreter()  # before the program can change sys
+    sys_executable = _sys.executable
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _c._sigterm)
     status, exit_code, outcome, exc = "complete", 0, "exit", None
@@ -195,7 +237,13 @@ def _main(argv=None):
         if prof.running:  # run_code already stopped counting this thread
             _join_threads()
             prof.disable()
-    extra = '"exit_code":%d,"outcome":"%s"' % (exit_code, outcome)
+    import os
+    if sys_executable:  # the real file, as /proc/PID/exe names it for a sampled session
+        interp["executable"] = _json_str(os.path.realpath(sys_executable))
+        if interp["executable"] != _json_str(sys_executable):
+            interp["sys_executable"] = _json_str(sys_executable)
+    extra = '"exit_code":%d,"outcome":"%s","python":{%s}' % (
+        exit_code, outcome, ",".join('"%s":%s' % kv for kv in interp.items()))
     try:
         prof.write(opts["db"], session=opts["session"], label=opts["label"],
                    command=opts["command"] or " ".join(target), status=status,

@@ -1490,15 +1490,27 @@ static long long trc_write_session(ProfileObject *p, const char *db, long long s
   bf_trc_result res = {sfuncs, p->nfuncs, sedges, p->nedges, recs, p->rec_count, threads,
                        p->nthreads};
 
+  /* the interpreter running now, not the headers this was built with: one
+   * extension suffix serves e.g. pyenv's 3.11.7 and Debian's 3.11.2 */
   char pyver[64];
-  snprintf(pyver, sizeof pyver, "%d.%d.%d", PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION);
+  snprintf(pyver, sizeof pyver, "%.*s", (int)strcspn(Py_GetVersion(), " "), Py_GetVersion());
   const char *build = "release";
 #ifdef Py_DEBUG
   build = "debug";
 #endif
   char *fglob = p->focus_glob ? trc_json_escape(p->focus_glob) : NULL;
-  char extra_json[2048];
-  snprintf(extra_json, sizeof extra_json,
+  size_t extra_len = 1024 + (fglob ? strlen(fglob) : 0) + (extra ? strlen(extra) : 0);
+  char *extra_json = malloc(extra_len);
+  if (!extra_json) {
+    free(fglob);
+    free(threads);
+    free(recs);
+    free(sfuncs);
+    free(sedges);
+    PyErr_NoMemory();
+    return -1;
+  }
+  snprintf(extra_json, extra_len,
            "{\"mismatches\":%lld,\"threads\":%u,\"builtins\":%s,\"backend\":\"%s\","
            "\"timer\":\"%s\","
            "\"tool_id\":%d,\"focus\":%s%s%s,\"records_capacity\":%zu,\"partial\":%s%s%s}",
@@ -1533,6 +1545,7 @@ static long long trc_write_session(ProfileObject *p, const char *db, long long s
   Py_BEGIN_ALLOW_THREADS
   rc = bf_trc_write(db, &res, &meta, &sid, err, sizeof err);
   Py_END_ALLOW_THREADS
+  free(extra_json);
   free(threads);
   free(recs);
   free(sfuncs);
