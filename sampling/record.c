@@ -82,6 +82,7 @@ typedef struct target {
   int gen;
   bf_smp_native *nat; /* --native: stops threads, merges C frames (native.c) */
   char *nat_json;     /* its figures for the session's extra_json */
+  char *py_json;      /* extra.python: the interpreter it runs (interp.c), or NULL */
 } target;
 
 /* Read a small /proc file. */
@@ -145,6 +146,20 @@ static void git_commit(int pid, char *out, size_t len) {
     memcpy(out, buf, strlen(buf) + 1);
 }
 
+/* Append ,"python":{...} (read at session start) to the object in t->nat_json. */
+static void extra_add_python(target *t) {
+  size_t nl = t->nat_json ? strlen(t->nat_json) : 0, pl = t->py_json ? strlen(t->py_json) : 0;
+  if (!pl || (nl && t->nat_json[nl - 1] != '}')) return;
+  char *n = malloc(nl + pl + 16);
+  if (!n) return;
+  if (nl > 2) /* {...} → {...,"python":{...}} */
+    snprintf(n, nl + pl + 16, "%.*s,\"python\":%s}", (int)(nl - 1), t->nat_json, t->py_json);
+  else
+    snprintf(n, nl + pl + 16, "{\"python\":%s}", t->py_json);
+  free(t->nat_json);
+  t->nat_json = n;
+}
+
 static int64_t profiler_cpu_ns(void) {
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru) < 0) return 0;
@@ -163,6 +178,10 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
   else
     git_commit(t->pid, t->commit, sizeof t->commit);
   snprintf(t->version, sizeof t->version, "%s", bf_smp_python_version(t->h));
+  free(t->py_json);
+  if (smp_interp_json(t->h, t->pid, &t->py_json) < 0) t->py_json = NULL;
+  extra_add_python(t); /* an incomplete session still says what ran */
+  in->extra_json = t->nat_json;
   in->kind = "sampled";
   in->clock = o->clock_cpu ? "cpu" : "wall";
   in->mode = o->native ? "native" : o->gil_only ? "gil" : "all";
@@ -218,6 +237,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
     if (t->nat_json) sprintf(t->nat_json, "{%s}", late);
   }
   free(nat);
+  extra_add_python(t);
   in->extra_json = t->nat_json;
   int rc = bf_store_flush(st);
   int rc2 = bf_store_session_update(st, in);
@@ -625,6 +645,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
       bf_smp_native_free(tg[i].nat);
       free(tg[i].nat_json);
     }
+    free(tg[i].py_json);
     if (tg[i].own) bf_smp_free(tg[i].h);
     for (size_t k = 0; k < tg[i].nthreads; k++) free(tg[i].threads[k].last_frames);
     free(tg[i].threads);

@@ -323,6 +323,11 @@ int smp_layout_names(int minor, struct smp_names_layout *out);
 /* A str object as UTF-8 (walker.c). OUT: *out, malloc'd. */
 int smp_read_str(bf_smp *h, uint64_t addr, char **out);
 
+/* The interpreter pid runs, as a JSON object (interp.c): version and build
+ * from h (attached), executable, libpython, prefix, soabi, ext_suffix.
+ * OUT: *out (caller frees). Returns 0 or -ENOMEM. */
+int smp_interp_json(const bf_smp *h, int pid, char **out);
+
 /* ==== end Python thread names ============================================ */
 
 #endif

@@ -1,0 +1,193 @@
+/* interp.c — which interpreter a sampled process runs, read from outside:
+ * the executable (/proc/PID/exe), the libpython it mapped, the extension
+ * suffix compiled into that object, the install prefix by CPython's own
+ * landmark (PREFIX/lib/pythonX.Y/os.py), and version and build from the
+ * attached handle. Everything read is untrusted and written out as JSON.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "smp_int.h"
+
+typedef struct jbuf {
+  char *s;
+  size_t n, cap;
+  int oom;
+} jbuf;
+
+static void jput(jbuf *b, const char *p, size_t n) {
+  if (b->oom) return;
+  if (b->n + n + 1 > b->cap) {
+    size_t nc = (b->cap ? b->cap * 2 : 512) + n;
+    char *ns = realloc(b->s, nc);
+    if (!ns) {
+      b->oom = 1;
+      return;
+    }
+    b->s = ns;
+    b->cap = nc;
+  }
+  memcpy(b->s + b->n, p, n);
+  b->n += n;
+  b->s[b->n] = 0;
+}
+
+static void jraw(jbuf *b, const char *s) { jput(b, s, strlen(s)); }
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+  size_t l;
+  uint32_t cp;
+  if (p[0] < 0x80) return 1;
+  if ((p[0] & 0xe0) == 0xc0) l = 2, cp = p[0] & 0x1f;
+  else if ((p[0] & 0xf0) == 0xe0) l = 3, cp = p[0] & 0x0f;
+  else if ((p[0] & 0xf8) == 0xf0) l = 4, cp = p[0] & 0x07;
+  else return 0;
+  if (l > n) return 0;
+  for (size_t i = 1; i < l; i++) {
+    if ((p[i] & 0xc0) != 0x80) return 0;
+    cp = cp << 6 | (p[i] & 0x3f);
+  }
+  if ((l == 2 && cp < 0x80) || (l == 3 && cp < 0x800) || (l == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+      (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return l;
+}
+
+/* "key":"value" (value NULL → null); bytes that are not UTF-8 become U+FFFD. */
+static void jstr(jbuf *b, const char *key, const char *v) {
+  jraw(b, b->n > 1 ? ",\"" : "\"");
+  jraw(b, key);
+  jraw(b, "\":");
+  if (!v) {
+    jraw(b, "null");
+    return;
+  }
+  jraw(b, "\"");
+  const unsigned char *p = (const unsigned char *)v;
+  size_t n = strlen(v);
+  for (size_t i = 0; i < n;) {
+    char esc[8];
+    if (p[i] == '"' || p[i] == '\\') {
+      esc[0] = '\\', esc[1] = (char)p[i];
+      jput(b, esc, 2);
+      i++;
+    } else if (p[i] < 0x20 || p[i] == 0x7f) {
+      snprintf(esc, sizeof esc, "\\u%04x", p[i]);
+      jraw(b, esc);
+      i++;
+    } else {
+      size_t l = utf8_len(p + i, n - i);
+      if (l)
+        jput(b, (const char *)p + i, l);
+      else
+        jraw(b, "\\ufffd");
+      i += l ? l : 1;
+    }
+  }
+  jraw(b, "\"");
+}
+
+static void jbool(jbuf *b, const char *key, int v) {
+  jraw(b, b->n > 1 ? ",\"" : "\"");
+  jraw(b, key);
+  jraw(b, v ? "\":true" : "\":false");
+}
+
+/* Path of the first libpython3.* object mapped by pid, or "" (OUT: buf). */
+static void find_libpython(int pid, char *buf, size_t len) {
+  char path[64], line[1024];
+  buf[0] = 0;
+  snprintf(path, sizeof path, "/proc/%d/maps", pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    char *p = strchr(line, '/');
+    if (!p) continue;
+    p[strcspn(p, "\n")] = 0;
+    const char *base = strrchr(p, '/') + 1;
+    if (strncmp(base, "libpython3.", 11) == 0 && strstr(base, ".so") && strlen(p) < len) {
+      memcpy(buf, p, strlen(p) + 1);
+      break;
+    }
+  }
+  fclose(f);
+}
+
+/* The "." SOABI ".so" string CPython's importer keeps in .rodata
+ * (_PyImport_DynLoadFiletab), e.g. ".cpython-311-x86_64-linux-gnu.so". */
+static int find_ext_suffix(const smp_elf *e, char *buf, size_t len) {
+  static const char pat[] = ".cpython-3";
+  const unsigned char *p = e->data, *end = e->data + e->size;
+  while (p < end && (p = memmem(p, (size_t)(end - p), pat, sizeof pat - 1)) != NULL) {
+    const unsigned char *q = p;
+    while (q < end && q - p < 96 && (isalnum(*q) || *q == '.' || *q == '_' || *q == '-')) q++;
+    size_t n = (size_t)(q - p);
+    if (p > e->data && p[-1] == 0 && q < end && *q == 0 && n > 13 && n < len &&
+        memcmp(q - 3, ".so", 3) == 0) {
+      memcpy(buf, p, n);
+      buf[n] = 0;
+      return 0;
+    }
+    p += sizeof pat - 1;
+  }
+  return -ENOENT;
+}
+
+int smp_interp_json(const bf_smp *h, int pid, char **out) {
+  char link[64], exe[1024] = "", lib[1024], obj[1200], suffix[128] = "", prefix[1024] = "";
+  *out = NULL;
+  snprintf(link, sizeof link, "/proc/%d/exe", pid);
+  ssize_t n = readlink(link, exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  if (n > 10 && strcmp(exe + n - 10, " (deleted)") == 0) exe[n - 10] = 0;
+  find_libpython(pid, lib, sizeof lib);
+  if (lib[0])
+    snprintf(obj, sizeof obj, "/proc/%d/root%s", pid, lib);
+  else
+    snprintf(obj, sizeof obj, "/proc/%d/exe", pid);
+  smp_elf e = {0};
+  if (smp_elf_load(obj, &e) == 0) {
+    if (find_ext_suffix(&e, suffix, sizeof suffix) < 0) suffix[0] = 0;
+    smp_elf_free(&e);
+  }
+  /* CPython's landmark search: PREFIX/bin/python → PREFIX/lib/pythonX.Y/os.py */
+  const char *ver = bf_smp_python_version(h);
+  int major = 0, minor = 0;
+  char *slash = strrchr(exe, '/');
+  if (slash && sscanf(ver, "%d.%d", &major, &minor) == 2 && slash - exe >= 4 &&
+      strncmp(slash - 4, "/bin", 4) == 0) {
+    char land[1400];
+    int plen = (int)(slash - 4 - exe);
+    struct stat sb;
+    snprintf(land, sizeof land, "/proc/%d/root%.*s/lib/python%d.%d/os.py", pid, plen, exe, major, minor);
+    if (stat(land, &sb) == 0 && S_ISREG(sb.st_mode)) snprintf(prefix, sizeof prefix, "%.*s", plen ? plen : 1, plen ? exe : "/");
+  }
+  const char *build = bf_smp_python_build(h);
+  char soabi[128] = "";
+  if (suffix[0]) snprintf(soabi, sizeof soabi, "%.*s", (int)strlen(suffix) - 4, suffix + 1);
+  jbuf b = {0};
+  jraw(&b, "{");
+  jstr(&b, "implementation", "cpython");
+  jstr(&b, "version", ver[0] ? ver : NULL);
+  jstr(&b, "executable", exe[0] ? exe : NULL);
+  jstr(&b, "prefix", prefix[0] ? prefix : NULL);
+  jstr(&b, "library", lib[0] ? lib : NULL);
+  jstr(&b, "soabi", soabi[0] ? soabi : NULL);
+  jstr(&b, "ext_suffix", suffix[0] ? suffix : NULL);
+  jbool(&b, "debug", build && strstr(build, "debug") != NULL);
+  jbool(&b, "free_threaded", build && strstr(build, "free-threaded") != NULL);
+  jstr(&b, "source", "process");
+  jraw(&b, "}");
+  if (b.oom) {
+    free(b.s);
+    return -ENOMEM;
+  }
+  *out = b.s;
+  return 0;
+}
