@@ -46,6 +46,7 @@ typedef struct bf_join {
   double spearman;          /* rank correlation of sampled self share vs traced self_ns over n_both; NAN if n_both < 2 */
   const char *clock;        /* sampled clock, borrowed from the join ("wall"/"cpu") */
   char clock_buf[8];
+  char interp_warning[1200]; /* one line when the two sessions ran different interpreters, else "" */
 } bf_join;
 
 /* Join a sampled (or imported) session with a traced one.
@@ -62,6 +63,20 @@ void bf_join_free(bf_join *j);
 /* Spearman rank correlation of n pairs (average ranks for ties); NAN if n < 2 or
  * a side is constant. */
 double bf_spearman(const double *x, const double *y, size_t n);
+
+/* The interpreter a session ran, from extra.python (version and executable)
+ * else its python_version column. Control characters read as '?'.
+ * OUT: exe, ver ("" when not recorded; truncated to their lengths). */
+void bf_session_interp(const bf_session_info *in, char *exe, size_t exe_len, char *ver, size_t ver_len);
+
+/* 1 when a and b ran different interpreters (version or executable differ;
+ * what one side did not record never differs), with a one-line reason in
+ * why; else 0 and why = "". */
+int bf_sessions_interp_differ(const bf_session_info *a, const bf_session_info *b, char *why, size_t len);
+
+/* Append " · EXECUTABLE" of in to the NUL-terminated line in buf (size len)
+ * when in and other ran different interpreters and in recorded its own. */
+void bf_session_line_add_exe(const bf_session_info *in, const bf_session_info *other, char *buf, size_t len);
 
 /* Print the join as a terminal table (limit rows, <= 0 = all) or as JSON. */
 void bf_join_print(const bf_join *j, FILE *out, int limit, int color);

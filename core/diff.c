@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "correlate.h"
 #include "store_int.h"
 #include "util.h"
 #include "views.h"
@@ -163,6 +164,8 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
     char la[512], lb[512];
     bf_session_line(ia, 0, la, sizeof la);
     bf_session_line(ib, 0, lb, sizeof lb);
+    bf_session_line_add_exe(ia, ib, la, sizeof la);
+    bf_session_line_add_exe(ib, ia, lb, sizeof lb);
     int width = o->width > 40 ? o->width : 80;
     fprintf(out, "%sA%s ", bo, rst);
     bf_put_fit(out, la, width - 2);
@@ -268,6 +271,8 @@ int bf_diff_flame(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, FILE
              (long long)b);
     bf_session_line(wa->info, 0, la, sizeof la);
     bf_session_line(wb->info, 0, lb, sizeof lb);
+    bf_session_line_add_exe(wa->info, wb->info, la, sizeof la);
+    bf_session_line_add_exe(wb->info, wa->info, lb, sizeof lb);
     snprintf(sub, sizeof sub, "widths: B (%s); red = share grew since A (%s), blue = shrank", lb, la);
     rc = bf_flame_write(s, wb, wa, title, sub, out);
   }

@@ -177,6 +177,9 @@ static void push_info(lua_State *L, const bf_session_info *in) {
   set_bool(L, "redacted", in->redacted);
   set_int(L, "created_ns", in->created_ns);
   set_str(L, "extra_json", in->extra_json);
+  char exe[1024], ver[64]; /* the interpreter that ran, from extra.python */
+  bf_session_interp(in, exe, sizeof exe, ver, sizeof ver);
+  if (exe[0]) set_str(L, "python_executable", exe);
 }
 
 /* Push a session userdata of the db at index dbi for session id (must exist). */
@@ -750,6 +753,7 @@ static void push_join(lua_State *L, const bf_join *j) {
   set_int(L, "n_both", (int64_t)j->n_both);
   set_num(L, "spearman", j->spearman);
   set_str(L, "clock", j->clock);
+  if (j->interp_warning[0]) set_str(L, "interpreters_differ", j->interp_warning);
 }
 
 /* bifocal.join(sampled, traced) → rows, summary | nil, msg (sessions of one db) */

@@ -48,6 +48,7 @@ int bf_cmd_correlate(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return 1;
   }
+  if (j->interp_warning[0]) bf_cli_warn("%s", j->interp_warning);
   if (json)
     bf_join_json(j, stdout);
   else

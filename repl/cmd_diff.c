@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "correlate.h"
 #include "out_file.h"
 #include "views.h"
 
@@ -95,6 +96,12 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
     }
     bf_cli_warn("comparing anyway (--force): %s", why);
   }
+  bf_session_info *ia = NULL, *ib = NULL;
+  if (bf_store_session_get(s, a, &ia) == 0 && bf_store_session_get(s, b, &ib) == 0 &&
+      bf_sessions_interp_differ(ia, ib, why, sizeof why))
+    bf_cli_warn("%s", why);
+  bf_session_info_free(ia);
+  bf_session_info_free(ib);
   bf_out_file of;
   if (bf_out_open(outp, &of)) {
     bf_store_close(s);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "correlate.h"
 #include "util.h"
 
 int bf_cmd_sessions(bf_cli *cli, int argc, char **argv) {
@@ -30,8 +31,27 @@ int bf_cmd_sessions(bf_cli *cli, int argc, char **argv) {
     printf("no sessions in %s\n", cli->db_path);
   } else {
     const char *dim = cli->color ? "\033[2m" : "", *rst = cli->color ? "\033[0m" : "";
-    printf("%s%4s %-8s %-16s %-4s %-6s %8s %9s %7s %-8s %-13s %s%s\n", dim, "ID", "KIND", "CREATED (UTC)", "CLK",
-           "MODE", "RATE", "SAMPLES", "DUR", "PYTHON", "STATUS", "LABEL", rst);
+    /* the executable gets a column only when the sessions ran different ones */
+    char exe0[1024] = "", exe[1024], ver[64];
+    int exe_w = 0;
+    for (size_t i = 0; i < n; i++) {
+      bf_session_interp(list[i], exe, sizeof exe, ver, sizeof ver);
+      if (!exe[0]) continue;
+      if (!exe0[0]) snprintf(exe0, sizeof exe0, "%s", exe);
+      else if (strcmp(exe0, exe) != 0) exe_w = 1;
+    }
+    if (exe_w) {
+      exe_w = 10;
+      for (size_t i = 0; i < n; i++) {
+        bf_session_interp(list[i], exe, sizeof exe, ver, sizeof ver);
+        int l = (int)strlen(exe);
+        if (l > exe_w) exe_w = l > 60 ? 60 : l;
+      }
+    }
+    printf("%s%4s %-8s %-16s %-4s %-6s %8s %9s %7s %-8s ", dim, "ID", "KIND", "CREATED (UTC)", "CLK", "MODE", "RATE",
+           "SAMPLES", "DUR", "PYTHON");
+    if (exe_w) printf("%-*s ", exe_w, "EXECUTABLE");
+    printf("%-13s %s%s\n", "STATUS", "LABEL", rst);
     for (size_t i = 0; i < n; i++) {
       bf_session_info *in = list[i];
       char created[32], rate[16], dur[16];
@@ -42,9 +62,18 @@ int bf_cmd_sessions(bf_cli *cli, int argc, char **argv) {
       else
         snprintf(rate, sizeof rate, "-");
       snprintf(dur, sizeof dur, "%.1fs", (double)in->duration_ns / 1e9);
-      printf("%4lld %-8s %-16s %-4s %-6.6s %8s %9lld %7s %-8s %-13s %s\n", (long long)in->id, in->kind, created,
+      printf("%4lld %-8s %-16s %-4s %-6.6s %8s %9lld %7s %-8s ", (long long)in->id, in->kind, created,
              in->clock ? in->clock : "-", in->mode ? in->mode : "-", rate, (long long)in->samples, dur,
-             in->python_version ? in->python_version : "-", in->status, in->label ? in->label : "");
+             in->python_version ? in->python_version : "-");
+      if (exe_w) {
+        bf_session_interp(in, exe, sizeof exe, ver, sizeof ver);
+        size_t l = strlen(exe);
+        if ((int)l > exe_w) /* keep the end of a long path: the file name tells most */
+          printf("…%-*s ", exe_w - 1, exe + l - (size_t)(exe_w - 1));
+        else
+          printf("%-*s ", exe_w, exe[0] ? exe : "-");
+      }
+      printf("%-13s %s\n", in->status, in->label ? in->label : "");
     }
   }
   for (size_t i = 0; i < n; i++) bf_session_info_free(list[i]);

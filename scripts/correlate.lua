@@ -17,6 +17,7 @@ if #pos ~= 2 then error(usage, 0) end
 local sampled = assert(bifocal.session(pos[1]))
 local traced = assert(bifocal.session(pos[2]))
 local rows, sum = assert(bifocal.join(sampled, traced))
+if sum.interpreters_differ then io.stderr:write("warning: ", sum.interpreters_differ, "\n") end
 
 print(string.format("sampled %s × traced %s: %d samples over %.2f s (%s clock, %d thread%s)",
   sampled.id, traced.id, sum.samples, (sum.sampled_duration_ns or 0) / 1e9, sum.clock,

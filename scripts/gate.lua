@@ -29,6 +29,16 @@ for _, field in ipairs({ "clock", "rate_hz", "mode" }) do
   end
 end
 
+-- a different interpreter is a finding, not a reason to refuse: say so once
+for _, field in ipairs({ "python_version", "python_executable" }) do
+  if base[field] and cand[field] and base[field] ~= cand[field] then
+    io.stderr:write(string.format("warning: sessions %d and %d ran different interpreters: Python %s (%s) vs Python %s (%s)\n",
+      base.id, cand.id, tostring(base.python_version), tostring(base.python_executable or "executable unknown"),
+      tostring(cand.python_version), tostring(cand.python_executable or "executable unknown")))
+    break
+  end
+end
+
 local share_key = opt.total and "total_share" or "self_share"
 local samples_key = opt.total and "total_samples" or "self_samples"
 local function index(s)
