@@ -95,6 +95,7 @@ static int hex4(const char *p, unsigned *v) {
  * position after the closing quote, or NULL when malformed. */
 static const char *jstring(const char *p, char *out, size_t len) {
   size_t n = 0;
+  int full = 0; /* truncated: keep a prefix, never skip a character */
   if (*p++ != '"') return NULL;
   for (;;) {
     unsigned c = (unsigned char)*p++, cp;
@@ -134,9 +135,11 @@ static const char *jstring(const char *p, char *out, size_t len) {
     } else {
       tmp[tl++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
     }
-    if (out && n + tl < len) {
+    if (out && !full && n + tl < len) {
       memcpy(out + n, tmp, tl);
       n += tl;
+    } else {
+      full = 1;
     }
   }
   if (out && len) out[n] = 0;
