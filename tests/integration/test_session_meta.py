@@ -116,6 +116,19 @@ def test_shared_suffix_pair_records_the_interpreter_that_ran(pair_db):
         assert session(db, sid)["kind"] == "sampled" and session(db, tid)["kind"] == "traced"
 
 
+def test_calibrate_pair_records_the_interpreter_that_ran(pair_db, tmp_path):
+    _, _, members = pair_db
+    script = tmp_path / "spin.py"
+    script.write_text(textwrap.dedent(SPIN))
+    db = str(tmp_path / "cal.db")
+    for path, info, _, _ in members:
+        r = run(["calibrate", "--rate", "200", "--json", "--", path, str(script), "0.4"], db=db)
+        doc = json.loads(r.stdout)
+        assert "different interpreters" not in r.stderr, r.stderr
+        check_python_meta(session(db, doc["traced_session"]), info, "runtime")
+        check_python_meta(session(db, doc["sampled_session"]), info, "process")
+
+
 def test_correlate_diff_gate_sessions_warn_on_different_interpreters(pair_db):
     db, _, members = pair_db
     (pa, ia, ta, sa), (pb, ib, tb, sb) = members
