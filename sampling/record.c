@@ -643,8 +643,8 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
           bf_smp_native_child_exited(tg[i].nat, &child_status))
         child_reaped = 1;
       bf_smp_native_free(tg[i].nat);
-      free(tg[i].nat_json);
     }
+    free(tg[i].nat_json); /* every session_finish makes one, --native or not */
     free(tg[i].py_json);
     if (tg[i].own) bf_smp_free(tg[i].h);
     for (size_t k = 0; k < tg[i].nthreads; k++) free(tg[i].threads[k].last_frames);
