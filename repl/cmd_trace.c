@@ -28,8 +28,9 @@ static const char trc_boot[] =
     "sys.path.remove(d);sys.exit(b._main(sys.argv[1:]))";
 
 static const char trc_probe[] =
-    "import sys,sysconfig;print(sys.implementation.name);"
-    "print('%d.%d.%d'%sys.version_info[:3]);print(sysconfig.get_config_var('EXT_SUFFIX') or '')";
+    "import sys,sysconfig,os;print(sys.implementation.name);"
+    "print('%d.%d.%d'%sys.version_info[:3]);print(sysconfig.get_config_var('EXT_SUFFIX') or '');"
+    "print(os.path.realpath(sys.executable) if sys.executable else '')";
 
 static volatile sig_atomic_t trc_child_pid;
 
@@ -214,13 +215,15 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
     return 2;
   }
 
-  char probe[512];
+  char probe[8192];
   char *pargv[] = {cmd[0], "-c", (char *)trc_probe, NULL};
   if (trc_capture(pargv, probe, sizeof probe) != 0) {
     bf_cli_error("cannot run '%s' as a Python interpreter (is it on PATH?)", cmd[0]);
     return 127;
   }
   char impl[64] = "", version[64] = "", suffix[128] = "";
+  const char *exe_line = probe; /* 4th line: the executable (may hold spaces) */
+  for (int i = 0; i < 3 && exe_line; i++) exe_line = strchr(exe_line, '\n') ? strchr(exe_line, '\n') + 1 : NULL;
   if (sscanf(probe, "%63s %63s %127s", impl, version, suffix) != 3 || strcmp(impl, "cpython")) {
     bf_cli_error("'%s' is not a CPython interpreter bifocal can trace", cmd[0]);
     return 2;
@@ -267,12 +270,35 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   info.command = command;
   info.python_version = version;
   info.profiler_version = BF_VERSION;
+  /* until the runner writes what it saw inside, say which interpreter was
+   * started, so a program killed outright still leaves that */
+  char *pre_extra = NULL;
+  size_t pre_len = 0;
+  FILE *pf = open_memstream(&pre_extra, &pre_len);
+  if (pf) {
+    char exe[PATH_MAX] = "";
+    if (exe_line) snprintf(exe, sizeof exe, "%.*s", (int)strcspn(exe_line, "\n"), exe_line);
+    fputs("{\"python\":{\"implementation\":\"cpython\",\"version\":", pf);
+    bf_json_str(pf, version);
+    fputs(",\"executable\":", pf);
+    bf_json_str(pf, exe[0] ? exe : NULL);
+    fputs(",\"ext_suffix\":", pf);
+    bf_json_str(pf, suffix);
+    fputs(",\"source\":\"probe\"}}", pf);
+    if (fclose(pf) != 0) {
+      free(pre_extra);
+      pre_extra = NULL;
+    }
+  }
+  info.extra_json = pre_extra;
   info.commit = commit;
   info.label = label;
   info.status = "incomplete";
   info.expires_at_ns = ttl_ns > 0 ? info.start_ns + ttl_ns : 0;
   int64_t sid = 0;
-  if (bf_store_session_begin(s, &info, &sid) < 0) {
+  int brc = bf_store_session_begin(s, &info, &sid);
+  free(pre_extra);
+  if (brc < 0) {
     bf_cli_error("%s", bf_store_errmsg(s));
     bf_audit_end(au, bf_store_errmsg(s), 0);
     bf_store_close(s);
