@@ -230,8 +230,15 @@ void bf_session_line_add_exe(const bf_session_info *in, const bf_session_info *o
   char why[8], exe[1024], ver[64];
   if (!bf_sessions_interp_differ(in, other, why, sizeof why)) return;
   bf_session_interp(in, exe, sizeof exe, ver, sizeof ver);
+  /* a header line is fitted to the terminal: keep the path's end, which tells most */
+  const char *e = exe;
+  size_t el = strlen(exe);
+  if (el > 40) {
+    e = exe + el - 39;
+    while (((unsigned char)*e & 0xc0) == 0x80) e++;
+  }
   size_t n = strlen(buf);
-  if (exe[0] && n < len) snprintf(buf + n, len - n, " · %s", exe);
+  if (exe[0] && n < len) snprintf(buf + n, len - n, " · %s%s", e == exe ? "" : "…", e);
 }
 
 static int is_kind(const bf_session_info *in, const char *k) { return in->kind && strcmp(in->kind, k) == 0; }

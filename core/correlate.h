@@ -74,8 +74,9 @@ void bf_session_interp(const bf_session_info *in, char *exe, size_t exe_len, cha
  * why; else 0 and why = "". */
 int bf_sessions_interp_differ(const bf_session_info *a, const bf_session_info *b, char *why, size_t len);
 
-/* Append " · EXECUTABLE" of in to the NUL-terminated line in buf (size len)
- * when in and other ran different interpreters and in recorded its own. */
+/* Append " · EXECUTABLE" of in (its last 40 bytes or so, "…" before) to the
+ * NUL-terminated line in buf (size len) when in and other ran different
+ * interpreters and in recorded its own. */
 void bf_session_line_add_exe(const bf_session_info *in, const bf_session_info *other, char *buf, size_t len);
 
 /* Print the join as a terminal table (limit rows, <= 0 = all) or as JSON. */
