@@ -13,6 +13,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "correlate.h"
 #include "native.h"
 #include "sampler.h"
 #include "util.h"
@@ -179,13 +180,16 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       if (late > 0)
         snprintf(late_s, sizeof late_s, ", %lld taken late (caught up; at most %.1f ms late)", late,
                  lm ? strtod(lm + 14, NULL) : 0.0);
+      char exe[1024], ver[64]; /* which interpreter was sampled (extra.python) */
+      bf_session_interp(in, exe, sizeof exe, ver, sizeof ver);
       fprintf(stderr,
               "session %lld: %s, %lld samples in %.2fs (%.0f Hz achieved of %.0f asked), "
-              "%lld missed%s, %lld invalid, profiler CPU %.2fs, Python %s\n",
+              "%lld missed%s, %lld invalid, profiler CPU %.2fs, Python %s%s%s%s\n",
               (long long)sid, in->status ? in->status : "?", (long long)in->samples,
               (double)in->duration_ns / 1e9, in->achieved_rate_hz, in->rate_hz,
               (long long)in->missed, late_s, (long long)in->invalid,
-              (double)in->profiler_cpu_ns / 1e9, in->python_version ? in->python_version : "?");
+              (double)in->profiler_cpu_ns / 1e9, in->python_version ? in->python_version : "?",
+              exe[0] ? " (" : "", exe, exe[0] ? ")" : "");
       bf_session_info_free(in);
     }
   }
