@@ -21,6 +21,7 @@
 
 #include "correlate.h"
 #include "lua_bifocal.h"
+#include "lua_sandbox.h"
 #include "profile.h"
 #include "store.h"
 #include "util.h"
@@ -36,8 +37,17 @@ typedef struct lua_ctx {
   char out_real[PATH_MAX]; /* realpath of --out, "" = none */
   double timeout_s;
   struct timespec deadline; /* valid when timeout_s > 0 */
+  int armed;                /* a chunk is running: deadline and Ctrl-C apply */
   int n_checks, n_failed, printed;
 } lua_ctx;
+
+/* The allocator's accounting (lua_setallocf ud). Freed by the allocator itself
+ * when Lua frees its last block at lua_close (used back to 0), so a plain
+ * lua_close needs no companion call. */
+typedef struct lua_mem {
+  size_t used, limit, peak;
+  int refused; /* an allocation was refused for the cap */
+} lua_mem;
 
 static const char CTX_KEY = 'c';    /* registry: lua_ctx userdata */
 static const char CHECKS_KEY = 'k'; /* registry: array of {name, ok, detail} */
@@ -1229,23 +1239,26 @@ static int sb_os_rename(lua_State *L) {
 /* load/loadfile with text chunks only: precompiled bytecode is not verified by
  * Lua and can break memory safety. */
 static int sb_load(lua_State *L) {
-  lua_settop(L, 4);
+  /* an absent env stays absent: load then uses the sandbox's globals as _ENV
+   * (an explicit nil would leave the chunk without any) */
+  int n = lua_gettop(L) > 4 ? 4 : lua_gettop(L) < 3 ? 3 : lua_gettop(L);
+  lua_settop(L, n);
   if (!lua_isnil(L, 3) && strcmp(luaL_checkstring(L, 3), "t") != 0)
     return luaL_error(L, "binary chunks are refused by the sandbox (run with --unsafe to allow them)");
   lua_pushliteral(L, "t");
   lua_replace(L, 3);
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
-  lua_call(L, 4, LUA_MULTRET);
+  lua_call(L, n, LUA_MULTRET);
   return lua_gettop(L);
 }
 
 static int sb_loadfile(lua_State *L) {
+  int env = !lua_isnone(L, 3); /* as loadfile: an explicit nil env is an env */
   lua_settop(L, 3);
   if (!lua_isnil(L, 2) && strcmp(luaL_checkstring(L, 2), "t") != 0)
     return luaL_error(L, "binary chunks are refused by the sandbox (run with --unsafe to allow them)");
   const char *fname = luaL_optstring(L, 1, NULL);
-  int env = !lua_isnone(L, 3) && !lua_isnil(L, 3);
   if (luaL_loadfilex(L, fname, "t") == LUA_OK) {
     if (env) {
       lua_pushvalue(L, 3);
@@ -1264,6 +1277,26 @@ static int sb_dofile(lua_State *L) {
   if (luaL_loadfilex(L, fname, "t") != LUA_OK) return lua_error(L);
   lua_call(L, 0, LUA_MULTRET);
   return lua_gettop(L) - 1;
+}
+
+/* package.searchers[2] of the sandbox: Lua files on package.path, loaded as
+ * text only (the stock searcher accepts precompiled chunks). */
+static int sb_lua_searcher(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  lua_getglobal(L, "package");
+  if (!lua_istable(L, -1)) return 0;
+  lua_getfield(L, -1, "searchpath");
+  lua_pushvalue(L, 1);
+  lua_getfield(L, -3, "path");
+  if (!lua_isstring(L, -1)) return luaL_error(L, "'package.path' must be a string");
+  lua_call(L, 2, 2); /* searchpath(name, path) -> filename | nil, msg */
+  if (lua_isnil(L, -2)) return 1; /* the "no file ..." message */
+  const char *file = lua_tostring(L, -2);
+  if (!file) return 0;
+  if (luaL_loadfilex(L, file, "t") != LUA_OK)
+    return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, file, lua_tostring(L, -1));
+  lua_pushvalue(L, -3); /* loader data: the file name */
+  return 2;
 }
 
 static int sb_c_searcher(lua_State *L) {
@@ -1302,11 +1335,14 @@ static void apply_sandbox(lua_State *L) {
   lua_setglobal(L, "loadfile");
   lua_pushcfunction(L, sb_dofile);
   lua_setglobal(L, "dofile");
-  /* package: no C searchers (3: cpath, 4: all-in-one) and an empty cpath */
+  /* package: Lua modules as text only, no C searchers (3: cpath, 4:
+   * all-in-one), an empty cpath and no loadlib */
   lua_getglobal(L, "package");
   lua_pushliteral(L, "");
   lua_setfield(L, -2, "cpath");
   lua_getfield(L, -1, "searchers");
+  lua_pushcfunction(L, sb_lua_searcher);
+  lua_rawseti(L, -2, 2);
   lua_pushcfunction(L, sb_c_searcher);
   lua_rawseti(L, -2, 3);
   lua_pushnil(L);
@@ -1326,30 +1362,75 @@ static void apply_sandbox(lua_State *L) {
   lua_pop(L, 2);
 }
 
-/* ---- timeout and Ctrl-C ------------------------------------------------------ */
+/* ---- timeout, Ctrl-C and the memory cap --------------------------------------- */
 
-static void stop_hook(lua_State *L, lua_Debug *ar) {
-  (void)ar;
-  lua_ctx *c = getctx(L);
-  const char *why = NULL;
-  char buf[96];
-  if (interrupted) {
-    why = "interrupted";
-  } else if (c->timeout_s > 0) {
+/* lua_Alloc with a cap: a growth past the limit is refused (Lua then raises
+ * "not enough memory" after an emergency collection). */
+static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  lua_mem *m = ud;
+  if (!ptr) osize = 0; /* then osize is a type tag, not a size */
+  if (nsize == 0) {
+    free(ptr);
+    m->used -= osize;
+    if (m->used == 0) free(m); /* lua_close freed the state's last block */
+    return NULL;
+  }
+  if (nsize > osize && (nsize - osize > m->limit || m->used + (nsize - osize) > m->limit)) {
+    m->refused = 1;
+    return NULL;
+  }
+  void *r = realloc(ptr, nsize);
+  if (r) {
+    m->used = m->used - osize + nsize;
+    if (m->used > m->peak) m->peak = m->used;
+  }
+  return r;
+}
+
+static lua_mem *getmem(lua_State *L) {
+  void *ud = NULL;
+  return lua_getallocf(L, &ud) == capped_alloc ? ud : NULL;
+}
+
+/* Why the running chunk must stop (into buf), or NULL to go on. */
+static const char *stop_reason(lua_ctx *c, char *buf, size_t len) {
+  if (!c || !c->armed) return NULL;
+  if (interrupted) return "interrupted";
+  if (c->timeout_s > 0) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (now.tv_sec > c->deadline.tv_sec || (now.tv_sec == c->deadline.tv_sec && now.tv_nsec >= c->deadline.tv_nsec)) {
-      snprintf(buf, sizeof buf, "timed out after %g s (--timeout)", c->timeout_s);
-      why = buf;
+      snprintf(buf, len, "timed out after %g s (--timeout)", c->timeout_s);
+      return buf;
     }
   }
-  if (!why) return;
+  return NULL;
+}
+
+static void stop(lua_State *L, const char *why) {
   /* every instruction from now on fails, so a pcall loop cannot swallow it */
-  lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1);
+  lua_sethook(L, lua_gethook(L), LUA_MASKCOUNT, 1);
   lua_Debug d;
-  if (lua_getstack(L, 0, &d) && lua_getinfo(L, "Sl", &d) && d.currentline > 0)
-    luaL_error(L, "%s:%d: %s", d.short_src, d.currentline, why);
-  luaL_error(L, "%s", why);
+  for (int level = 0; lua_getstack(L, level, &d); level++)
+    if (lua_getinfo(L, "Sl", &d) && d.currentline > 0) {
+      lua_pushfstring(L, "%s:%d: %s", d.short_src, d.currentline, why);
+      lua_error(L);
+    }
+  lua_pushstring(L, why);
+  lua_error(L);
+}
+
+void bf_lua_budget(lua_State *L) {
+  char buf[96];
+  const char *why = stop_reason(getctx(L), buf, sizeof buf);
+  if (why) stop(L, why);
+}
+
+/* Installed for the state's whole life (coroutines inherit it when created);
+ * it only acts while a chunk runs. */
+static void stop_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  bf_lua_budget(L);
 }
 
 static void arm(lua_State *L) {
@@ -1365,7 +1446,39 @@ static void arm(lua_State *L) {
       c->deadline.tv_nsec -= 1000000000L;
     }
   }
+  c->armed = 1;
+  lua_mem *m = getmem(L);
+  if (m) m->refused = 0;
   lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1000);
+}
+
+static void disarm(lua_State *L) {
+  getctx(L)->armed = 0;
+  lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1000);
+}
+
+static char *take_msg(lua_State *L);
+
+/* The message of a failed chunk; an allocation refused for the cap becomes a
+ * clear line instead of Lua's "not enough memory". */
+static char *fail_msg(lua_State *L, int st) {
+  lua_mem *m = getmem(L);
+  const char *orig = lua_tostring(L, -1);
+  if (st == LUA_ERRMEM || (orig && strstr(orig, "not enough memory"))) {
+    if (m && m->refused) {
+      char *r = NULL;
+      /* keep "file:line: " when the message has one */
+      const char *pos = orig ? strstr(orig, ": not enough memory") : NULL;
+      int plen = pos ? (int)(pos - orig) : 0;
+      if (asprintf(&r, "%.*s%sscript exceeded the memory cap of %.0f MiB (raise it with --memory, e.g. --memory 4G)",
+                   plen, pos ? orig : "", pos ? ": " : "", (double)m->limit / 1048576.0) < 0)
+        r = NULL;
+      m->refused = 0;
+      lua_pop(L, 1);
+      return r ? r : strdup("script exceeded the memory cap (raise it with --memory)");
+    }
+  }
+  return take_msg(L);
 }
 
 lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
@@ -1374,6 +1487,18 @@ lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
     snprintf(err, errlen, "not enough memory for the Lua interpreter");
     return NULL;
   }
+  lua_mem *m = calloc(1, sizeof *m);
+  if (!m) {
+    lua_close(L);
+    snprintf(err, errlen, "not enough memory for the Lua interpreter");
+    return NULL;
+  }
+  /* count from what the state already holds, so used returns to exactly 0
+   * when lua_close frees the last block */
+  m->used = (size_t)lua_gc(L, LUA_GCCOUNT) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB);
+  m->limit = o && o->memory_bytes ? o->memory_bytes : BF_LUA_DEFAULT_MEMORY;
+  if (m->limit < m->used + (1u << 20)) m->limit = m->used + (1u << 20);
+  lua_setallocf(L, capped_alloc, m);
   lua_ctx *c = lua_newuserdatauv(L, sizeof *c, 0);
   memset(c, 0, sizeof *c);
   snprintf(c->db_path, sizeof c->db_path, "%s", o && o->db_path ? o->db_path : "bifocal.db");
@@ -1389,9 +1514,11 @@ lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
   }
   lua_rawsetp(L, LUA_REGISTRYINDEX, &CTX_KEY);
   luaL_openlibs(L);
+  bf_lua_bounded_strlib(L);
   if (c->sandbox) apply_sandbox(L);
   luaL_requiref(L, "bifocal", luaopen_bifocal, 1);
   lua_pop(L, 1);
+  lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1000);
   return L;
 }
 
@@ -1514,20 +1641,23 @@ int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char 
     lua_rawseti(L, -2, i + 1);
   }
   lua_setglobal(L, "arg");
-  if (luaL_loadfilex(L, path, "t") != LUA_OK) {
-    *errmsg = full_path_msg(take_msg(L), path);
+  int st = luaL_loadfilex(L, path, "t");
+  if (st != LUA_OK) {
+    disarm(L);
+    *errmsg = full_path_msg(fail_msg(L, st), path);
     return 2;
   }
   if (!lua_checkstack(L, argc + 4)) {
+    disarm(L);
     *errmsg = strdup("too many script arguments");
     return 2;
   }
   for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
-  int st = docall(L, argc, 0);
-  lua_sethook(L, NULL, 0, 0);
+  st = docall(L, argc, 0);
+  disarm(L);
   fflush(stdout);
   if (st != LUA_OK) {
-    *errmsg = full_path_msg(take_msg(L), path);
+    *errmsg = full_path_msg(fail_msg(L, st), path);
     return 2;
   }
   lua_ctx *c = getctx(L);
@@ -1586,10 +1716,10 @@ int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int prin
   }
   arm(L);
   st = docall(L, 0, LUA_MULTRET);
-  lua_sethook(L, NULL, 0, 0);
+  disarm(L);
   fflush(stdout);
   if (st != LUA_OK) {
-    *errmsg = take_msg(L);
+    *errmsg = fail_msg(L, st);
     lua_settop(L, top);
     return 2;
   }

@@ -17,7 +17,10 @@ typedef struct bf_lua_opts {
                           hooks; files may be written only under out_dir */
   const char *out_dir; /* where a sandboxed script may write (NULL: nowhere); must exist */
   double timeout_s;    /* stop a running chunk after this many seconds; 0 = never */
+  size_t memory_bytes; /* cap on the interpreter's memory; 0 = BF_LUA_DEFAULT_MEMORY */
 } bf_lua_opts;
+
+#define BF_LUA_DEFAULT_MEMORY ((size_t)1 << 30) /* 1 GiB */
 
 /* Open the `bifocal` module (also used as luaL_requiref's openf). */
 int luaopen_bifocal(lua_State *L);

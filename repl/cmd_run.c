@@ -13,6 +13,28 @@
 #include "cli.h"
 #include "lua_bifocal.h"
 
+/* "512M", "1G", "1.5GiB", "65536" (bytes) -> bytes; 0 when malformed. */
+static size_t parse_bytes(const char *s) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || !(v > 0)) return 0;
+  double mul = 1;
+  switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1048576.0; end++; break;
+    case 'g': case 'G': mul = 1073741824.0; end++; break;
+    case 't': case 'T': mul = 1099511627776.0; end++; break;
+    default: break;
+  }
+  if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
+  if (mul > 1 && (*end == 'b' || *end == 'B')) end++;
+  if (*end) return 0;
+  v *= mul;
+  if (v < 1048576.0 || v > 1099511627776.0 * 64) return 0;
+  return (size_t)v;
+}
+
 static void on_sigint(int sig) {
   (void)sig;
   bf_lua_interrupt();
@@ -22,12 +44,13 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
                                        {"unsafe", no_argument, NULL, 'u'},
                                        {"timeout", required_argument, NULL, 't'},
+                                       {"memory", required_argument, NULL, 'm'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   bf_lua_opts lo = {.db_path = cli->db_path, .sandbox = 1};
   int c;
   /* "+": options stop at the script name; what follows belongs to the script */
-  while ((c = getopt_long(argc, argv, "+o:ut:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "+o:ut:m:h", opts, NULL)) != -1) {
     switch (c) {
       case 'o': lo.out_dir = optarg; break;
       case 'u': lo.sandbox = 0; break;
@@ -42,12 +65,18 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
         lo.timeout_s = v;
         break;
       }
+      case 'm':
+        if (!(lo.memory_bytes = parse_bytes(optarg))) {
+          bf_cli_error("bad --memory '%s' (a size from 1M, e.g. 512M or 2G)", optarg);
+          return 2;
+        }
+        break;
       case 'h': bf_cli_usage(bf_cli_find("run"), stdout); return 0;
       default: return 2;
     }
   }
   if (optind >= argc) {
-    bf_cli_error("run needs a SCRIPT.lua (usage: bifocal run [--out DIR] [--unsafe] [--timeout S] SCRIPT.lua [ARGS])");
+    bf_cli_error("run needs a SCRIPT.lua (usage: bifocal run [--out DIR] [--unsafe] [--timeout S] [--memory SIZE] SCRIPT.lua [ARGS])");
     return 2;
   }
   char buf[PATH_MAX];
