@@ -1,4 +1,4 @@
-/* util.c — JSON string escaping, duration parsing, time formatting. */
+/* util.c — duration parsing, time formatting (JSON writing is in json.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -6,85 +6,6 @@
 #include <time.h>
 
 #include "util.h"
-
-void bf_json_str(FILE *f, const char *s) {
-  if (!s) {
-    fputs("null", f);
-    return;
-  }
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    switch (*p) {
-      case '"': fputs("\\\"", f); break;
-      case '\\': fputs("\\\\", f); break;
-      case '\n': fputs("\\n", f); break;
-      case '\r': fputs("\\r", f); break;
-      case '\t': fputs("\\t", f); break;
-      default:
-        if (*p < 0x20)
-          fprintf(f, "\\u%04x", *p);
-        else
-          fputc(*p, f);
-    }
-  }
-  fputc('"', f);
-}
-
-void bf_json_num(FILE *f, double v) {
-  if (!isfinite(v))
-    fputs("null", f);
-  else if (v == floor(v) && fabs(v) < 9e15)
-    fprintf(f, "%.0f", v);
-  else
-    fprintf(f, "%.9g", v);
-}
-
-void bf_json_session(FILE *f, const bf_session_info *in) {
-  fprintf(f, "{\"id\":%lld,\"kind\":", (long long)in->id);
-  bf_json_str(f, in->kind);
-  fputs(",\"label\":", f);
-  bf_json_str(f, in->label);
-  fputs(",\"clock\":", f);
-  bf_json_str(f, in->clock);
-  fputs(",\"mode\":", f);
-  bf_json_str(f, in->mode);
-  fputs(",\"rate_hz\":", f);
-  bf_json_num(f, in->rate_hz);
-  fputs(",\"achieved_rate_hz\":", f);
-  bf_json_num(f, in->achieved_rate_hz);
-  fprintf(f, ",\"samples\":%lld,\"missed\":%lld,\"invalid\":%lld,\"duration_s\":", (long long)in->samples,
-          (long long)in->missed, (long long)in->invalid);
-  bf_json_num(f, (double)in->duration_ns / 1e9);
-  fputs(",\"python\":", f);
-  bf_json_str(f, in->python_version);
-  fputs(",\"python_build\":", f);
-  bf_json_str(f, in->python_build);
-  fputs(",\"status\":", f);
-  bf_json_str(f, in->status);
-  char buf[64];
-  bf_fmt_time(in->created_ns, buf, sizeof buf);
-  fputs(",\"created\":", f);
-  bf_json_str(f, buf);
-  fprintf(f, ",\"created_ns\":%lld,\"start_ns\":%lld,\"duration_ns\":%lld,\"host\":", (long long)in->created_ns,
-          (long long)in->start_ns, (long long)in->duration_ns);
-  bf_json_str(f, in->host);
-  fprintf(f, ",\"pid\":%lld,\"command\":", (long long)in->pid);
-  bf_json_str(f, in->command);
-  fputs(",\"profiler_version\":", f);
-  bf_json_str(f, in->profiler_version);
-  fputs(",\"commit\":", f);
-  bf_json_str(f, in->commit);
-  fputs(",\"profiler_cpu_s\":", f);
-  bf_json_num(f, (double)in->profiler_cpu_ns / 1e9);
-  fprintf(f, ",\"expires_at_ns\":%lld,\"parent_id\":%lld,\"redacted\":%s", (long long)in->expires_at_ns,
-          (long long)in->parent_id, in->redacted ? "true" : "false");
-  fputs(",\"extra\":", f);
-  if (in->extra_json && in->extra_json[0] == '{')
-    fputs(in->extra_json, f);
-  else
-    fputs("null", f);
-  fputc('}', f);
-}
 
 int bf_parse_duration_ns(const char *s, int64_t *ns) {
   if (!s || !*s) return -EINVAL;

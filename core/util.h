@@ -1,18 +1,13 @@
-/* util.h — small shared helpers of core/: JSON writing, durations, clocks. */
+/* util.h — small shared helpers of core/: durations, clocks; JSON writing
+ * (json.h) is included for the callers that found it here. */
 #ifndef BF_UTIL_H
 #define BF_UTIL_H
 
 #include <stdint.h>
 #include <stdio.h>
 
+#include "json.h"
 #include "store.h"
-
-/* Write s as a JSON string literal (with quotes); NULL writes null. */
-void bf_json_str(FILE *f, const char *s);
-/* Write a double as JSON (non-finite → null). */
-void bf_json_num(FILE *f, double v);
-/* Write one session's metadata as a JSON object. */
-void bf_json_session(FILE *f, const bf_session_info *in);
 
 /* Parse "90s", "30m", "12h", "7d", "250ms" or plain seconds ("1.5").
  * OUT: *ns. Returns 0 or -EINVAL. */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "json.h"
 
 #ifndef BF_VERSION
 #define BF_VERSION "0.0.0"
@@ -173,7 +174,13 @@ int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
   }
   optind = 0; /* glibc: full reset of getopt state */
   opterr = 1;
-  return c->fn(cli, argc, argv);
+  size_t bad_utf8 = bf_json_replaced();
+  int rc = c->fn(cli, argc, argv);
+  fflush(stdout);
+  if (bf_json_replaced() > bad_utf8)
+    fprintf(stderr, "bifocal: note: %zu byte(s) of invalid UTF-8 in names or metadata were written as U+FFFD in the JSON output\n",
+            bf_json_replaced() - bad_utf8);
+  return rc;
 }
 
 static char *join_args(int argc, char **argv) {

@@ -27,6 +27,7 @@
 #include <libunwind-ptrace.h>
 #include <libunwind.h>
 
+#include "json.h"
 #include "native.h"
 #include "smp_int.h" /* smp_forget_tid */
 
@@ -1288,20 +1289,6 @@ static int64_t hist_pct(const uint64_t *hist, double q) {
   return 0;
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; s && *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
   char *buf = NULL;
   size_t len = 0;
@@ -1340,7 +1327,7 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
       continue;
     }
     fprintf(f, "%s{\"tid\":%d,\"name\":", listed ? "," : "", ts.tid);
-    json_str(f, ts.name);
+    bf_json_str(f, ts.name);
     fprintf(f, ",\"stops\":%lld,\"stopped_ns\":%lld,\"max_ns\":%lld}", (long long)ts.stops,
             (long long)ts.stopped_ns, (long long)ts.max_ns);
     listed++;

@@ -23,6 +23,7 @@
 #define TRC_HAVE_TSC 0
 #endif
 
+#include "json.h"
 #include "store.h"
 #include "trc_int.h"
 
@@ -1404,24 +1405,7 @@ done:
   return out;
 }
 
-static char *trc_json_escape(const char *s) {
-  size_t n = 0;
-  for (const char *c = s; *c; c++) n += (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) ? 6 : 1;
-  char *o = malloc(n + 1), *w = o;
-  if (!o) return NULL;
-  for (const char *c = s; *c; c++) {
-    if (*c == '"' || *c == '\\') {
-      *w++ = '\\';
-      *w++ = *c;
-    } else if ((unsigned char)*c < 0x20) {
-      w += sprintf(w, "\\u%04x", (unsigned char)*c);
-    } else {
-      *w++ = *c;
-    }
-  }
-  *w = 0;
-  return o;
-}
+static char *trc_json_escape(const char *s) { return bf_json_escape(s); }
 
 /* write(db, session=0, label=None, command=None, status="complete", ttl_s=0,
  *       commit=None, extra=None) -> session id */

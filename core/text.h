@@ -1,0 +1,32 @@
+/* text.h — untrusted text (function names, labels, metadata, thread names)
+ * made safe to show: UTF-8 checking and an inert form for terminals, where
+ * control characters would otherwise move the cursor, clear the screen or
+ * forge lines.
+ */
+#ifndef BF_TEXT_H
+#define BF_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Length of the well-formed UTF-8 sequence at p (at most avail bytes), 0 when
+ * it is not one (stray continuation, overlong form, surrogate, > U+10FFFF,
+ * truncated). OUT: *cp, the code point (untouched on 0). */
+size_t bf_utf8_seq(const unsigned char *p, size_t avail, uint32_t *cp);
+
+/* 1 when code point cp must not reach a terminal raw: C0 controls, DEL, C1
+ * controls and the bidirectional overrides that reorder what is shown. */
+int bf_text_is_control(uint32_t cp);
+
+/* s in its inert form: \n, \r, \t, \x1b (other controls and invalid UTF-8
+ * bytes as \xNN, C1 and bidi controls as \u202e); all else unchanged.
+ * Returns s itself when nothing needs escaping (the common case), else buf,
+ * cut with "…" when the escaped text does not fit in len bytes. NULL gives "".
+ * The result is borrowed: s or buf. */
+const char *bf_inert(const char *s, char *buf, size_t len);
+
+/* Write s in its inert form to f (no length limit). */
+void bf_fputs_inert(FILE *f, const char *s);
+
+#endif
