@@ -7,6 +7,7 @@
 
 #include "correlate.h"
 #include "store_int.h"
+#include "text.h"
 #include "util.h"
 
 static int cmp_dbl_idx(const void *a, const void *b, void *ctx) {
@@ -406,7 +407,8 @@ void bf_join_print(const bf_join *j, FILE *out, int limit, int color) {
   const char *dim = color ? "\033[2m" : "", *rst = color ? "\033[0m" : "", *b = color ? "\033[1m" : "";
   size_t lim = limit <= 0 || (size_t)limit > j->n ? j->n : (size_t)limit;
   fprintf(out, "%ssampled %lld × traced %lld%s · %lld samples · %s clock · %zu functions in both", b,
-          (long long)j->sampled_id, (long long)j->traced_id, rst, (long long)j->sampled_samples, j->clock,
+          (long long)j->sampled_id, (long long)j->traced_id, rst, (long long)j->sampled_samples,
+          bf_inert(j->clock, (char[64]){0}, 64),
           j->n_both);
   if (isfinite(j->spearman))
     fprintf(out, " · spearman %.3f\n", j->spearman);
@@ -438,8 +440,9 @@ void bf_join_print(const bf_join *j, FILE *out, int limit, int color) {
       snprintf(ts, sizeof ts, "-");
     }
     fmt_rate(r->calls_per_s, rate, sizeof rate);
+    char qb[1024], fb[1024]; /* names are untrusted: shown inert */
     fprintf(out, "%-6s %-13s %6s %7s %9s %9s %9s %9s  %s  %s:%lld\n", self, ci, tot, smp, calls, pc, ts, rate,
-            r->qualname, r->file, (long long)r->firstlineno);
+            bf_inert(r->qualname, qb, sizeof qb), bf_inert(r->file, fb, sizeof fb), (long long)r->firstlineno);
   }
   if (lim < j->n) fprintf(out, "%s… %zu more (use --limit)%s\n", dim, j->n - lim, rst);
 }

@@ -24,6 +24,7 @@
 #include "lua_sandbox.h"
 #include "profile.h"
 #include "store.h"
+#include "text.h"
 #include "util.h"
 
 #define DB_MT "bifocal.db"
@@ -953,7 +954,8 @@ static void print_verdict(lua_State *L, FILE *out) {
   for (int i = 1; i <= c->n_checks; i++) {
     lua_rawgeti(L, t, i);
     lua_getfield(L, -1, "name");
-    size_t l = u8width(lua_tostring(L, -1));
+    char nb[512];
+    size_t l = u8width(bf_inert(lua_tostring(L, -1), nb, sizeof nb));
     if (l > w) w = l;
     lua_pop(L, 2);
   }
@@ -966,9 +968,10 @@ static void print_verdict(lua_State *L, FILE *out) {
     lua_getfield(L, -2, "ok");
     lua_getfield(L, -3, "detail");
     int ok = lua_toboolean(L, -2);
-    pad(out, lua_tostring(L, -3), w);
+    char nb[512], db[2048]; /* names in checks come from profiles: shown inert */
+    pad(out, bf_inert(lua_tostring(L, -3), nb, sizeof nb), w);
     fputs(ok ? (tty ? "  \033[32mok\033[0m    " : "  ok    ") : (tty ? "  \033[31mFAILED\033[0m" : "  FAILED"), out);
-    fprintf(out, "  %s\n", lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    fprintf(out, "  %s\n", lua_isstring(L, -1) ? bf_inert(lua_tostring(L, -1), db, sizeof db) : "");
     lua_pop(L, 4);
   }
   fprintf(out, "verdict: %s (%d check%s, %d failed)\n", c->n_failed ? "FAIL" : "PASS", c->n_checks,
@@ -1016,12 +1019,40 @@ static int l_pct(lua_State *L) {
   return 1;
 }
 
+/* bifocal.inert(s): s with control characters and invalid UTF-8 as escapes
+ * (\n, \x1b, \u202e), safe to print on a terminal. */
+static int l_inert(lua_State *L) {
+  const char *s = luaL_checkstring(L, 1);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  char buf[256];
+  const char *r = bf_inert(s, buf, sizeof buf);
+  if (r == s) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  /* escape in pieces so any length fits */
+  size_t n = strlen(s), at = 0;
+  while (at < n) {
+    char piece[64], out[64 * 6 + 8];
+    size_t k = n - at < 60 ? n - at : 60;
+    /* do not split a UTF-8 sequence: back up to a lead byte */
+    while (k < n - at && k > 1 && ((unsigned char)s[at + k] & 0xC0) == 0x80) k--;
+    memcpy(piece, s + at, k);
+    piece[k] = 0;
+    luaL_addstring(&b, bf_inert(piece, out, sizeof out));
+    at += k;
+  }
+  luaL_pushresult(&b);
+  return 1;
+}
+
 /* Parts of the module written in Lua: table printing and value display. */
 static const char prelude[] =
     "local bifocal = ...\n"
     "function bifocal.print_table(header, rows)\n"
     "  local w = {}\n"
-    "  local function cell(v) if v == nil then return '-' end return tostring(v) end\n"
+    "  local function cell(v) if v == nil then return '-' end return bifocal.inert(tostring(v)) end\n"
     "  for i, h in ipairs(header) do w[i] = utf8.len(h) or #h end\n"
     "  for _, r in ipairs(rows) do for i = 1, #header do\n"
     "    local s = cell(r[i]); local l = utf8.len(s) or #s; if l > w[i] then w[i] = l end end end\n"
@@ -1101,7 +1132,7 @@ static const luaL_Reg stats_funcs[] = {{"mean", st_mean},         {"median", st_
                                        {"two_proportion", st_two_proportion}, {NULL, NULL}};
 static const luaL_Reg bifocal_funcs[] = {{"open", l_open},       {"session", l_session}, {"join", l_join},
                                          {"check", l_check},     {"verdict", l_verdict}, {"fmt_ns", l_fmt_ns},
-                                         {"pct", l_pct},         {NULL, NULL}};
+                                         {"pct", l_pct},         {"inert", l_inert},     {NULL, NULL}};
 
 static void create_metas(lua_State *L) {
   luaL_newmetatable(L, DB_MT);
@@ -1678,7 +1709,7 @@ static void print_values(lua_State *L, int n) {
       lua_pop(L, 1);
       luaL_tolstring(L, base + i, NULL);
     }
-    fputs(lua_tostring(L, -1), stdout);
+    bf_fputs_inert(stdout, lua_tostring(L, -1)); /* values may hold names from profiles */
     fputs(i < n ? "\t" : "\n", stdout);
     lua_pop(L, 1);
   }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "text.h"
 #include "util.h"
 #include "views.h"
 #include "views_int.h"
@@ -89,14 +90,15 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
   } else {
     const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
     int width = o->width > 40 ? o->width : 80;
-    fprintf(out, "%ssession %lld%s · %s · %s clock · %s", b, (long long)info->id, rst, info->kind,
-            info->clock ? info->clock : "?", info->mode ? info->mode : "?");
+    char t1[64], t2[64], t3[64], t4[64], t5[512]; /* metadata is untrusted: shown inert */
+    fprintf(out, "%ssession %lld%s · %s · %s clock · %s", b, (long long)info->id, rst, bf_inert(info->kind, t1, sizeof t1),
+            info->clock ? bf_inert(info->clock, t2, sizeof t2) : "?", info->mode ? bf_inert(info->mode, t3, sizeof t3) : "?");
     if (p->traced)
       fprintf(out, " · traced time %.3f s", (double)p->total_ns / 1e9);
     else
       fprintf(out, " · %lld samples", (long long)p->total_samples);
-    if (info->python_version) fprintf(out, " · python %s", info->python_version);
-    if (info->label) fprintf(out, " · %s", info->label);
+    if (info->python_version) fprintf(out, " · python %s", bf_inert(info->python_version, t4, sizeof t4));
+    if (info->label) fprintf(out, " · %s", bf_inert(info->label, t5, sizeof t5));
     fputc('\n', out);
     if (p->traced) {
       int fw = width - 58;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "store_int.h"
+#include "text.h"
 #include "views_int.h"
 
 int bf_session_is(const bf_session_info *info, const char *kind) {
@@ -22,6 +23,9 @@ const char *bf_short_file(const char *f, size_t max) {
 }
 
 void bf_fit_func(char *buf, size_t len, const char *qualname, const char *file, int64_t line, int width) {
+  char qb[1024], fb[1024]; /* names are untrusted: shown inert (text.h) */
+  qualname = bf_inert(qualname, qb, sizeof qb);
+  file = bf_inert(file, fb, sizeof fb);
   size_t ql = strlen(qualname);
   if ((int)ql > width) {
     snprintf(buf, len, "%.*s…", width > 1 ? width - 1 : 0, qualname);
@@ -42,6 +46,8 @@ void bf_fit_func(char *buf, size_t len, const char *qualname, const char *file, 
 }
 
 void bf_put_fit(FILE *out, const char *str, int width) {
+  char sb[2048];
+  str = bf_inert(str, sb, sizeof sb);
   int cols = 0;
   const unsigned char *p = (const unsigned char *)str;
   for (const unsigned char *q = p; *q; q++) cols += (*q & 0xC0) != 0x80;
@@ -71,8 +77,9 @@ void bf_html_str(FILE *out, const char *s) {
 }
 
 void bf_wthread_label(const bf_wthread *t, char *buf, size_t len) {
+  char nb[512];
   if (t->name && *t->name)
-    snprintf(buf, len, "%s (%lld)", t->name, (long long)t->native_tid);
+    snprintf(buf, len, "%s (%lld)", bf_inert(t->name, nb, sizeof nb), (long long)t->native_tid);
   else if (t->id == 0)
     snprintf(buf, len, "all threads");
   else

@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "correlate.h"
+#include "text.h"
 #include "util.h"
 
 int bf_cmd_sessions(bf_cli *cli, int argc, char **argv) {
@@ -62,18 +63,21 @@ int bf_cmd_sessions(bf_cli *cli, int argc, char **argv) {
       else
         snprintf(rate, sizeof rate, "-");
       snprintf(dur, sizeof dur, "%.1fs", (double)in->duration_ns / 1e9);
-      printf("%4lld %-8s %-16s %-4s %-6.6s %8s %9lld %7s %-8s ", (long long)in->id, in->kind, created,
-             in->clock ? in->clock : "-", in->mode ? in->mode : "-", rate, (long long)in->samples, dur,
-             in->python_version ? in->python_version : "-");
+      /* every text field may come from an imported file: shown inert */
+      char k[64], c[64], m[64], py[64], st[64], lb[512], eb[1024];
+      printf("%4lld %-8s %-16s %-4s %-6.6s %8s %9lld %7s %-8s ", (long long)in->id, bf_inert(in->kind, k, sizeof k),
+             created, in->clock ? bf_inert(in->clock, c, sizeof c) : "-", in->mode ? bf_inert(in->mode, m, sizeof m) : "-",
+             rate, (long long)in->samples, dur, in->python_version ? bf_inert(in->python_version, py, sizeof py) : "-");
       if (exe_w) {
         bf_session_interp(in, exe, sizeof exe, ver, sizeof ver);
-        size_t l = strlen(exe);
+        const char *e = bf_inert(exe, eb, sizeof eb);
+        size_t l = strlen(e);
         if ((int)l > exe_w) /* keep the end of a long path: the file name tells most */
-          printf("…%-*s ", exe_w - 1, exe + l - (size_t)(exe_w - 1));
+          printf("…%-*s ", exe_w - 1, e + l - (size_t)(exe_w - 1));
         else
-          printf("%-*s ", exe_w, exe[0] ? exe : "-");
+          printf("%-*s ", exe_w, e[0] ? e : "-");
       }
-      printf("%-13s %s\n", in->status, in->label ? in->label : "");
+      printf("%-13s %s\n", bf_inert(in->status, st, sizeof st), bf_inert(in->label, lb, sizeof lb));
     }
   }
   for (size_t i = 0; i < n; i++) bf_session_info_free(list[i]);

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "lua_bifocal.h"
 #include "profile.h"
+#include "text.h"
 
 /* ---- state shared with readline callbacks (readline has no user pointer) ---- */
 
@@ -235,9 +236,10 @@ static int cmd_use(repl *r, int argc, char **argv) {
   }
   bf_session_info *in = NULL;
   if (bf_store_session_get(s, id, &in) == 0) {
+    char k[64], c[64], lb[512];
     if (r->tty)
-      printf("using session %lld (%s, %s clock%s%s)\n", (long long)id, in->kind, in->clock ? in->clock : "?",
-             in->label ? ", " : "", in->label ? in->label : "");
+      printf("using session %lld (%s, %s clock%s%s)\n", (long long)id, bf_inert(in->kind, k, sizeof k),
+             in->clock ? bf_inert(in->clock, c, sizeof c) : "?", in->label ? ", " : "", bf_inert(in->label, lb, sizeof lb));
     bf_session_info_free(in);
   }
   bf_store_close(s);
