@@ -2,19 +2,70 @@
  * of the single-session extract of copy.c.
  */
 #include <errno.h>
+#include <pwd.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "copy.h"
+#include "json.h"
 #include "redact.h"
 #include "store_int.h"
+
+#define MAX_WORDS 16
 
 typedef struct redactor {
   unsigned char key[32];
   const bf_redact_opts *o;
+  /* host and user names that must not survive in extra_json (keys or values) */
+  char *words[MAX_WORDS];
+  size_t nwords;
 } redactor;
+
+static void add_word(redactor *r, const char *w, size_t n) {
+  if (!w || n < 2 || r->nwords >= MAX_WORDS) return;
+  for (size_t i = 0; i < r->nwords; i++)
+    if (strlen(r->words[i]) == n && strncasecmp(r->words[i], w, n) == 0) return;
+  char *c = strndup(w, n);
+  if (c) r->words[r->nwords++] = c;
+}
+
+/* A host name and its first label ("build-7.corp.example" and "build-7"). */
+static void add_host(redactor *r, const char *h) {
+  if (!h || !*h || strcmp(h, "localhost") == 0) return;
+  add_word(r, h, strlen(h));
+  const char *dot = strchr(h, '.');
+  if (dot) add_word(r, h, (size_t)(dot - h));
+}
+
+/* User names seen in home directories of s ("/home/ann/...", "/Users/ann"). */
+static void add_home_users(redactor *r, const char *s) {
+  static const char *const homes[] = {"/home/", "/Users/", "/root", NULL};
+  for (size_t k = 0; s && homes[k]; k++)
+    for (const char *p = strstr(s, homes[k]); p; p = strstr(p + 1, homes[k])) {
+      if (strcmp(homes[k], "/root") == 0) continue; /* "root" is no secret */
+      const char *u = p + strlen(homes[k]);
+      size_t n = strcspn(u, "/ \t\"'");
+      add_word(r, u, n);
+    }
+}
+
+static int is_word_char(unsigned char c) { return c >= 0x80 || c == '_' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z'); }
+
+/* 1 when body[0..n) holds one of r's words as a whole word (case-insensitive). */
+static int has_word(const redactor *r, const char *body, size_t n) {
+  for (size_t w = 0; w < r->nwords; w++) {
+    size_t l = strlen(r->words[w]);
+    for (size_t i = 0; i + l <= n; i++)
+      if (strncasecmp(body + i, r->words[w], l) == 0 && (i == 0 || !is_word_char((unsigned char)body[i - 1])) &&
+          (i + l == n || !is_word_char((unsigned char)body[i + l])))
+        return 1;
+  }
+  return 0;
+}
 
 static void token_of(const unsigned char key[32], const char *s, size_t n, char *tok, size_t toklen) {
   unsigned char h[8];
@@ -90,11 +141,14 @@ static char *map_qualname(void *ud, const char *q) {
   return out;
 }
 
-/* Copy JSON text, replacing string values (not keys) that could name a path
- * or hold a command line with tokens. Malformed JSON is replaced wholesale by
- * null: it cannot be scrubbed reliably. */
+/* Copy JSON text, replacing strings that could name a path, hold a command
+ * line (values with a space) or name the host or a user (keys and values)
+ * with tokens. Malformed JSON is replaced wholesale by null: it cannot be
+ * scrubbed reliably. */
 static char *map_json(void *ud, const char *json) {
   redactor *r = ud;
+  char why[8];
+  if (bf_json_check_object(json, NULL, why, sizeof why) != 0) return strdup("null");
   size_t n = strlen(json);
   /* a risky string is >= 3 bytes and becomes a 26-byte token */
   char *out = malloc(n * 10 + 64);
@@ -119,8 +173,9 @@ static char *map_json(void *ud, const char *json) {
     size_t blen = i - start - 2;
     int risky = 0;
     for (size_t k = 0; k < blen; k++)
-      if (body[k] == '/' || body[k] == '\\' || body[k] == ' ') risky = 1;
-    if (is_key || !risky) {
+      if (body[k] == '/' || body[k] == '\\' || (body[k] == ' ' && !is_key)) risky = 1;
+    if (has_word(r, body, blen)) risky = 1;
+    if (!risky) {
       memcpy(out + o, json + start, i - start);
       o += i - start;
     } else {
@@ -138,6 +193,23 @@ int bf_redact_session(bf_store *src, int64_t session_id, const char *out_path, c
   if (sodium_init() < 0) return bf_store_fail(src, -EIO, "cannot initialise libsodium");
   redactor r = {.o = o};
   randombytes_buf(r.key, sizeof r.key);
+  bf_session_info *in = NULL;
+  if (bf_store_session_get(src, session_id, &in) == 0 && in) {
+    add_host(&r, in->host);
+    add_home_users(&r, in->command);
+    bf_session_info_free(in);
+  }
+  char host[256];
+  if (gethostname(host, sizeof host) == 0) {
+    host[sizeof host - 1] = 0;
+    add_host(&r, host);
+  }
+  struct passwd *pw = getpwuid(getuid());
+  if (pw && pw->pw_name && strcmp(pw->pw_name, "root") != 0) add_word(&r, pw->pw_name, strlen(pw->pw_name));
+  const char *envs[] = {getenv("USER"), getenv("LOGNAME"), getenv("HOME")};
+  for (size_t i = 0; i < 2; i++)
+    if (envs[i] && strcmp(envs[i], "root") != 0) add_word(&r, envs[i], strlen(envs[i]));
+  add_home_users(&r, envs[2]);
   bf_copy_opts co = {.map_file = map_file,
                      .map_qualname = map_qualname,
                      .map_json = map_json,
@@ -146,5 +218,6 @@ int bf_redact_session(bf_store *src, int64_t session_id, const char *out_path, c
                      .mark_redacted = 1};
   int rc = bf_session_extract(src, session_id, out_path, &co, new_id);
   sodium_memzero(r.key, sizeof r.key);
+  for (size_t i = 0; i < r.nwords; i++) free(r.words[i]);
   return rc;
 }

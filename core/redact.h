@@ -23,9 +23,12 @@ typedef struct bf_redact_opts {
  *    earlier tokens) are kept;
  *  - words with a slash inside function names (frame text of FlameGraph
  *    imports: "render (/srv/app/t.html:3)") tokenised by the same rule;
- *  - host and command line dropped; string values of extra_json that contain a
- *    '/', '\\' or a space tokenised the same way; labels, thread names and
- *    every number kept;
+ *  - host and command line dropped; in extra_json, string values that contain
+ *    a '/', '\\' or a space, keys that contain a '/' or '\\', and keys or
+ *    values that name the session's host, this machine's host or a user
+ *    (this process's user, home directories in the command line) as a whole
+ *    word, tokenised the same way; extra_json that is not one well-formed
+ *    object becomes null; labels, thread names and every number kept;
  *  - the session's redacted flag and the file's meta redacted=1 set.
  * See bf_session_extract for how the file is made. Errors on src's handle.
  * OUT: *new_id (may be NULL). */
