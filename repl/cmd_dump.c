@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "native.h"
 #include "sampler.h"
+#include "text.h"
 
 int bf_smp_cli_pid(const char *arg, int *pid); /* cmd_top.c */
 
@@ -117,19 +118,21 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
     /* the Python name (threading) first; the OS name too when it differs */
     const char *pyn = t[i].py_name, *os = t[i].name;
     char osn[64] = "";
-    if (pyn && os && strcmp(pyn, os) != 0) snprintf(osn, sizeof osn, "OS name \"%s\"; ", os);
+    char b1[128], b2[128], b3[512], b4[512]; /* names from the target: shown inert */
+    if (pyn && os && strcmp(pyn, os) != 0) snprintf(osn, sizeof osn, "OS name \"%s\"; ", bf_inert(os, b1, sizeof b1));
     printf("\nThread %lld \"%s\" (%sident 0x%llx; %s)\n", (long long)t[i].native_tid,
-           pyn ? pyn : os ? os : "?", osn, (unsigned long long)t[i].thread_id, st);
+           bf_inert(pyn ? pyn : os ? os : "?", b2, sizeof b2), osn, (unsigned long long)t[i].thread_id, st);
     if (!t[i].nframes) printf("  (no Python frames)\n");
     for (size_t k = t[i].nframes; k-- > 0;) {
       const bf_smp_frame *f = &t[i].frames[k];
       if (f->flags & BF_SMP_FRAME_NATIVE) {
         const char *lib = strrchr(f->code->filename, '/');
-        printf("  (native) %s in %s\n", f->code->qualname, lib ? lib + 1 : f->code->filename);
+        printf("  (native) %s in %s\n", bf_inert(f->code->qualname, b3, sizeof b3),
+               bf_inert(lib ? lib + 1 : f->code->filename, b4, sizeof b4));
         continue;
       }
-      printf("  File \"%s\", line %d, in %s\n", f->code->filename, (int)f->line,
-             f->code->qualname);
+      printf("  File \"%s\", line %d, in %s\n", bf_inert(f->code->filename, b4, sizeof b4), (int)f->line,
+             bf_inert(f->code->qualname, b3, sizeof b3));
     }
   }
   bf_smp_native_free(nat); /* threads were resumed already; this detaches */

@@ -12,6 +12,7 @@
 #include "audit.h"
 #include "cli.h"
 #include "sampler.h"
+#include "text.h"
 #include "util.h"
 
 int bf_smp_cli_pid(const char *arg, int *pid);
@@ -156,8 +157,9 @@ void bf_top_print(bf_top *t, FILE *f, int sort_total, int max_rows, int width, c
   for (size_t i = 0; i < n && (int)i < max_rows; i++) {
     const bf_smp_code *c = rows[i]->code;
     const char *file = strrchr(c->filename, '/') ? strrchr(c->filename, '/') + 1 : c->filename;
-    char fn[512];
-    snprintf(fn, sizeof fn, "%s (%s:%lld)", c->qualname, file, (long long)c->firstlineno);
+    char fn[512], qb[256], fb[256]; /* names from the target: shown inert */
+    snprintf(fn, sizeof fn, "%s (%s:%lld)", bf_inert(c->qualname, qb, sizeof qb), bf_inert(file, fb, sizeof fb),
+             (long long)c->firstlineno);
     if (width > 40 && (int)strlen(fn) > width - 38) fn[width - 38] = 0;
     fprintf(f, "%6.1f%% %6.1f%% %9lld %9lld  %s%s", 100.0 * (double)rows[i]->self / (double)t->samples,
             100.0 * (double)rows[i]->total / (double)t->samples, (long long)rows[i]->self,
@@ -172,9 +174,10 @@ void bf_top_print_threads(bf_top *t, FILE *f, const char *eol) {
   for (size_t i = 0; i < t->nth; i++) {
     bf_top_thread *x = &t->th[i];
     double s = x->samples ? (double)x->samples : 1;
-    fprintf(f, "%9lld %-22s %9lld %6.1f%% %6.1f%% %6.1f%%  %s%s", (long long)x->tid, x->name,
+    char nb[128], qb[256];
+    fprintf(f, "%9lld %-22s %9lld %6.1f%% %6.1f%% %6.1f%%  %s%s", (long long)x->tid, bf_inert(x->name, nb, sizeof nb),
             (long long)x->samples, 100.0 * (double)x->on_cpu / s, 100.0 * (double)x->gil / s,
-            100.0 * (double)x->idle / s, x->last_top ? x->last_top->qualname : "-", eol);
+            100.0 * (double)x->idle / s, x->last_top ? bf_inert(x->last_top->qualname, qb, sizeof qb) : "-", eol);
   }
 }
 
