@@ -356,6 +356,10 @@ def test_escape_sequences_shown_inert(hostile_db):
         _no_raw_controls(r.stdout)
         assert b"\\x1b[2Jevil\\u202e" in r.stdout and b"bad\\xff\\xfename" in r.stdout
         assert not any(l.startswith(b"FAKE") for l in r.stdout.splitlines())
+    r = brun(["diff", "1", "1"], db=hostile_db)
+    assert r.returncode == 0, r.stderr
+    _no_raw_controls(r.stdout)
+    assert r.stdout.count(b"rel\\x1b[31m\\nFAKE") == 2
 
 
 def test_escape_sequences_inert_in_repl_and_scripts(hostile_db, tmp_path):
