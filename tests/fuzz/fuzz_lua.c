@@ -290,7 +290,8 @@ static size_t make_input(unsigned kind, uint8_t *buf, size_t cap, const char *du
     for (unsigned m = rnd() % 4; m; m--) {
       size_t at = 1 + rnd() % (n - 1);
       if (rnd() % 2) {
-        buf[at] = (uint8_t)(rnd() % 2 ? rnd() : (uint32_t)(unsigned char)" ()[]{}.,:;'\"=~#%-+*/\\\n0123456789abcdefxyz"[rnd() % 45]);
+        static const char punct[] = " ()[]{}.,:;'\"=~#%-+*/\\\n0123456789abcdefxyz";
+        buf[at] = (uint8_t)(rnd() % 2 ? rnd() : (uint32_t)(unsigned char)punct[rnd() % (sizeof punct - 1)]);
       } else {
         const char *t = dict[rnd() % (sizeof dict / sizeof dict[0])];
         size_t tl = strlen(t);
