@@ -25,7 +25,7 @@ def script(tmp_path, code, name="s.lua"):
 
 def brun(args, db=None, timeout=60):
     """Run bifocal with bytes output (names may not be UTF-8)."""
-    cmd = [bifocal_bin()] + (["-d", db] if db else []) + list(args)
+    cmd = [bifocal_bin()] + (["--db", db] if db else []) + list(args)
     env = dict(os.environ)
     env.pop("BIFOCAL_DB", None)
     env["NO_COLOR"] = "1"
@@ -189,7 +189,7 @@ def test_ctrl_c_on_a_pty_stops_a_long_match(tmp_path, db):
     pid, fd = pty.fork()
     if pid == 0:
         os.environ.pop("BIFOCAL_DB", None)
-        os.execv(bifocal_bin(), [bifocal_bin(), "-d", db, "run", s])
+        os.execv(bifocal_bin(), [bifocal_bin(), "--db", db, "run", s])
     try:
         out = _read_until(fd, b"started", time.monotonic() + 20)
         assert b"started" in out, out
@@ -228,7 +228,7 @@ def test_memory_bomb_stopped_by_cap(tmp_path, db):
             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
             "sys.stderr.write(r.stderr)\n")
-    r = subprocess.run(["python3", "-c", code, bifocal_bin(), "-d", db, "run", "--memory", "96M", bomb],
+    r = subprocess.run(["python3", "-c", code, bifocal_bin(), "--db", db, "run", "--memory", "96M", bomb],
                        capture_output=True, text=True, timeout=120)
     rc, maxrss_kb = map(int, r.stdout.split())
     assert rc == 2, r.stderr
@@ -365,7 +365,7 @@ def test_escape_sequences_shown_inert(hostile_db):
 def test_escape_sequences_inert_in_repl_and_scripts(hostile_db, tmp_path):
     env = dict(os.environ, NO_COLOR="1")
     env.pop("BIFOCAL_DB", None)
-    p = subprocess.run([bifocal_bin(), "-d", hostile_db], input=b'= "a\\27[2Jb\\nc"\n= bifocal.session(1).label\n',
+    p = subprocess.run([bifocal_bin(), "--db", hostile_db], input=b'= "a\\27[2Jb\\nc"\n= bifocal.session(1).label\n',
                        capture_output=True, timeout=30, env=env)
     _no_raw_controls(p.stdout)
     assert b'"a\\27[2Jb' in p.stdout and len(p.stdout.splitlines()) == 2  # %q form; no forged line
