@@ -544,6 +544,37 @@ static int b_sort(lua_State *L) {
   return 0;
 }
 
+/* table.move with the same checks and order as Lua's, counting its steps:
+ * table.move({}, 1, 1e15, 2) would otherwise loop in C for days. */
+static int b_move(lua_State *L) {
+  lua_Integer f = luaL_checkinteger(L, 2);
+  lua_Integer e = luaL_checkinteger(L, 3);
+  lua_Integer t = luaL_checkinteger(L, 4);
+  int tt = !lua_isnoneornil(L, 5) ? 5 : 1; /* destination table */
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (lua_type(L, tt) != LUA_TTABLE) luaL_checktype(L, tt, LUA_TTABLE);
+  if (e >= f) {
+    luaL_argcheck(L, f > 0 || e < LUA_MAXINTEGER + f, 3, "too many elements to move");
+    lua_Integer n = e - f + 1;
+    luaL_argcheck(L, t <= LUA_MAXINTEGER - n + 1, 4, "destination wrap around");
+    if (t > e || t <= f || (tt != 1 && !lua_compare(L, 1, tt, LUA_OPEQ))) {
+      for (lua_Integer i = 0; i < n; i++) {
+        if ((i & BUDGET_STEPS) == BUDGET_STEPS) bf_lua_budget(L);
+        lua_geti(L, 1, f + i);
+        lua_seti(L, tt, t + i);
+      }
+    } else {
+      for (lua_Integer i = n - 1; i >= 0; i--) {
+        if ((i & BUDGET_STEPS) == BUDGET_STEPS) bf_lua_budget(L);
+        lua_geti(L, 1, f + i);
+        lua_seti(L, tt, t + i);
+      }
+    }
+  }
+  lua_pushvalue(L, tt);
+  return 1;
+}
+
 void bf_lua_bounded_strlib(lua_State *L) {
   static const luaL_Reg fns[] = {{"find", b_find}, {"match", b_match}, {"gmatch", b_gmatch},
                                  {"gsub", b_gsub}, {"rep", b_rep}, {NULL, NULL}};
@@ -553,6 +584,8 @@ void bf_lua_bounded_strlib(lua_State *L) {
     lua_getfield(L, -1, "sort");
     lua_pushcclosure(L, b_sort, 1);
     lua_setfield(L, -2, "sort");
+    lua_pushcfunction(L, b_move);
+    lua_setfield(L, -2, "move");
   }
   lua_pop(L, 1);
 }

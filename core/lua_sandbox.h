@@ -10,7 +10,8 @@
  * methods) with versions of the same semantics (Lua 5.4 manual §6.4.1) that
  * call bf_lua_budget every few thousand steps, so a pathological pattern or a
  * huge rep stops on --timeout and Ctrl-C. table.sort without a comparator
- * gets a checked comparator for the same reason. Call after luaL_openlibs. */
+ * gets a checked comparator, and table.move counts its steps, for the same
+ * reason. Call after luaL_openlibs. */
 void bf_lua_bounded_strlib(lua_State *L);
 
 /* Raise "timed out after S s (--timeout)" or "interrupted" when the running

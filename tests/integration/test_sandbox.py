@@ -154,6 +154,7 @@ PATHOLOGICAL = [
     ('gsub', 'string.rep("a", 3e5):gsub(".-.-.-.-b", "x")', 0.5),
     ('method pcall loop', 'while true do pcall(string.find, string.rep("a", 3e5), ".-.-.-.-.-b") end', 0.5),
     ('rep', 'local s = string.rep("ab", 4e8, ",")', 0.5),
+    ('table.move', 'table.move({}, 1, 1e15, 2)', 0.5),
 ]
 
 
@@ -166,6 +167,26 @@ def test_timeout_stops_long_c_calls(tmp_path, db, what, code, limit):
     assert r.returncode == 2, (what, r.stdout, r.stderr)
     assert "timed out after %g s (--timeout)" % limit in r.stderr, r.stderr
     assert took < limit + 3.0, "%s took %.1f s under --timeout %g" % (what, took, limit)
+
+
+def test_timeout_ends_a_blocking_read(tmp_path, db):
+    # stdin is a pipe nobody writes to (and we keep it open): the read is cut
+    # short at the deadline
+    s = script(tmp_path, 'local l, err = io.read("l")\nprint("read returned", l, err)\nwhile true do end\n')
+    p = subprocess.Popen([bifocal_bin(), "--db", db, "run", "--timeout", "0.5", s], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t0 = time.monotonic()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    took = time.monotonic() - t0
+    out, err = p.stdout.read(), p.stderr.read()
+    p.stdin.close()
+    assert b"Interrupted system call" in out, out
+    assert p.returncode == 2 and b"timed out after 0.5 s" in err, (p.returncode, err)
+    assert took < 3.5
 
 
 def _read_until(fd, needle, deadline):
