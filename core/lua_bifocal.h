@@ -13,8 +13,9 @@
 
 typedef struct bf_lua_opts {
   const char *db_path; /* database of bifocal.open() with no argument; borrowed, must outlive the state */
-  int sandbox;         /* 1: no os.execute/io.popen/package.loadlib/C modules/binary chunks/debug
-                          hooks; files may be written only under out_dir */
+  int sandbox;         /* 1: no os.execute/io.popen/package.loadlib/C modules/debug hooks, no
+                          binary chunks by any loader (load, loadfile, dofile, require); files
+                          may be written only under out_dir */
   const char *out_dir; /* where a sandboxed script may write (NULL: nowhere); must exist */
   double timeout_s;    /* stop a running chunk after this many seconds; 0 = never */
   size_t memory_bytes; /* cap on the interpreter's memory; 0 = BF_LUA_DEFAULT_MEMORY */
@@ -26,7 +27,9 @@ typedef struct bf_lua_opts {
 int luaopen_bifocal(lua_State *L);
 
 /* A fresh interpreter with the standard libraries, `bifocal` as a global and
- * the sandbox applied as o says. Returns NULL and writes a one-line reason to
+ * the sandbox applied as o says. Whatever the sandbox, the string matcher,
+ * string.rep, table.sort and table.move check the deadline and Ctrl-C while
+ * a chunk runs, and the state's memory is capped (o->memory_bytes). Returns NULL and writes a one-line reason to
  * err on failure (out of memory, --out not a directory). Caller closes with
  * lua_close. */
 lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen);
