@@ -1267,6 +1267,18 @@ static int sb_os_rename(lua_State *L) {
   return lua_gettop(L);
 }
 
+/* Lua's "attempt to load a binary chunk (mode is 't')" on top of the stack,
+ * said as the sandbox's refusal (other messages are left alone). */
+static void say_refused(lua_State *L) {
+  const char *m = lua_tostring(L, -1);
+  const char *hit = m ? strstr(m, "attempt to load a binary chunk") : NULL;
+  if (!hit) return;
+  lua_pushfstring(L, "%sbinary chunks are refused by the sandbox (run with --unsafe to allow them)",
+                  lua_pushlstring(L, m, (size_t)(hit - m)));
+  lua_remove(L, -2);
+  lua_remove(L, -2);
+}
+
 /* load/loadfile with text chunks only: precompiled bytecode is not verified by
  * Lua and can break memory safety. */
 static int sb_load(lua_State *L) {
@@ -1281,6 +1293,7 @@ static int sb_load(lua_State *L) {
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
   lua_call(L, n, LUA_MULTRET);
+  if (lua_gettop(L) == 2 && lua_isnil(L, 1)) say_refused(L);
   return lua_gettop(L);
 }
 
@@ -1297,6 +1310,7 @@ static int sb_loadfile(lua_State *L) {
     }
     return 1;
   }
+  say_refused(L);
   luaL_pushfail(L);
   lua_insert(L, -2);
   return 2;
@@ -1305,7 +1319,10 @@ static int sb_loadfile(lua_State *L) {
 static int sb_dofile(lua_State *L) {
   const char *fname = luaL_optstring(L, 1, NULL);
   lua_settop(L, 1);
-  if (luaL_loadfilex(L, fname, "t") != LUA_OK) return lua_error(L);
+  if (luaL_loadfilex(L, fname, "t") != LUA_OK) {
+    say_refused(L);
+    return lua_error(L);
+  }
   lua_call(L, 0, LUA_MULTRET);
   return lua_gettop(L) - 1;
 }
@@ -1324,8 +1341,10 @@ static int sb_lua_searcher(lua_State *L) {
   if (lua_isnil(L, -2)) return 1; /* the "no file ..." message */
   const char *file = lua_tostring(L, -2);
   if (!file) return 0;
-  if (luaL_loadfilex(L, file, "t") != LUA_OK)
+  if (luaL_loadfilex(L, file, "t") != LUA_OK) {
+    say_refused(L);
     return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, file, lua_tostring(L, -1));
+  }
   lua_pushvalue(L, -3); /* loader data: the file name */
   return 2;
 }
