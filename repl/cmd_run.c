@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "lua_bifocal.h"
+#include "text.h"
 
 /* "512M", "1G", "1.5GiB", "65536" (bytes) -> bytes; 0 when malformed. */
 static size_t parse_bytes(const char *s) {
@@ -118,7 +119,20 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
   sigaction(SIGINT, &old, NULL);
   lua_close(L);
   fflush(stdout);
-  if (rc == 2) fprintf(stderr, "%s\n", msg ? msg : "script error");
+  if (rc == 2) {
+    /* the message may quote names from profiles: escape controls, but keep
+     * the line breaks and tabs of multi-line messages (usage texts) */
+    const char *m = msg ? msg : "script error";
+    while (*m) {
+      size_t n = strcspn(m, "\n\t");
+      char *seg = strndup(m, n);
+      if (seg) bf_fputs_inert(stderr, seg);
+      free(seg);
+      m += n;
+      if (*m) fputc(*m++, stderr);
+    }
+    fputc('\n', stderr);
+  }
   free(msg);
   return rc;
 }

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "text.h"
 
 #ifndef BF_VERSION
 #define BF_VERSION "0.0.0"
@@ -34,21 +35,29 @@ void bf_cli_usage(const bf_cmd *cmd, FILE *f) {
   if (cmd->help) fprintf(f, "\n%s\n", cmd->help);
 }
 
+/* One line on stderr: what it quotes (paths, names, labels) may hold control
+ * characters, shown inert so they cannot forge lines or drive the terminal. */
+static void say(const char *prefix, const char *fmt, va_list ap) {
+  char *m = NULL;
+  fputs(prefix, stderr);
+  if (vasprintf(&m, fmt, ap) >= 0) {
+    bf_fputs_inert(stderr, m);
+    free(m);
+  }
+  fputc('\n', stderr);
+}
+
 void bf_cli_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("bifocal: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  say("bifocal: ", fmt, ap);
   va_end(ap);
 }
 
 void bf_cli_warn(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("bifocal: warning: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  say("bifocal: warning: ", fmt, ap);
   va_end(ap);
 }
 

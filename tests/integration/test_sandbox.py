@@ -449,3 +449,15 @@ def test_redact_cleans_extra_keys_and_names(tmp_path, sealed_env):
     assert extra["n"] == 3
     [inner] = [v for v in extra.values() if isinstance(v, dict)]
     assert inner["plain"] == "kept" and inner["who"].startswith("<path:")
+
+
+def test_error_lines_inert(tmp_path):
+    # a path or a Lua error quoting a hostile name cannot drive the terminal
+    bad = os.path.join(os.fsencode(str(tmp_path)), b"x\x1b[2J.db")
+    r = brun(["sessions"], db=bad)
+    assert r.returncode != 0 and b"\x1b" not in r.stderr and b"x\\x1b[2J.db" in r.stderr, r.stderr
+    assert len(r.stderr.splitlines()) == 1
+    s = script(tmp_path, 'error("name \\27[2J\\226\\128\\174 here")\n')
+    r = brun(["run", s], db=str(tmp_path / "t.db"))
+    assert r.returncode == 2 and b"\x1b" not in r.stderr and b"\xe2\x80\xae" not in r.stderr, r.stderr
+    assert b"name \\x1b[2J\\u202e here" in r.stderr
