@@ -122,3 +122,20 @@ static void file_put(void *ud, const char *b, size_t n) { fwrite(b, 1, n, (FILE 
 void bf_fputs_inert(FILE *f, const char *s) {
   if (s) inert_walk(s, file_put, f);
 }
+
+void bf_fputs_inert_lines(FILE *f, const char *s) {
+  while (s && *s) {
+    size_t n = strcspn(s, "\n\t");
+    char seg[512];
+    while (n) { /* in pieces that never split a UTF-8 sequence */
+      size_t k = n < sizeof seg - 1 ? n : sizeof seg - 1;
+      while (k < n && k > 1 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+      memcpy(seg, s, k);
+      seg[k] = 0;
+      bf_fputs_inert(f, seg);
+      s += k;
+      n -= k;
+    }
+    if (*s) fputc(*s++, f);
+  }
+}

@@ -29,4 +29,8 @@ const char *bf_inert(const char *s, char *buf, size_t len);
 /* Write s in its inert form to f (no length limit). */
 void bf_fputs_inert(FILE *f, const char *s);
 
+/* The same, but line breaks and tabs are written as they are: for messages
+ * whose layout matters (multi-line usage texts, Lua errors). */
+void bf_fputs_inert_lines(FILE *f, const char *s);
+
 #endif

@@ -120,17 +120,9 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
   lua_close(L);
   fflush(stdout);
   if (rc == 2) {
-    /* the message may quote names from profiles: escape controls, but keep
-     * the line breaks and tabs of multi-line messages (usage texts) */
-    const char *m = msg ? msg : "script error";
-    while (*m) {
-      size_t n = strcspn(m, "\n\t");
-      char *seg = strndup(m, n);
-      if (seg) bf_fputs_inert(stderr, seg);
-      free(seg);
-      m += n;
-      if (*m) fputc(*m++, stderr);
-    }
+    /* the message may quote names from profiles: controls escaped, the line
+     * breaks of multi-line messages (usage texts) kept */
+    bf_fputs_inert_lines(stderr, msg ? msg : "script error");
     fputc('\n', stderr);
   }
   free(msg);

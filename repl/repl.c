@@ -151,7 +151,10 @@ static void set_lua_session(repl *r) {
   else
     snprintf(code, sizeof code, "session = nil");
   char *err = NULL;
-  if (bf_lua_exec(r->L, code, "=use", 0, &err) == 2) fprintf(stderr, "%s\n", err);
+  if (bf_lua_exec(r->L, code, "=use", 0, &err) == 2) {
+    bf_fputs_inert_lines(stderr, err); /* Lua errors may quote names */
+    fputc('\n', stderr);
+  }
   free(err);
 }
 
@@ -179,7 +182,8 @@ static int run_lua(repl *r, const char *code, int print) {
     int st = bf_lua_exec(L, chunk, "=lua", print, &err);
     if (st == 0) break;
     if (st == 2) {
-      fprintf(stderr, "%s\n", err);
+      bf_fputs_inert_lines(stderr, err); /* Lua errors may quote names */
+      fputc('\n', stderr);
       free(err);
       free(chunk);
       return 1;
