@@ -170,7 +170,7 @@ static void run_bytecode(const unsigned char *chunk, size_t n) {
 
 /* ---- 3: budgeted string functions agree with Lua's own ----------------------------- */
 
-static const char *const fns[] = {"find", "match", "gmatch", "gsub", "gsub_f", "gsub_t", "find_plain"};
+static const char *const fns[] = {"find", "match", "gmatch", "gsub", "gsub_f", "gsub_t", "find_plain", "move"};
 
 /* Run fn on (s, p, r) in L; the serialised results (or the error) into out. */
 static int call_fn(lua_State *L, int fn, const char *s, size_t ls, const char *p, size_t lp, const char *r,
@@ -187,6 +187,11 @@ static int call_fn(lua_State *L, int fn, const char *s, size_t ls, const char *p
       "  elseif fn == 'gmatch' then local n = 0 for a, b in s:gmatch(p, init) do add(a, b) n = n + 1 if n > 50 then break end end\n"
       "  elseif fn == 'gsub' then add(s:gsub(p, r, init % 5))\n"
       "  elseif fn == 'gsub_f' then add(s:gsub(p, function(a, b) if a == '' then return nil end return #a .. (b or '') end))\n"
+      "  elseif fn == 'move' then local a, d = {}, {}\n"
+      "    for i = 1, #s do a[i] = s:sub(i, i) end for i = 1, #r do d[i] = r:sub(i, i) end\n"
+      "    local e, t = #p % 12 - 3, (#r + init) % 12 - 4\n"
+      "    if init % 2 == 0 then table.move(a, init, e, t) else table.move(a, init, e, t, d) end\n"
+      "    for i = -4, 12 do add(i, a[i], d[i]) end\n"
       "  else add(s:gsub(p, {a = 'A', [''] = false, b = 1})) end end)\n"
       "if not ok then out[#out+1] = 'error:' .. tostring(e) end\n"
       "return table.concat(out, '|')\n";
