@@ -114,11 +114,9 @@ void bf_json_num(FILE *f, double v) {
     fprintf(f, "%.9g", v);
 }
 
-const char *const bf_json_session_keys[] = {
-    "id", "kind", "label", "clock", "mode", "rate_hz", "achieved_rate_hz", "samples", "missed", "invalid",
-    "duration_s", "python", "python_build", "status", "created", "created_ns", "start_ns", "duration_ns", "host",
-    "pid", "command", "profiler_version", "commit", "profiler_cpu_s", "expires_at_ns", "parent_id", "redacted",
-    "extra", NULL};
+const char *const bf_json_reserved_extra_keys[] = {
+    "id", "kind", "label", "host", "pid", "command", "commit", "status", "redacted", "created", "created_ns",
+    "start_ns", "parent_id", "expires_at_ns", "profiler_version", "extra", NULL};
 
 void bf_json_session(FILE *f, const bf_session_info *in) {
   fprintf(f, "{\"id\":%lld,\"kind\":", (long long)in->id);

@@ -39,8 +39,10 @@ size_t bf_json_replaced(void);
  */
 int bf_json_check_object(const char *text, const char *const *reserved, char *why, size_t why_len);
 
-/* The keys bf_json_session writes, NULL-terminated: what a session's
- * extra_json may not use. */
-extern const char *const bf_json_session_keys[];
+/* Top-level keys a session's extra_json may not use, NULL-terminated: the
+ * session fields that identify it or vouch for it (id, label, host, command,
+ * redacted, ...). Figures our own producers put in extra (python, native,
+ * exit_code, dialect, ...) are not among them. */
+extern const char *const bf_json_reserved_extra_keys[];
 
 #endif
