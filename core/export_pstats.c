@@ -54,7 +54,26 @@ static void m_str(FILE *out, const char *s) {
   fwrite(s, 1, n, out);
 }
 
-/* pstats' function key: (filename, firstlineno, name); C functions as cProfile names them. */
+/* cProfile's name for a C function recorded as "module.qualname": module-level
+ * functions are "<built-in method module.name>", methods of a type
+ * "<method 'name' of 'tp_name' objects>" (tp_name drops "builtins."). */
+static char *c_label(const char *qualname) {
+  const char *first = strchr(qualname, '.'), *last = strrchr(qualname, '.');
+  size_t n = strlen(qualname) + 48;
+  char *name = malloc(n);
+  if (!name) return NULL;
+  if (first && last != first) {
+    const char *tp = strncmp(qualname, "builtins.", 9) == 0 ? first + 1 : qualname;
+    snprintf(name, n, "<method '%s' of '%.*s' objects>", last + 1, (int)(last - tp), tp);
+  } else {
+    snprintf(name, n, "<built-in method %s>", qualname);
+  }
+  return name;
+}
+
+/* pstats' function key, as cProfile's label(): (co_filename, co_firstlineno,
+ * co_name) for Python code (co_name is the qualname's last component), and
+ * ("~", 0, label) for C functions. */
 static int m_key(bf_store *s, FILE *out, int64_t fid) {
   bf_function_ref ref;
   int rc = bf_store_function_get(s, fid, &ref);
@@ -62,27 +81,28 @@ static int m_key(bf_store *s, FILE *out, int64_t fid) {
   fputc('(', out);
   m_i32(out, 3);
   if (strcmp(ref.file, "<builtin>") == 0) {
+    char *name = c_label(ref.qualname);
+    if (!name) return -ENOMEM;
     m_str(out, "~");
     m_int(out, 0);
-    size_t n = strlen(ref.qualname) + 24;
-    char *name = malloc(n);
-    if (!name) return -ENOMEM;
-    snprintf(name, n, "<built-in method %s>", ref.qualname);
     m_str(out, name);
     free(name);
   } else {
+    const char *dot = strrchr(ref.qualname, '.');
     m_str(out, ref.file);
     m_int(out, ref.firstlineno);
-    m_str(out, ref.qualname);
+    m_str(out, dot && dot[1] ? dot + 1 : ref.qualname);
   }
   return 0;
 }
 
-static void m_tuple4(FILE *out, int64_t cc, int64_t nc, double tt, double ct) {
+/* A caller entry: cProfile writes (nc, cc, tt, ct) there -- all calls first,
+ * the reverse of the function entry's (cc, nc, tt, ct). */
+static void m_caller(FILE *out, int64_t cc, int64_t nc, double tt, double ct) {
   fputc('(', out);
   m_i32(out, 4);
-  m_int(out, cc);
   m_int(out, nc);
+  m_int(out, cc);
   m_float(out, tt);
   m_float(out, ct);
 }
@@ -226,7 +246,7 @@ int bf_export_pstats(bf_store *s, int64_t session_id, const bf_sample_filter *f,
     fputc('{', out);
     for (size_t k = i + 1; k < j; k++) {
       if ((rc = m_key(s, out, g.v[k].caller))) goto out;
-      m_tuple4(out, g.v[k].cc, g.v[k].nc, g.v[k].tt, g.v[k].ct);
+      m_caller(out, g.v[k].cc, g.v[k].nc, g.v[k].tt, g.v[k].ct);
     }
     fputc('0', out);
     i = j;

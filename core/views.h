@@ -76,7 +76,9 @@ int bf_diff_flame(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, FILE
  * frames, one "sampled" profile per thread, weights in ns (or samples). */
 int bf_export_speedscope(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
-/* pstats (.prof) in marshal format, loadable by pstats.Stats on Python 3.8+.
+/* pstats (.prof) in marshal format, loadable by pstats.Stats on Python 3.8+,
+ * in cProfile's shapes: keys (file, firstlineno, co_name) or ("~", 0, C label),
+ * entries (cc, nc, tt, ct, callers), caller entries (nc, cc, tt, ct).
  * Traced: cc/nc = primitive/all calls, tt/ct = self/total seconds, callers from
  * edges. Sampled: cc = samples with the function on the stack, nc = frames
  * of it counting recursion, tt/ct = self/total seconds of
