@@ -1,7 +1,9 @@
 /* export_pprof.c — pprof's profile.proto, encoded by hand and gzip-compressed
  * with zlib: what `go tool pprof`, Pyroscope and Parca read. One location per
- * (function, line), one function per function id, a "thread" label per
- * sample; values samples/count plus cpu or wall nanoseconds. */
+ * (function, line), one function per function identity with a unique
+ * module-qualified name, a "thread" label per sample; values samples/count
+ * plus cpu or wall nanoseconds, the default being what `replay` shares by.
+ * Samples without a Python frame keep a "[no Python frame]" location. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +93,41 @@ static int64_t str_id(strtab *t, const char *s) {
   return (int64_t)t->n++;
 }
 
+/* "module.qualname" from the file: base name without ".py" ("pkg" for
+ * pkg/__init__.py, "X" for "<frozen X>"); C functions are already
+ * "module.qualname". The dot before a "<…>" name keeps pprof's C++ name
+ * clean-up away from it ("w.<module>" stays, "<module>" would become empty). */
+static void display_name(char *buf, size_t len, const bf_function_ref *ref) {
+  const char *f = ref->file;
+  if (strcmp(f, "<builtin>") == 0) {
+    snprintf(buf, len, "%s", ref->qualname);
+    return;
+  }
+  size_t n = strlen(f);
+  const char *mod = f;
+  int modlen;
+  if (n > 9 && strncmp(f, "<frozen ", 8) == 0 && f[n - 1] == '>') {
+    mod = f + 8;
+    modlen = (int)(n - 9);
+  } else {
+    const char *base = strrchr(f, '/');
+    mod = base ? base + 1 : f;
+    modlen = (int)strlen(mod);
+    if (modlen > 3 && strcmp(mod + modlen - 3, ".py") == 0) modlen -= 3;
+    if (modlen == 8 && strncmp(mod, "__init__", 8) == 0 && base && base > f) {
+      const char *pe = base, *ps = base;
+      while (ps > f && ps[-1] != '/') ps--;
+      mod = ps;
+      modlen = (int)(pe - ps);
+    }
+    if (*mod == '<' && modlen > 2 && mod[modlen - 1] == '>') { /* "<string>", "<stdin>" */
+      mod++;
+      modlen -= 2;
+    }
+  }
+  snprintf(buf, len, "%.*s.%s", modlen, mod, ref->qualname);
+}
+
 static int gzip_write(const uint8_t *d, size_t n, FILE *out) {
   z_stream z;
   memset(&z, 0, sizeof z);
@@ -121,16 +158,25 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   size_t locn = 0;
   int imported = bf_session_is(w->info, "imported");
   const char *clock = w->info->clock && strcmp(w->info->clock, "cpu") == 0 ? "cpu" : "wall";
+  bf_map3 names = {0}; /* (hash, length) of each display name given out */
+  char **owned = NULL; /* display names, kept alive for the string table */
+  size_t nowned = 0, owncap = 0;
   str_id(&st, "");
   /* sample types: samples/count, then (not for imports) cpu|wall/nanoseconds */
-  pb_uint(&sub, 1, (uint64_t)str_id(&st, w->traced ? "calls" : "samples"));
+  int64_t count_type = str_id(&st, w->traced ? "calls" : "samples");
+  pb_uint(&sub, 1, (uint64_t)count_type);
   pb_uint(&sub, 2, (uint64_t)str_id(&st, "count"));
   pb_msg(&prof, 1, &sub);
+  int64_t time_type = str_id(&st, clock);
   if (!imported) {
-    pb_uint(&sub, 1, (uint64_t)str_id(&st, clock));
+    pb_uint(&sub, 1, (uint64_t)time_type);
     pb_uint(&sub, 2, (uint64_t)str_id(&st, "nanoseconds"));
     pb_msg(&prof, 1, &sub);
   }
+  /* pprof's default index is what replay's shares are computed from */
+  int64_t default_type = (imported || !w->by_weight) ? count_type : time_type;
+  int64_t noframe_name = str_id(&st, "[no Python frame]");
+  int64_t noframe_sys = str_id(&st, "bifocal:no-python-frame");
   int64_t thread_key = str_id(&st, "thread");
   int64_t *tnames = calloc(w->nthreads ? w->nthreads : 1, sizeof *tnames);
   if (!tnames) {
@@ -168,9 +214,41 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
           bf_function_ref ref;
           if ((rc = bf_store_function_get(s, fid, &ref))) goto free_all;
           if (bf_map3_put(&funcs, fid, 0, 0, 1)) prof.oom = 1;
+          /* unique name per identity: "mod.qualname", then ":firstline", then "#id" */
+          char nm[1024], sys[1200];
+          display_name(nm, sizeof nm, &ref);
+          for (int attempt = 0; attempt < 3; attempt++) {
+            if (attempt == 1) snprintf(nm + strlen(nm), sizeof nm - strlen(nm), ":%lld", (long long)ref.firstlineno);
+            if (attempt == 2) snprintf(nm + strlen(nm), sizeof nm - strlen(nm), "#%lld", (long long)fid);
+            size_t l = strlen(nm);
+            uint64_t h = bf_hash_str(nm, l);
+            if (bf_map3_get(&names, (int64_t)h, (int64_t)l, 0) && attempt < 2) continue;
+            if (bf_map3_put(&names, (int64_t)h, (int64_t)l, 0, fid)) prof.oom = 1;
+            break;
+          }
+          snprintf(sys, sizeof sys, "%s:%lld:%s", ref.file, (long long)ref.firstlineno, ref.qualname);
+          if (nowned + 2 > owncap) {
+            size_t nc = owncap ? owncap * 2 : 64;
+            char **no = realloc(owned, nc * sizeof *no);
+            if (!no) {
+              rc = -ENOMEM;
+              goto free_all;
+            }
+            owned = no;
+            owncap = nc;
+          }
+          owned[nowned] = strdup(nm);
+          owned[nowned + 1] = strdup(sys);
+          if (!owned[nowned] || !owned[nowned + 1]) {
+            free(owned[nowned]);
+            free(owned[nowned + 1]);
+            rc = -ENOMEM;
+            goto free_all;
+          }
+          nowned += 2;
           pb_uint(&sub, 1, (uint64_t)fid);
-          pb_uint(&sub, 2, (uint64_t)str_id(&st, ref.qualname));
-          pb_uint(&sub, 3, (uint64_t)str_id(&st, ref.qualname));
+          pb_uint(&sub, 2, (uint64_t)str_id(&st, owned[nowned - 2]));
+          pb_uint(&sub, 3, (uint64_t)str_id(&st, owned[nowned - 1]));
           pb_uint(&sub, 4, (uint64_t)str_id(&st, ref.file));
           pb_uint(&sub, 5, (uint64_t)ref.firstlineno);
           pb_msg(&funcs_out, 5, &sub);
@@ -200,6 +278,36 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
     pb_msg(&sub, 3, &sub2);
     pb_msg(&prof, 2, &sub);
   }
+  /* samples without a Python frame: one location of a pseudo function, per thread */
+  if (w->empty_count > 0) {
+    uint64_t fid0 = 0, loc0 = ++locn;
+    for (size_t i = 0; i < w->n; i++)
+      for (uint32_t d = 0; d < w->v[i].depth; d++)
+        if ((uint64_t)w->fids[w->v[i].off + d] > fid0) fid0 = (uint64_t)w->fids[w->v[i].off + d];
+    fid0++;
+    pb_uint(&sub, 1, fid0);
+    pb_uint(&sub, 2, (uint64_t)noframe_name);
+    pb_uint(&sub, 3, (uint64_t)noframe_sys);
+    pb_msg(&funcs_out, 5, &sub);
+    pb_uint(&sub2, 1, fid0);
+    pb_uint(&sub, 1, loc0);
+    pb_msg(&sub, 4, &sub2);
+    pb_msg(&locs_out, 4, &sub);
+    for (size_t t = 0; t < w->nthreads; t++) {
+      if (w->threads[t].empty_count <= 0) continue;
+      pb_varint(&sub2, loc0);
+      pb_bytes(&sub, 1, sub2.b, sub2.n);
+      sub2.n = 0;
+      pb_varint(&sub2, (uint64_t)w->threads[t].empty_count);
+      if (!imported) pb_varint(&sub2, (uint64_t)(w->threads[t].empty_weight + 0.5));
+      pb_bytes(&sub, 2, sub2.b, sub2.n);
+      sub2.n = 0;
+      pb_uint(&sub2, 1, (uint64_t)thread_key);
+      pb_uint(&sub2, 2, (uint64_t)tnames[t]);
+      pb_msg(&sub, 3, &sub2);
+      pb_msg(&prof, 2, &sub);
+    }
+  }
   pb_raw(&prof, locs_out.b, locs_out.n);
   pb_raw(&prof, funcs_out.b, funcs_out.n);
   prof.oom |= locs_out.oom | funcs_out.oom;
@@ -215,6 +323,7 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
     pb_msg(&prof, 11, &sub);
     if (w->info->rate_hz > 0) pb_uint(&prof, 12, (uint64_t)(1e9 / w->info->rate_hz + 0.5));
   }
+  pb_uint(&prof, 14, (uint64_t)default_type);
   if (prof.oom) {
     rc = -ENOMEM;
     goto free_all;
@@ -222,6 +331,9 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   rc = gzip_write(prof.b, prof.n, out);
   if (rc == -EIO) bf_store_fail(s, rc, "gzip compression failed");
 free_all:
+  for (size_t i = 0; i < nowned; i++) free(owned[i]);
+  free(owned);
+  bf_map3_free(&names);
   free(locs_out.b);
   free(funcs_out.b);
   free(locids);

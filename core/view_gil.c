@@ -190,7 +190,7 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
     if (i < g.nt && !t->samples) continue;
     char lb[256];
     if (i < g.nt) {
-      bf_wthread lt = {th[i].id, th[i].native_tid, th[i].name, 0, 0};
+      bf_wthread lt = {.id = th[i].id, .native_tid = th[i].native_tid, .name = th[i].name};
       bf_wthread_label(&lt, lb, sizeof lb);
     } else {
       snprintf(lb, sizeof lb, "all threads");

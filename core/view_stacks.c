@@ -156,7 +156,7 @@ static int sagg_add(void *ud, const bf_sample *smp) {
   int64_t c = smp->count ? smp->count : 1;
   a->w->total_count += c;
   a->w->total_weight += (double)smp->weight;
-  if (smp->stack_id <= 0) return 0;
+  if (smp->stack_id < 0) return 0;
   int64_t *hit = bf_map3_get(&a->idx, smp->thread_id, smp->stack_id, 0);
   if (hit) {
     a->v[*hit].count += c;
@@ -204,6 +204,13 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
     for (size_t i = 0; i < nth; i++)
       if (w->threads[i].id == a.v[k].thread_id) ti = (int32_t)i;
     if (ti < 0) continue; /* sample of an unknown thread: cannot happen in a sound db */
+    if (a.v[k].stack_id == 0) { /* no Python frame: counted, in no row */
+      w->threads[ti].empty_count += a.v[k].count;
+      w->threads[ti].empty_weight += a.v[k].weight;
+      w->empty_count += a.v[k].count;
+      w->empty_weight += a.v[k].weight;
+      continue;
+    }
     w->threads[ti].count += a.v[k].count;
     w->threads[ti].weight += a.v[k].weight;
     int64_t *first = bf_map3_get(&seen, a.v[k].stack_id, 0, 0);
@@ -257,6 +264,8 @@ typedef struct tedges {
   size_t n, cap;
   bf_map3 fn_total; /* function id → total ns (from trace funcs) */
   bf_map3 fn_calls;
+  int64_t *fn_ids;  /* every traced function, in store order */
+  size_t nfn, fncap;
 } tedges;
 
 static int collect_edge(void *ud, const bf_trace_edge *te) {
@@ -276,7 +285,80 @@ static int collect_func(void *ud, const bf_trace_func *tf) {
   tedges *t = ud;
   if (bf_map3_put(&t->fn_total, tf->function_id, 0, 0, tf->total_ns)) return -ENOMEM;
   if (bf_map3_put(&t->fn_calls, tf->function_id, 0, 0, tf->calls)) return -ENOMEM;
+  if (t->nfn == t->fncap) {
+    size_t nc = t->fncap ? t->fncap * 2 : 256;
+    int64_t *nv = realloc(t->fn_ids, nc * sizeof *nv);
+    if (!nv) return -ENOMEM;
+    t->fn_ids = nv;
+    t->fncap = nc;
+  }
+  t->fn_ids[t->nfn++] = tf->function_id;
   return 0;
+}
+
+/* Paths cut recursion and drop tiny subtrees, so the calls ending at a
+ * function can fall short of its traced calls. Give each function its exact
+ * calls: the missing ones go on a zero-weight row -- the function called by
+ * itself under its first path when it recurses directly, else its first
+ * path (or itself alone when no path reaches it). */
+static int add_missing_calls(bf_store *s, tedges *t, bf_wstacks *w) {
+  bf_map3 leaf = {0}, first = {0}, self_edge = {0};
+  int64_t *path = NULL;
+  int rc = 0;
+  size_t rows = w->n;
+  for (size_t i = 0; i < t->n; i++)
+    if (t->v[i].caller_function_id == t->v[i].callee_function_id &&
+        bf_map3_put(&self_edge, t->v[i].callee_function_id, 0, 0, 1))
+      goto oom;
+  for (size_t i = 0; i < rows; i++) {
+    const bf_wstack *st = &w->v[i];
+    int64_t leaf_fid = w->fids[st->off + st->depth - 1];
+    int64_t *c = bf_map3_get(&leaf, leaf_fid, 0, 0);
+    if (bf_map3_put(&leaf, leaf_fid, 0, 0, (c ? *c : 0) + st->count)) goto oom;
+    for (uint32_t d = 0; d < st->depth; d++)
+      if (!bf_map3_get(&first, w->fids[st->off + d], 0, 0) &&
+          bf_map3_put(&first, w->fids[st->off + d], 0, 0, (int64_t)i * TRACE_MAX_DEPTH + d + 1))
+        goto oom;
+  }
+  path = malloc((TRACE_MAX_DEPTH + 1) * 2 * sizeof *path);
+  if (!path) goto oom;
+  int64_t *lines = path + TRACE_MAX_DEPTH + 1;
+  for (size_t k = 0; k < t->nfn; k++) {
+    int64_t fid = t->fn_ids[k];
+    int64_t *calls = bf_map3_get(&t->fn_calls, fid, 0, 0), *have = bf_map3_get(&leaf, fid, 0, 0);
+    int64_t missing = (calls ? *calls : 0) - (have ? *have : 0);
+    if (missing <= 0) continue;
+    int64_t *at = bf_map3_get(&first, fid, 0, 0);
+    size_t depth = 0;
+    if (at) {
+      const bf_wstack *st = &w->v[(*at - 1) / TRACE_MAX_DEPTH];
+      depth = (size_t)((*at - 1) % TRACE_MAX_DEPTH) + 1;
+      memcpy(path, w->fids + st->off, depth * sizeof *path);
+      memcpy(lines, w->lines + st->off, depth * sizeof *lines);
+    } else {
+      bf_function_ref ref;
+      if ((rc = bf_store_function_get(s, fid, &ref))) goto out;
+      path[0] = fid;
+      lines[0] = ref.firstlineno;
+      depth = 1;
+    }
+    if (at && bf_map3_get(&self_edge, fid, 0, 0) && depth < TRACE_MAX_DEPTH) {
+      path[depth] = fid;
+      lines[depth] = lines[depth - 1];
+      depth++;
+    }
+    if ((rc = push_stack(w, 0, path, lines, depth, missing, 0))) goto out;
+    w->total_count += missing;
+  }
+  goto out;
+oom:
+  rc = -ENOMEM;
+out:
+  free(path);
+  bf_map3_free(&leaf);
+  bf_map3_free(&first);
+  bf_map3_free(&self_edge);
+  return rc;
 }
 
 static int cmp_edge(const void *a, const void *b) {
@@ -362,12 +444,14 @@ static int load_traced(bf_store *s, int64_t sid, bf_wstacks *w) {
   texp x = {.s = s, .t = &t, .w = w, .min_ns = roots * 1e-5};
   for (size_t i = 0; i < t.n && t.v[i].caller_function_id == 0; i++)
     if ((rc = expand(&x, 0, t.v[i].callee_function_id, (double)t.v[i].total_ns, (double)t.v[i].calls))) goto out;
+  if ((rc = add_missing_calls(s, &t, w))) goto out;
   w->threads[0].count = w->total_count;
   w->threads[0].weight = w->total_weight;
 out:
   free(t.v);
   bf_map3_free(&t.fn_total);
   bf_map3_free(&t.fn_calls);
+  free(t.fn_ids);
   return rc;
 }
 

@@ -23,8 +23,10 @@ typedef struct bf_wthread {
   int64_t id;         /* store thread id (0 for traced "all threads") */
   int64_t native_tid;
   char *name;         /* owned, may be NULL */
-  int64_t count;      /* samples of this thread in the filter */
+  int64_t count;      /* samples of this thread in the filter with a stack */
   double weight;
+  int64_t empty_count; /* samples of this thread without any Python frame */
+  double empty_weight;
 } bf_wthread;
 
 typedef struct bf_wstacks {
@@ -39,6 +41,8 @@ typedef struct bf_wstacks {
   int by_weight;         /* shares use weight (cpu clock, imports, traced) */
   int64_t total_count;   /* every sample in the filter, empty stacks included */
   double total_weight;
+  int64_t empty_count;   /* of which without any Python frame (in no row; see threads) */
+  double empty_weight;
 } bf_wstacks;
 
 /* Aggregate session into distinct (thread, stack) rows. f may be NULL.

@@ -111,6 +111,13 @@ def pprof_top(go, path, tmp_path, sample_index=None):
     return r.stdout, rows
 
 
+def pprof_name(f):
+    """pprof function names are module-qualified: "compute.fib", "time.sleep"."""
+    if f["file"] == "<builtin>":
+        return f["qualname"]
+    return os.path.basename(f["file"])[:-3] + "." + f["qualname"]
+
+
 def test_pprof_reads_in_go_tool_pprof(vdb, tmp_path):
     go = require_tool("go", "golang-go")
     db, s = vdb
@@ -121,10 +128,12 @@ def test_pprof_reads_in_go_tool_pprof(vdb, tmp_path):
     out, rows = pprof_top(go, pb, tmp_path, "samples")
     fj = functions_json(db, s["wall"])["functions"]
     top = [f for f in fj if f["self_samples"] > 0][:5]
-    assert [r[0] for r in rows[:5]] == [f["qualname"] for f in top], out
+    assert [r[0] for r in rows[:5]] == [pprof_name(f) for f in top], out
     for r, f in zip(rows, top):
         assert int(r[1]) == f["self_samples"]
     out, _ = pprof_top(go, pb, tmp_path)
+    assert "Type: samples" in out  # the default index is what replay shares by
+    out, _ = pprof_top(go, pb, tmp_path, "wall")
     assert "Type: wall" in out
     # cpu clock: the default (last) value type is cpu nanoseconds; shares follow weight
     pb = export(db, s["cpu"], "pprof", tmp_path / "cpu.pb.gz")
@@ -132,14 +141,14 @@ def test_pprof_reads_in_go_tool_pprof(vdb, tmp_path):
     assert "Type: cpu" in out
     fj = functions_json(db, s["cpu"])["functions"]
     for r, f in zip(rows[:5], fj[:5]):
-        assert r[0] == f["qualname"] and abs(r[2] - 100 * f["self_share"]) < 0.011, (r, f["self_share"])
+        assert r[0] == pprof_name(f) and abs(r[2] - 100 * f["self_share"]) < 0.011, (r, f["self_share"])
     # traced and imported sessions export too
     for kind in ("traced", "imported"):
         pb = export(db, s[kind], "pprof", tmp_path / ("%s.pb.gz" % kind))
         out, rows = pprof_top(go, pb, tmp_path)
         assert rows, out
     _, rows = pprof_top(go, tmp_path / "traced.pb.gz", tmp_path)
-    assert rows[0][0] == "fib" and abs(rows[0][2] - 50.0) < 0.01
+    assert rows[0][0] == "compute.fib" and abs(rows[0][2] - 50.0) < 0.01
 
 
 # ---- speedscope ------------------------------------------------------------------
