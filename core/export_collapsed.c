@@ -1,25 +1,25 @@
 /* export_collapsed.c — FlameGraph's collapsed-stack format. Identical stacks
  * are aggregated; frames carry (qualname, file, firstlineno, line) so an
- * import gives back the same functions. */
+ * import gives back the same functions. Samples without a Python frame are
+ * the line "[no Python frame] N", which bf_import_collapsed reads back. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "query.h"
 #include "store_int.h"
 #include "views.h"
 
 typedef struct acc {
-  bf_map3 idx;
-  int64_t *stack, *val;
+  bf_map3 idx; /* stack id → index */
+  int64_t *stack;
+  double *val;
   size_t n, cap;
-  int by_weight;
 } acc;
 
-static int add(void *ud, const bf_sample *smp) {
-  acc *a = ud;
-  if (smp->stack_id <= 0) return 0;
-  int64_t v = a->by_weight ? smp->weight : (smp->count ? smp->count : 1);
-  int64_t *hit = bf_map3_get(&a->idx, smp->stack_id, 0, 0);
+/* Threads merged: one line per distinct stack (stack 0 = no Python frame). */
+static int add(acc *a, int64_t stack_id, double v) {
+  int64_t *hit = bf_map3_get(&a->idx, stack_id, 0, 0);
   if (hit) {
     a->val[*hit] += v;
     return 0;
@@ -29,14 +29,14 @@ static int add(void *ud, const bf_sample *smp) {
     int64_t *ns = realloc(a->stack, nc * sizeof *ns);
     if (!ns) return -ENOMEM;
     a->stack = ns;
-    int64_t *nv = realloc(a->val, nc * sizeof *nv);
+    double *nv = realloc(a->val, nc * sizeof *nv);
     if (!nv) return -ENOMEM;
     a->val = nv;
     a->cap = nc;
   }
-  a->stack[a->n] = smp->stack_id;
+  a->stack[a->n] = stack_id;
   a->val[a->n] = v;
-  if (bf_map3_put(&a->idx, smp->stack_id, 0, 0, (int64_t)a->n)) return -ENOMEM;
+  if (bf_map3_put(&a->idx, stack_id, 0, 0, (int64_t)a->n)) return -ENOMEM;
   a->n++;
   return 0;
 }
@@ -51,27 +51,25 @@ int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter 
   int rc = bf_store_session_get(s, session_id, &info);
   if (rc) return rc;
   acc a = {0};
-  a.by_weight = (info->clock && strcmp(info->clock, "cpu") == 0) || (info->kind && strcmp(info->kind, "imported") == 0);
-  if (info->kind && strcmp(info->kind, "traced") == 0) {
+  bf_q_stacks *q = NULL;
+  if (bf_q_kind_of(info) == BF_Q_TRACED) {
     bf_session_info_free(info);
     return bf_store_fail(s, -EINVAL,
                          "session %lld is traced: it has no stacks to collapse (export it as pstats instead)",
                          (long long)session_id);
   }
-  if ((rc = bf_store_samples_foreach(s, session_id, f, add, &a))) goto out;
-  if (a.by_weight) {
-    /* Weights may be ns: keep integers but avoid zero-weight lines. */
-    int any = 0;
-    for (size_t i = 0; i < a.n; i++) any |= a.val[i] > 0;
-    if (!any) {
-      a.by_weight = 0;
-      bf_map3_free(&a.idx);
-      a.n = 0;
-      if ((rc = bf_store_samples_foreach(s, session_id, f, add, &a))) goto out;
-    }
-  }
+  if ((rc = bf_q_stacks_load(s, session_id, f, &q))) goto out;
+  /* weights (ns or imported samples) when shares use them; counts otherwise */
+  int by_weight = bf_q_by_weight(info) && q->total_weight > 0;
+  for (size_t i = 0; i < q->n; i++)
+    if ((rc = add(&a, q->v[i].stack_id, by_weight ? q->v[i].weight : (double)q->v[i].count))) goto out;
   for (size_t i = 0; i < a.n; i++) {
-    if (a.val[i] <= 0) continue;
+    int64_t v = (int64_t)(a.val[i] + 0.5);
+    if (v <= 0) continue;
+    if (a.stack[i] == 0) {
+      fprintf(out, "%s %lld\n", BF_NO_PYTHON_FRAME, (long long)v);
+      continue;
+    }
     int64_t *frames = NULL;
     size_t nf = 0;
     if ((rc = bf_store_stack_frames(s, a.stack[i], &frames, &nf))) goto out;
@@ -90,10 +88,11 @@ int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter 
       fprintf(out, ":%lld:%lld)", (long long)ref.firstlineno, (long long)line);
     }
     free(frames);
-    fprintf(out, " %lld\n", (long long)a.val[i]);
+    fprintf(out, " %lld\n", (long long)v);
   }
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  bf_q_stacks_free(q);
   bf_map3_free(&a.idx);
   free(a.stack);
   free(a.val);

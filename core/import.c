@@ -12,11 +12,16 @@
 #include <unistd.h>
 
 #include "import.h"
+#include "query.h"
 #include "store_int.h"
 #include "util.h"
 
-#define MAX_LINE (16 << 20)
+#define MAX_LINE (4 << 20) /* bytes per line: 4096 frames of ~1 KB; longer is refused */
 #define MAX_DEPTH 4096
+/* Sum of sample counts: 10^15 is 11 CPU-days of re-imported nanosecond
+ * weights; anything above is a corrupt or hostile count, refused before it
+ * turns into millions of 32-bit records. */
+#define MAX_TOTAL_COUNT 1000000000000000LL
 
 typedef enum { D_FLAMEGRAPH, D_PYSPY, D_AUSTIN } dialect;
 
@@ -121,6 +126,8 @@ typedef struct imp {
   dialect d;
   int64_t lineno;
   int64_t samples, records;
+  int64_t invalid;      /* austin ":INVALID:" samples: counted, not stored */
+  int64_t zero_lines;   /* FlameGraph/py-spy lines with count 0: nothing to store */
   double total_weight;
   char *sbuf1, *sbuf2;
   size_t sbuf_cap;
@@ -191,11 +198,32 @@ static int import_line(imp *m, char *line) {
     }
     weight *= 1000; /* µs → ns */
   } else {
-    if (parse_i64(metric, strlen(metric), &count) || count <= 0)
-      return fail_line(m, "bad sample count (expected a positive integer at the end of the line)");
+    if (parse_i64(metric, strlen(metric), &count) || count < 0)
+      return fail_line(m, "bad sample count (expected a non-negative integer at the end of the line)");
+    if (count == 0) {
+      m->zero_lines++;
+      return 0;
+    }
     weight = count;
   }
+  if (count > MAX_TOTAL_COUNT - m->samples)
+    return fail_line(m, "sample counts add up to more than 10^15, more than any capture holds (the count is "
+                        "corrupt or not a sample count)");
   if (!*stack) return fail_line(m, "empty stack");
+  if (m->d == D_AUSTIN && strstr(stack, ":INVALID:")) { /* austin's mark of a sample it could not read */
+    m->invalid++;
+    return 0;
+  }
+  for (const char *q = stack; q;) { /* never misparse austin's old layout into functions named "L13" */
+    const char *e = strchr(q, ';');
+    size_t ql = e ? (size_t)(e - q) : strlen(q);
+    if (ql > 1 && q[0] == 'L' && strspn(q + 1, "0123456789") == ql - 1)
+      return fail_line(m, "a frame 'L<number>' is a line number of austin's old (before 3.0) layout, which is "
+                          "not supported; record with austin 3 or convert to 'a;b;c COUNT' lines");
+    q = e ? e + 1 : NULL;
+  }
+  int gc = 0;
+  if (strcmp(stack, BF_NO_PYTHON_FRAME) == 0) stack += strlen(stack); /* bifocal's own: no frame */
   int64_t tid = 0, parent = 0;
   int depth = 0;
   char *p = stack;
@@ -227,6 +255,12 @@ static int import_line(imp *m, char *line) {
       first_tok = 0;
       continue;
     }
+    if (m->d == D_AUSTIN && fl == 4 && strncmp(p, ":GC:", 4) == 0) {
+      gc = 1;
+      p = next;
+      first_tok = 0;
+      continue;
+    }
     if (m->d == D_PYSPY && depth == 0 && fl > 8 && strncmp(p, "thread (", 8) == 0) {
       if (parse_thread_token(p + 8, fl - 8, &tid)) return fail_line(m, "bad py-spy thread frame");
       p = next;
@@ -250,7 +284,7 @@ static int import_line(imp *m, char *line) {
     p = next;
     first_tok = 0;
   }
-  if (depth == 0 && m->d != D_AUSTIN) return fail_line(m, "no frames before the count");
+  if (depth == 0 && m->d != D_AUSTIN && *stack) return fail_line(m, "no frames before the count");
   int64_t thread;
   int rc = bf_store_intern_thread(m->s, m->session, tid, NULL, &thread);
   if (rc) return rc;
@@ -259,7 +293,7 @@ static int import_line(imp *m, char *line) {
     uint32_t c = left > 0xffffffffLL ? 0xffffffffu : (uint32_t)left;
     int64_t w = (left == c) ? wleft : (int64_t)((double)weight * c / (double)count);
     bf_sample smp = {.thread_id = thread, .stack_id = parent, .ts_ns = 0,
-                     .flags = idle ? BF_SAMPLE_IDLE : 0, .count = c, .weight = w};
+                     .flags = (idle ? BF_SAMPLE_IDLE : 0) | (gc ? BF_SAMPLE_GC : 0), .count = c, .weight = w};
     if ((rc = bf_store_sample_add(m->s, m->session, &smp))) return rc;
     left -= c;
     wleft -= w;
@@ -270,13 +304,42 @@ static int import_line(imp *m, char *line) {
   return 0;
 }
 
+/* One line of at most max bytes (newline dropped) into *buf: its length, -1
+ * at end of file, or -2 when the line is longer (the rest is not read).
+ * Memory never exceeds max + 1 whatever the input (/dev/zero included). */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap, size_t max) {
+  size_t n = 0;
+  int c;
+  while ((c = getc_unlocked(f)) != EOF && c != '\n') {
+    if (n >= max) return -2;
+    if (n + 1 >= *cap) {
+      size_t nc = *cap ? *cap * 2 : 4096;
+      if (nc > max + 1) nc = max + 1;
+      char *nb = realloc(*buf, nc);
+      if (!nb) return -3;
+      *buf = nb;
+      *cap = nc;
+    }
+    (*buf)[n++] = (char)c;
+  }
+  if (c == EOF && n == 0) return -1;
+  if (!*buf) {
+    *buf = malloc(1);
+    if (!*buf) return -3;
+    *cap = 1;
+  }
+  (*buf)[n] = 0;
+  return (ssize_t)n;
+}
+
 static dialect detect(FILE *f) {
   char *line = NULL;
   size_t cap = 0;
   ssize_t n;
   dialect d = D_FLAMEGRAPH;
   int looked = 0;
-  while (looked < 50 && (n = getline(&line, &cap, f)) > 0) {
+  while (looked < 50 && (n = read_line(f, &line, &cap, MAX_LINE)) >= 0) {
+    if (memchr(line, 0, (size_t)n)) break;
     char *t = trim(line);
     if (!*t) continue;
     if (*t == '#') {
@@ -348,10 +411,14 @@ int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, 
   ssize_t n;
   double interval_us = 0;
   int64_t duration_us = 0;
-  while ((n = getline(&line, &cap, f)) > 0) {
+  while ((n = read_line(f, &line, &cap, MAX_LINE)) != -1) {
     m.lineno++;
-    if (n > MAX_LINE) {
-      rc = fail_line(&m, "line too long");
+    if (n == -3) {
+      rc = bf_store_fail(s, -ENOMEM, "out of memory");
+      break;
+    }
+    if (n == -2) {
+      rc = fail_line(&m, "line longer than 4 MiB: not a collapsed-stack text file");
       break;
     }
     if (memchr(line, 0, (size_t)n)) {
@@ -391,12 +458,13 @@ int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, 
     rc = bf_store_fail(s, -EIO, "error reading '%s'; nothing imported", path);
     goto fail;
   }
-  if (m.records == 0) {
+  if (m.records == 0 && m.invalid == 0) {
     rc = bf_store_fail(s, -EINVAL, "'%s' holds no samples (expected lines like 'a;b;c 12'); nothing imported", path);
     goto fail;
   }
   info.id = m.session;
   info.samples = m.samples;
+  info.invalid = m.invalid;
   info.status = "complete";
   info.python_version = pyver;
   if (interval_us > 0) info.rate_hz = 1e6 / interval_us;
@@ -404,8 +472,10 @@ int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, 
     info.duration_ns = duration_us * 1000;
     info.achieved_rate_hz = (double)m.samples / ((double)duration_us / 1e6);
   }
-  if (asprintf(&extra, "{\"dialect\":\"%s\",\"records\":%lld,\"total_weight\":%.0f}", dialect_name(m.d),
-               (long long)m.records, m.total_weight) < 0)
+  if (asprintf(&extra,
+               "{\"dialect\":\"%s\",\"records\":%lld,\"total_weight\":%.0f,\"invalid\":%lld,\"zero_count_lines\":%lld}",
+               dialect_name(m.d), (long long)m.records, m.total_weight, (long long)m.invalid,
+               (long long)m.zero_lines) < 0)
     extra = NULL;
   info.extra_json = extra;
   info.created_ns = 0;

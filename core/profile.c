@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "profile.h"
+#include "query.h"
 #include "store_int.h"
 
 void bf_wilson(double k, double n, double *lo, double *hi) {
@@ -25,47 +26,6 @@ void bf_wilson(double k, double n, double *lo, double *hi) {
   double half = z * sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / den;
   *lo = (k <= 0 || centre - half < 0) ? 0 : centre - half;
   *hi = (k >= n || centre + half > 1) ? 1 : centre + half;
-}
-
-typedef struct stack_acc {
-  int64_t stack_id;
-  int64_t count;
-  double weight;
-} stack_acc;
-
-typedef struct agg {
-  bf_map3 idx; /* stack id → index in accs */
-  stack_acc *accs;
-  size_t n, cap;
-  int64_t total_count;
-  double total_weight;
-  int err;
-} agg;
-
-static int agg_sample(void *ud, const bf_sample *smp) {
-  agg *a = ud;
-  int64_t c = smp->count ? smp->count : 1;
-  a->total_count += c;
-  a->total_weight += (double)smp->weight;
-  int64_t *hit = bf_map3_get(&a->idx, smp->stack_id, 0, 0);
-  size_t i;
-  if (hit) {
-    i = (size_t)*hit;
-  } else {
-    if (a->n == a->cap) {
-      size_t nc = a->cap ? a->cap * 2 : 256;
-      stack_acc *na = realloc(a->accs, nc * sizeof *na);
-      if (!na) return -ENOMEM;
-      a->accs = na;
-      a->cap = nc;
-    }
-    i = a->n++;
-    a->accs[i] = (stack_acc){smp->stack_id, 0, 0};
-    if (bf_map3_put(&a->idx, smp->stack_id, 0, 0, (int64_t)i)) return -ENOMEM;
-  }
-  a->accs[i].count += c;
-  a->accs[i].weight += (double)smp->weight;
-  return 0;
 }
 
 typedef struct rowset {
@@ -164,19 +124,18 @@ int bf_profile_functions(bf_store *s, int64_t session_id, const bf_sample_filter
   if (rc) return rc;
   bf_profile *p = calloc(1, sizeof *p);
   rowset rs = {0};
-  agg a = {0};
+  bf_q_stacks *q = NULL;
   if (!p) {
     rc = -ENOMEM;
     goto out;
   }
-  int traced = info->kind && strcmp(info->kind, "traced") == 0;
-  int by_weight = (info->clock && strcmp(info->clock, "cpu") == 0) ||
-                  (info->kind && strcmp(info->kind, "imported") == 0);
+  int traced = bf_q_kind_of(info) == BF_Q_TRACED;
+  int by_weight = bf_q_by_weight(info);
   if (traced) {
     trace_ud t = {s, &rs, 0};
-    if ((rc = bf_store_trace_funcs_foreach(s, session_id, trace_row, &t))) goto out;
+    if ((rc = bf_q_trace_funcs(s, session_id, trace_row, &t))) goto out;
     int64_t roots = 0;
-    if ((rc = bf_store_trace_edges_foreach(s, session_id, root_total, &roots))) goto out;
+    if ((rc = bf_q_trace_edges(s, session_id, root_total, &roots))) goto out;
     double self_sum = 0;
     for (size_t i = 0; i < rs.n; i++) self_sum += rs.rows[i].self_ns > 0 ? (double)rs.rows[i].self_ns : 0;
     double denom = roots > 0 ? (double)roots : self_sum;
@@ -193,13 +152,13 @@ int bf_profile_functions(bf_store *s, int64_t session_id, const bf_sample_filter
     p->traced = 1;
     p->total_ns = (int64_t)denom;
   } else {
-    if ((rc = bf_store_samples_foreach(s, session_id, f, agg_sample, &a))) goto out;
-    if (by_weight && a.total_weight <= 0) by_weight = 0;
-    double denom = by_weight ? a.total_weight : (double)a.total_count;
+    if ((rc = bf_q_stacks_load(s, session_id, f, &q))) goto out;
+    if (by_weight && q->total_weight <= 0) by_weight = 0;
+    double denom = by_weight ? q->total_weight : (double)q->total_count;
     int64_t *fids = NULL;
     size_t fcap = 0;
-    for (size_t k = 0; k < a.n; k++) {
-      stack_acc *acc = &a.accs[k];
+    for (size_t k = 0; k < q->n; k++) {
+      const bf_q_stack *acc = &q->v[k];
       if (acc->stack_id <= 0) continue;
       int64_t *frames = NULL;
       size_t nf = 0;
@@ -246,7 +205,7 @@ int bf_profile_functions(bf_store *s, int64_t session_id, const bf_sample_filter
       free(frames);
     }
     free(fids);
-    double n = (double)a.total_count;
+    double n = (double)q->total_count;
     for (size_t i = 0; i < rs.n; i++) {
       bf_func_row *r = &rs.rows[i];
       r->self_share = denom > 0 ? r->self_weight / denom : 0;
@@ -254,8 +213,8 @@ int bf_profile_functions(bf_store *s, int64_t session_id, const bf_sample_filter
       bf_wilson(r->self_share * n, n, &r->self_lo, &r->self_hi);
       bf_wilson(r->total_share * n, n, &r->total_lo, &r->total_hi);
     }
-    p->total_samples = a.total_count;
-    p->total_weight = by_weight ? a.total_weight : (double)a.total_count;
+    p->total_samples = q->total_count;
+    p->total_weight = by_weight ? q->total_weight : (double)q->total_count;
   }
   if (rs.n) qsort(rs.rows, rs.n, sizeof *rs.rows, sort == BF_SORT_TOTAL ? cmp_total : cmp_self);
   p->rows = rs.rows;
@@ -269,8 +228,7 @@ out:
   free(rs.rows);
   free(rs.seen);
   bf_map3_free(&rs.idx);
-  free(a.accs);
-  bf_map3_free(&a.idx);
+  bf_q_stacks_free(q);
   bf_session_info_free(info);
   return rc;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "query.h"
 #include "store_int.h"
 #include "text.h"
 #include "views_int.h"
@@ -13,6 +14,7 @@
 int bf_session_is(const bf_session_info *info, const char *kind) {
   return info && info->kind && strcmp(info->kind, kind) == 0;
 }
+
 
 const char *bf_short_file(const char *f, size_t max) {
   size_t n = strlen(f);
@@ -139,52 +141,17 @@ static int push_shared(bf_wstacks *w, int32_t thread, const bf_wstack *like, int
 
 /* ---- sampled / imported ------------------------------------------------- */
 
-typedef struct raw {
-  int64_t thread_id, stack_id, count;
-  double weight;
-} raw;
-
-typedef struct sagg {
-  bf_map3 idx;
-  raw *v;
-  size_t n, cap;
-  bf_wstacks *w;
-} sagg;
-
-static int sagg_add(void *ud, const bf_sample *smp) {
-  sagg *a = ud;
-  int64_t c = smp->count ? smp->count : 1;
-  a->w->total_count += c;
-  a->w->total_weight += (double)smp->weight;
-  if (smp->stack_id < 0) return 0;
-  int64_t *hit = bf_map3_get(&a->idx, smp->thread_id, smp->stack_id, 0);
-  if (hit) {
-    a->v[*hit].count += c;
-    a->v[*hit].weight += (double)smp->weight;
-    return 0;
-  }
-  if (a->n == a->cap) {
-    size_t nc = a->cap ? a->cap * 2 : 256;
-    raw *nv = realloc(a->v, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    a->v = nv;
-    a->cap = nc;
-  }
-  a->v[a->n] = (raw){smp->thread_id, smp->stack_id, c, (double)smp->weight};
-  if (bf_map3_put(&a->idx, smp->thread_id, smp->stack_id, 0, (int64_t)a->n)) return -ENOMEM;
-  a->n++;
-  return 0;
-}
-
 static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_wstacks *w) {
-  sagg a = {.w = w};
+  bf_q_stacks *q = NULL;
   bf_thread_ref *th = NULL;
   size_t nth = 0;
   int64_t *lines = NULL, *fids = NULL;
   size_t lcap = 0;
   bf_map3 seen = {0}; /* stack id → first row with its frames */
-  int rc = bf_store_samples_foreach(s, sid, f, sagg_add, &a);
+  int rc = bf_q_stacks_load(s, sid, f, &q);
   if (rc) goto out;
+  w->total_count = q->total_count;
+  w->total_weight = q->total_weight;
   if ((rc = bf_store_threads(s, sid, &th, &nth))) goto out;
   w->threads = calloc(nth ? nth : 1, sizeof *w->threads);
   if (!w->threads) {
@@ -199,32 +166,33 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
   }
   w->nthreads = nth;
   if (w->by_weight && w->total_weight <= 0) w->by_weight = 0;
-  for (size_t k = 0; k < a.n; k++) {
+  for (size_t k = 0; k < q->n; k++) {
+    const bf_q_stack *row = &q->v[k];
     int32_t ti = -1;
     for (size_t i = 0; i < nth; i++)
-      if (w->threads[i].id == a.v[k].thread_id) ti = (int32_t)i;
+      if (w->threads[i].id == row->thread_id) ti = (int32_t)i;
     if (ti < 0) continue; /* sample of an unknown thread: cannot happen in a sound db */
-    if (a.v[k].stack_id == 0) { /* no Python frame: counted, in no row */
-      w->threads[ti].empty_count += a.v[k].count;
-      w->threads[ti].empty_weight += a.v[k].weight;
-      w->empty_count += a.v[k].count;
-      w->empty_weight += a.v[k].weight;
+    if (row->stack_id == 0) { /* no Python frame: counted, in no row */
+      w->threads[ti].empty_count += row->count;
+      w->threads[ti].empty_weight += row->weight;
+      w->empty_count += row->count;
+      w->empty_weight += row->weight;
       continue;
     }
-    w->threads[ti].count += a.v[k].count;
-    w->threads[ti].weight += a.v[k].weight;
-    int64_t *first = bf_map3_get(&seen, a.v[k].stack_id, 0, 0);
+    w->threads[ti].count += row->count;
+    w->threads[ti].weight += row->weight;
+    int64_t *first = bf_map3_get(&seen, row->stack_id, 0, 0);
     if (first) {
-      if ((rc = push_shared(w, ti, &w->v[*first], a.v[k].count, a.v[k].weight))) goto out;
+      if ((rc = push_shared(w, ti, &w->v[*first], row->count, row->weight))) goto out;
       continue;
     }
-    if (bf_map3_put(&seen, a.v[k].stack_id, 0, 0, (int64_t)w->n)) {
+    if (bf_map3_put(&seen, row->stack_id, 0, 0, (int64_t)w->n)) {
       rc = -ENOMEM;
       goto out;
     }
     int64_t *frames = NULL;
     size_t nf = 0;
-    if ((rc = bf_store_stack_frames(s, a.v[k].stack_id, &frames, &nf))) goto out;
+    if ((rc = bf_store_stack_frames(s, row->stack_id, &frames, &nf))) goto out;
     if (nf > lcap) {
       int64_t *nl = realloc(lines, nf * sizeof *nl), *nfi = nl ? realloc(fids, nf * sizeof *nfi) : NULL;
       if (nl) lines = nl;
@@ -242,14 +210,13 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
         goto out;
       }
     free(frames);
-    if ((rc = push_stack(w, ti, fids, lines, nf, a.v[k].count, a.v[k].weight))) goto out;
-    w->v[w->n - 1].stack_id = a.v[k].stack_id;
+    if ((rc = push_stack(w, ti, fids, lines, nf, row->count, row->weight))) goto out;
+    w->v[w->n - 1].stack_id = row->stack_id;
   }
 out:
   bf_map3_free(&seen);
   bf_thread_refs_free(th, nth);
-  bf_map3_free(&a.idx);
-  free(a.v);
+  bf_q_stacks_free(q);
   free(lines);
   free(fids);
   return rc;
@@ -427,8 +394,8 @@ static int expand(texp *x, size_t d, int64_t fid, double value_ns, double calls)
 
 static int load_traced(bf_store *s, int64_t sid, bf_wstacks *w) {
   tedges t = {0};
-  int rc = bf_store_trace_edges_foreach(s, sid, collect_edge, &t);
-  if (!rc) rc = bf_store_trace_funcs_foreach(s, sid, collect_func, &t);
+  int rc = bf_q_trace_edges(s, sid, collect_edge, &t);
+  if (!rc) rc = bf_q_trace_funcs(s, sid, collect_func, &t);
   if (rc) goto out;
   if (t.n) qsort(t.v, t.n, sizeof *t.v, cmp_edge);
   w->threads = calloc(1, sizeof *w->threads);
@@ -464,8 +431,8 @@ int bf_wstacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
     free(w);
     return rc;
   }
-  w->by_weight = (w->info->clock && strcmp(w->info->clock, "cpu") == 0) || bf_session_is(w->info, "imported");
-  if (bf_session_is(w->info, "traced"))
+  w->by_weight = bf_q_by_weight(w->info);
+  if (bf_q_kind_of(w->info) == BF_Q_TRACED)
     rc = load_traced(s, session_id, w);
   else
     rc = load_sampled(s, session_id, f, w);

@@ -1,0 +1,188 @@
+/* query.c — the query layer: session kind/clock as enums, a streaming
+ * sample cursor that holds one stored chunk at a time, the one aggregation
+ * of samples by (thread, stack), and traced rows. */
+#include "query.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+bf_q_kind bf_q_kind_of(const bf_session_info *info) {
+  if (!info || !info->kind) return BF_Q_UNKNOWN_KIND;
+  if (strcmp(info->kind, "sampled") == 0) return BF_Q_SAMPLED;
+  if (strcmp(info->kind, "traced") == 0) return BF_Q_TRACED;
+  if (strcmp(info->kind, "imported") == 0) return BF_Q_IMPORTED;
+  return BF_Q_UNKNOWN_KIND;
+}
+
+bf_q_clock bf_q_clock_of(const bf_session_info *info) {
+  return info && info->clock && strcmp(info->clock, "cpu") == 0 ? BF_Q_CPU : BF_Q_WALL;
+}
+
+int bf_q_by_weight(const bf_session_info *info) {
+  return bf_q_clock_of(info) == BF_Q_CPU || bf_q_kind_of(info) == BF_Q_IMPORTED;
+}
+
+/* ---- timeline ---------------------------------------------------------------- */
+
+struct bf_q_cursor {
+  bf_store *s;
+  int64_t session_id;
+  sqlite3_stmt *st;
+  bf_sample_filter f;
+  int has_f;
+  bf_sample *buf; /* the current chunk's samples that pass the filter */
+  size_t n, cap, i;
+  int done;
+};
+
+static int buffer_sample(void *ud, const bf_sample *smp) {
+  bf_q_cursor *c = ud;
+  if (c->n == c->cap) {
+    size_t nc = c->cap ? c->cap * 2 : 4096;
+    bf_sample *nv = realloc(c->buf, nc * sizeof *nv);
+    if (!nv) return -ENOMEM;
+    c->buf = nv;
+    c->cap = nc;
+  }
+  c->buf[c->n++] = *smp;
+  return 0;
+}
+
+int bf_q_timeline_open(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_q_cursor **out) {
+  *out = NULL;
+  int rc = bf_store_flush(s);
+  if (rc) return rc;
+  bf_q_cursor *c = calloc(1, sizeof *c);
+  if (!c) return bf_store_fail(s, -ENOMEM, "out of memory");
+  c->s = s;
+  c->session_id = session_id;
+  if (f) {
+    c->f = *f;
+    c->has_f = 1;
+  }
+  const char *sql = (f && f->thread_id)
+                        ? "SELECT thread_id, first_ts_ns, last_ts_ns, data FROM sample_chunks WHERE session_id=?1 "
+                          "AND thread_id=?2 ORDER BY thread_id, first_ts_ns, id"
+                        : "SELECT thread_id, first_ts_ns, last_ts_ns, data FROM sample_chunks WHERE session_id=?1 "
+                          "ORDER BY thread_id, first_ts_ns, id";
+  sqlite3 *db = bf_store_db(s);
+  if (sqlite3_prepare_v2(db, sql, -1, &c->st, NULL) != SQLITE_OK) {
+    rc = bf_store_fail(s, -EIO, "database '%s': cannot read samples: %s", bf_store_path(s), sqlite3_errmsg(db));
+    free(c);
+    return rc;
+  }
+  sqlite3_bind_int64(c->st, 1, session_id);
+  if (f && f->thread_id) sqlite3_bind_int64(c->st, 2, f->thread_id);
+  *out = c;
+  return 0;
+}
+
+int bf_q_timeline_next(bf_q_cursor *c, const bf_sample **smp) {
+  while (c->i >= c->n) {
+    if (c->done) return 0;
+    c->n = c->i = 0;
+    int rc = sqlite3_step(c->st);
+    if (rc == SQLITE_DONE) {
+      c->done = 1;
+      return 0;
+    }
+    if (rc != SQLITE_ROW)
+      return bf_store_fail(c->s, -EIO, "database '%s': cannot read samples: %s", bf_store_path(c->s),
+                           sqlite3_errmsg(bf_store_db(c->s)));
+    int64_t tid = sqlite3_column_int64(c->st, 0);
+    int64_t first = sqlite3_column_int64(c->st, 1), last = sqlite3_column_int64(c->st, 2);
+    if (c->has_f && c->f.until_ns > 0 && first >= c->f.until_ns) continue;
+    if (c->has_f && c->f.since_ns && last < c->f.since_ns) continue;
+    const uint8_t *d = sqlite3_column_blob(c->st, 3);
+    size_t len = (size_t)sqlite3_column_bytes(c->st, 3);
+    rc = bf_chunk_decode(d, len, tid, first, c->has_f ? &c->f : NULL, buffer_sample, c);
+    if (rc == -EBADMSG)
+      return bf_store_fail(c->s, -EBADMSG, "database '%s': corrupt sample chunk in session %lld", bf_store_path(c->s),
+                           (long long)c->session_id);
+    if (rc == -ENOMEM) return bf_store_fail(c->s, rc, "out of memory");
+    if (rc) return rc;
+  }
+  *smp = &c->buf[c->i++];
+  return 1;
+}
+
+void bf_q_timeline_close(bf_q_cursor *c) {
+  if (!c) return;
+  sqlite3_finalize(c->st);
+  free(c->buf);
+  free(c);
+}
+
+int bf_q_timeline_foreach(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_sample_fn fn, void *ud) {
+  return bf_store_samples_foreach(s, session_id, f, fn, ud);
+}
+
+/* ---- stacks ----------------------------------------------------------------- */
+
+typedef struct sagg {
+  bf_map3 idx; /* (thread, stack) → row */
+  bf_q_stacks *q;
+  size_t cap;
+} sagg;
+
+static int sagg_add(void *ud, const bf_sample *smp) {
+  sagg *a = ud;
+  bf_q_stacks *q = a->q;
+  int64_t c = smp->count ? smp->count : 1;
+  q->total_count += c;
+  q->total_weight += (double)smp->weight;
+  int64_t stack = smp->stack_id > 0 ? smp->stack_id : 0;
+  int64_t *hit = bf_map3_get(&a->idx, smp->thread_id, stack, 0);
+  if (hit) {
+    q->v[*hit].count += c;
+    q->v[*hit].weight += (double)smp->weight;
+    return 0;
+  }
+  if (q->n == a->cap) {
+    size_t nc = a->cap ? a->cap * 2 : 256;
+    bf_q_stack *nv = realloc(q->v, nc * sizeof *nv);
+    if (!nv) return -ENOMEM;
+    q->v = nv;
+    a->cap = nc;
+  }
+  q->v[q->n] = (bf_q_stack){smp->thread_id, stack, c, (double)smp->weight};
+  if (bf_map3_put(&a->idx, smp->thread_id, stack, 0, (int64_t)q->n)) return -ENOMEM;
+  q->n++;
+  return 0;
+}
+
+int bf_q_stacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_q_stacks **out) {
+  *out = NULL;
+  sagg a = {0};
+  a.q = calloc(1, sizeof *a.q);
+  if (!a.q) return bf_store_fail(s, -ENOMEM, "out of memory");
+  int rc = bf_store_samples_foreach(s, session_id, f, sagg_add, &a);
+  bf_map3_free(&a.idx);
+  if (rc) {
+    if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+    bf_q_stacks_free(a.q);
+    return rc;
+  }
+  *out = a.q;
+  return 0;
+}
+
+void bf_q_stacks_free(bf_q_stacks *q) {
+  if (!q) return;
+  free(q->v);
+  free(q);
+}
+
+/* ---- traced rows --------------------------------------------------------------- */
+
+int bf_q_trace_funcs(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void *ud) {
+  return bf_store_trace_funcs_foreach(s, session_id, fn, ud);
+}
+
+int bf_q_trace_edges(bf_store *s, int64_t session_id, bf_trace_edge_fn fn, void *ud) {
+  return bf_store_trace_edges_foreach(s, session_id, fn, ud);
+}

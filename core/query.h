@@ -1,0 +1,69 @@
+/* query.h — the one way core/ reads what a session recorded: its kind and
+ * clock as enums, its samples as a time-ordered stream (timeline) or
+ * aggregated by distinct (thread, stack) (stacks), and its traced rows.
+ * Views, exports, the Lua binding and diff read samples only through here. */
+#ifndef BF_QUERY_H
+#define BF_QUERY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+/* How views and exports name samples without any Python frame (a thread in
+ * native code only, or between frames); imports read it back. */
+#define BF_NO_PYTHON_FRAME "[no Python frame]"
+
+typedef enum { BF_Q_SAMPLED = 0, BF_Q_TRACED, BF_Q_IMPORTED, BF_Q_UNKNOWN_KIND } bf_q_kind;
+typedef enum { BF_Q_WALL = 0, BF_Q_CPU } bf_q_clock;
+
+/* The session's kind and clock (an unknown clock reads as wall). */
+bf_q_kind bf_q_kind_of(const bf_session_info *info);
+bf_q_clock bf_q_clock_of(const bf_session_info *info);
+
+/* Do shares come from sample weight (cpu clock, imports) rather than counts? */
+int bf_q_by_weight(const bf_session_info *info);
+
+/* ---- timeline: samples one at a time, in (thread, time) order --------------
+ * Memory is one stored chunk at most, whatever the session's size. */
+typedef struct bf_q_cursor bf_q_cursor;
+
+/* Open a cursor over session_id's samples passing f (may be NULL).
+ * OUT: *out (close with bf_q_timeline_close). Errors on the store handle. */
+int bf_q_timeline_open(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_q_cursor **out);
+
+/* Next sample: 1 and *smp (borrowed until the next call), 0 at the end, or a
+ * negative errno (message on the store handle). */
+int bf_q_timeline_next(bf_q_cursor *c, const bf_sample **smp);
+
+/* Accepts NULL. Must be called before the store is closed. */
+void bf_q_timeline_close(bf_q_cursor *c);
+
+/* Callback form: fn for every sample in (thread, time) order; fn's non-zero
+ * value stops the walk and is returned. */
+int bf_q_timeline_foreach(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_sample_fn fn, void *ud);
+
+/* ---- stacks: samples aggregated by distinct (thread, stack) --------------- */
+typedef struct bf_q_stack {
+  int64_t thread_id;
+  int64_t stack_id; /* 0: samples without any Python frame (they count too) */
+  int64_t count;    /* samples */
+  double weight;    /* sum of sample weights (ns, or samples for imports) */
+} bf_q_stack;
+
+typedef struct bf_q_stacks {
+  bf_q_stack *v; /* in order of first appearance */
+  size_t n;
+  int64_t total_count; /* every sample in the filter */
+  double total_weight;
+} bf_q_stacks;
+
+/* OUT: *out (free with bf_q_stacks_free). f may be NULL. */
+int bf_q_stacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_q_stacks **out);
+void bf_q_stacks_free(bf_q_stacks *q);
+
+/* ---- traced rows ------------------------------------------------------------ */
+int bf_q_trace_funcs(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void *ud);
+int bf_q_trace_edges(bf_store *s, int64_t session_id, bf_trace_edge_fn fn, void *ud);
+
+#endif
