@@ -58,7 +58,7 @@ int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter 
                          "session %lld is traced: it has no stacks to collapse (export it as pstats instead)",
                          (long long)session_id);
   }
-  if ((rc = bf_q_stacks_load(s, session_id, f, &q))) goto out;
+  if ((rc = bf_q_stacks_load(s, session_id, f, &q)) || (rc = bf_q_stacks_merge_threads(q))) goto out;
   /* weights (ns or imported samples) when shares use them; counts otherwise */
   int by_weight = bf_q_by_weight(info) && q->total_weight > 0;
   for (size_t i = 0; i < q->n; i++)

@@ -23,6 +23,7 @@
 #include "lua_bifocal.h"
 #include "lua_sandbox.h"
 #include "profile.h"
+#include "query.h"
 #include "store.h"
 #include "text.h"
 #include "util.h"
@@ -502,56 +503,48 @@ static int db_stack(lua_State *L) {
   return 1;
 }
 
-/* ---- bifocal.samples: buffered samples behind a generic-for iterator ---- */
+/* ---- bifocal.samples: a streaming cursor behind a generic-for iterator ----
+ * Memory is one stored chunk whatever the session's size (core/query.h). */
 
 typedef struct lsamples {
-  bf_sample *v; /* NULL = closed */
-  size_t n, cap, i;
+  bf_q_cursor *c; /* NULL = closed */
+  int64_t read;
 } lsamples;
 
 static int samples_release(lua_State *L) {
   lsamples *b = luaL_checkudata(L, 1, SAMPLES_MT);
-  free(b->v);
-  b->v = NULL;
-  b->n = b->cap = b->i = 0;
+  bf_q_timeline_close(b->c);
+  b->c = NULL;
   return 0;
 }
 
 static int samples_tostring(lua_State *L) {
   lsamples *b = luaL_checkudata(L, 1, SAMPLES_MT);
-  lua_pushfstring(L, "bifocal.samples (%I of %I)", (lua_Integer)b->i, (lua_Integer)b->n);
+  lua_pushfstring(L, "bifocal.samples (%I read%s)", (lua_Integer)b->read, b->c ? "" : ", closed");
   return 1;
-}
-
-static int collect_sample(void *ud, const bf_sample *smp) {
-  lsamples *b = ud;
-  if (b->n == b->cap) {
-    size_t nc = b->cap ? b->cap * 2 : 1024;
-    bf_sample *nv = realloc(b->v, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    b->v = nv;
-    b->cap = nc;
-  }
-  b->v[b->n++] = *smp;
-  return 0;
-}
-
-static lsamples *load_samples(lua_State *L, lsession ss, int filter_idx) {
-  bf_sample_filter f;
-  opt_filter(L, filter_idx, ss, &f);
-  lsamples *b = lua_newuserdatauv(L, sizeof *b, 0);
-  memset(b, 0, sizeof *b);
-  luaL_setmetatable(L, SAMPLES_MT);
-  int rc = bf_store_samples_foreach(ss.s, ss.id, &f, collect_sample, b);
-  if (rc == -ENOMEM) luaL_error(L, "not enough memory for the samples of session %I", (lua_Integer)ss.id);
-  if (rc < 0) luaL_error(L, "%s", bf_store_errmsg(ss.s));
-  return b;
 }
 
 static int samples_next(lua_State *L) {
   lsamples *b = luaL_checkudata(L, lua_upvalueindex(1), SAMPLES_MT);
-  if (!b->v || b->i >= b->n) return 0;
-  const bf_sample *smp = &b->v[b->i++];
+  if (!b->c) return 0;
+  /* the cursor reads through the db: refuse to go on once it is closed */
+  lua_getiuservalue(L, lua_upvalueindex(1), 1);
+  ldb *d = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!d || !d->s) {
+    bf_q_timeline_close(b->c);
+    b->c = NULL;
+    return luaL_error(L, "the database was closed during the iteration of its samples");
+  }
+  const bf_sample *smp = NULL;
+  int rc = bf_q_timeline_next(b->c, &smp);
+  if (rc <= 0) {
+    bf_q_timeline_close(b->c);
+    b->c = NULL;
+    if (rc < 0) return luaL_error(L, "%s", bf_store_errmsg(d->s));
+    return 0;
+  }
+  b->read++;
   lua_createtable(L, 0, 10);
   set_int(L, "thread_id", smp->thread_id);
   set_int(L, "stack_id", smp->stack_id);
@@ -570,7 +563,15 @@ static int samples_next(lua_State *L) {
  * flags, count, weight, gil, on_cpu, idle, gc}; db:stack(smp.stack_id) for frames. */
 static int session_samples(lua_State *L) {
   lsession ss = checksession(L, 1);
-  load_samples(L, ss, 2);
+  bf_sample_filter f;
+  opt_filter(L, 2, ss, &f);
+  lsamples *b = lua_newuserdatauv(L, sizeof *b, 1);
+  b->c = NULL;
+  b->read = 0;
+  luaL_setmetatable(L, SAMPLES_MT);
+  lua_getiuservalue(L, 1, 1); /* the db, kept alive while the cursor is */
+  lua_setiuservalue(L, -2, 1);
+  if (bf_q_timeline_open(ss.s, ss.id, &f, &b->c) < 0) return luaL_error(L, "%s", bf_store_errmsg(ss.s));
   lua_pushvalue(L, -1);
   lua_pushcclosure(L, samples_next, 1);
   lua_pushnil(L);
@@ -589,26 +590,22 @@ static int cmp_stack_count(const void *a, const void *b) {
   return (x->stack_id > y->stack_id) - (x->stack_id < y->stack_id);
 }
 
-static int cmp_stack_id(const void *a, const void *b) {
-  const bf_sample *x = a, *y = b;
-  return (x->stack_id > y->stack_id) - (x->stack_id < y->stack_id);
-}
-
 /* s:stacks([filter]) → array of {stack_id, count, weight, frames}, most frequent first */
 static int session_stacks(lua_State *L) {
   lsession ss = checksession(L, 1);
-  lsamples *b = load_samples(L, ss, 2);
-  int bi = lua_gettop(L);
-  qsort(b->v, b->n, sizeof *b->v, cmp_stack_id);
-  size_t nd = 0;
+  bf_sample_filter f;
+  opt_filter(L, 2, ss, &f);
+  bf_q_stacks *q = NULL;
+  if (bf_q_stacks_load(ss.s, ss.id, &f, &q) < 0) return luaL_error(L, "%s", bf_store_errmsg(ss.s));
   /* GC-owned, so an error while building the result leaks nothing */
-  stack_count *sc = lua_newuserdatauv(L, (b->n ? b->n : 1) * sizeof *sc, 0);
-  memset(sc, 0, (b->n ? b->n : 1) * sizeof *sc);
-  for (size_t i = 0; i < b->n; i++) {
-    if (nd == 0 || sc[nd - 1].stack_id != b->v[i].stack_id) sc[nd++].stack_id = b->v[i].stack_id;
-    sc[nd - 1].count += b->v[i].count ? b->v[i].count : 1;
-    sc[nd - 1].weight += b->v[i].weight;
+  if (bf_q_stacks_merge_threads(q) < 0) {
+    bf_q_stacks_free(q);
+    return luaL_error(L, "not enough memory for the stacks of session %I", (lua_Integer)ss.id);
   }
+  stack_count *sc = lua_newuserdatauv(L, (q->n ? q->n : 1) * sizeof *sc, 0);
+  size_t nd = q->n;
+  for (size_t i = 0; i < nd; i++) sc[i] = (stack_count){q->v[i].stack_id, q->v[i].count, (int64_t)q->v[i].weight};
+  bf_q_stacks_free(q);
   qsort(sc, nd, sizeof *sc, cmp_stack_count);
   lua_createtable(L, (int)nd, 0);
   for (size_t i = 0; i < nd; i++) {
@@ -620,9 +617,6 @@ static int session_stacks(lua_State *L) {
     lua_setfield(L, -2, "frames");
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
-  lua_pushcfunction(L, samples_release);
-  lua_pushvalue(L, bi);
-  lua_call(L, 1, 0);
   return 1;
 }
 

@@ -177,6 +177,32 @@ void bf_q_stacks_free(bf_q_stacks *q) {
   free(q);
 }
 
+int bf_q_stacks_merge_threads(bf_q_stacks *q) {
+  bf_map3 idx = {0};
+  bf_q_stack *nv = malloc((q->n ? q->n : 1) * sizeof *nv);
+  if (!nv) return -ENOMEM;
+  size_t n = 0;
+  for (size_t i = 0; i < q->n; i++) {
+    int64_t *hit = bf_map3_get(&idx, q->v[i].stack_id, 0, 0);
+    if (hit) {
+      nv[*hit].count += q->v[i].count;
+      nv[*hit].weight += q->v[i].weight;
+      continue;
+    }
+    if (bf_map3_put(&idx, q->v[i].stack_id, 0, 0, (int64_t)n)) {
+      bf_map3_free(&idx);
+      free(nv);
+      return -ENOMEM;
+    }
+    nv[n++] = (bf_q_stack){0, q->v[i].stack_id, q->v[i].count, q->v[i].weight};
+  }
+  bf_map3_free(&idx);
+  free(q->v);
+  q->v = nv;
+  q->n = n;
+  return 0;
+}
+
 /* ---- traced rows --------------------------------------------------------------- */
 
 int bf_q_trace_funcs(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void *ud) {

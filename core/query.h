@@ -62,6 +62,10 @@ typedef struct bf_q_stacks {
 int bf_q_stacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_q_stacks **out);
 void bf_q_stacks_free(bf_q_stacks *q);
 
+/* Merge rows of one stack across threads (thread_id becomes 0), in place,
+ * keeping first-appearance order. Returns 0 or -ENOMEM (q unchanged). */
+int bf_q_stacks_merge_threads(bf_q_stacks *q);
+
 /* ---- traced rows ------------------------------------------------------------ */
 int bf_q_trace_funcs(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void *ud);
 int bf_q_trace_edges(bf_store *s, int64_t session_id, bf_trace_edge_fn fn, void *ud);
