@@ -1,10 +1,14 @@
 /* export_chrome.c — Chrome/Perfetto trace-event JSON ("X" complete events)
- * of the focus-mode call records of a traced session, with process and
- * thread names, so chrome://tracing, Perfetto and speedscope show a timeline. */
+ * with process and thread names, so chrome://tracing, Perfetto and
+ * speedscope show a timeline: the focus-mode call records of a traced
+ * session, or a sampled session's samples per thread (a frame's event spans
+ * the consecutive samples that have it on the stack; args.samples counts
+ * them; samples without a Python frame are "[no Python frame]" events). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "query.h"
 #include "store_int.h"
 #include "util.h"
 #include "views.h"
@@ -43,7 +47,7 @@ static int cmp_rec(const void *a, const void *b) {
   return (x->depth > y->depth) - (x->depth < y->depth);
 }
 
-int bf_export_chrome(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+static int export_records(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
   bf_session_info *info = NULL;
   int rc = bf_store_session_get(s, session_id, &info);
   if (rc) return rc;
@@ -53,8 +57,8 @@ int bf_export_chrome(bf_store *s, int64_t session_id, const bf_sample_filter *f,
   if ((rc = bf_store_call_records_foreach(s, session_id, add_rec, &a))) goto out;
   if (a.n == 0) {
     rc = bf_store_fail(s, -ENODATA,
-                       "session %lld (%s) has no call records: the chrome export needs a traced session recorded "
-                       "in focus mode (try --format speedscope or pstats)",
+                       "session %lld (%s) has no call records: the chrome export of a traced session needs it "
+                       "recorded in focus mode (try --format speedscope or pstats)",
                        (long long)session_id, info->kind ? info->kind : "?");
     goto out;
   }
@@ -97,6 +101,140 @@ out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   bf_thread_refs_free(th, nth);
   free(a.v);
+  bf_session_info_free(info);
+  return rc;
+}
+
+/* ---- sampled sessions: a per-thread timeline ----------------------------- */
+
+#define CH_MAX_DEPTH 8192
+
+typedef struct chopen {
+  int64_t fid; /* -1: no Python frame */
+  int64_t start_ns, samples;
+} chopen;
+
+typedef struct chtl {
+  bf_store *s;
+  FILE *out;
+  long long pid, tid;
+  chopen *open;
+  size_t depth;
+} chtl;
+
+static int close_to(chtl *t, size_t keep, int64_t at) {
+  while (t->depth > keep) {
+    const chopen *o = &t->open[--t->depth];
+    const char *name = "[no Python frame]", *file = "";
+    int64_t first = 0;
+    if (o->fid >= 0) {
+      bf_function_ref ref;
+      int rc = bf_store_function_get(t->s, o->fid, &ref);
+      if (rc) return rc;
+      name = ref.qualname;
+      file = ref.file;
+      first = ref.firstlineno;
+    }
+    fputs(",\n{\"name\":", t->out);
+    bf_json_str(t->out, name);
+    fprintf(t->out, ",\"cat\":\"sample\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%lld,\"tid\":%lld,\"args\":{",
+            (double)o->start_ns / 1e3, (double)(at - o->start_ns) / 1e3, t->pid, t->tid);
+    if (o->fid >= 0) {
+      fputs("\"file\":", t->out);
+      bf_json_str(t->out, file);
+      fprintf(t->out, ",\"firstlineno\":%lld,", (long long)first);
+    }
+    fprintf(t->out, "\"depth\":%zu,\"samples\":%lld}}", t->depth, (long long)o->samples);
+  }
+  return 0;
+}
+
+static int export_samples(bf_store *s, int64_t session_id, const bf_session_info *info, const bf_sample_filter *f,
+                          FILE *out) {
+  if (bf_q_kind_of(info) == BF_Q_IMPORTED)
+    return bf_store_fail(s, -ENODATA,
+                         "session %lld is imported: its samples carry no times, so there is no timeline to export "
+                         "(try --format speedscope or collapsed)",
+                         (long long)session_id);
+  bf_thread_ref *th = NULL;
+  size_t nth = 0;
+  bf_q_cursor *c = NULL;
+  bf_q_frames *fc = NULL;
+  chtl t = {.s = s, .out = out, .pid = info->pid > 0 ? (long long)info->pid : 1};
+  int rc = bf_store_threads(s, session_id, &th, &nth);
+  if (rc) return rc;
+  t.open = malloc(CH_MAX_DEPTH * sizeof *t.open);
+  if (!t.open) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  if ((rc = bf_q_timeline_open(s, session_id, f, &c))) goto out;
+  /* a sample stands for one sampling period; a longer gap is time not seen */
+  int64_t period = info->rate_hz > 0 ? (int64_t)(1e9 / info->rate_hz + 0.5) : 1000000;
+  fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"bifocal " BF_VERSION "\",\"session\":", out);
+  fprintf(out, "%lld,\"kind\":", (long long)session_id);
+  bf_json_str(out, info->kind);
+  fputs(",\"clock\":", out);
+  bf_json_str(out, info->clock);
+  fputs("},\"traceEvents\":[", out);
+  fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,\"args\":{\"name\":", t.pid);
+  bf_json_str(out, info->command ? info->command : "python");
+  fputs("}}", out);
+  for (size_t i = 0; i < nth; i++) {
+    fprintf(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%lld,\"args\":{\"name\":", t.pid,
+            (long long)th[i].native_tid);
+    bf_json_str(out, th[i].name ? th[i].name : "thread");
+    fputs("}}", out);
+  }
+  const bf_sample *smp;
+  int64_t thread = -1, last_ts = 0;
+  while ((rc = bf_q_timeline_next(c, &smp)) == 1) {
+    if (smp->thread_id != thread || smp->ts_ns - last_ts > 2 * period) {
+      if ((rc = close_to(&t, 0, last_ts + period))) goto out;
+      if (smp->thread_id != thread) {
+        thread = smp->thread_id;
+        t.tid = 0;
+        for (size_t k = 0; k < nth; k++)
+          if (th[k].id == thread) t.tid = (long long)th[k].native_tid;
+      }
+    }
+    const int64_t *fids, *lines;
+    size_t nf;
+    if ((rc = bf_q_frames_get(s, &fc, smp->stack_id, &fids, &lines, &nf))) goto out;
+    static const int64_t none = -1;
+    if (nf == 0) {
+      fids = &none;
+      nf = 1;
+    }
+    if (nf > CH_MAX_DEPTH) nf = CH_MAX_DEPTH;
+    size_t same = 0;
+    while (same < t.depth && same < nf && t.open[same].fid == fids[same]) same++;
+    if ((rc = close_to(&t, same, smp->ts_ns))) goto out;
+    for (size_t d = t.depth; d < nf; d++) t.open[t.depth++] = (chopen){fids[d], smp->ts_ns, 0};
+    int64_t cnt = smp->count ? smp->count : 1;
+    for (size_t d = 0; d < t.depth; d++) t.open[d].samples += cnt;
+    last_ts = smp->ts_ns;
+  }
+  if (rc < 0) goto out;
+  if ((rc = close_to(&t, 0, last_ts + period))) goto out;
+  fputs("]}\n", out);
+out:
+  if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  bf_q_timeline_close(c);
+  bf_q_frames_free(fc);
+  free(t.open);
+  bf_thread_refs_free(th, nth);
+  return rc;
+}
+
+int bf_export_chrome(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_session_info *info = NULL;
+  int rc = bf_store_session_get(s, session_id, &info);
+  if (rc) return rc;
+  if (bf_q_kind_of(info) == BF_Q_TRACED)
+    rc = export_records(s, session_id, f, out);
+  else
+    rc = export_samples(s, session_id, info, f, out);
   bf_session_info_free(info);
   return rc;
 }

@@ -1,16 +1,20 @@
 /* export_speedscope.c — speedscope's JSON file format: shared frames (one per
- * function), one "sampled" profile per thread with aggregated stacks and
- * weights (ns, or samples for imports). */
+ * function). Sampled and imported sessions: one time-ordered "sampled"
+ * profile per thread (consecutive samples of one stack merged, weights in ns,
+ * or samples for imports; samples without a Python frame are empty stacks).
+ * Traced sessions: one "evented" profile per thread from focus-mode call
+ * records, else one "sampled" profile of paths rebuilt from edges. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "query.h"
 #include "store_int.h"
 #include "util.h"
 #include "views.h"
 #include "views_int.h"
 
-int bf_export_speedscope(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
   bf_wstacks *w = NULL;
   int rc = bf_wstacks_load(s, session_id, f, &w);
   if (rc) return rc;
@@ -102,5 +106,292 @@ out:
   bf_map3_free(&fidx);
   free(order);
   bf_wstacks_free(w);
+  return rc;
+}
+
+/* ---- shared frames: one per function, in first-use order ---------------- */
+
+typedef struct frames {
+  bf_map3 idx;
+  int64_t *order;
+  size_t n, cap;
+} frames;
+
+static int64_t frame_of(frames *fr, int64_t fid) {
+  int64_t *hit = bf_map3_get(&fr->idx, fid, 0, 0);
+  if (hit) return *hit;
+  if (fr->n == fr->cap) {
+    size_t nc = fr->cap ? fr->cap * 2 : 256;
+    int64_t *no = realloc(fr->order, nc * sizeof *no);
+    if (!no) return -1;
+    fr->order = no;
+    fr->cap = nc;
+  }
+  fr->order[fr->n] = fid;
+  if (bf_map3_put(&fr->idx, fid, 0, 0, (int64_t)fr->n)) return -1;
+  return (int64_t)fr->n++;
+}
+
+static int write_head(FILE *out, int64_t session_id, const bf_session_info *info) {
+  fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"name\":", out);
+  char name[256];
+  snprintf(name, sizeof name, "bifocal session %lld%s%s", (long long)session_id, info->label ? " — " : "",
+           info->label ? info->label : "");
+  bf_json_str(out, name);
+  fputs(",\"exporter\":\"bifocal " BF_VERSION "\",\"activeProfileIndex\":0,\"profiles\":[", out);
+  return 0;
+}
+
+/* the shared frames go last: JSON objects are unordered, and only then are all known */
+static int write_tail(bf_store *s, FILE *out, const frames *fr) {
+  fputs("],\"shared\":{\"frames\":[", out);
+  for (size_t i = 0; i < fr->n; i++) {
+    bf_function_ref ref;
+    int rc = bf_store_function_get(s, fr->order[i], &ref);
+    if (rc) return rc;
+    if (i) fputc(',', out);
+    fputs("{\"name\":", out);
+    bf_json_str(out, ref.qualname);
+    fputs(",\"file\":", out);
+    bf_json_str(out, ref.file);
+    if (ref.firstlineno > 0) fprintf(out, ",\"line\":%lld", (long long)ref.firstlineno);
+    fputc('}', out);
+  }
+  fputs("]}}\n", out);
+  return 0;
+}
+
+static void thread_label(const bf_thread_ref *th, size_t nth, int64_t thread_id, char *buf, size_t len) {
+  for (size_t i = 0; i < nth; i++)
+    if (th[i].id == thread_id) {
+      bf_wthread t = {.id = th[i].id, .native_tid = th[i].native_tid, .name = th[i].name};
+      bf_wthread_label(&t, buf, len);
+      return;
+    }
+  snprintf(buf, len, "thread %lld", (long long)thread_id);
+}
+
+/* ---- sampled / imported: time-ordered per thread --------------------------- */
+
+typedef struct run {
+  int64_t stack_id;
+  double weight;
+} run;
+
+typedef struct timeline {
+  bf_store *s;
+  FILE *out;
+  frames fr;
+  bf_q_frames *fc;
+  run *runs;
+  size_t n, cap;
+  int64_t thread_id;
+  int ns, nprof;
+  bf_thread_ref *th;
+  size_t nth;
+} timeline;
+
+static int flush_thread(timeline *t) {
+  if (t->n == 0) return 0;
+  char lb[256];
+  thread_label(t->th, t->nth, t->thread_id, lb, sizeof lb);
+  double end = 0;
+  for (size_t i = 0; i < t->n; i++) end += t->runs[i].weight;
+  if (t->nprof++) fputc(',', t->out);
+  fputs("{\"type\":\"sampled\",\"name\":", t->out);
+  bf_json_str(t->out, lb);
+  fprintf(t->out, ",\"unit\":\"%s\",\"startValue\":0,\"endValue\":", t->ns ? "nanoseconds" : "none");
+  bf_json_num(t->out, end);
+  fputs(",\"samples\":[", t->out);
+  for (size_t i = 0; i < t->n; i++) {
+    const int64_t *fids, *lines;
+    size_t nf;
+    int rc = bf_q_frames_get(t->s, &t->fc, t->runs[i].stack_id, &fids, &lines, &nf);
+    if (rc) return rc;
+    fputs(i ? ",[" : "[", t->out);
+    for (size_t d = 0; d < nf; d++) {
+      int64_t k = frame_of(&t->fr, fids[d]);
+      if (k < 0) return -ENOMEM;
+      fprintf(t->out, d ? ",%lld" : "%lld", (long long)k);
+    }
+    fputc(']', t->out);
+  }
+  fputs("],\"weights\":[", t->out);
+  for (size_t i = 0; i < t->n; i++) {
+    if (i) fputc(',', t->out);
+    bf_json_num(t->out, t->runs[i].weight);
+  }
+  fputs("]}", t->out);
+  t->n = 0;
+  return 0;
+}
+
+static int export_timeline(bf_store *s, int64_t session_id, const bf_session_info *info, const bf_sample_filter *f,
+                           FILE *out) {
+  timeline t = {.s = s, .out = out, .thread_id = -1};
+  bf_q_cursor *c = NULL;
+  int rc = bf_store_threads(s, session_id, &t.th, &t.nth);
+  if (rc) return rc;
+  /* weights in ns when the session has them (sampled); else sample counts */
+  bf_q_stacks *q = NULL;
+  t.ns = bf_q_kind_of(info) != BF_Q_IMPORTED;
+  if ((rc = bf_q_timeline_open(s, session_id, f, &c))) goto out;
+  write_head(out, session_id, info);
+  const bf_sample *smp;
+  while ((rc = bf_q_timeline_next(c, &smp)) == 1) {
+    if (smp->thread_id != t.thread_id) {
+      if ((rc = flush_thread(&t))) goto out;
+      t.thread_id = smp->thread_id;
+    }
+    double w = t.ns ? (double)smp->weight : (double)(smp->count ? smp->count : 1);
+    int64_t stack = smp->stack_id > 0 ? smp->stack_id : 0;
+    if (t.n && t.runs[t.n - 1].stack_id == stack) {
+      t.runs[t.n - 1].weight += w;
+      continue;
+    }
+    if (t.n == t.cap) {
+      size_t nc = t.cap ? t.cap * 2 : 4096;
+      run *nr = realloc(t.runs, nc * sizeof *nr);
+      if (!nr) {
+        rc = -ENOMEM;
+        goto out;
+      }
+      t.runs = nr;
+      t.cap = nc;
+    }
+    t.runs[t.n++] = (run){stack, w};
+  }
+  if (rc < 0) goto out;
+  if ((rc = flush_thread(&t))) goto out;
+  rc = write_tail(s, out, &t.fr);
+out:
+  if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  bf_q_stacks_free(q);
+  bf_q_timeline_close(c);
+  bf_q_frames_free(t.fc);
+  bf_map3_free(&t.fr.idx);
+  free(t.fr.order);
+  free(t.runs);
+  bf_thread_refs_free(t.th, t.nth);
+  return rc;
+}
+
+/* ---- traced with call records: evented, per thread -------------------------- */
+
+typedef struct recs {
+  bf_call_record *v;
+  size_t n, cap;
+  const bf_sample_filter *f;
+} recs;
+
+static int add_rec(void *ud, const bf_call_record *r) {
+  recs *a = ud;
+  if (a->f) {
+    if (a->f->thread_id && r->thread_id != a->f->thread_id) return 0;
+    if (r->start_ns < a->f->since_ns) return 0;
+    if (a->f->until_ns > 0 && r->start_ns >= a->f->until_ns) return 0;
+  }
+  if (a->n == a->cap) {
+    size_t nc = a->cap ? a->cap * 2 : 1024;
+    bf_call_record *nv = realloc(a->v, nc * sizeof *nv);
+    if (!nv) return -ENOMEM;
+    a->v = nv;
+    a->cap = nc;
+  }
+  a->v[a->n++] = *r;
+  return 0;
+}
+
+static int cmp_rec(const void *a, const void *b) {
+  const bf_call_record *x = a, *y = b;
+  if (x->thread_id != y->thread_id) return x->thread_id < y->thread_id ? -1 : 1;
+  if (x->start_ns != y->start_ns) return x->start_ns < y->start_ns ? -1 : 1;
+  if (x->duration_ns != y->duration_ns) return x->duration_ns > y->duration_ns ? -1 : 1;
+  return (x->depth > y->depth) - (x->depth < y->depth);
+}
+
+#define EV_MAX_DEPTH 4096
+
+static int export_evented(bf_store *s, int64_t session_id, const bf_session_info *info, recs *a, FILE *out) {
+  bf_thread_ref *th = NULL;
+  size_t nth = 0;
+  frames fr = {0};
+  int rc = bf_store_threads(s, session_id, &th, &nth);
+  if (rc) return rc;
+  struct open {
+    int64_t frame, end;
+  } *st = malloc(EV_MAX_DEPTH * sizeof *st);
+  if (!st) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  qsort(a->v, a->n, sizeof *a->v, cmp_rec);
+  write_head(out, session_id, info);
+  int nprof = 0;
+  for (size_t i = 0; i < a->n;) {
+    size_t j = i;
+    while (j < a->n && a->v[j].thread_id == a->v[i].thread_id) j++;
+    char lb[256];
+    thread_label(th, nth, a->v[i].thread_id, lb, sizeof lb);
+    int64_t start = a->v[i].start_ns, end = start;
+    for (size_t k = i; k < j; k++)
+      if (a->v[k].start_ns + a->v[k].duration_ns > end) end = a->v[k].start_ns + a->v[k].duration_ns;
+    if (nprof++) fputc(',', out);
+    fputs("{\"type\":\"evented\",\"name\":", out);
+    bf_json_str(out, lb);
+    fprintf(out, ",\"unit\":\"nanoseconds\",\"startValue\":%lld,\"endValue\":%lld,\"events\":[",
+            (long long)start, (long long)end);
+    size_t depth = 0;
+    int fe = 1;
+    for (size_t k = i; k <= j; k++) {
+      /* close what ended before this call starts (everything at the end) */
+      int64_t at = k < j ? a->v[k].start_ns : INT64_MAX;
+      while (depth && st[depth - 1].end <= at) {
+        depth--;
+        fprintf(out, "%s{\"type\":\"C\",\"frame\":%lld,\"at\":%lld}", fe ? "" : ",", (long long)st[depth].frame,
+                (long long)st[depth].end);
+        fe = 0;
+      }
+      if (k == j) break;
+      if (depth == EV_MAX_DEPTH) continue;
+      int64_t e = a->v[k].start_ns + a->v[k].duration_ns;
+      if (depth && e > st[depth - 1].end) e = st[depth - 1].end; /* keep events nested */
+      int64_t frame = frame_of(&fr, a->v[k].function_id);
+      if (frame < 0) {
+        rc = -ENOMEM;
+        goto out;
+      }
+      st[depth++] = (struct open){frame, e};
+      fprintf(out, "%s{\"type\":\"O\",\"frame\":%lld,\"at\":%lld}", fe ? "" : ",", (long long)frame,
+              (long long)a->v[k].start_ns);
+      fe = 0;
+    }
+    fputs("]}", out);
+    i = j;
+  }
+  rc = write_tail(s, out, &fr);
+out:
+  if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  free(st);
+  bf_map3_free(&fr.idx);
+  free(fr.order);
+  bf_thread_refs_free(th, nth);
+  return rc;
+}
+
+int bf_export_speedscope(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_session_info *info = NULL;
+  int rc = bf_store_session_get(s, session_id, &info);
+  if (rc) return rc;
+  if (bf_q_kind_of(info) != BF_Q_TRACED) {
+    rc = export_timeline(s, session_id, info, f, out);
+  } else {
+    recs a = {.f = f};
+    rc = bf_store_call_records_foreach(s, session_id, add_rec, &a);
+    if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+    if (!rc) rc = a.n ? export_evented(s, session_id, info, &a, out) : export_paths(s, session_id, f, out);
+    free(a.v);
+  }
+  bf_session_info_free(info);
   return rc;
 }

@@ -203,6 +203,70 @@ int bf_q_stacks_merge_threads(bf_q_stacks *q) {
   return 0;
 }
 
+/* ---- frames of a stack ---------------------------------------------------------- */
+
+struct bf_q_frames {
+  bf_map3 idx; /* stack id → offset into fids/lines, n in the key's second slot lookup */
+  int64_t *fids, *lines;
+  size_t n, cap;
+};
+
+int bf_q_frames_get(bf_store *s, bf_q_frames **cache, int64_t stack_id, const int64_t **fids,
+                    const int64_t **lines, size_t *n) {
+  if (!*cache && !(*cache = calloc(1, sizeof **cache))) return bf_store_fail(s, -ENOMEM, "out of memory");
+  bf_q_frames *c = *cache;
+  *n = 0;
+  *fids = c->fids;
+  *lines = c->lines;
+  if (stack_id <= 0) return 0;
+  int64_t *hit = bf_map3_get(&c->idx, stack_id, 0, 0);
+  if (hit) {
+    int64_t *len = bf_map3_get(&c->idx, stack_id, 1, 0);
+    *fids = c->fids + *hit;
+    *lines = c->lines + *hit;
+    *n = (size_t)*len;
+    return 0;
+  }
+  int64_t *frames = NULL;
+  size_t nf = 0;
+  int rc = bf_store_stack_frames(s, stack_id, &frames, &nf);
+  if (rc) return rc;
+  if (c->n + nf > c->cap) {
+    size_t nc = c->cap ? c->cap * 2 : 4096;
+    while (nc < c->n + nf) nc *= 2;
+    int64_t *a = realloc(c->fids, nc * sizeof *a);
+    if (a) c->fids = a;
+    int64_t *b = a ? realloc(c->lines, nc * sizeof *b) : NULL;
+    if (b) c->lines = b;
+    if (!a || !b) {
+      free(frames);
+      return bf_store_fail(s, -ENOMEM, "out of memory");
+    }
+    c->cap = nc;
+  }
+  for (size_t j = 0; j < nf; j++)
+    if ((rc = bf_store_frame_get(s, frames[j], &c->fids[c->n + j], &c->lines[c->n + j]))) {
+      free(frames);
+      return rc;
+    }
+  free(frames);
+  if (bf_map3_put(&c->idx, stack_id, 0, 0, (int64_t)c->n) || bf_map3_put(&c->idx, stack_id, 1, 0, (int64_t)nf))
+    return bf_store_fail(s, -ENOMEM, "out of memory");
+  *fids = c->fids + c->n;
+  *lines = c->lines + c->n;
+  *n = nf;
+  c->n += nf;
+  return 0;
+}
+
+void bf_q_frames_free(bf_q_frames *c) {
+  if (!c) return;
+  bf_map3_free(&c->idx);
+  free(c->fids);
+  free(c->lines);
+  free(c);
+}
+
 /* ---- traced rows --------------------------------------------------------------- */
 
 int bf_q_trace_funcs(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void *ud) {

@@ -66,6 +66,16 @@ void bf_q_stacks_free(bf_q_stacks *q);
  * keeping first-appearance order. Returns 0 or -ENOMEM (q unchanged). */
 int bf_q_stacks_merge_threads(bf_q_stacks *q);
 
+/* ---- frames of a stack, cached ---------------------------------------------- */
+typedef struct bf_q_frames bf_q_frames;
+
+/* Function ids and lines of stack_id, outermost first (stack 0: n = 0).
+ * *cache starts NULL and is reused across calls (free with bf_q_frames_free).
+ * OUT: *fids, *lines (valid until the next call), *n. */
+int bf_q_frames_get(bf_store *s, bf_q_frames **cache, int64_t stack_id, const int64_t **fids,
+                    const int64_t **lines, size_t *n);
+void bf_q_frames_free(bf_q_frames *c);
+
 /* ---- traced rows ------------------------------------------------------------ */
 int bf_q_trace_funcs(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void *ud);
 int bf_q_trace_edges(bf_store *s, int64_t session_id, bf_trace_edge_fn fn, void *ud);

@@ -163,6 +163,12 @@ def test_speedscope_format(vdb, tmp_path):
         assert frames and all("name" in f for f in frames)
         assert len({(f["name"], f.get("file"), f.get("line")) for f in frames}) == len(frames)  # shared, no dupes
         for prof in d["profiles"]:
+            if kind == "traced":  # focus-mode call records: evented, O/C balanced in time order
+                assert prof["type"] == "evented"
+                ats = [e["at"] for e in prof["events"]]
+                assert ats == sorted(ats) and len(ats) % 2 == 0
+                assert sum(1 for e in prof["events"] if e["type"] == "O") == len(ats) // 2
+                continue
             assert prof["type"] == "sampled"
             assert len(prof["samples"]) == len(prof["weights"])
             assert all(0 <= i < len(frames) for st in prof["samples"] for i in st)
@@ -188,10 +194,10 @@ def test_chrome_trace_events(vdb, tmp_path):
     first = sorted(xs, key=lambda e: (e["ts"], -e["dur"]))[:2]
     assert first[0]["name"] == "Server.handle_request" and first[1]["ts"] >= first[0]["ts"]
     assert first[1]["ts"] + first[1]["dur"] <= first[0]["ts"] + first[0]["dur"]  # nested in the focus call
-    # no call records: one clear line, no file left behind
+    # imported samples carry no times: one clear line, no file left behind
     out = tmp_path / "none.json"
-    r = run(["export", str(s["wall"]), "--format", "chrome", "-o", str(out)], db=db, check=False)
-    assert r.returncode == 1 and "no call records" in r.stderr
+    r = run(["export", str(s["imported"]), "--format", "chrome", "-o", str(out)], db=db, check=False)
+    assert r.returncode == 1 and "no times" in r.stderr
     assert not out.exists() and not glob.glob(str(out) + ".tmp.*")
 
 
