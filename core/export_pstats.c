@@ -8,7 +8,10 @@
 
 #include "store_int.h"
 #include "views.h"
+#include "query.h"
 #include "views_int.h"
+
+#define NO_FRAME (-1)
 
 static void m_i32(FILE *out, int32_t v) {
   uint32_t u = (uint32_t)v;
@@ -75,11 +78,17 @@ static char *c_label(const char *qualname) {
  * co_name) for Python code (co_name is the qualname's last component), and
  * ("~", 0, label) for C functions. */
 static int m_key(bf_store *s, FILE *out, int64_t fid) {
+  fputc('(', out);
+  m_i32(out, 3);
+  if (fid == NO_FRAME) { /* samples without a Python frame: kept, like cProfile's C entries */
+    m_str(out, "~");
+    m_int(out, 0);
+    m_str(out, BF_NO_PYTHON_FRAME);
+    return 0;
+  }
   bf_function_ref ref;
   int rc = bf_store_function_get(s, fid, &ref);
   if (rc) return rc;
-  fputc('(', out);
-  m_i32(out, 3);
   if (strcmp(ref.file, "<builtin>") == 0) {
     char *name = c_label(ref.qualname);
     if (!name) return -ENOMEM;
@@ -204,6 +213,15 @@ static int from_samples(bf_store *s, int64_t sid, const bf_sample_filter *f, fig
         e->ct += sec;
       }
       if (d == st->depth - 1) e->tt += sec;
+    }
+  }
+  if (!rc && w->empty_count > 0) {
+    fig *r = fig_get(g, 0, NO_FRAME);
+    if (!r) {
+      rc = -ENOMEM;
+    } else {
+      r->cc = r->nc = w->empty_count;
+      r->tt = r->ct = (bf_session_is(w->info, "imported") ? (double)w->empty_count : w->empty_weight) * to_s;
     }
   }
   bf_wstacks_free(w);

@@ -5,6 +5,7 @@ check; and every export's totals against `replay`'s, to the sample."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_pstats_equals_real_cprofile(python, tmp_path):
     assert d["n"] >= 13 and d["diff"] == [], d["diff"]
 
 
-# ---- sessions of the real lenses (newest Python) ------------------------------
+# ---- sessions of the real lenses (oldest and newest Python) ----------------------
 
 import pythons  # noqa: E402
 from views_helpers import require_tool  # noqa: E402
@@ -98,16 +99,23 @@ def work():
 """
 
 
-@pytest.fixture(scope="module")
-def lens(tmp_path_factory):
+def _ends():
+    ps = pythons.discover()
+    return [ps[0], ps[-1]] if len(ps) > 1 else ps
+
+
+@pytest.fixture(scope="module", params=_ends(), ids=lambda p: p["tag"])
+def lens(tmp_path_factory, request):
+    """Sessions of the oldest and the newest Python present."""
     d = tmp_path_factory.mktemp("lens")
-    py = pythons.discover()[-1]["path"]
+    py = request.param["path"]
     (d / "app.py").write_text(WORK)
     (d / "lib.py").write_text(LIB)
     db = str(d / "l.db")
     s = {
         "sampled": last_line_id(run(["record", "--rate", "400", "--", py, str(d / "app.py")], db=db, timeout=120)),
         "traced": last_line_id(run(["trace", "--", py, str(d / "app.py")], db=db, timeout=120)),
+        "focus": last_line_id(run(["trace", "--focus", "*work*", "--", py, str(d / "app.py")], db=db, timeout=120)),
     }
     return db, s, d
 
@@ -197,3 +205,155 @@ def test_pprof_traced_counts_calls_like_the_trace_view(lens):
     assert "Type: wall" in out and "app.<module>" in out
     traces = go_pprof(d, "-traces", "-sample_index=calls", str(pb))
     assert "app.fib\n" in traces and traces.count("app.fib") >= 2
+
+
+# ---- speedscope: its own schema, from its npm package ---------------------------
+
+VALIDATE = r"""
+const fs = require("fs");
+const Ajv = require("ajv");
+const ajv = new Ajv({allErrors: true, strict: false});
+const validate = ajv.compile(JSON.parse(fs.readFileSync(process.argv[2], "utf8")));
+for (const f of process.argv.slice(3)) {
+  if (!validate(JSON.parse(fs.readFileSync(f, "utf8")))) {
+    console.log(f + ": " + JSON.stringify(validate.errors.slice(0, 5)));
+    process.exit(1);
+  }
+}
+console.log("valid");
+"""
+
+
+def speedscope_schema():
+    """speedscope's file-format schema and ajv, installed by .ci/setup with npm
+    under $BIFOCAL_NPM_DIR (default ~/.cache/bifocal-npm)."""
+    npm_dir = os.environ.get("BIFOCAL_NPM_DIR") or os.path.expanduser("~/.cache/bifocal-npm")
+    mods = os.path.join(npm_dir, "node_modules")
+    schema = os.path.join(mods, "speedscope", "dist", "release", "file-format-schema.json")
+    node = require_tool("node", "nodejs")
+    if not (os.path.exists(schema) and os.path.isdir(os.path.join(mods, "ajv"))):
+        msg = "speedscope's schema or ajv missing under %s (npm install --prefix %s speedscope ajv@8)" % (mods, npm_dir)
+        if os.environ.get("CI"):
+            pytest.fail(msg + ": .ci/setup installs them")
+        pytest.skip(msg)
+    return node, mods, schema
+
+
+def test_speedscope_validates_against_its_schema(lens):
+    db, s, d = lens
+    node, mods, schema = speedscope_schema()
+    files = []
+    for kind in ("sampled", "traced", "focus"):
+        p = d / ("%s.speedscope.json" % kind)
+        run(["export", str(s[kind]), "--format", "speedscope", "-o", str(p)], db=db)
+        files.append(str(p))
+    js = d / "validate.js"
+    js.write_text(VALIDATE)
+    r = subprocess.run([node, str(js), schema] + files, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, NODE_PATH=mods))
+    assert r.returncode == 0 and "valid" in r.stdout, r.stdout + r.stderr
+    # sampled: one time-ordered profile per thread, every sample's weight kept
+    sp = json.load(open(files[0]))
+    assert all(p["type"] == "sampled" and p["unit"] == "nanoseconds" for p in sp["profiles"])
+    assert len(sp["profiles"]) == 2
+    frames = sp["shared"]["frames"]
+    for p in sp["profiles"]:
+        assert p["samples"] and all(w > 0 for w in p["weights"])
+    ev = json.load(open(files[2]))
+    assert [p["type"] for p in ev["profiles"]] == ["evented", "evented"]  # *work* matches in both threads
+    names = {frames_ev["name"] for frames_ev in ev["shared"]["frames"]}
+    assert "work" in names
+    assert frames and all("name" in f for f in frames)
+
+
+# ---- Chrome trace: a strict structural check --------------------------------------
+
+def check_chrome(path):
+    """Trace-event JSON as chrome://tracing and Perfetto read it: metadata
+    names, "X" events with non-negative ts/dur, on each thread properly nested
+    (every event inside its parent), the recorded depth equal to the nesting."""
+    d = json.load(open(path))
+    assert isinstance(d["traceEvents"], list) and d["displayTimeUnit"] in ("ms", "ns")
+    meta = [e for e in d["traceEvents"] if e["ph"] == "M"]
+    assert {e["name"] for e in meta} == {"process_name", "thread_name"}
+    xs = [e for e in d["traceEvents"] if e["ph"] == "X"]
+    assert {e["ph"] for e in d["traceEvents"]} <= {"M", "X"}
+    by = {}
+    for e in xs:
+        assert isinstance(e["name"], str) and e["name"]
+        assert e["ts"] >= 0 and e["dur"] >= 0 and isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        by.setdefault(e["tid"], []).append(e)
+    for es in by.values():
+        es.sort(key=lambda e: (e["ts"], -e["dur"], e["args"]["depth"]))
+        stack = []
+        for e in es:
+            while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"] - 1e-3:
+                stack.pop()
+            if stack:
+                assert e["ts"] + e["dur"] <= stack[-1]["ts"] + stack[-1]["dur"] + 1e-3, (e, stack[-1])
+            stack.append(e)
+    return d, xs
+
+
+def test_chrome_trace_sampled_and_focus(lens):
+    db, s, d = lens
+    p = d / "sampled.chrome.json"
+    run(["export", str(s["sampled"]), "--format", "chrome", "-o", str(p)], db=db)
+    _, xs = check_chrome(p)
+    r = replay_json(db, s["sampled"])
+    assert sum(e["args"]["samples"] for e in xs if e["args"]["depth"] == 0) == r["total_samples"]
+    assert len({e["tid"] for e in xs}) == 2
+    assert any(e["name"] == "fib" for e in xs) and any(e["name"] == "work" for e in xs)
+    p = d / "focus.chrome.json"
+    run(["export", str(s["focus"]), "--format", "chrome", "-o", str(p)], db=db)
+    _, xs = check_chrome(p)
+    assert {e["name"] for e in xs if e["args"]["depth"] == 0} == {"work", "worker"}
+
+
+# ---- one session, every export: replay's total, to the sample ----------------------
+
+PSTATS_TOTAL = r"""
+import io, pstats, sys
+st = pstats.Stats(sys.argv[1], stream=io.StringIO())
+print(repr(st.total_tt))
+"""
+
+
+def test_every_export_totals_equal_replay(lens):
+    db, s, d = lens
+    sid = str(s["sampled"])
+    total = replay_json(db, s["sampled"])["total_samples"]
+    got = {}
+    # collapsed: counts per line
+    p = d / "t.collapsed"
+    run(["export", sid, "--format", "collapsed", "-o", str(p)], db=db)
+    got["collapsed"] = sum(int(l.rsplit(" ", 1)[1]) for l in open(p) if l.strip())
+    # pprof: the samples index, every sample kept
+    p = d / "t.pb.gz"
+    run(["export", sid, "--format", "pprof", "-o", str(p)], db=db)
+    got["pprof"] = int(total_of(go_pprof(d, "-top", "-sample_index=samples", str(p))))
+    # speedscope: one weight per run of samples; the count of samples is
+    # weight / period on a wall session whose every sample weighs one period
+    p = d / "t.speedscope.json"
+    run(["export", sid, "--format", "speedscope", "-o", str(p)], db=db)
+    sp = json.load(open(p))
+    info = [x for x in json.loads(run(["sessions", "--json"], db=db).stdout) if x["id"] == s["sampled"]][0]
+    lua = d / "w.lua"
+    lua.write_text("local s = bifocal.open():session(%s)\nlocal w = 0\n"
+                   "for smp in s:samples{} do w = w + smp.weight end\nprint(w)\n" % sid)
+    weight = float(run(["run", str(lua)], db=db).stdout.strip())
+    assert abs(sum(sum(p["weights"]) for p in sp["profiles"]) - weight) <= 1e-6 * weight
+    got["speedscope"] = total if abs(sum(sum(p["weights"]) for p in sp["profiles"]) - weight) <= 1e-6 * weight else -1
+    # chrome: samples of the outermost events
+    p = d / "t.chrome.json"
+    run(["export", sid, "--format", "chrome", "-o", str(p)], db=db)
+    got["chrome"] = sum(e["args"]["samples"] for e in json.load(open(p))["traceEvents"]
+                        if e["ph"] == "X" and e["args"]["depth"] == 0)
+    # pstats carries seconds: its total time is every sample's weight, those
+    # without a Python frame included (the "[no Python frame]" entry)
+    p = d / "t.prof"
+    run(["export", sid, "--format", "pstats", "-o", str(p)], db=db)
+    r = subprocess.run([sys.executable, "-c", PSTATS_TOTAL, str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert abs(float(r.stdout) - weight / 1e9) <= 1e-9 * weight
+    assert got == {k: total for k in got}, (got, total, info["samples"])
