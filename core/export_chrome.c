@@ -82,10 +82,22 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
     bf_json_str(out, lb);
     fputs("}}", out);
   }
+  int64_t *ends = malloc((a.n ? a.n : 1) * sizeof *ends); /* open calls of this thread: nesting depth */
+  size_t open = 0;
+  if (!ends) {
+    rc = -ENOMEM;
+    goto out;
+  }
   for (size_t i = 0; i < a.n; i++) {
     const bf_call_record *r = &a.v[i];
+    if (i && r->thread_id != a.v[i - 1].thread_id) open = 0;
+    while (open && ends[open - 1] <= r->start_ns) open--;
+    ends[open++] = r->start_ns + r->duration_ns;
     bf_function_ref ref;
-    if ((rc = bf_store_function_get(s, r->function_id, &ref))) goto out;
+    if ((rc = bf_store_function_get(s, r->function_id, &ref))) {
+      free(ends);
+      goto out;
+    }
     long long tid = 0;
     for (size_t k = 0; k < nth; k++)
       if (th[k].id == r->thread_id) tid = (long long)th[k].native_tid;
@@ -94,8 +106,9 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
     fprintf(out, ",\"cat\":\"python\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%lld,\"tid\":%lld,\"args\":{\"file\":",
             (double)r->start_ns / 1e3, (double)r->duration_ns / 1e3, pid, tid);
     bf_json_str(out, ref.file);
-    fprintf(out, ",\"firstlineno\":%lld,\"depth\":%d}}", (long long)ref.firstlineno, (int)r->depth);
+    fprintf(out, ",\"firstlineno\":%lld,\"depth\":%zu}}", (long long)ref.firstlineno, open - 1);
   }
+  free(ends);
   fputs("]}\n", out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");

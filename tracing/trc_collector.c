@@ -109,6 +109,7 @@ static void trc_map_free(trc_map *m) {
 #define TRC_FR_C 0x1          /* C function frame */
 #define TRC_FR_FOCUS_ROOT 0x2 /* outermost focused activation on this thread */
 #define TRC_FR_RESUME 0x4     /* generator/coroutine resume, not a call */
+#define TRC_FR_FOCUS_NESTED 0x8 /* focused function called inside a focus subtree: recorded too */
 
 typedef struct trc_frame {
   const void *key;
@@ -482,6 +483,8 @@ static void trc_push(ProfileObject *p, trc_thread *t, uint32_t fi, const void *k
   if (p->focus_glob && t->focus_depth == 0) {
     if (!p->funcs[fi].focus) return; /* outside every focus subtree */
     flags |= TRC_FR_FOCUS_ROOT;
+  } else if (p->focus_glob && p->funcs[fi].focus && !(flags & TRC_FR_RESUME)) {
+    flags |= TRC_FR_FOCUS_NESTED;
   }
   if (t->depth == t->cap) {
     size_t ncap = t->cap ? t->cap * 2 : 256;
@@ -524,6 +527,8 @@ static void trc_push(ProfileObject *p, trc_thread *t, uint32_t fi, const void *k
     /* cpu clock: records still start on the monotonic timeline */
     fr->start_raw = p->clock_cpu ? trc_clock(CLOCK_MONOTONIC) : now;
     if (p->focus_threads++ == 0) trc_focus_tool(p, 1);
+  } else if (flags & TRC_FR_FOCUS_NESTED) {
+    fr->start_raw = p->clock_cpu ? trc_clock(CLOCK_MONOTONIC) : now;
   }
   fr->t0 = now;
 }
@@ -565,6 +570,8 @@ static void trc_pop(ProfileObject *p, trc_thread *t, int64_t now) {
     if (!(fr->flags & TRC_FR_RESUME)) trc_record(p, t, fr, el);
     t->focus_depth--;
     if (--p->focus_threads == 0) trc_focus_tool(p, 0);
+  } else if (fr->flags & TRC_FR_FOCUS_NESTED) {
+    trc_record(p, t, fr, el);
   }
 }
 

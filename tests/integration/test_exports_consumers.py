@@ -357,3 +357,22 @@ def test_every_export_totals_equal_replay(lens):
     assert r.returncode == 0, r.stderr
     assert abs(float(r.stdout) - weight / 1e9) <= 1e-9 * weight
     assert got == {k: total for k in got}, (got, total, info["samples"])
+
+
+def test_focus_records_nested_matching_calls(python, tmp_path):
+    """--focus records every call of a matching function, nested ones too:
+    the Chrome export of fib(6) three times is 75 properly nested calls."""
+    script = tmp_path / "fib.py"
+    script.write_text("def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+                      "for _ in range(3): fib(6)\n")
+    db = str(tmp_path / "f.db")
+    sid = last_line_id(run(["trace", "--focus", "*fib*", "--", python, str(script)], db=db))
+    p = tmp_path / "f.json"
+    run(["export", str(sid), "--format", "chrome", "-o", str(p)], db=db)
+    _, xs = check_chrome(p)
+    assert len(xs) == 75 and {e["name"] for e in xs} == {"fib"}
+    assert max(e["args"]["depth"] for e in xs) == 5 and sum(e["args"]["depth"] == 0 for e in xs) == 3
+    sp = tmp_path / "f.speedscope.json"
+    run(["export", str(sid), "--format", "speedscope", "-o", str(sp)], db=db)
+    ev = json.load(open(sp))["profiles"][0]["events"]
+    assert sum(e["type"] == "O" for e in ev) == 75

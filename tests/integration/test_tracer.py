@@ -462,7 +462,7 @@ def test_focus_recursion_generators_threads_api(python, tmp_path):
     r = subprocess.run([python, script, TRACING_DIR], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     p, q, mp, mq = json.loads(r.stdout)
-    assert p == {"rec": [290, 70, 0, 70], "leaf": [290, 290, 0, 0]}
+    assert p == {"rec": [290, 70, 0, 290], "leaf": [290, 290, 0, 0]}  # nested rec calls are recorded too
     assert q == {"g": [3, 3, 15, 3], "leaf": [15, 15, 0, 0]}
     assert mp == mq == 0
 
