@@ -48,7 +48,7 @@ def lua_iteration(a, work):
     with open(script, "w") as f:
         f.write(LUA_ITER)
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", PEAK, a.bin, "-d", db, "run", script, sid],
+    r = subprocess.run([sys.executable, "-c", PEAK, a.bin, "--db", db, "run", script, sid],
                        capture_output=True, text=True)
     wall = time.perf_counter() - t
     if r.returncode != 0:

@@ -86,7 +86,7 @@ def test_hostile_imports_bounded(tmp_path):
     run(["import", AUSTIN], db=db)
     size0 = os.path.getsize(db)
     # /dev/zero: no newline ever; refused after the 4 MiB line cap, in bounded memory
-    r = subprocess.run([sys.executable, "-c", MAXRSS, bifocal_bin(), "-d", db, "import", "/dev/zero"],
+    r = subprocess.run([sys.executable, "-c", MAXRSS, bifocal_bin(), "--db", db, "import", "/dev/zero"],
                        capture_output=True, text=True, timeout=90)
     kb, rc = map(int, r.stdout.split())
     assert rc == 1 and "longer than 4 MiB" in r.stderr, r.stderr

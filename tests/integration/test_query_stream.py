@@ -44,7 +44,7 @@ def test_lua_samples_stream_in_bounded_memory(tmp_path):
     sid = gen(db, "sampled", "--samples", str(n), "--threads", "2")
     script = tmp_path / "it.lua"
     script.write_text(ITER)
-    r = subprocess.run([sys.executable, "-c", PEAK, bifocal_bin(), "-d", db, "run", str(script), str(sid)],
+    r = subprocess.run([sys.executable, "-c", PEAK, bifocal_bin(), "--db", db, "run", str(script), str(sid)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     out = r.stdout.split()
@@ -52,7 +52,7 @@ def test_lua_samples_stream_in_bounded_memory(tmp_path):
     kb = int(out[2])
     assert kb < 40 * 1024, "iterating %d samples peaked at %d KB" % (n, kb)
     script.write_text(CLOSE)
-    r = subprocess.run([bifocal_bin(), "-d", db, "run", str(script), str(sid)], capture_output=True, text=True,
+    r = subprocess.run([bifocal_bin(), "--db", db, "run", str(script), str(sid)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode != 0 and "closed during the iteration" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) <= 3
