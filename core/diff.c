@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "correlate.h"
+#include "query.h"
 #include "store_int.h"
 #include "util.h"
 #include "views.h"
@@ -28,8 +29,9 @@ int bf_diff_compatible(bf_store *s, int64_t a, int64_t b, char *why, size_t why_
     if (n < why_len) n += (size_t)snprintf(why + n, why_len - n, n ? "; " : ""); \
     if (n < why_len) n += (size_t)snprintf(why + n, why_len - n, __VA_ARGS__);   \
   } while (0)
-  if (!same_str(ia->kind, ib->kind)) WHY("kind differs (%s vs %s)", ia->kind, ib->kind);
-  if (!same_str(ia->clock, ib->clock))
+  if (bf_q_kind_of(ia) != bf_q_kind_of(ib) || !same_str(ia->kind, ib->kind))
+    WHY("kind differs (%s vs %s)", ia->kind, ib->kind);
+  if (bf_q_clock_of(ia) != bf_q_clock_of(ib))
     WHY("clock differs (%s vs %s)", ia->clock ? ia->clock : "?", ib->clock ? ib->clock : "?");
   if (!same_str(ia->mode, ib->mode))
     WHY("mode differs (%s vs %s)", ia->mode ? ia->mode : "?", ib->mode ? ib->mode : "?");

@@ -54,7 +54,7 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
   recs a = {.f = f};
   bf_thread_ref *th = NULL;
   size_t nth = 0;
-  if ((rc = bf_store_call_records_foreach(s, session_id, add_rec, &a))) goto out;
+  if ((rc = bf_q_call_records(s, session_id, add_rec, &a))) goto out;
   if (a.n == 0) {
     rc = bf_store_fail(s, -ENODATA,
                        "session %lld (%s) has no call records: the chrome export of a traced session needs it "

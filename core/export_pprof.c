@@ -9,6 +9,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "query.h"
 #include "store_int.h"
 #include "views.h"
 #include "views_int.h"
@@ -156,8 +157,8 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   bf_map3 locs = {0}, funcs = {0};
   uint64_t *locids = NULL;
   size_t locn = 0;
-  int imported = bf_session_is(w->info, "imported");
-  const char *clock = w->info->clock && strcmp(w->info->clock, "cpu") == 0 ? "cpu" : "wall";
+  int imported = (bf_q_kind_of(w->info) == BF_Q_IMPORTED);
+  const char *clock = bf_q_clock_of(w->info) == BF_Q_CPU ? "cpu" : "wall";
   bf_map3 names = {0}; /* (hash, length) of each display name given out */
   char **owned = NULL; /* display names, kept alive for the string table */
   size_t nowned = 0, owncap = 0;

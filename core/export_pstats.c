@@ -177,11 +177,11 @@ static int from_samples(bf_store *s, int64_t sid, const bf_sample_filter *f, fig
   if (rc) return rc;
   /* sampled: weights are ns; imported: samples at the recorded rate (1 kHz if unknown) */
   double to_s = 1e-9;
-  if (bf_session_is(w->info, "imported")) to_s = 1.0 / (w->info->rate_hz > 0 ? w->info->rate_hz : 1000.0);
+  if ((bf_q_kind_of(w->info) == BF_Q_IMPORTED)) to_s = 1.0 / (w->info->rate_hz > 0 ? w->info->rate_hz : 1000.0);
   for (size_t i = 0; i < w->n && !rc; i++) {
     const bf_wstack *st = &w->v[i];
     const int64_t *fids = w->fids + st->off;
-    double sec = (bf_session_is(w->info, "imported") ? (double)st->count : st->weight) * to_s;
+    double sec = ((bf_q_kind_of(w->info) == BF_Q_IMPORTED) ? (double)st->count : st->weight) * to_s;
     for (uint32_t d = 0; d < st->depth; d++) {
       int dup = 0, dup_edge = 0;
       for (uint32_t k = 0; k < d; k++) {
@@ -221,7 +221,7 @@ static int from_samples(bf_store *s, int64_t sid, const bf_sample_filter *f, fig
       rc = -ENOMEM;
     } else {
       r->cc = r->nc = w->empty_count;
-      r->tt = r->ct = (bf_session_is(w->info, "imported") ? (double)w->empty_count : w->empty_weight) * to_s;
+      r->tt = r->ct = ((bf_q_kind_of(w->info) == BF_Q_IMPORTED) ? (double)w->empty_count : w->empty_weight) * to_s;
     }
   }
   bf_wstacks_free(w);
@@ -239,10 +239,10 @@ int bf_export_pstats(bf_store *s, int64_t session_id, const bf_sample_filter *f,
   int rc = bf_store_session_get(s, session_id, &info);
   if (rc) return rc;
   figs g = {0};
-  if (bf_session_is(info, "traced")) {
+  if ((bf_q_kind_of(info) == BF_Q_TRACED)) {
     tr_ud t = {&g};
-    rc = bf_store_trace_funcs_foreach(s, session_id, tr_func, &t);
-    if (!rc) rc = bf_store_trace_edges_foreach(s, session_id, tr_edge, &t);
+    rc = bf_q_trace_funcs(s, session_id, tr_func, &t);
+    if (!rc) rc = bf_q_trace_edges(s, session_id, tr_edge, &t);
   } else {
     rc = from_samples(s, session_id, f, &g);
   }

@@ -40,7 +40,7 @@ static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter 
     }
     nfn++;
   }
-  int ns = !bf_session_is(w->info, "imported"); /* sampled and traced weights are ns; imports count */
+  int ns = !(bf_q_kind_of(w->info) == BF_Q_IMPORTED); /* sampled and traced weights are ns; imports count */
   fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"name\":", out);
   char name[128];
   snprintf(name, sizeof name, "bifocal session %lld%s%s", (long long)session_id, w->info->label ? " — " : "",
@@ -387,7 +387,7 @@ int bf_export_speedscope(bf_store *s, int64_t session_id, const bf_sample_filter
     rc = export_timeline(s, session_id, info, f, out);
   } else {
     recs a = {.f = f};
-    rc = bf_store_call_records_foreach(s, session_id, add_rec, &a);
+    rc = bf_q_call_records(s, session_id, add_rec, &a);
     if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
     if (!rc) rc = a.n ? export_evented(s, session_id, info, &a, out) : export_paths(s, session_id, f, out);
     free(a.v);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gc.h"
+#include "query.h"
 #include "store_int.h"
 
 static int exec_s(bf_store *s, const char *sql) {
@@ -51,7 +52,7 @@ static int sweep(bf_store *s, const int64_t *live, size_t n, bf_gc_stats *st) {
   if (sqlite3_prepare_v2(bf_store_db(s), "INSERT OR IGNORE INTO gc_keep(id) VALUES(?1)", -1, &m.ins, NULL) !=
       SQLITE_OK)
     return bf_store_fail(s, -EIO, "gc: %s", sqlite3_errmsg(bf_store_db(s)));
-  for (size_t i = 0; i < n && !rc; i++) rc = bf_store_samples_foreach(s, live[i], NULL, mark_stack, &m);
+  for (size_t i = 0; i < n && !rc; i++) rc = bf_q_timeline_foreach(s, live[i], NULL, mark_stack, &m);
   sqlite3_finalize(m.ins);
   bf_map3_free(&m.seen);
   if (rc) return rc;

@@ -661,7 +661,7 @@ static int session_edges(lua_State *L) {
   lsession ss = checksession(L, 1);
   lua_newtable(L);
   edge_ud e = {L, ss.s, 0};
-  if (bf_store_trace_edges_foreach(ss.s, ss.id, push_edge, &e) < 0) return luaL_error(L, "%s", bf_store_errmsg(ss.s));
+  if (bf_q_trace_edges(ss.s, ss.id, push_edge, &e) < 0) return luaL_error(L, "%s", bf_store_errmsg(ss.s));
   return 1;
 }
 
@@ -708,7 +708,7 @@ static int session_calls(lua_State *L) {
   }
   lua_newtable(L);
   rec_ud e = {L, ss.s, only, 0};
-  if (bf_store_call_records_foreach(ss.s, ss.id, push_record, &e) < 0)
+  if (bf_q_call_records(ss.s, ss.id, push_record, &e) < 0)
     return luaL_error(L, "%s", bf_store_errmsg(ss.s));
   return 1;
 }

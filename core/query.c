@@ -276,3 +276,7 @@ int bf_q_trace_funcs(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void 
 int bf_q_trace_edges(bf_store *s, int64_t session_id, bf_trace_edge_fn fn, void *ud) {
   return bf_store_trace_edges_foreach(s, session_id, fn, ud);
 }
+
+int bf_q_call_records(bf_store *s, int64_t session_id, bf_call_record_fn fn, void *ud) {
+  return bf_store_call_records_foreach(s, session_id, fn, ud);
+}

@@ -79,5 +79,6 @@ void bf_q_frames_free(bf_q_frames *c);
 /* ---- traced rows ------------------------------------------------------------ */
 int bf_q_trace_funcs(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void *ud);
 int bf_q_trace_edges(bf_store *s, int64_t session_id, bf_trace_edge_fn fn, void *ud);
+int bf_q_call_records(bf_store *s, int64_t session_id, bf_call_record_fn fn, void *ud);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "query.h"
 #include "store_int.h"
 #include "util.h"
 #include "views.h"
@@ -206,7 +207,7 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
   int by_value = b->by_weight || base;
   int stride = base ? 5 : by_value ? 4 : 3;
   fprintf(out, ",\"mode\":\"%s\",\"unit\":\"%s\",\"stride\":%d", base ? "diff" : "flame",
-          b->by_weight && !bf_session_is(b->info, "imported") ? "ns" : "samples", stride);
+          b->by_weight && !(bf_q_kind_of(b->info) == BF_Q_IMPORTED) ? "ns" : "samples", stride);
   char note[256] = "";
   if (b->traced)
     snprintf(note, sizeof note, "traced session: paths rebuilt from caller→callee edges (approximate)");

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "query.h"
 #include "store_int.h"
 #include "util.h"
 #include "views.h"
@@ -106,7 +107,7 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
   gil g = {.s = s};
   bf_thread_ref *th = NULL;
   size_t nth = 0;
-  if (bf_session_is(info, "traced")) {
+  if ((bf_q_kind_of(info) == BF_Q_TRACED)) {
     rc = bf_store_fail(s, -ENODATA,
                        "session %lld is traced: the GIL view needs a sampled session (bifocal record samples "
                        "each thread's GIL and CPU state)",
@@ -121,12 +122,12 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
   }
   for (size_t i = 0; i < nth; i++) g.t[i].thread_id = th[i].id;
   g.nt = nth;
-  if ((rc = bf_store_samples_foreach(s, session_id, &o->filter, gil_sample, &g))) goto out;
+  if ((rc = bf_q_timeline_foreach(s, session_id, &o->filter, gil_sample, &g))) goto out;
   if (!(g.any_flags & (BF_SAMPLE_GIL | BF_SAMPLE_ON_CPU | BF_SAMPLE_IDLE))) {
     rc = bf_store_fail(s, -ENODATA,
                        "session %lld (%s) carries no thread states (GIL, on-CPU, idle)%s",
                        (long long)session_id, info->kind,
-                       bf_session_is(info, "imported") ? ": collapsed imports have none" : "");
+                       (bf_q_kind_of(info) == BF_Q_IMPORTED) ? ": collapsed imports have none" : "");
     goto out;
   }
   if (g.nfn) qsort(g.fn, g.nfn, sizeof *g.fn, cmp_fn);
@@ -200,7 +201,7 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
             pc(t->idle, t->samples), pc(t->gc, t->samples), i == g.nt ? rst : "");
   }
   fprintf(out, "%swaiting = neither holding the GIL nor idle; %s%s\n", dim,
-          info->clock && strcmp(info->clock, "cpu") == 0 ? "cpu clock: idle threads are not sampled"
+          bf_q_clock_of(info) == BF_Q_CPU ? "cpu clock: idle threads are not sampled"
                                                          : "shares of each thread's samples",
           rst);
   fprintf(out, "\n%sFunctions holding the GIL most%s (leaf frame, %lld GIL samples)\n", b, rst,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "query.h"
 #include "store_int.h"
 #include "util.h"
 #include "views.h"
@@ -117,14 +118,14 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
   if (rc) return rc;
   hm h = {.s = s};
   rank *rk = NULL;
-  if (bf_session_is(info, "traced")) {
+  if ((bf_q_kind_of(info) == BF_Q_TRACED)) {
     rc = bf_store_fail(s, -ENODATA,
                        "session %lld is traced: it has no samples over time for a heatmap (see --view functions, "
                        "--view flame, or export --format chrome for the call timeline)",
                        (long long)session_id);
     goto out;
   }
-  if ((rc = bf_store_samples_foreach(s, session_id, &o->filter, range_pass, &h))) goto out;
+  if ((rc = bf_q_timeline_foreach(s, session_id, &o->filter, range_pass, &h))) goto out;
   if (h.nsamples == 0) {
     rc = bf_store_fail(s, -ENODATA, "session %lld has no samples in this thread/time window", (long long)session_id);
     goto out;
@@ -133,7 +134,7 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
     rc = bf_store_fail(s, -ENODATA,
                        "session %lld (%s) has no sample timestamps, so there is no heatmap over time%s",
                        (long long)session_id, info->kind,
-                       bf_session_is(info, "imported") ? " (collapsed imports carry none)" : "");
+                       (bf_q_kind_of(info) == BF_Q_IMPORTED) ? " (collapsed imports carry none)" : "");
     goto out;
   }
   int width = o->width > 40 ? o->width : 80;
@@ -141,7 +142,7 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
   h.nb = o->buckets ? o->buckets : o->html || o->json ? 60 : width - label_w - 9;
   if (h.nb > 200 && !o->buckets) h.nb = 200;
   if (h.nb < 2) h.nb = 2;
-  h.by_weight = (info->clock && strcmp(info->clock, "cpu") == 0) || bf_session_is(info, "imported");
+  h.by_weight = bf_q_by_weight(info);
   h.bucket_ns = (h.t1 - h.t0) / h.nb + 1;
   h.btot = calloc((size_t)h.nb, sizeof *h.btot);
   h.bcount = calloc((size_t)h.nb, sizeof *h.bcount);
@@ -149,7 +150,7 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
     rc = -ENOMEM;
     goto out;
   }
-  if ((rc = bf_store_samples_foreach(s, session_id, &o->filter, fill_pass, &h))) goto out;
+  if ((rc = bf_q_timeline_foreach(s, session_id, &o->filter, fill_pass, &h))) goto out;
   double all = 0;
   for (int b = 0; b < h.nb; b++) all += h.btot[b];
   rk = calloc(h.nfn ? h.nfn : 1, sizeof *rk);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "profile.h"
+#include "query.h"
 #include "store_int.h"
 #include "util.h"
 #include "views.h"
@@ -100,7 +101,7 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   }
   for (size_t i = 0; i < w->nthreads; i++) ls.v[i] = (last){w->threads[i].id, 0, -1, 0};
   ls.n = w->nthreads;
-  if ((rc = bf_store_samples_foreach(s, session_id, &o->filter, last_sample, &ls))) goto out;
+  if ((rc = bf_q_timeline_foreach(s, session_id, &o->filter, last_sample, &ls))) goto out;
   if (w->n) qsort_r(w->v, w->n, sizeof *w->v, cmp_count, NULL);
   size_t top = o->limit > 0 ? (size_t)o->limit : 3;
   const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";

@@ -11,10 +11,6 @@
 #include "text.h"
 #include "views_int.h"
 
-int bf_session_is(const bf_session_info *info, const char *kind) {
-  return info && info->kind && strcmp(info->kind, kind) == 0;
-}
-
 
 const char *bf_short_file(const char *f, size_t max) {
   size_t n = strlen(f);

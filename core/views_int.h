@@ -60,9 +60,6 @@ static inline double bf_wstack_value(const bf_wstacks *w, const bf_wstack *st) {
 /* Thread display name: "name (tid)" or "thread tid" into buf. */
 void bf_wthread_label(const bf_wthread *t, char *buf, size_t len);
 
-/* Session kind predicates. */
-int bf_session_is(const bf_session_info *info, const char *kind);
-
 /* Shorten a path to its last components so it fits in max columns. */
 const char *bf_short_file(const char *f, size_t max);
 
