@@ -233,7 +233,6 @@ static int export_timeline(bf_store *s, int64_t session_id, const bf_session_inf
   int rc = bf_store_threads(s, session_id, &t.th, &t.nth);
   if (rc) return rc;
   /* weights in ns when the session has them (sampled); else sample counts */
-  bf_q_stacks *q = NULL;
   t.ns = bf_q_kind_of(info) != BF_Q_IMPORTED;
   if ((rc = bf_q_timeline_open(s, session_id, f, &c))) goto out;
   write_head(out, session_id, info);
@@ -266,7 +265,6 @@ static int export_timeline(bf_store *s, int64_t session_id, const bf_session_inf
   rc = write_tail(s, out, &t.fr);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
-  bf_q_stacks_free(q);
   bf_q_timeline_close(c);
   bf_q_frames_free(t.fc);
   bf_map3_free(&t.fr.idx);
