@@ -73,7 +73,9 @@ int bf_diff_flame(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, FILE
 /* ---- exports ---------------------------------------------------------------- */
 
 /* speedscope JSON (https://www.speedscope.app/file-format-schema.json): shared
- * frames, one "sampled" profile per thread, weights in ns (or samples). */
+ * frames; sampled/imported sessions one time-ordered "sampled" profile per
+ * thread (weights in ns, or samples for imports); traced sessions one
+ * "evented" profile per thread from focus call records, else rebuilt paths. */
 int bf_export_speedscope(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
 /* pstats (.prof) in marshal format, loadable by pstats.Stats on Python 3.8+,
@@ -85,12 +87,14 @@ int bf_export_speedscope(bf_store *s, int64_t session_id, const bf_sample_filter
  * sample weight; imported: seconds = samples / rate (1 kHz when unknown). */
 int bf_export_pstats(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
-/* pprof: gzip-compressed profile.proto with value types samples/count and
- * cpu/nanoseconds or wall/nanoseconds (imports: samples/count only). */
+/* pprof: gzip-compressed profile.proto with value types samples/count (traced:
+ * calls/count) and cpu|wall/nanoseconds (not for imports); default index as
+ * replay shares; unique module-qualified function names; every sample kept. */
 int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
-/* Chrome/Perfetto trace-event JSON of focus-mode call records (traced
- * sessions). -ENODATA when the session has no call records. */
+/* Chrome/Perfetto trace-event JSON: a per-thread timeline of a sampled
+ * session, or the focus-mode call records of a traced one. -ENODATA for
+ * imports and traced sessions without call records. */
 int bf_export_chrome(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
 #endif
