@@ -509,6 +509,7 @@ static int db_stack(lua_State *L) {
 typedef struct lsamples {
   bf_q_cursor *c; /* NULL = closed */
   int64_t read;
+  ldb *db;        /* kept alive by uservalue 1 (userdata never move) */
 } lsamples;
 
 static int samples_release(lua_State *L) {
@@ -525,12 +526,10 @@ static int samples_tostring(lua_State *L) {
 }
 
 static int samples_next(lua_State *L) {
-  lsamples *b = luaL_checkudata(L, lua_upvalueindex(1), SAMPLES_MT);
+  lsamples *b = lua_touserdata(L, lua_upvalueindex(1)); /* our own upvalue: no type check per sample */
   if (!b->c) return 0;
   /* the cursor reads through the db: refuse to go on once it is closed */
-  lua_getiuservalue(L, lua_upvalueindex(1), 1);
-  ldb *d = lua_touserdata(L, -1);
-  lua_pop(L, 1);
+  ldb *d = b->db;
   if (!d || !d->s) {
     bf_q_timeline_close(b->c);
     b->c = NULL;
@@ -545,17 +544,28 @@ static int samples_next(lua_State *L) {
     return 0;
   }
   b->read++;
+  /* keys are upvalues 2..11 (interned once): lua_setfield would strcmp each one */
   lua_createtable(L, 0, 10);
-  set_int(L, "thread_id", smp->thread_id);
-  set_int(L, "stack_id", smp->stack_id);
-  set_int(L, "ts_ns", smp->ts_ns);
-  set_int(L, "flags", smp->flags);
-  set_int(L, "count", smp->count);
-  set_int(L, "weight", smp->weight);
-  set_bool(L, "gil", (smp->flags & BF_SAMPLE_GIL) != 0);
-  set_bool(L, "on_cpu", (smp->flags & BF_SAMPLE_ON_CPU) != 0);
-  set_bool(L, "idle", (smp->flags & BF_SAMPLE_IDLE) != 0);
-  set_bool(L, "gc", (smp->flags & BF_SAMPLE_GC) != 0);
+#define SMP_INT(k, v)                       \
+  lua_pushvalue(L, lua_upvalueindex(k));    \
+  lua_pushinteger(L, (lua_Integer)(v));     \
+  lua_rawset(L, -3)
+#define SMP_BOOL(k, v)                      \
+  lua_pushvalue(L, lua_upvalueindex(k));    \
+  lua_pushboolean(L, (v) != 0);             \
+  lua_rawset(L, -3)
+  SMP_INT(2, smp->thread_id);
+  SMP_INT(3, smp->stack_id);
+  SMP_INT(4, smp->ts_ns);
+  SMP_INT(5, smp->flags);
+  SMP_INT(6, smp->count);
+  SMP_INT(7, smp->weight);
+  SMP_BOOL(8, smp->flags & BF_SAMPLE_GIL);
+  SMP_BOOL(9, smp->flags & BF_SAMPLE_ON_CPU);
+  SMP_BOOL(10, smp->flags & BF_SAMPLE_IDLE);
+  SMP_BOOL(11, smp->flags & BF_SAMPLE_GC);
+#undef SMP_INT
+#undef SMP_BOOL
   return 1;
 }
 
@@ -570,13 +580,18 @@ static int session_samples(lua_State *L) {
   b->read = 0;
   luaL_setmetatable(L, SAMPLES_MT);
   lua_getiuservalue(L, 1, 1); /* the db, kept alive while the cursor is */
+  b->db = lua_touserdata(L, -1);
   lua_setiuservalue(L, -2, 1);
   if (bf_q_timeline_open(ss.s, ss.id, &f, &b->c) < 0) return luaL_error(L, "%s", bf_store_errmsg(ss.s));
-  lua_pushvalue(L, -1);
-  lua_pushcclosure(L, samples_next, 1);
+  int bi = lua_gettop(L);
+  static const char *const keys[] = {"thread_id", "stack_id", "ts_ns", "flags", "count",
+                                     "weight",    "gil",      "on_cpu", "idle", "gc"};
+  lua_pushvalue(L, bi);
+  for (int k = 0; k < 10; k++) lua_pushstring(L, keys[k]);
+  lua_pushcclosure(L, samples_next, 11);
   lua_pushnil(L);
   lua_pushnil(L);
-  lua_pushvalue(L, -4); /* to-be-closed value of the generic for */
+  lua_pushvalue(L, bi); /* to-be-closed value of the generic for */
   return 4;
 }
 
