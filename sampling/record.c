@@ -72,7 +72,7 @@ typedef struct target {
   char command[1024], host[256], commit[64], version[32];
   int64_t samples, missed, invalid, ticks;
   int64_t late, max_late_ns; /* ticks sampled over one period behind schedule (caught up) */
-  int64_t retried;           /* torn samples read again at once */
+  bf_smp_consistency_stats cs0; /* the handle's torn-stack figures at session start */
   int invalid_run; /* consecutive invalid samples */
   int64_t start_mono;
   int64_t start_cpu_ns; /* profiler CPU when the session began */
@@ -205,6 +205,7 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
   if (rc < 0) return seterr(err_h, rc, "%s", bf_store_errmsg(st));
   t->start_mono = mono_ns();
   t->start_cpu_ns = profiler_cpu_ns();
+  bf_smp_consistency(t->h, &t->cs0);
   return 0;
 }
 
@@ -224,9 +225,16 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   t->nat_json = NULL;
   char *nat = NULL;
   if (t->nat && bf_smp_native_stats_json(t->nat, &nat) < 0) nat = NULL;
-  char late[96];
-  snprintf(late, sizeof late, "\"late_ticks\":%lld,\"max_late_ms\":%.3f,\"torn_retried\":%lld",
-           (long long)t->late, (double)t->max_late_ns / 1e6, (long long)t->retried);
+  char late[256];
+  bf_smp_consistency_stats cs;
+  bf_smp_consistency(t->h, &cs);
+  snprintf(late, sizeof late,
+           "\"late_ticks\":%lld,\"max_late_ms\":%.3f,\"torn_retried\":%llu,"
+           "\"torn_invalid\":%llu,\"stacks_truncated\":%llu",
+           (long long)t->late, (double)t->max_late_ns / 1e6,
+           (unsigned long long)(cs.retries - t->cs0.retries),
+           (unsigned long long)(cs.invalid - t->cs0.invalid),
+           (unsigned long long)(cs.truncated - t->cs0.truncated));
   size_t nl = nat ? strlen(nat) : 0;
   if (nat && nl >= 2 && nat[0] == '{' && nat[nl - 1] == '}') { /* {late, ...native} */
     t->nat_json = malloc(nl + strlen(late) + 2);
@@ -311,13 +319,8 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   size_t n;
   int rc = t->nat ? bf_smp_native_sample(t->nat, want, &th, &n)
                   : bf_smp_sample(t->h, want, &th, &n);
-  if (rc == -EIO && !t->nat) {
-    /* torn: the stack changed while it was being read (the target runs on;
-     * startup's imports do this most). Read it again at once: only a sample
-     * torn twice is lost. */
-    t->retried++;
-    rc = bf_smp_sample(t->h, want, &th, &n);
-  }
+  /* a torn stack (changed while read) is re-read at once inside
+   * bf_smp_sample; -EIO here is a sample given up (counted invalid) */
   if (rc == -ESRCH) return rc;
   if (rc == -EPERM && t->nat) return seterr(t->h, rc, "%s", bf_smp_native_errmsg(t->nat));
   if (rc < 0) {

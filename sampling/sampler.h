@@ -87,8 +87,8 @@ int bf_smp_pid(const bf_smp *h);
 
 /* Take one sample of every thread (or only the GIL holder).
  * OUT: *threads (array of *n, borrowed until the next call on h).
- * Errors: -ESRCH target gone; -EIO torn or garbage read (skip this sample,
- * count it invalid; the handle stays usable). */
+ * Errors: -ESRCH target gone; -EIO torn or garbage read even after the
+ * re-reads (skip this sample, count it invalid; the handle stays usable). */
 int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_t *n);
 
 /* Count of process_vm_readv calls so far (for benchmarks). */
@@ -96,6 +96,18 @@ uint64_t bf_smp_read_calls(const bf_smp *h);
 /* Bytes and iovecs asked of process_vm_readv so far (for benchmarks). */
 uint64_t bf_smp_read_bytes(const bf_smp *h);
 uint64_t bf_smp_read_iovs(const bf_smp *h);
+
+/* Consistency of the samples so far. A sample is checked before it is
+ * returned (every caller frame stopped where it can have a child, no more
+ * frames than the recursion depth, 3.8-3.10 frames executing); a torn one is
+ * read again at once, and given up (-EIO) after a few reads. */
+typedef struct bf_smp_consistency_stats {
+  uint64_t retries;   /* reads repeated because the stack changed while read */
+  uint64_t invalid;   /* samples given up as torn */
+  uint64_t stable;    /* kept although a check failed: read the same twice */
+  uint64_t truncated; /* stacks cut at 4096 frames (outermost frame "<truncated>") */
+} bf_smp_consistency_stats;
+void bf_smp_consistency(const bf_smp *h, bf_smp_consistency_stats *out);
 
 /* Human-readable reason for a failed attach by errno (static string). */
 const char *bf_smp_strerror(int err);

@@ -52,8 +52,16 @@ typedef struct smp_layout {
   uint64_t ts_frame;           /* 3.8-3.10 frame, 3.13+ current_frame */
   uint64_t ts_cframe, cf_current_frame;
   uint64_t ts_size;
+  /* recursion depth, bounding a consistent stack (0 = n/a): 3.8-3.10 an int
+   * depth; 3.11+ an int remaining and an int limit (depth = limit - remaining) */
+  uint64_t ts_rec_depth, ts_rec_remaining, ts_rec_limit;
   uint64_t fr_code, fr_back, fr_instr, fr_owner, fr_size; /* owner 0 = n/a (<3.11) */
   uint64_t fr_entry;           /* 3.11 bool is_entry, 0 = n/a (native.c uses it) */
+  uint64_t fr_state;           /* 3.8-3.10: char f_executing / f_state, 0 = n/a */
+  int fr_state_running;        /* its value while the frame runs (1; 3.10: 0) */
+  uint64_t co_code;            /* 3.8-3.10: the co_code bytes object, 0 = n/a */
+  uint64_t co_flags;           /* 3.8-3.10: int co_flags, 0 = n/a */
+  uint64_t co_ob_size;         /* 3.11+: Py_SIZE(code) = code units, 0 = n/a */
   uint64_t co_filename, co_name, co_qualname, co_firstlineno, co_linetable,
       co_code_adaptive, co_size;
   uint64_t ob_type, tp_name;
@@ -143,6 +151,11 @@ typedef struct smp_code {
   int64_t checked_ns; /* and when (monotonic) */
   smp_line_range *ranges;
   size_t nranges;
+  /* torn-stack check: calls[u] != 0 when a frame stopped at code unit u may
+   * have a live child frame (see smp_caller_ok); NULL: not checked */
+  uint8_t *calls;
+  uint32_t nunits;
+  int is_gen;        /* a generator / coroutine: never a thread's outermost frame */
   struct smp_code *next; /* hash chain (or the retired list) */
 } smp_code;
 
@@ -231,6 +244,15 @@ struct bf_smp {
   int gen;
   int64_t now_ns; /* monotonic time of the current sample */
   int walk_steps, code_misses; /* this sample's work, bounded */
+  /* consistency (torn stacks): this walk's verdict and signature, totals */
+  int torn;                 /* this walk found a stack that cannot have existed */
+  const char *torn_why;     /* which check (static) */
+  uint64_t walk_sig;        /* hash of every frame read (address, code, instr) */
+  uint64_t torn_retries;    /* walks read again because the last was torn */
+  uint64_t torn_invalid;    /* samples given up as torn after SMP_TORN_TRIES */
+  uint64_t torn_stable;     /* accepted: failed a check but read the same twice */
+  uint64_t truncated;       /* stacks cut at SMP_MAX_DEPTH */
+  smp_code trunc;           /* the marker frame of a cut stack */
   /* Python thread names (pynames.c): ident -> name from the last lookup */
   struct smp_pyname *pn;
   size_t npn;
@@ -266,7 +288,12 @@ int smp_walk(bf_smp *h, unsigned want);
 void smp_set_reader(bf_smp *h, smp_readv_fn fn, void *ud);
 void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr);
 
-#define SMP_MAX_DEPTH 512
+/* Frames kept per stack. A deeper stack keeps its innermost
+ * SMP_MAX_DEPTH - 1 frames and then the marker frame h->trunc
+ * ("<truncated>"), so every view and export shows the cut. */
+#define SMP_MAX_DEPTH 4096
+#define SMP_TORN_TRIES 12            /* reads of one sample before it counts invalid */
+#define SMP_MAX_BYTECODE (1u << 20)  /* bytes of code read for the torn check */
 #define SMP_MAX_THREADS 4096
 #define SMP_MAX_INTERPS 64
 #define SMP_MAX_STEPS (1 << 16)      /* frames + threads visited per sample */

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gen/opcodes.h"
 #include "smp_int.h"
 
 static ssize_t pvm_readv(void *ud, const struct iovec *l, size_t nl, const struct iovec *r,
@@ -40,6 +41,10 @@ bf_smp *bf_smp_new(void) {
   h->build = "release";
   h->pthread_tid_off = -1;
   h->readv = pvm_readv;
+  /* the marker frame of a stack cut at SMP_MAX_DEPTH: interned like any
+   * code object, so every view and export shows it */
+  h->trunc.pub.filename = "<frames beyond the 4096th not read>";
+  h->trunc.pub.qualname = "<truncated>";
   return h;
 }
 
@@ -56,6 +61,7 @@ static void code_free(smp_code *c) {
   free((char *)c->pub.filename);
   free((char *)c->pub.qualname);
   free(c->ranges);
+  free(c->calls);
   free(c);
 }
 
@@ -127,6 +133,13 @@ int bf_smp_pid(const bf_smp *h) { return h->pid; }
 uint64_t bf_smp_read_calls(const bf_smp *h) { return h->read_calls; }
 uint64_t bf_smp_read_bytes(const bf_smp *h) { return h->read_bytes; }
 uint64_t bf_smp_read_iovs(const bf_smp *h) { return h->read_iovs; }
+
+void bf_smp_consistency(const bf_smp *h, bf_smp_consistency_stats *out) {
+  out->retries = h->torn_retries;
+  out->invalid = h->torn_invalid;
+  out->stable = h->torn_stable;
+  out->truncated = h->truncated;
+}
 
 void smp_set_reader(bf_smp *h, smp_readv_fn fn, void *ud) {
   h->readv = fn;
@@ -448,6 +461,101 @@ int smp_read_str(bf_smp *h, uint64_t addr, char **out) {
   return 0;
 }
 
+/* ---- the torn-stack check ------------------------------------------------
+ * A stack is read frame by frame while the target runs on, so it can mix
+ * moments: a caller read after its callee returned, a frame freed and reused.
+ * Each caller frame must be stopped where a frame can have a live child:
+ * sampling/gen/opcodes.h classes every opcode of each version (3.11+: the
+ * instructions that push a frame inside the eval loop, for a child entered
+ * without a C call in between; 3.8-3.10, where every call goes through C:
+ * any instruction that can run code). The code bytes are read once per code
+ * object into calls[] (one byte per code unit). */
+
+static const uint8_t *op_table(uint32_t version_hex) {
+  switch ((version_hex >> 16) & 0xff) {
+    case 8: return smp_op_3_8;
+    case 9: return smp_op_3_9;
+    case 10: return smp_op_3_10;
+    case 11: return smp_op_3_11;
+    case 12: return smp_op_3_12;
+    case 13: return smp_op_3_13;
+    default: return NULL; /* unknown opcodes: callers are not checked */
+  }
+}
+
+/* Fill c->calls from the code object's bytes (co: its first cl bytes as read).
+ * Leaves it NULL (unchecked) on any doubt: unreadable, too big, an opcode the
+ * table does not know (e.g. 3.12+ INSTRUMENTED_LINE hides the real one). */
+static void code_calls(bf_smp *h, smp_code *c, const unsigned char *co, size_t cl) {
+  const smp_layout *l = &h->lay;
+  const uint8_t *tab = op_table(l->version_hex);
+  uint64_t at, nbytes;
+  if (!tab) return;
+  if (l->co_code) { /* 3.8-3.10: a bytes object */
+    unsigned char bh[64];
+    if (l->co_code + 8 > cl || l->bytes_sval > sizeof bh) return;
+    uint64_t b = rd64(co + l->co_code);
+    if (!b || smp_read(h, b, bh, (size_t)l->bytes_sval) < 0) return;
+    nbytes = rd64(bh + l->bytes_size);
+    at = b + l->bytes_sval;
+  } else if (l->co_ob_size && l->co_code_adaptive && l->co_ob_size + 8 <= cl) {
+    nbytes = rd64(co + l->co_ob_size) * 2; /* 3.11+: code units inline */
+    at = c->addr + l->co_code_adaptive;
+  } else {
+    return;
+  }
+  if (!nbytes || nbytes > SMP_MAX_BYTECODE || nbytes % 2) return;
+  size_t n = (size_t)nbytes / 2;
+  unsigned char *code = malloc((size_t)nbytes);
+  uint8_t *calls = calloc(n, 1);
+  if (!code || !calls || smp_read(h, at, code, (size_t)nbytes) < 0) goto fail;
+  for (size_t i = 0, start = 0; i < n;) {
+    unsigned v = tab[code[2 * i]], cls = v >> 4;
+    if (cls == 3) { /* EXTENDED_ARG: belongs to the next instruction */
+      i++;
+      continue;
+    }
+    if (cls == 2) goto fail;
+    size_t end = i + 1 + (v & 15); /* the instruction and its inline caches */
+    if (end > n) end = n;
+    for (size_t u = start; u < end; u++) calls[u] = (uint8_t)(cls == 1);
+    i = start = end;
+  }
+  free(code);
+  c->calls = calls;
+  c->nunits = (uint32_t)n;
+  return;
+fail:
+  free(code);
+  free(calls);
+}
+
+/* May a frame of code c (at code_addr) stopped at instr have a live child? */
+static int caller_ok(const smp_layout *l, const smp_code *c, uint64_t code_addr, uint64_t instr) {
+  uint64_t u;
+  if (!c->calls) return 1;
+  if (l->instr_is_lasti) {
+    int32_t lasti = (int32_t)instr;
+    if (lasti < 0) return 0; /* not started */
+    u = l->lasti_in_units ? (uint64_t)lasti : (uint64_t)lasti / 2;
+  } else {
+    uint64_t base = code_addr + l->co_code_adaptive;
+    if (instr < base) return 0; /* not started */
+    u = (instr - base) / 2;
+  }
+  return u < c->nunits && c->calls[u];
+}
+
+static uint64_t sig_mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h * 0xBF58476D1CE4E5B9ull;
+}
+
+static void torn(bf_smp *h, const char *why) {
+  if (!h->torn) h->torn_why = why;
+  h->torn = 1;
+}
+
 static size_t code_hash(uint64_t a, size_t cap) {
   return (size_t)((a >> 4) * 0x9E3779B97F4A7C15ull >> 24) & (cap - 1);
 }
@@ -537,6 +645,9 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
       free(tab);
     }
   }
+  /* CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR */
+  if (l->co_flags && l->co_flags + 4 <= cl) c->is_gen = (rd32(co + l->co_flags) & 0x3a0) != 0;
+  code_calls(h, c, co, cl);
   c->next = h->code_tab[b];
   h->code_tab[b] = c;
   h->ncode++;
@@ -674,26 +785,36 @@ static int push_frame(bf_smp *h, const smp_code *c, int32_t line) {
   return 0;
 }
 
-/* Walk one thread's frames starting at frame address fa. */
-static int walk_frames(bf_smp *h, uint64_t fa) {
+/* Walk one thread's frames starting at frame address fa. max_py: the
+ * thread's recursion depth + 1 (more Python frames cannot be live), or -1
+ * when unknown. Marks h->torn when the chain cannot have existed. */
+static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
   const smp_layout *l = &h->lay;
   int err = 0;
   size_t first = h->nframes;
-  for (int depth = 0; fa && depth < SMP_MAX_DEPTH; depth++) {
+  int child_entry = 0; /* the last pushed frame was entered by a C call */
+  for (int steps = 0; fa; steps++) {
     /* garbage memory can look like endless chains: bound a sample's work */
-    if (++h->walk_steps > SMP_MAX_STEPS) return -EIO;
+    if (++h->walk_steps > SMP_MAX_STEPS || steps > 4 * SMP_MAX_DEPTH) return -EIO;
     const unsigned char *fb = smp_read_hot(h, fa, (size_t)l->fr_read, &err);
     if (!fb) return err;
     uint64_t code = rd64(fb + l->fr_code), back = rd64(fb + l->fr_back);
     uint64_t instr = l->instr_is_lasti ? rd32(fb + l->fr_instr) : rd64(fb + l->fr_instr);
     int owner = l->fr_owner ? fb[l->fr_owner] : 0;
     if (back == fa) return -EIO;
+    h->walk_sig = sig_mix(sig_mix(sig_mix(h->walk_sig, fa), code), instr ^ (uint64_t)owner << 56);
+    if (l->fr_state) h->walk_sig = sig_mix(h->walk_sig, fb[l->fr_state]);
     if (l->executable_tagged) code &= ~(uint64_t)7; /* _PyStackRef tag bits */
     if (owner >= 3) { /* C-stack shim / interpreter-owned: no Python code */
       /* native.c: the frame below a C-stack shim (owner 3) began its eval call */
       if (owner == 3 && h->nframes > first) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY;
+      child_entry = 1;
       fa = back;
       continue;
+    }
+    if (h->nframes - first == SMP_MAX_DEPTH - 1) { /* one more real frame: cut here */
+      h->truncated++;
+      return push_frame(h, &h->trunc, 0);
     }
     /* A cached code object's identity is re-checked (its address may now hold
      * another one) at most once per sample and once per SMP_CODE_TRUST_NS:
@@ -716,12 +837,33 @@ static int walk_frames(bf_smp *h, uint64_t fa) {
       }
       return err == -EINVAL ? -EIO : err;
     }
+    /* 3.8-3.10: every frame in the chain is executing (freed or reused
+     * ones, generators that yielded meanwhile, are not) */
+    if (l->fr_state && fb[l->fr_state] != (unsigned char)l->fr_state_running)
+      torn(h, "a frame is not executing");
+    else if (h->nframes > first && (l->frames_are_objects || !child_entry) &&
+             !caller_ok(l, c, code, instr)) /* a caller: stopped where a child can run? */
+      torn(h, "a caller frame is not at a call");
     int rc = push_frame(h, c, code_line(l, c, code, instr));
     if (rc < 0) return rc;
-    if (l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]))
-      h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY; /* for native.c */
+    int entry = l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]);
+    if (entry) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY; /* for native.c */
+    child_entry = entry;
     fa = back;
   }
+  if (max_py >= 0 && (int64_t)(h->nframes - first) > max_py)
+    torn(h, "more frames than the recursion depth");
+  /* 3.8-3.10: a generator runs on top of the frame that resumed it; as the
+   * outermost frame it had yielded when its link was read */
+  if (h->nframes > first && h->frames[h->nframes - 1].code != &h->trunc.pub &&
+      ((const smp_code *)h->frames[h->nframes - 1].code)->is_gen)
+    torn(h, "a generator frame is outermost");
+  /* 3.11+: a thread's outermost frame began an eval call (3.11 is_entry,
+   * 3.12+ a C-stack shim below it); a chain that ends elsewhere went
+   * through a generator that yielded meanwhile (its link is cleared) */
+  if (h->nframes > first && !l->frames_are_objects && (l->fr_entry || l->fr_owner) &&
+      !(h->frames[h->nframes - 1].flags & BF_SMP_FRAME_ENTRY))
+    torn(h, "the outermost frame did not begin an eval call");
   return 0;
 }
 
@@ -732,6 +874,9 @@ int smp_walk(bf_smp *h, unsigned want) {
   h->nthreads = h->nframes = 0;
   h->walk_steps = 0;
   h->code_misses = 0;
+  h->torn = 0;
+  h->torn_why = NULL;
+  h->walk_sig = 0;
   { /* always: the code cache's trust window runs on it too (native.c walks
      * without WANT_STATE, and a stale clock would trust stale code forever) */
     struct timespec now;
@@ -850,7 +995,17 @@ int smp_walk(bf_smp *h, unsigned want) {
       t->cpu_ns = -1;
       t->flags = (holds ? BF_SMP_GIL : 0) | (gc ? BF_SMP_GC : 0);
       size_t first = h->nframes;
-      int rc = walk_frames(h, fa);
+      int64_t max_py = -1; /* recursion depth + 1 (the push/pop window) */
+      if (l->ts_rec_depth) {
+        max_py = (int64_t)(int32_t)rd32(tb + l->ts_rec_depth) + 1;
+      } else if (l->ts_rec_limit) {
+        int32_t lim = (int32_t)rd32(tb + l->ts_rec_limit),
+                rem = (int32_t)rd32(tb + l->ts_rec_remaining);
+        if (lim > 0) max_py = (int64_t)lim - rem + 1;
+      }
+      if (max_py < 1) max_py = -1; /* unreadable or not sensible: no bound */
+      h->walk_sig = sig_mix(h->walk_sig, ts);
+      int rc = walk_frames(h, fa, max_py);
       if (rc < 0) return rc;
       t->nframes = h->nframes - first;
       if (!t->nframes && !tid) { /* a thread state whose OS thread has not started */
@@ -868,9 +1023,36 @@ int smp_walk(bf_smp *h, unsigned want) {
   return 0;
 }
 
+/* One sample, consistent: a walk that found a torn stack (or failed on a
+ * stale pointer) is read again at once, up to SMP_TORN_TRIES reads, so the
+ * retry stays within microseconds of the first try. A stack that fails a
+ * check yet reads the same twice in a row is not changing: it is real (a
+ * trace function or __del__ running where no call is) and is kept. */
 int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_t *n) {
   if (!h->attached) return seterr(h, -EINVAL, "not attached");
-  int rc = smp_walk(h, want);
+  int rc = 0;
+  uint64_t last_sig = 0;
+  const char *why = NULL;
+  for (int tries = 0; tries < SMP_TORN_TRIES; tries++) {
+    if (tries) h->torn_retries++;
+    rc = smp_walk(h, want);
+    if (rc == 0 && !h->torn) break;
+    if (rc == 0 && tries && h->walk_sig == last_sig) {
+      h->torn_stable++;
+      break;
+    }
+    if (rc == 0) {
+      why = h->torn_why;
+      last_sig = h->walk_sig;
+      rc = -EAGAIN;
+      continue;
+    }
+    why = "a read failed on a stale pointer";
+    last_sig = 0;
+    h->interp_head = 0;
+    if (rc != -EIO) break;
+  }
+  if (rc == -EAGAIN) rc = -EIO;
   if (rc < 0) {
     h->interp_head = 0;
     if (rc == -ESRCH || (h->pid > 0 && kill(h->pid, 0) < 0 && errno == ESRCH)) {
@@ -879,7 +1061,11 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
     }
     if (rc == -ENOMEM) return seterr(h, rc, "out of memory");
     if (rc == -EPERM) return seterr(h, rc, "lost permission to read process %d", h->pid);
-    return seterr(h, -EIO, "torn read in process %d", h->pid);
+    h->torn_invalid++;
+    return seterr(h, -EIO,
+                  "stack of process %d changed while it was read, %d reads in a row (%s); "
+                  "sample skipped",
+                  h->pid, SMP_TORN_TRIES, why ? why : "torn");
   }
   *threads = h->threads;
   *n = h->nthreads;

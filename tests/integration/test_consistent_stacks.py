@@ -1,0 +1,315 @@
+"""Consistent stacks: no stored sample shows a call chain that never happened
+(issue 19), and a deep stack is kept whole or visibly cut (issue 12).
+
+The workload below has a known set of possible stacks, derived from its own
+source (never from a profiler): every frame of the workload file that has a
+child must stand on a line holding a call, an await, a yield from or a for
+loop (the AST says which lines), a function occurs at most as deep as the
+workload recurses, and the main thread's stack is rooted at <module>.
+Snapshots taken while the target is stopped (kill -STOP, bifocal dump,
+kill -CONT) must all pass that check: it accepts every real stack.
+
+Tolerance: at most MAX_IMPOSSIBLE (1%) of stored samples may fail the check,
+on a quiet host and beside two CPU-bound processes; and at most MAX_INVALID
+of the sampled ticks may be given up as torn (dropping them would skew shares).
+Time: two 1.5 s recordings, 8 dumps and two short deep-stack recordings per
+interpreter.
+"""
+import ast
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import bifocal_bin, run
+
+MAX_IMPOSSIBLE = 0.01
+MAX_INVALID = 0.05
+RECORD_S = 1.5
+MIN_SAMPLES = 300
+
+# One target runs every pattern in turn, a few microseconds to a few hundred
+# each: tight recursions (austin's sum_up_to 16 deep, py-spy's recurse(20)),
+# deep-then-shallow swings (30 frames to 1), generators (for, yield from) and
+# coroutines driven by hand switching fast, and a thread churning short
+# calls beside the main thread.
+WORK = '''\
+import sys, threading, time
+def sum_up_to(n):
+    if n <= 1:
+        return 1
+    r = sum_up_to(n - 1) + n
+    return r
+
+def recurse(x):
+    if x == 0:
+        return
+    recurse(x - 1)
+
+def leaf(x):
+    return x + 1
+
+def deep(n):
+    if n == 0:
+        return leaf(n)
+    return deep(n - 1) + 1
+
+def shallow():
+    t = 0
+    for i in range(20):
+        t += leaf(i)
+    return t
+
+def numbers(n):
+    for i in range(n):
+        yield i
+
+def relay(n):
+    yield from numbers(n)
+
+async def inner(x):
+    return x * 2
+
+async def outer(n):
+    t = 0
+    for i in range(n):
+        t += await inner(i)
+    return t
+
+def drive():
+    c = outer(10)
+    try:
+        c.send(None)
+    except StopIteration as e:
+        return e.value
+
+def tiny(x):
+    return x + 1
+
+def small(x):
+    return tiny(x) + tiny(x)
+
+def worker(stop):
+    while not stop.is_set():
+        for i in range(50):
+            small(i)
+
+stop = threading.Event()
+th = threading.Thread(target=worker, args=(stop,))
+th.start()
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    for k in range(20):
+        sum_up_to(16)
+        recurse(20)
+    for k in range(10):
+        deep(30)
+        shallow()
+    for k in range(10):
+        s = 0
+        for v in relay(10):
+            s += v
+        drive()
+stop.set()
+th.join()
+'''
+# the deepest each function recurses
+MAXDEPTH = {"sum_up_to": 16, "recurse": 21, "leaf": 1, "deep": 31, "shallow": 1,
+            "numbers": 1, "relay": 1, "inner": 1, "outer": 1, "drive": 1, "tiny": 1,
+            "small": 1, "worker": 1}
+
+FRAME = re.compile(r"^(.*) \((.*):(\d+):(-?\d+)\)$")
+
+
+def call_lines(src):
+    """{qualname: set of lines where a frame of it can have a child}."""
+    tree = ast.parse(src)
+    out = collections.defaultdict(set)
+
+    def lines_of(node):
+        s = set()
+        for n in ast.walk(node):
+            if isinstance(n, (ast.Call, ast.Await, ast.YieldFrom, ast.Import, ast.ImportFrom)):
+                s.update(range(n.lineno, getattr(n, "end_lineno", n.lineno) + 1))
+            if isinstance(n, (ast.For, ast.comprehension)):
+                s.add(n.iter.lineno)
+                s.add(getattr(n, "lineno", n.iter.lineno))
+        return s
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = lines_of(node)
+    mod = ast.Module(body=[n for n in tree.body if not isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef))], type_ignores=[])
+    out["<module>"] = lines_of(mod)
+    return out
+
+
+def check_stack(frames, path, calls, maxdepth):
+    """frames: [(qualname, file, line)] outermost first. Returns None when
+    the stack can have existed, else why not."""
+    mine = [(q, ln) for q, f, ln in frames if f == path]
+    if not mine:
+        return None  # not the workload (e.g. interpreter shutdown)
+    if frames[0][1] == path and frames[0][0] != "<module>":
+        return "rooted at %s, not <module>" % frames[0][0]
+    if frames[0][1] != path and "threading" not in frames[0][1]:
+        return "rooted outside the workload: %s" % (frames[0],)
+    count = collections.Counter(q for q, _ in mine)
+    for q, n in count.items():
+        if q in maxdepth and n > maxdepth[q]:
+            return "%d frames of %s, deeper than it recurses (%d)" % (n, q, maxdepth[q])
+    for k, (q, f, ln) in enumerate(frames[:-1]):
+        if f == path and ln not in calls.get(q, ()):
+            return "caller %s at line %d, not a call line" % (q, ln)
+    return None
+
+
+def parse_collapsed(text):
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        stack, _, w = line.rpartition(" ")
+        frames = []
+        for fr in stack.split(";"):
+            m = FRAME.match(fr)
+            if m:
+                frames.append((m.group(1), m.group(2), int(m.group(4))))
+        yield frames, int(w)
+
+
+def parse_dump(text):
+    """{tid: [(qualname, file, line)] outermost first}"""
+    out, cur = {}, None
+    for line in text.splitlines():
+        if line.startswith("Thread "):
+            cur = out.setdefault(line.split()[1], [])
+        m = re.match(r'^  File "(.*)", line (-?\d+), in (.*)$', line)
+        if m and cur is not None:
+            cur.append((m.group(3), m.group(1), int(m.group(2))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    p = tmp_path_factory.mktemp("consistent") / "work.py"
+    p.write_text(WORK)
+    return str(p)
+
+
+def hogs(n):
+    """n CPU-bound processes (plain Python loops), to be killed by the caller."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def record_one(python, path, db, hog):
+    ps = hogs(2) if hog else []
+    try:
+        r = run(["record", "--rate", "1000", "--", python, path, str(RECORD_S)], db=db,
+                timeout=120)
+    finally:
+        for p in ps:
+            p.kill()
+            p.wait()
+    sid = r.stdout.strip().splitlines()[-1]
+    out = run(["export", sid, "--format", "collapsed", "-o", "-"], db=db).stdout
+    info = json.loads(run(["sessions", "--json"], db=db).stdout)
+    sess = [s for s in info if str(s["id"]) == sid][0]
+    return out, sess
+
+
+@pytest.mark.parametrize("hog", [False, True], ids=["quiet", "beside-2-hogs"])
+def test_stored_stacks_possible(python, work, tmp_path, hog):
+    """Recorded at 1 kHz: <= 1% of stored samples show an impossible stack."""
+    calls = call_lines(WORK)
+    out, sess = record_one(python, work, str(tmp_path / "t.db"), hog)
+    total = bad = 0
+    why = collections.Counter()
+    for frames, w in parse_collapsed(out):
+        if not any(f == work for _, f, _ in frames):
+            continue
+        total += w
+        reason = check_stack(frames, work, calls, MAXDEPTH)
+        if reason:
+            bad += w
+            why[reason] += w
+    extra = sess.get("extra") or {}
+    ticks = sess["samples"] + sess["invalid"]
+    report = "%d samples, %d impossible, %d of %d ticks invalid, %s reads retried; %s" % (
+        total, bad, sess["invalid"], ticks, extra.get("torn_retried"), why.most_common(3))
+    print(report)
+    assert total >= MIN_SAMPLES, report
+    assert bad <= MAX_IMPOSSIBLE * total, report
+    assert sess["invalid"] <= MAX_INVALID * ticks, report
+
+
+def test_snapshots_pass_the_check(python, work):
+    """The check accepts real stacks: dumps of the stopped target (kill -STOP,
+    dump, kill -CONT) all pass; so do dumps of the running target, which
+    retry until they read a consistent stack."""
+    calls = call_lines(WORK)
+    p = subprocess.Popen([python, work, "30"])
+    try:
+        time.sleep(0.3)
+        bad = []
+        for i in range(8):
+            stopped = i % 2 == 0
+            if stopped:
+                os.kill(p.pid, signal.SIGSTOP)
+            try:
+                r = run(["dump", str(p.pid)], check=False)
+            finally:
+                if stopped:
+                    os.kill(p.pid, signal.SIGCONT)
+            assert r.returncode == 0, r.stderr
+            stacks = parse_dump(r.stdout)
+            assert len(stacks) == 2, r.stdout
+            for tid, frames in stacks.items():
+                reason = check_stack(frames, work, calls, MAXDEPTH)
+                if reason:
+                    bad.append(("stopped" if stopped else "running", reason))
+        assert not bad, bad
+    finally:
+        p.kill()
+        p.wait()
+
+
+DEEP = '''\
+import sys, time
+sys.setrecursionlimit(int(sys.argv[2]) + 100)
+def down(n, end):
+    if n == 0:
+        while time.monotonic() < end:
+            pass
+        return
+    down(n - 1, end)
+
+down(int(sys.argv[2]), time.monotonic() + float(sys.argv[1]))
+'''
+
+
+@pytest.mark.parametrize("depth", [1000, 5000])
+def test_deep_stack_kept_or_marked(python, tmp_path, depth):
+    """A 1000-deep stack is stored whole (<module> at its root); a 5000-deep
+    one keeps its innermost frames and ends in a visible <truncated> frame."""
+    path = tmp_path / "deep.py"
+    path.write_text(DEEP)
+    db = str(tmp_path / "t.db")
+    r = run(["record", "--rate", "200", "--", python, str(path), "0.6", str(depth)], db=db)
+    sid = r.stdout.strip().splitlines()[-1]
+    out = run(["export", sid, "--format", "collapsed", "-o", "-"], db=db).stdout
+    deepest = max(((len(fr), fr) for fr, _ in parse_collapsed(out)), key=lambda x: x[0])[1]
+    downs = sum(1 for q, f, _ in deepest if q == "down")
+    if depth < 4000:
+        assert deepest[0][0] == "<module>" and downs == depth + 1, (len(deepest), deepest[:2])
+    else:
+        assert deepest[0][0] == "<truncated>", deepest[:2]
+        assert len(deepest) == 4096 and downs == 4095, len(deepest)
+        info = json.loads(run(["sessions", "--json"], db=db).stdout)
+        assert info[0]["extra"]["stacks_truncated"] > 0
