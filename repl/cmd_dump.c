@@ -97,15 +97,26 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
     }
     bf_smp_native_set_stop_wait(nat, 1000000000LL); /* one sample: wait for every thread */
   }
-  /* a torn read costs a retry, not the dump */
-  for (int tries = 0; tries < 20; tries++) {
+  /* a torn read costs a retry, not the dump: each sample is already re-read
+   * until consistent (a few reads); past DUMP_TRIES of those, say so */
+  enum { DUMP_TRIES = 20 };
+  for (int tries = 0; tries < DUMP_TRIES; tries++) {
     rc = nat ? bf_smp_native_sample(nat, BF_SMP_WANT_STATE, &t, &n)
              : bf_smp_sample(h, BF_SMP_WANT_STATE, &t, &n);
     if (rc != -EIO) break;
   }
-  bf_audit_end(au, rc < 0 ? (nat ? bf_smp_native_errmsg(nat) : bf_smp_errmsg(h)) : NULL, 0);
+  char torn_msg[256];
+  if (rc == -EIO && !nat)
+    snprintf(torn_msg, sizeof torn_msg,
+             "could not read a consistent stack of process %d: it kept changing while being "
+             "read (%d tries); run dump again, or dump --native, which stops the target",
+             pid, DUMP_TRIES);
+  const char *fail = rc == -EIO && !nat ? torn_msg
+                     : nat              ? bf_smp_native_errmsg(nat)
+                                        : bf_smp_errmsg(h);
+  bf_audit_end(au, rc < 0 ? fail : NULL, 0);
   if (rc < 0) {
-    bf_cli_error("%s", nat ? bf_smp_native_errmsg(nat) : bf_smp_errmsg(h));
+    bf_cli_error("%s", fail);
     bf_smp_native_free(nat);
     bf_smp_free(h);
     return 1;

@@ -247,7 +247,7 @@ struct bf_smp {
   /* consistency (torn stacks): this walk's verdict and signature, totals */
   int torn;                 /* this walk found a stack that cannot have existed */
   const char *torn_why;     /* which check (static) */
-  uint64_t walk_sig;        /* hash of every frame read (address, code, instr) */
+  uint64_t walk_acc;        /* every frame read, folded (see walk_sig) */
   uint64_t torn_retries;    /* walks read again because the last was torn */
   uint64_t torn_invalid;    /* samples given up as torn after SMP_TORN_TRIES */
   uint64_t torn_stable;     /* accepted: failed a check but read the same twice */

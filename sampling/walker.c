@@ -551,6 +551,20 @@ static uint64_t sig_mix(uint64_t h, uint64_t v) {
   return h * 0xBF58476D1CE4E5B9ull;
 }
 
+/* Signature of a torn walk (every frame's address, code, instruction and
+ * state as read; threads, frames and lines as returned), to tell a stack
+ * that is not changing from one that is. */
+static uint64_t walk_sig(const bf_smp *h) {
+  uint64_t s = sig_mix(h->nthreads, h->walk_acc);
+  for (size_t i = 0; i < h->nthreads; i++) {
+    s = sig_mix(sig_mix(s, h->threads[i].thread_id), h->threads[i].nframes);
+    const bf_smp_frame *f = h->threads[i].frames;
+    for (size_t k = 0; k < h->threads[i].nframes; k++)
+      s = sig_mix(sig_mix(s, (uintptr_t)f[k].code), (uint64_t)(uint32_t)f[k].line);
+  }
+  return s;
+}
+
 static void torn(bf_smp *h, const char *why) {
   if (!h->torn) h->torn_why = why;
   h->torn = 1;
@@ -802,8 +816,10 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     uint64_t instr = l->instr_is_lasti ? rd32(fb + l->fr_instr) : rd64(fb + l->fr_instr);
     int owner = l->fr_owner ? fb[l->fr_owner] : 0;
     if (back == fa) return -EIO;
-    h->walk_sig = sig_mix(sig_mix(sig_mix(h->walk_sig, fa), code), instr ^ (uint64_t)owner << 56);
-    if (l->fr_state) h->walk_sig = sig_mix(h->walk_sig, fb[l->fr_state]);
+    /* what was read, for walk_sig (one multiply a frame) */
+    h->walk_acc = (h->walk_acc + (fa ^ (code << 1) ^ instr ^
+                                  (l->fr_state ? (uint64_t)fb[l->fr_state] << 48 : 0))) *
+                  0x9E3779B97F4A7C15ull;
     if (l->executable_tagged) code &= ~(uint64_t)7; /* _PyStackRef tag bits */
     if (owner >= 3) { /* C-stack shim / interpreter-owned: no Python code */
       /* native.c: the frame below a C-stack shim (owner 3) began its eval call */
@@ -876,7 +892,7 @@ int smp_walk(bf_smp *h, unsigned want) {
   h->code_misses = 0;
   h->torn = 0;
   h->torn_why = NULL;
-  h->walk_sig = 0;
+  h->walk_acc = 0;
   { /* always: the code cache's trust window runs on it too (native.c walks
      * without WANT_STATE, and a stale clock would trust stale code forever) */
     struct timespec now;
@@ -1004,7 +1020,6 @@ int smp_walk(bf_smp *h, unsigned want) {
         if (lim > 0) max_py = (int64_t)lim - rem + 1;
       }
       if (max_py < 1) max_py = -1; /* unreadable or not sensible: no bound */
-      h->walk_sig = sig_mix(h->walk_sig, ts);
       int rc = walk_frames(h, fa, max_py);
       if (rc < 0) return rc;
       t->nframes = h->nframes - first;
@@ -1037,13 +1052,14 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
     if (tries) h->torn_retries++;
     rc = smp_walk(h, want);
     if (rc == 0 && !h->torn) break;
-    if (rc == 0 && tries && h->walk_sig == last_sig) {
+    uint64_t sig = rc == 0 && h->torn ? walk_sig(h) : 0;
+    if (rc == 0 && tries && sig == last_sig) {
       h->torn_stable++;
       break;
     }
     if (rc == 0) {
       why = h->torn_why;
-      last_sig = h->walk_sig;
+      last_sig = sig;
       rc = -EAGAIN;
       continue;
     }
