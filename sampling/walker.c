@@ -807,6 +807,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
   int err = 0;
   size_t first = h->nframes;
   int child_entry = 0; /* the last pushed frame was entered by a C call */
+  int last_owner = 0;  /* 3.11+: owner of the last pushed frame (1: a generator) */
   for (int steps = 0; fa; steps++) {
     /* garbage memory can look like endless chains: bound a sample's work */
     if (++h->walk_steps > SMP_MAX_STEPS || steps > 4 * SMP_MAX_DEPTH) return -EIO;
@@ -865,14 +866,17 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     int entry = l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]);
     if (entry) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY; /* for native.c */
     child_entry = entry;
+    last_owner = owner;
     fa = back;
   }
   if (max_py >= 0 && (int64_t)(h->nframes - first) > max_py)
     torn(h, "more frames than the recursion depth");
-  /* 3.8-3.10: a generator runs on top of the frame that resumed it; as the
-   * outermost frame it had yielded when its link was read */
+  /* a generator runs on top of the frame that resumed it; as the outermost
+   * frame it had yielded when its link was read (3.8-3.10 by its code's
+   * flags, 3.11+ by the frame's owner) */
   if (h->nframes > first && h->frames[h->nframes - 1].code != &h->trunc.pub &&
-      ((const smp_code *)h->frames[h->nframes - 1].code)->is_gen)
+      (((const smp_code *)h->frames[h->nframes - 1].code)->is_gen ||
+       (l->fr_owner && last_owner == 1))) /* 3.11+: FRAME_OWNED_BY_GENERATOR */
     torn(h, "a generator frame is outermost");
   /* 3.11+: a thread's outermost frame began an eval call (3.11 is_entry,
    * 3.12+ a C-stack shim below it); a chain that ends elsewhere went
