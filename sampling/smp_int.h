@@ -293,6 +293,7 @@ void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr);
  * ("<truncated>"), so every view and export shows the cut. */
 #define SMP_MAX_DEPTH 4096
 #define SMP_TORN_TRIES 12            /* reads of one sample before it counts invalid */
+#define SMP_TORN_SPAN_NS 500000      /* ... all begun within this of the first */
 #define SMP_MAX_BYTECODE (1u << 18)  /* bytes of code read for the torn check */
 #define SMP_MAX_THREADS 4096
 #define SMP_MAX_INTERPS 64

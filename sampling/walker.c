@@ -1052,9 +1052,14 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
   int rc = 0;
   uint64_t last_sig = 0;
   const char *why = NULL;
+  int64_t first_ns = 0;
   for (int tries = 0; tries < SMP_TORN_TRIES; tries++) {
+    /* a retry stays within SMP_TORN_SPAN_NS of the first read (a sampler
+     * preempted meanwhile would move the sample elsewhere) */
+    if (tries && h->now_ns - first_ns > SMP_TORN_SPAN_NS) break;
     if (tries) h->torn_retries++;
     rc = smp_walk(h, want);
+    if (!tries) first_ns = h->now_ns;
     if (rc == 0 && !h->torn) break;
     uint64_t sig = rc == 0 && h->torn ? walk_sig(h) : 0;
     if (rc == 0 && tries && sig == last_sig) {
@@ -1083,9 +1088,9 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
     if (rc == -EPERM) return seterr(h, rc, "lost permission to read process %d", h->pid);
     h->torn_invalid++;
     return seterr(h, -EIO,
-                  "stack of process %d changed while it was read, %d reads in a row (%s); "
+                  "stack of process %d changed while it was read, every read in a row (%s); "
                   "sample skipped",
-                  h->pid, SMP_TORN_TRIES, why ? why : "torn");
+                  h->pid, why ? why : "torn");
   }
   *threads = h->threads;
   *n = h->nthreads;

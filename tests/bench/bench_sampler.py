@@ -92,6 +92,7 @@ def windows(bifocal, py, n, secs):
                 else:
                     time.sleep(secs)
                 spans.append((sampled, t0, time.monotonic_ns()))
+            torn = torn_rates(bifocal, db)
         finally:
             p.kill()
             p.wait()
@@ -111,7 +112,23 @@ def windows(bifocal, py, n, secs):
                 continue
             wall.append((before[0] + after[0]) / 2 / on[0])
             cpu.append((before[1] + after[1]) / 2 / on[1])
-        return wall, cpu
+        return wall, cpu, torn
+
+
+def torn_rates(bifocal, db):
+    """'X% re-read, Y% given up' over the sessions of db (torn stacks:
+    changed while read; see README, Consistent stacks)."""
+    import json
+    r = subprocess.run([bifocal, "--db", db, "sessions", "--json"], capture_output=True, text=True)
+    try:
+        rows = json.loads(r.stdout)
+    except ValueError:
+        return "torn: n/a"
+    ticks = sum(s["samples"] + s["invalid"] for s in rows) or 1
+    ret = sum((s.get("extra") or {}).get("torn_retried", 0) for s in rows)
+    inv = sum((s.get("extra") or {}).get("torn_invalid", 0) for s in rows)
+    return "torn: %.3f%% of samples re-read, %.3f%% given up" % (100.0 * ret / ticks,
+                                                               100.0 * inv / ticks)
 
 
 def load():
@@ -198,10 +215,10 @@ def run_all(a):
             100.0 * (statistics.median(r) - 1), 100.0 * (q[0] - 1), 100.0 * (q[2] - 1))
     for py in pys:
         subprocess.run([bench, py, str(a.seconds)], check=False)
-        ww, wc = windows(bifocal, py, a.windows, 0.5)
+        ww, wc, torn = windows(bifocal, py, a.windows, 0.5)
         print("%s: CPU-bound target, 1 kHz in %d windows of `record --pid` alternating with "
-              "windows alone: median slowdown of its progress: wall %s; its CPU time %s"
-              % (py, len(ww), pct(ww), pct(wc)), flush=True)
+              "windows alone: median slowdown of its progress: wall %s; its CPU time %s; %s"
+              % (py, len(ww), pct(ww), pct(wc), torn), flush=True)
         if a.runs:
             b, s, wr, cr = slowdown(bifocal, py, a.runs, a.iters)
             print("%s: CPU-bound target under `record -- ...` at 1 kHz: median %.3fs sampled "
