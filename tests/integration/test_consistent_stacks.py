@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from conftest import bifocal_bin, run
+from conftest import ROOT, run
 
 MAX_IMPOSSIBLE = 0.01
 MAX_INVALID = 0.05
@@ -313,3 +313,22 @@ def test_deep_stack_kept_or_marked(python, tmp_path, depth):
         assert len(deepest) == 4096 and downs == 4095, len(deepest)
         info = json.loads(run(["sessions", "--json"], db=db).stdout)
         assert info[0]["extra"]["stacks_truncated"] > 0
+
+
+def test_opcode_table_matches_interpreter(python):
+    """sampling/gen/opcodes.h (the check's opcode classes, vendored) is what
+    gen_opcodes.py derives from this interpreter's own dis/opcode modules."""
+    gen = os.path.join(ROOT, "sampling", "gen")
+    out = subprocess.run([python, os.path.join(gen, "gen_opcodes.py")], capture_output=True,
+                         text=True, timeout=60)
+    minor = int(subprocess.run([python, "-c", "import sys; print(sys.version_info[1])"],
+                               capture_output=True, text=True).stdout)
+    if minor > 13:
+        pytest.skip("no opcode table for 3.%d: callers are not checked there" % minor)
+    assert out.returncode == 0, out.stderr
+    body = lambda t: re.findall(r"0x[0-9a-f]{2}", t.split("{", 1)[1])  # noqa: E731
+    header = open(os.path.join(gen, "opcodes.h")).read()
+    m = re.search(r"static const uint8_t smp_op_3_%d\[256\] = \{[^\n]*\n(.*?)\};" % minor,
+                  header, re.S)
+    assert m, "no table for 3.%d in opcodes.h" % minor
+    assert re.findall(r"0x[0-9a-f]{2}", m.group(1)) == body(out.stdout)
