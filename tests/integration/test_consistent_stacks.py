@@ -256,7 +256,13 @@ def test_snapshots_pass_the_check(python, work):
     calls = call_lines(WORK)
     p = subprocess.Popen([python, work, "30"])
     try:
-        time.sleep(0.3)
+        deadline = time.monotonic() + 20  # started: both threads run the workload
+        while time.monotonic() < deadline:
+            r = run(["dump", str(p.pid)], check=False)
+            if sum(1 for fr in parse_dump(r.stdout).values()
+                   if any(f == work for _, f, _ in fr)) == 2:
+                break
+            time.sleep(0.1)
         bad = []
         for i in range(8):
             stopped = i % 2 == 0
