@@ -167,12 +167,30 @@ int main(void) {
   F("co_qualname", offsetof(PyCodeObject, co_qualname));
   F("co_code_adaptive", offsetof(PyCodeObject, co_code_adaptive));
   F("co_linetable", offsetof(PyCodeObject, co_linetable));
+  /* torn-stack check: recursion counters, Py_SIZE(code) */
+#if PY_VERSION_HEX < 0x030C0000
+  F("ts_rec_remaining", offsetof(PyThreadState, recursion_remaining));
+  F("ts_rec_limit", offsetof(PyThreadState, recursion_limit));
+#else
+  F("ts_rec_remaining", offsetof(PyThreadState, py_recursion_remaining));
+  F("ts_rec_limit", offsetof(PyThreadState, py_recursion_limit));
+#endif
+  F("co_ob_size", offsetof(PyVarObject, ob_size));
 #else
   F("ts_frame", offsetof(PyThreadState, frame));
   F("fr_code", offsetof(PyFrameObject, f_code));
   F("fr_back", offsetof(PyFrameObject, f_back));
   F("fr_instr", offsetof(PyFrameObject, f_lasti));
   F("fr_size", sizeof(PyFrameObject));
+  /* torn-stack check: recursion depth, frame running state, code bytes, flags */
+  F("ts_rec_depth", offsetof(PyThreadState, recursion_depth));
+#if PY_VERSION_HEX >= 0x030A0000
+  F("fr_state", offsetof(PyFrameObject, f_state)); /* running: FRAME_EXECUTING (0) */
+#else
+  F("fr_state", offsetof(PyFrameObject, f_executing)); /* running: 1 */
+#endif
+  F("co_code", offsetof(PyCodeObject, co_code));
+  F("co_flags", offsetof(PyCodeObject, co_flags));
 #if PY_VERSION_HEX >= 0x030A0000
   F("co_linetable", offsetof(PyCodeObject, co_linetable));
 #else
