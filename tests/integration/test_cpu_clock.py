@@ -230,7 +230,7 @@ def capture_pidns(python, app, db, out, tmp):
         assert len(nspid) == 2 and nspid[1] == "1", nspid  # pid 1 of its own namespace
         e = dict(os.environ)
         e.pop("BIFOCAL_DB", None)
-        rec = subprocess.Popen([bifocal_bin(), "-d", db, "record", "--clock", "cpu", "--pid", str(pid)],
+        rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--clock", "cpu", "--pid", str(pid)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
         time.sleep(0.5)  # attached: the sampler then sees every thread from its start
         open(go, "w").close()
