@@ -9,10 +9,12 @@ steady Python work. The Python threads contend for the GIL.
 
 Tolerance: every function with a true share >= 1% of the measured CPU must
 be within TOL_POINTS = 2 percentage points of that share (shares over the
-measured functions on both sides). A capture is ~1.5-3k on-CPU samples; a
-function's share then has a standard error well under 1 point, so one
-capture a little over is recorded once more (noise on a shared 2-CPU host;
-two in a row would be a real bias).
+measured functions on both sides). The workload runs until it has used
+CPU_SECONDS of CPU, so a capture holds about 1000 on-CPU samples per CPU
+second however busy the host (the burst threads, the least sampled, then
+get a few hundred: a standard error under 0.5 point of the whole). One
+capture over the tolerance is recorded once more (noise on a shared 2-CPU
+host; two in a row would be a real bias).
 
 Conditions: quiet (every interpreter found), beside two CPU-bound
 processes, and attached by --pid inside a PID namespace
@@ -34,17 +36,19 @@ import pythons
 
 TOL_POINTS = 2.0
 MIN_SHARE = 1.0       # functions below this true share (%) are not compared
-SECONDS = 2.5         # workload length per capture
+CPU_SECONDS = 1.5     # the workload's own CPU per capture (about 1-1.5 s of wall when quiet)
 DBSTAT = os.path.join(os.path.dirname(os.environ.get("BIFOCAL_BIN") or
                                       os.path.join(ROOT, "build", "bifocal")),
                       "sampling", "test_smp_dbstat")
 
 WORKLOAD = r'''
 """CPU-clock oracle: each leaf function adds its own thread CPU time to TRUTH.
-usage: app.py SECONDS OUT.json [GO_FILE]  (with GO_FILE: wait for it first)"""
+usage: app.py CPU_SECONDS OUT.json [GO_FILE]  (with GO_FILE: wait for it first)
+Runs until the process has used CPU_SECONDS of CPU (at most 4x that in wall
+time plus 2 s), so a busy host gives as many samples as a quiet one."""
 import hashlib, json, os, select, sys, threading, time, zlib
 
-SECONDS = float(sys.argv[1])
+CPU_SECONDS = float(sys.argv[1])
 OUT = sys.argv[2]
 if len(sys.argv) > 3:
     give_up = time.monotonic() + 30
@@ -52,8 +56,13 @@ if len(sys.argv) > 3:
         time.sleep(0.01)
 TRUTH = {}
 LOCK = threading.Lock()
-STOP = time.monotonic() + SECONDS
+CPU0 = time.process_time()
+WALL_STOP = time.monotonic() + 4 * CPU_SECONDS + 2
 BUF = os.urandom(1 << 21)
+
+
+def running():
+    return time.process_time() - CPU0 < CPU_SECONDS and time.monotonic() < WALL_STOP
 
 
 def account(name, ns):
@@ -110,13 +119,13 @@ def parse():        # a short CPU burst after each wait
 
 
 def burster():
-    while time.monotonic() < STOP:
+    while running():
         crunch()
         nap()
 
 
 def hasher():
-    while time.monotonic() < STOP:
+    while running():
         digest()
         squeeze()
         time.sleep(0.004)
@@ -124,7 +133,7 @@ def hasher():
 
 def reader():
     r, w = os.pipe()
-    while time.monotonic() < STOP:
+    while running():
         wait_io(r)
         parse()
 
@@ -133,7 +142,7 @@ def main():
     ts = [threading.Thread(target=f, name=f.__name__) for f in (burster, burster, hasher, reader)]
     for t in ts:
         t.start()
-    while time.monotonic() < STOP:
+    while running():
         steady()
         time.sleep(0.002)
     for t in ts:
@@ -200,7 +209,7 @@ def app(tmp_path_factory):
 def capture_launch(python, app, db, out):
     if os.path.exists(out):
         os.unlink(out)
-    r = run(["record", "--clock", "cpu", "--", python, app, str(SECONDS), out], db=db, timeout=120)
+    r = run(["record", "--clock", "cpu", "--", python, app, str(CPU_SECONDS), out], db=db, timeout=120)
     with open(out) as f:
         return last_line_id(r), json.load(f)
 
@@ -212,7 +221,7 @@ def capture_pidns(python, app, db, out, tmp):
         if os.path.exists(f):
             os.unlink(f)
     u = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", python, app,
-                          str(SECONDS), out, go])
+                          str(CPU_SECONDS), out, go])
     try:
         pid, give_up = None, time.monotonic() + 10
         while pid is None and time.monotonic() < give_up:  # unshare's child is the interpreter
