@@ -185,10 +185,11 @@ static int64_t process_cpu_ns(int pid) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The cpu clock's part of the session's extra: method, why, and how the CPU
- * charged compares with what the threads and the process used. */
+/* The cpu clock's part of the session's extra: method and why, whether the
+ * sampler ran real-time, the mean time from a tick's deadline to its read,
+ * and the CPU charged beside what the threads and the whole process used. */
 static void cpuclock_json(const target *t, char *out, size_t len) {
-  char why[400];
+  char why[400], proc[32] = "null";
   size_t k = 0;
   for (const char *p = bf_cpuclock_why(t->cc); *p && k < sizeof why - 2; p++) {
     if (*p == '"' || *p == '\\') why[k++] = '\\';
@@ -196,14 +197,15 @@ static void cpuclock_json(const target *t, char *out, size_t len) {
   }
   why[k] = 0;
   int64_t p1 = process_cpu_ns(t->pid);
-  char proc[32] = "null";
-  if (p1 >= 0 && t->proc_cpu0_ns >= 0) snprintf(proc, sizeof proc, "%.3f", (double)(p1 - t->proc_cpu0_ns) / 1e6);
+  if (p1 >= 0 && t->proc_cpu0_ns >= 0)
+    snprintf(proc, sizeof proc, "%.3f", (double)(p1 - t->proc_cpu0_ns) / 1e6);
+  double lag_us = t->lag_n ? (double)t->lag_sum_ns / (double)t->lag_n / 1e3 : 0.0;
   snprintf(out, len,
-           ",\"cpu_clock\":{\"method\":\"%s\",\"why\":\"%s\",\"sampler_rt\":%s,\"read_lag_us\":%.1f,\"charged_ms\":%.3f,"
-           "\"threads_ms\":%.3f,\"process_ms\":%s,\"lost_switches\":%llu}",
-           bf_cpuclock_method(t->cc), why, t->sampler_rt ? "true" : "false",
-           t->lag_n ? (double)t->lag_sum_ns / (double)t->lag_n / 1e3 : 0.0, (double)t->cpu_charged_ns / 1e6,
-           (double)bf_cpuclock_total_ns(t->cc) / 1e6, proc,
+           ",\"cpu_clock\":{\"method\":\"%s\",\"why\":\"%s\",\"sampler_rt\":%s,"
+           "\"read_lag_us\":%.1f,\"charged_ms\":%.3f,\"threads_ms\":%.3f,"
+           "\"process_ms\":%s,\"lost_switches\":%llu}",
+           bf_cpuclock_method(t->cc), why, t->sampler_rt ? "true" : "false", lag_us,
+           (double)t->cpu_charged_ns / 1e6, (double)bf_cpuclock_total_ns(t->cc) / 1e6, proc,
            (unsigned long long)bf_cpuclock_lost(t->cc));
 }
 
@@ -463,8 +465,8 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
       int64_t cpu;
       int known, on;
       if (!th[i].native_tid) continue; /* no host tid: no CPU time to go by */
-      if ((rc = bf_cpuclock_thread(t->cc, th[i].native_tid, on_from, read_at, &cpu, &on, &known)) < 0)
-        return rc;
+      rc = bf_cpuclock_thread(t->cc, th[i].native_tid, on_from, read_at, &cpu, &on, &known);
+      if (rc < 0) return rc;
       if (!known || r->last_cpu_ns < 0 || cpu < r->cpu_seen_ns) { /* new, or a tid reused */
         if ((rc = cpu_charge(st, t, r, r->cpu_seen_ns)) < 0) return rc;
         r->last_cpu_ns = r->cpu_seen_ns = cpu;

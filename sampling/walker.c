@@ -799,7 +799,8 @@ int smp_walk(bf_smp *h, unsigned want) {
       uint64_t next = rd64(tb + l->ts_next);
       uint64_t thread_id = rd64(tb + l->ts_thread_id);
       /* host tids: the target may live in its own PID namespace (remote.c) */
-      int64_t tid = l->ts_native_thread_id ? smp_host_tid(h, (int64_t)rd64(tb + l->ts_native_thread_id)) : 0;
+      int64_t tid =
+          l->ts_native_thread_id ? smp_host_tid(h, (int64_t)rd64(tb + l->ts_native_thread_id)) : 0;
       uint64_t fa;
       if (l->has_cframe) {
         uint64_t cf = rd64(tb + l->ts_cframe);
