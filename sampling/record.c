@@ -618,9 +618,11 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
   /* cpu clock: a sampler that waits for a CPU after its timer fires runs
    * when a thread of the target leaves one, and sees the target at those
    * moments only; real-time priority makes it run at its deadline. Not when
-   * it spins between ticks (interval below 200 us): it would hog a CPU. */
+   * it spins between ticks (interval below 200 us): it would hog a CPU;
+   * nor when BIFOCAL_CPU_CLOCK_RT=0. */
   int sampler_rt = 0;
-  if (o->clock_cpu && interval >= 200000) {
+  const char *rt = getenv("BIFOCAL_CPU_CLOCK_RT");
+  if (o->clock_cpu && interval >= 200000 && !(rt && strcmp(rt, "0") == 0)) {
     struct sched_param sp = {.sched_priority = 1};
     sampler_rt = sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) == 0;
   }
