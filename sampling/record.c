@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpuclock.h"
 #include "native.h"
 #include "smp_int.h"
 #include "store.h"
@@ -28,6 +30,7 @@
 
 #define MAX_TARGETS 64
 #define SMP_BACKLOG_NS 10000000 /* how far behind schedule the loop still catches up */
+#define CPU_BATCH 32 /* cpu clock: on-CPU samples of a thread that share its CPU time */
 
 static int64_t mono_ns(void) {
   struct timespec ts;
@@ -54,9 +57,11 @@ static int seterr(bf_smp *h, int rc, const char *fmt, ...) {
 typedef struct rec_thread {
   int64_t tid;
   int64_t store_thread_id;
-  int64_t last_cpu_ns;
+  int64_t last_cpu_ns;    /* cpu clock: the thread's CPU time charged up to */
+  int64_t cpu_seen_ns;    /* cpu clock: the thread's CPU time at the last tick */
+  bf_sample *batch;       /* cpu clock: on-CPU samples not written yet (see cpu_charge) */
+  size_t nbatch;
   int64_t last_stack_id;
-  int64_t last_read_ns;   /* cpu clock: monotonic time of the last tick that saw the thread */
   int named;              /* the store has its name (it keeps the first one it gets) */
   bf_smp_frame *last_frames;
   size_t last_n, last_cap;
@@ -81,6 +86,11 @@ typedef struct target {
   size_t nthreads, cap_threads;
   int gen;
   bf_smp_native *nat; /* --native: stops threads, merges C frames (native.c) */
+  bf_cpuclock *cc;    /* --clock cpu: the threads' real CPU time (cpuclock.c) */
+  int64_t cpu_charged_ns, proc_cpu0_ns; /* cpu clock: weights written; process CPU at start */
+  int64_t deadline_ns; /* cpu clock: this tick's deadline if the sampler slept until it, else 0 */
+  int sampler_rt;      /* cpu clock: the sampler runs SCHED_FIFO (1), or was refused (0) */
+  int64_t lag_sum_ns, lag_n; /* cpu clock: from the on-CPU instant to the stacks' read */
   char *nat_json;     /* its figures for the session's extra_json */
   char *py_json;      /* extra.python: the interpreter it runs (interp.c), or NULL */
 } target;
@@ -167,6 +177,38 @@ static int64_t profiler_cpu_ns(void) {
          ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
 }
 
+/* The whole process's CPU time (exact, any process may read it); -1 when gone. */
+static int64_t process_cpu_ns(int pid) {
+  clockid_t cid;
+  struct timespec ts;
+  if (clock_getcpuclockid(pid, &cid) != 0 || clock_gettime(cid, &ts) != 0) return -1;
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The cpu clock's part of the session's extra: method and why, whether the
+ * sampler ran real-time, the mean time from a tick's deadline to its read,
+ * and the CPU charged beside what the threads and the whole process used. */
+static void cpuclock_json(const target *t, char *out, size_t len) {
+  char why[400], proc[32] = "null";
+  size_t k = 0;
+  for (const char *p = bf_cpuclock_why(t->cc); *p && k < sizeof why - 2; p++) {
+    if (*p == '"' || *p == '\\') why[k++] = '\\';
+    why[k++] = (*p >= 0 && *p < 32) ? ' ' : *p;
+  }
+  why[k] = 0;
+  int64_t p1 = process_cpu_ns(t->pid);
+  if (p1 >= 0 && t->proc_cpu0_ns >= 0)
+    snprintf(proc, sizeof proc, "%.3f", (double)(p1 - t->proc_cpu0_ns) / 1e6);
+  double lag_us = t->lag_n ? (double)t->lag_sum_ns / (double)t->lag_n / 1e3 : 0.0;
+  snprintf(out, len,
+           ",\"cpu_clock\":{\"method\":\"%s\",\"why\":\"%s\",\"sampler_rt\":%s,"
+           "\"read_lag_us\":%.1f,\"charged_ms\":%.3f,\"threads_ms\":%.3f,"
+           "\"process_ms\":%s,\"lost_switches\":%llu}",
+           bf_cpuclock_method(t->cc), why, t->sampler_rt ? "true" : "false", lag_us,
+           (double)t->cpu_charged_ns / 1e6, (double)bf_cpuclock_total_ns(t->cc) / 1e6, proc,
+           (unsigned long long)bf_cpuclock_lost(t->cc));
+}
+
 static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_record_opts *o,
                          int64_t parent) {
   bf_session_info *in = &t->info;
@@ -206,12 +248,47 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
   t->start_mono = mono_ns();
   t->start_cpu_ns = profiler_cpu_ns();
   bf_smp_consistency(t->h, &t->cs0);
+  if (o->clock_cpu && !t->cc) {
+    t->cc = bf_cpuclock_new(t->pid, (int64_t)(1e9 / o->rate_hz));
+    if (!t->cc) return seterr(err_h, -ENOMEM, "out of memory");
+    t->proc_cpu0_ns = process_cpu_ns(t->pid);
+  }
   return 0;
+}
+
+/* cpu clock: write a thread's batch of on-CPU samples, sharing the CPU it
+ * used since the last batch (up to cpu_ns) equally among them. */
+static int cpu_charge(bf_store *st, target *t, rec_thread *r, int64_t cpu_ns) {
+  size_t n = r->nbatch;
+  r->nbatch = 0;
+  if (!n) return 0;
+  int64_t total = cpu_ns - r->last_cpu_ns;
+  r->last_cpu_ns = cpu_ns;
+  if (total <= 0) return 0;
+  for (size_t k = 0; k < n; k++) {
+    r->batch[k].weight = total / (int64_t)n + ((int64_t)k < total % (int64_t)n);
+    if (!r->batch[k].weight) continue;
+    int rc = bf_store_sample_add(st, t->session_id, &r->batch[k]);
+    if (rc < 0) return rc;
+    t->samples++;
+    t->cpu_charged_ns += r->batch[k].weight;
+  }
+  return 0;
+}
+
+static int cpu_flush(bf_store *st, target *t) {
+  int rc = 0;
+  for (size_t i = 0; i < t->nthreads; i++) {
+    int rc2 = cpu_charge(st, t, &t->threads[i], t->threads[i].cpu_seen_ns);
+    if (rc2 < 0 && !rc) rc = rc2;
+  }
+  return rc;
 }
 
 static int session_finish(bf_store *st, target *t, const char *status, int64_t end_mono,
                           int64_t cpu_ns) {
   bf_session_info *in = &t->info;
+  int rc0 = t->cc ? cpu_flush(st, t) : 0;
   in->duration_ns = end_mono - t->start_mono;
   in->samples = t->samples;
   in->missed = t->missed;
@@ -225,7 +302,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   t->nat_json = NULL;
   char *nat = NULL;
   if (t->nat && bf_smp_native_stats_json(t->nat, &nat) < 0) nat = NULL;
-  char late[256];
+  char late[768];
   bf_smp_consistency_stats cs;
   bf_smp_consistency(t->h, &cs);
   snprintf(late, sizeof late,
@@ -235,6 +312,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
            (unsigned long long)(cs.retries - t->cs0.retries),
            (unsigned long long)(cs.invalid - t->cs0.invalid),
            (unsigned long long)(cs.truncated - t->cs0.truncated));
+  if (t->cc) cpuclock_json(t, late + strlen(late), sizeof late - strlen(late));
   size_t nl = nat ? strlen(nat) : 0;
   if (nat && nl >= 2 && nat[0] == '{' && nat[nl - 1] == '}') { /* {late, ...native} */
     t->nat_json = malloc(nl + strlen(late) + 2);
@@ -250,7 +328,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   int rc = bf_store_flush(st);
   int rc2 = bf_store_session_update(st, in);
   int rc3 = bf_store_flush(st);
-  return rc < 0 ? rc : rc2 < 0 ? rc2 : rc3;
+  return rc0 < 0 ? rc0 : rc < 0 ? rc : rc2 < 0 ? rc2 : rc3;
 }
 
 static rec_thread *rec_thread_get(target *t, int64_t tid) {
@@ -313,10 +391,12 @@ static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, in
  * store error. */
 static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t now,
                 int64_t interval_ns) {
-  unsigned want = BF_SMP_WANT_STATE;
+  /* the cpu clock reads thread state itself, right after the stacks */
+  unsigned want = o->clock_cpu ? 0 : BF_SMP_WANT_STATE;
   if (o->gil_only) want |= BF_SMP_WANT_GIL_ONLY;
   const bf_smp_thread *th;
   size_t n;
+  int64_t pre_ns = mono_ns();
   int rc = t->nat ? bf_smp_native_sample(t->nat, want, &th, &n)
                   : bf_smp_sample(t->h, want, &th, &n);
   /* a torn stack (changed while read) is re-read at once inside
@@ -342,6 +422,19 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   t->ticks++;
   t->gen++;
   int64_t ts = now - t->start_mono;
+  /* cpu clock: the moment the stacks were read: the last walk's prefetch,
+   * which reads the hot set of every thread at once (with --native, the
+   * moment before the threads were stopped) */
+  int64_t read_at = t->nat ? pre_ns : t->h->read_ns;
+  /* A thread counts as on a CPU then, or if it was preempted since the
+   * tick's deadline (when the sampler slept until it): the sampler, waking,
+   * may have displaced it (see bf_smp_record) */
+  int64_t on_from = t->deadline_ns && t->deadline_ns <= read_at ? t->deadline_ns : read_at;
+  if (t->cc) {
+    bf_cpuclock_drain(t->cc);
+    t->lag_sum_ns += read_at - on_from;
+    t->lag_n++;
+  }
   for (size_t i = 0; i < n; i++) {
     int64_t tid = th[i].native_tid ? th[i].native_tid : (int64_t)th[i].thread_id;
     rec_thread *r = rec_thread_get(t, tid);
@@ -353,6 +446,12 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
      * first name it gets, so a thread the sampler has not looked up yet is
      * interned unnamed and named on a later tick (then never asked again) */
     const char *tname = th[i].py_name ? th[i].py_name : th[i].py_name_pending ? NULL : th[i].name;
+    char nsname[160];
+    if (tname && th[i].ns_tid > 0 && th[i].ns_tid != th[i].native_tid) {
+      /* in a container: the tid its own namespace knows stays visible */
+      snprintf(nsname, sizeof nsname, "%s [ns tid %lld]", tname, (long long)th[i].ns_tid);
+      tname = nsname;
+    }
     if (!r->store_thread_id || (tname && !r->named)) {
       rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
       if (rc < 0) return rc;
@@ -360,18 +459,30 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     }
     int64_t stack_id;
     if (o->clock_cpu) {
-      /* on-CPU sampling: a thread found running or ready to run (state R)
-       * is charged the time since its previous reading; a sleeping one is
-       * not sampled. (The kernel's per-thread CPU time only advances at
-       * scheduler ticks and context switches, so charging CPU deltas would
-       * lump a burst onto the frame where the thread went to sleep.) */
-      int64_t dt = r->last_read_ns ? now - r->last_read_ns : interval_ns;
-      r->last_read_ns = now;
-      if (flags & BF_SMP_IDLE) continue;
-      if (dt > 4 * interval_ns) dt = 4 * interval_ns; /* after a stall, count one tick or so */
+      /* A stack is kept only when its thread was on a CPU at the moment it
+       * was read (not merely runnable). Ticks are uniform in time, so each
+       * CPU instant of a thread is equally likely to be seen: the samples of
+       * a thread split its exact CPU time in proportion to their counts
+       * (a batch of CPU_BATCH at a time shares the CPU the thread used
+       * meanwhile). Threads' totals are exact; functions get their share. */
+      int64_t cpu;
+      int known, on;
+      if (!th[i].native_tid) continue; /* no host tid: no CPU time to go by */
+      rc = bf_cpuclock_thread(t->cc, th[i].native_tid, on_from, read_at, &cpu, &on, &known);
+      if (rc < 0) return rc;
+      if (!known || r->last_cpu_ns < 0 || cpu < r->cpu_seen_ns) { /* new, or a tid reused */
+        if ((rc = cpu_charge(st, t, r, r->cpu_seen_ns)) < 0) return rc;
+        r->last_cpu_ns = r->cpu_seen_ns = cpu;
+        continue;
+      }
+      r->cpu_seen_ns = cpu;
+      if (!on) continue;
       if ((rc = intern_stack(st, r, &th[i], &stack_id)) < 0) return rc;
-      flags |= BF_SAMPLE_ON_CPU;
-      weight = dt;
+      if (!r->batch && !(r->batch = malloc(CPU_BATCH * sizeof *r->batch))) return -ENOMEM;
+      flags = (flags & ~(uint32_t)BF_SAMPLE_IDLE) | BF_SAMPLE_ON_CPU;
+      r->batch[r->nbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
+      if (r->nbatch == CPU_BATCH && (rc = cpu_charge(st, t, r, cpu)) < 0) return rc;
+      continue;
     } else if ((rc = intern_stack(st, r, &th[i], &stack_id)) < 0) {
       return rc;
     }
@@ -507,6 +618,17 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
   *session_id = tg[0].session_id;
 
   int64_t interval = (int64_t)(1e9 / o->rate_hz);
+  /* cpu clock: a sampler that waits for a CPU after its timer fires runs
+   * when a thread of the target leaves one, and sees the target at those
+   * moments only; real-time priority makes it run at its deadline. Not when
+   * it spins between ticks (interval below 200 us): it would hog a CPU;
+   * nor when BIFOCAL_CPU_CLOCK_RT=0. */
+  int sampler_rt = 0;
+  const char *rt = getenv("BIFOCAL_CPU_CLOCK_RT");
+  if (o->clock_cpu && interval >= 200000 && !(rt && strcmp(rt, "0") == 0)) {
+    struct sched_param sp = {.sched_priority = 1};
+    sampler_rt = sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) == 0;
+  }
   /* A sampler that fell behind (preempted; a store write) samples back to
    * back until it is on schedule again, as long as it is at most this late;
    * ticks further behind are dropped and counted missed. Each sample still
@@ -527,6 +649,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     int64_t step = interval / 2 + (int64_t)(xorshift(&rng) % (uint64_t)(interval > 0 ? interval : 1));
     next += step;
     int64_t now = mono_ns();
+    int64_t deadline = now < next ? next : 0; /* cpu clock: see tick */
     if (now < next) {
       if (tg[0].nat && !tg[0].exited) /* hands signals on to seized threads meanwhile */
         bf_smp_native_wait_until(tg[0].nat, next);
@@ -553,6 +676,8 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     int alive = 0;
     for (size_t i = 0; i < ntg; i++) {
       if (tg[i].exited) continue;
+      tg[i].deadline_ns = deadline;
+      tg[i].sampler_rt = sampler_rt;
       rc = tick(st, &tg[i], o, now, w);
       if (rc == -ESRCH) {
         tg[i].exited = 1;
@@ -650,7 +775,11 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     free(tg[i].nat_json); /* every session_finish makes one, --native or not */
     free(tg[i].py_json);
     if (tg[i].own) bf_smp_free(tg[i].h);
-    for (size_t k = 0; k < tg[i].nthreads; k++) free(tg[i].threads[k].last_frames);
+    bf_cpuclock_free(tg[i].cc);
+    for (size_t k = 0; k < tg[i].nthreads; k++) {
+      free(tg[i].threads[k].last_frames);
+      free(tg[i].threads[k].batch);
+    }
     free(tg[i].threads);
   }
   if (o->progress) {

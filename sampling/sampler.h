@@ -44,7 +44,9 @@ typedef struct bf_smp_frame {
 #define BF_SMP_NATIVE 0x10 /* frames include unwound C frames (native.h) */
 
 typedef struct bf_smp_thread {
-  int64_t native_tid;     /* kernel tid; 0 if unknown */
+  int64_t native_tid;     /* kernel tid as the host sees it; 0 if unknown */
+  int64_t ns_tid;         /* the same thread's tid in the target's own PID
+                           * namespace (a container's); = native_tid outside one */
   uint64_t thread_id;     /* Python's threading.get_ident() */
   const char *name;       /* OS thread name (/proc comm); may be NULL */
   /* Python thread name (threading.Thread.name, UTF-8); NULL when unknown:

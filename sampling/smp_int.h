@@ -264,6 +264,14 @@ struct bf_smp {
   int pn_budget;            /* remote reads left to the running lookup */
   unsigned pn_lookups;
   uint64_t pn_interp[8], pn_active[8]; /* cached threading._active per interpreter */
+  /* PID namespaces (remote.c): the target's own tids -> host tids */
+  int ns_nested;            /* 0 unknown, 1 same namespace as ours, 2 nested */
+  int64_t (*ns_map)[2];     /* {namespace tid, host tid} of the last scan */
+  size_t ns_n, ns_cap;
+  int64_t ns_scan_ns;       /* monotonic time of the last scan */
+  /* monotonic time of this sample's prefetch (remote.c): the moment most of
+   * every thread's stack is read */
+  int64_t read_ns;
 };
 
 /* Remote reads (remote.c). smp_read: one region, exact length, into dst.
@@ -278,6 +286,16 @@ const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err
 void smp_prefetch(bf_smp *h);
 void smp_prefetch_reset(bf_smp *h);
 int smp_errno_remote(int e);
+/* The host tid of the target's thread whose tid in the target's own PID
+ * namespace is ns_tid (the same number unless the target runs in a nested
+ * namespace, e.g. a container); 0 when no such thread is found. */
+int64_t smp_host_tid(bf_smp *h, int64_t ns_tid);
+/* The reverse: the tid the target's namespace gives host_tid (or host_tid). */
+int64_t smp_ns_tid(const bf_smp *h, int64_t host_tid);
+/* The target's pid as its own PID namespace numbers it (h->pid outside one). */
+int64_t smp_ns_pid(bf_smp *h);
+/* Forget the namespace map (attach, free). */
+void smp_ns_reset(bf_smp *h);
 
 /* native.c: tid turned out dead; forget any cached mapping to it. */
 void smp_forget_tid(bf_smp *h, int64_t tid);

@@ -113,6 +113,7 @@ void bf_smp_free(bf_smp *h) {
   for (size_t i = 0; i < h->nslots; i++) slot_close(&h->slots[i]);
   free(h->slots);
   smp_pynames_clear(h);
+  smp_ns_reset(h);
   free(h->threads);
   free(h->frames);
   free(h->pref);
@@ -247,11 +248,12 @@ static int find_mapping(int pid, const char *prefix, const char *exact, mapping 
 
 
 /* glibc's struct pthread keeps the kernel tid at a fixed offset; find it on
- * the main thread (tid == pid) so 3.8-3.10 thread ids map to native tids. */
+ * the main thread (tid == pid, as the target's PID namespace numbers it) so
+ * 3.8-3.10 thread ids map to native tids. */
 static void calibrate_pthread(bf_smp *h, uint64_t pthread_addr) {
-  uint32_t v = 0;
+  uint32_t v = 0, pid = (uint32_t)smp_ns_pid(h);
   if (!pthread_addr) return;
-  if (smp_read(h, pthread_addr + 0x2d0, &v, 4) == 0 && v == (uint32_t)h->pid) {
+  if (smp_read(h, pthread_addr + 0x2d0, &v, 4) == 0 && v == pid) {
     h->pthread_tid_off = 0x2d0;
     return;
   }
@@ -260,7 +262,7 @@ static void calibrate_pthread(bf_smp *h, uint64_t pthread_addr) {
   for (size_t span = sizeof buf; span >= 256; span /= 2) {
     if (smp_read(h, pthread_addr, buf, span) < 0) continue;
     for (size_t off = 0; off + 4 <= span; off += 4)
-      if (rd32(buf + off) == (uint32_t)h->pid) {
+      if (rd32(buf + off) == pid) {
         h->pthread_tid_off = (int64_t)off;
         return;
       }
@@ -277,6 +279,7 @@ int bf_smp_attach(bf_smp *h, int pid) {
   h->nslots = 0;
   h->interp_head = 0;
   h->pthread_tid_off = -1;
+  smp_ns_reset(h);
   h->pid = pid;
   h->readv = pvm_readv;
   h->readv_ud = (void *)(intptr_t)pid;
@@ -960,7 +963,9 @@ int smp_walk(bf_smp *h, unsigned want) {
       if (!tb) return err;
       uint64_t next = rd64(tb + l->ts_next);
       uint64_t thread_id = rd64(tb + l->ts_thread_id);
-      int64_t tid = l->ts_native_thread_id ? (int64_t)rd64(tb + l->ts_native_thread_id) : 0;
+      /* host tids: the target may live in its own PID namespace (remote.c) */
+      int64_t tid =
+          l->ts_native_thread_id ? smp_host_tid(h, (int64_t)rd64(tb + l->ts_native_thread_id)) : 0;
       uint64_t fa;
       if (l->has_cframe) {
         uint64_t cf = rd64(tb + l->ts_cframe);
@@ -981,12 +986,13 @@ int smp_walk(bf_smp *h, unsigned want) {
         /* 3.8-3.10: the tid lives in glibc's struct pthread (cached per slot) */
         for (size_t i = 0; i < h->nslots; i++)
           if (h->slots[i].tstate == thread_id) slot = &h->slots[i];
-        if (slot) {
+        if (slot && slot->tid > 0) { /* tid 0: not mapped to the host yet, look again */
           tid = slot->tid;
           slot->seen = h->gen;
         } else {
           uint32_t t32 = 0;
-          if (smp_read(h, thread_id + (uint64_t)h->pthread_tid_off, &t32, 4) == 0) tid = t32;
+          if (smp_read(h, thread_id + (uint64_t)h->pthread_tid_off, &t32, 4) == 0)
+            tid = smp_host_tid(h, t32);
           slot = slot_get(h, thread_id, tid);
         }
       } else {
@@ -1002,6 +1008,7 @@ int smp_walk(bf_smp *h, unsigned want) {
       bf_smp_thread *t = &h->threads[h->nthreads++];
       memset(t, 0, sizeof *t);
       t->native_tid = tid;
+      t->ns_tid = smp_ns_tid(h, tid);
       t->thread_id = thread_id;
       t->name = slot ? slot->name : NULL;
       if (slot) {

@@ -1,0 +1,53 @@
+/* cpuclock.h — the CPU clock seen from outside: for each thread of a target,
+ * the CPU time it really used and whether it was on a CPU during a given
+ * moment (e.g. while the sampler read its stack).
+ *
+ * Preferred method "perf-switch": one perf event per thread (task clock,
+ * counting) with context-switch records in a small ring buffer; the kernel
+ * writes the exact time of every switch in and out, so on-CPU intervals are
+ * known to the nanosecond without a system call per tick (the rings are
+ * polled). Fallback "schedstat" (perf events refused): /proc/PID/task/TID/stat
+ * state R read right after the stack (a thread waiting for a CPU counts as
+ * on one), and /proc/.../schedstat CPU time.
+ * Thread ids are host tids.
+ */
+#ifndef BF_CPUCLOCK_H
+#define BF_CPUCLOCK_H
+
+#include <stdint.h>
+
+typedef struct bf_cpuclock bf_cpuclock;
+
+/* New clock for process pid (host pid); picks the method (see
+ * bf_cpuclock_method). interval_ns: the sampling period (sizes the rings).
+ * Environment BIFOCAL_CPU_CLOCK=schedstat forces the fallback.
+ * NULL when out of memory. */
+bf_cpuclock *bf_cpuclock_new(int pid, int64_t interval_ns);
+
+/* Destroy; accepts NULL. */
+void bf_cpuclock_free(bf_cpuclock *c);
+
+/* "perf-switch" or "schedstat". Static string. */
+const char *bf_cpuclock_method(const bf_cpuclock *c);
+/* Why that method (one line). Borrowed until bf_cpuclock_free. */
+const char *bf_cpuclock_why(const bf_cpuclock *c);
+
+/* Start of a tick's accounting: fold in the kernel's records so far. */
+void bf_cpuclock_drain(bf_cpuclock *c);
+
+/* Thread tid (after bf_cpuclock_drain): OUT *cpu_ns its CPU time since the
+ * clock first saw it (exact for perf-switch); *on_cpu 1 when it was on a CPU
+ * at at_ns, or was preempted (not gone to sleep or to wait) between from_ns
+ * and at_ns and has not run since (monotonic ns, not in the future;
+ * schedstat: found in state R now); *known 0 when the thread is new and that
+ * is not known yet (then *on_cpu is 0). Returns 0, or -ENOMEM. */
+int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_ns,
+                       int64_t *cpu_ns, int *on_cpu, int *known);
+
+/* Sum of the CPU time of every thread the clock has seen (ns). */
+int64_t bf_cpuclock_total_ns(const bf_cpuclock *c);
+
+/* Context-switch records the kernel dropped (ring full), summed. */
+uint64_t bf_cpuclock_lost(const bf_cpuclock *c);
+
+#endif
