@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "json.h"
 #include "text.h"
+#include "out_file.h"
 
 #ifndef BF_VERSION
 #define BF_VERSION "0.0.0"
@@ -63,6 +64,7 @@ void bf_cli_warn(const char *fmt, ...) {
 
 int bf_cli_open_store(bf_cli *cli, int flags, bf_store **out) {
   const char *msg = NULL;
+  bf_out_protect(cli->db_path); /* -o must never land on it */
   int rc = bf_store_open(cli->db_path, flags, out, &msg);
   if (rc < 0) {
     bf_cli_error("%s", msg ? msg : strerror(-rc));

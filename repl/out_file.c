@@ -1,54 +1,227 @@
-/* out_file.c — atomic 0600 output files (see out_file.h). */
+/* out_file.c — the one checked writer for -o (see out_file.h). */
+#include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "out_file.h"
 
+static char *protected_db;
+/* the temporary being written, removed if a signal ends the process first */
+static char tmp_live[PATH_MAX + 32];
+static volatile sig_atomic_t tmp_armed;
+static struct sigaction old_sa[4];
+static const int tmp_sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+
+void bf_out_protect(const char *db_path) {
+  free(protected_db);
+  protected_db = db_path ? strdup(db_path) : NULL;
+}
+
+static void on_fatal_signal(int sig) {
+  if (tmp_armed) unlink(tmp_live);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void arm(const char *tmp) {
+  snprintf(tmp_live, sizeof tmp_live, "%s", tmp);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_fatal_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 4; i++) sigaction(tmp_sigs[i], &sa, &old_sa[i]);
+  tmp_armed = 1;
+}
+
+static void disarm(void) {
+  if (!tmp_armed) return;
+  tmp_armed = 0;
+  for (int i = 0; i < 4; i++) sigaction(tmp_sigs[i], &old_sa[i], NULL);
+}
+
+/* Follow symlinks (dangling ones too) to the path that will be written.
+ * OUT: *out (malloc'd), *st and *exists. */
+static int resolve(const char *path, char **out, struct stat *st, int *exists) {
+  char *p = strdup(path);
+  if (!p) return -ENOMEM;
+  for (int hops = 0;; hops++) {
+    if (lstat(p, st) != 0) {
+      int e = errno;
+      if (e != ENOENT) {
+        free(p);
+        return -e;
+      }
+      *exists = 0;
+      break;
+    }
+    if (!S_ISLNK(st->st_mode)) {
+      *exists = 1;
+      break;
+    }
+    if (hops >= 40) {
+      free(p);
+      return -ELOOP;
+    }
+    char link[PATH_MAX];
+    ssize_t n = readlink(p, link, sizeof link - 1);
+    if (n < 0) {
+      int e = errno;
+      free(p);
+      return -e;
+    }
+    link[n] = 0;
+    char *next;
+    const char *slash = strrchr(p, '/');
+    if (link[0] == '/' || !slash) {
+      next = strdup(link);
+    } else if (asprintf(&next, "%.*s/%s", (int)(slash - p), p, link) < 0) {
+      next = NULL;
+    }
+    free(p);
+    if (!(p = next)) return -ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+/* Is st the protected database or one of its side files? */
+static const char *is_database(const struct stat *st) {
+  static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+  if (!protected_db) return NULL;
+  for (int i = 0; i < 4; i++) {
+    char p[PATH_MAX + 16];
+    struct stat d;
+    snprintf(p, sizeof p, "%s%s", protected_db, sfx[i]);
+    if (stat(p, &d) == 0 && d.st_dev == st->st_dev && d.st_ino == st->st_ino) return sfx[i];
+  }
+  return NULL;
+}
+
 int bf_out_open(const char *path, bf_out_file *o) {
   memset(o, 0, sizeof *o);
-  o->path = path;
+  o->arg = path;
   if (!path || strcmp(path, "-") == 0) {
     o->f = stdout;
+    o->direct = 1;
     return 0;
   }
-  if (asprintf(&o->tmp, "%s.tmp.%d", path, (int)getpid()) < 0) {
+  struct stat st;
+  int exists = 0;
+  int rc = resolve(path, &o->path, &st, &exists);
+  if (rc < 0) {
+    bf_cli_error("cannot write '%s': %s; choose another output path", path, strerror(-rc));
+    return 1;
+  }
+  if (exists) {
+    const char *sfx;
+    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) { /* /dev/null, a tty, a pipe: write into it */
+      int fd = open(o->path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+      if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
+        bf_cli_error("cannot write '%s': %m", path);
+        if (fd >= 0) close(fd);
+        goto fail;
+      }
+      o->direct = 1;
+      return 0;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      bf_cli_error("cannot write '%s': it is a directory; give a file name", path);
+      goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      bf_cli_error("refusing to write '%s': it is a %s, not a regular file; choose another output path",
+                   path, S_ISBLK(st.st_mode) ? "block device" : S_ISSOCK(st.st_mode) ? "socket" : "special file");
+      goto fail;
+    }
+    if ((sfx = is_database(&st))) {
+      bf_cli_error("refusing to write '%s': it is the open database%s%s ('%s'); choose another output path",
+                   path, *sfx ? "'s " : "", *sfx ? sfx + 1 : "", protected_db);
+      goto fail;
+    }
+  }
+  /* a hidden temporary in the target's directory, so rename() is atomic */
+  const char *slash = strrchr(o->path, '/');
+  int dl = slash ? (int)(slash - o->path + 1) : 0;
+  if (asprintf(&o->tmp, "%.*s.%s.bifocal-XXXXXX", dl, o->path, slash ? slash + 1 : o->path) < 0) {
     o->tmp = NULL;
     bf_cli_error("out of memory");
-    return 1;
+    goto fail;
   }
-  int fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
-    bf_cli_error("cannot write '%s': %m", path);
-    if (fd >= 0) close(fd);
+  int fd = mkostemp(o->tmp, O_CLOEXEC); /* mode 0600 */
+  if (fd < 0) {
+    bf_cli_error("cannot write '%s': %m; check the directory exists and is writable", path);
     free(o->tmp);
     o->tmp = NULL;
-    return 1;
+    goto fail;
+  }
+  arm(o->tmp);
+  if (!(o->f = fdopen(fd, "w"))) {
+    bf_cli_error("cannot write '%s': %m", path);
+    close(fd);
+    unlink(o->tmp);
+    disarm();
+    free(o->tmp);
+    o->tmp = NULL;
+    goto fail;
   }
   return 0;
+fail:
+  free(o->path);
+  o->path = NULL;
+  return 1;
 }
 
 int bf_out_close(bf_out_file *o, int ok) {
   if (!o->f) return 1;
-  int werr = o->f == stdout ? fflush(stdout) : fclose(o->f);
+  int err = 0;
+  if (ferror(o->f)) err = EIO; /* a write failed earlier; errno may be gone */
+  if (fflush(o->f) != 0 && !err) err = errno ? errno : EIO;
+  if (ferror(o->f) && !err) err = EIO;
+  if (o->tmp && !err && ok && fsync(fileno(o->f)) != 0) err = errno;
+  if (o->f == stdout) {
+    clearerr(stdout);
+  } else if (fclose(o->f) != 0 && !err) {
+    err = errno ? errno : EIO;
+  }
   o->f = NULL;
-  if (!o->tmp) {
-    if (ok && werr) bf_cli_error("write to stdout failed");
-    return ok && !werr ? 0 : 1;
-  }
   int rc = 0;
-  if (!ok || werr) {
-    if (ok) bf_cli_error("cannot write '%s': %m", o->path);
-    unlink(o->tmp);
-    rc = 1;
-  } else if (rename(o->tmp, o->path) != 0) {
-    bf_cli_error("cannot write '%s': %m", o->path);
-    unlink(o->tmp);
-    rc = 1;
+  if (ok && err) {
+    /* stdio keeps only "an error happened": ask the file system */
+    struct statvfs vfs;
+    if (err == EIO && o->tmp && statvfs(o->tmp, &vfs) == 0 && vfs.f_bavail == 0) err = ENOSPC;
+    bf_cli_error("cannot write '%s': %s%s", o->arg ? o->arg : "stdout", strerror(err),
+                 err == ENOSPC ? " (free some space or write elsewhere)" : "");
   }
-  free(o->tmp);
-  o->tmp = NULL;
+  if (!ok || err) rc = 1;
+  if (o->tmp) {
+    if (!rc && rename(o->tmp, o->path) != 0) {
+      bf_cli_error("cannot write '%s': %m; check the directory is writable", o->arg);
+      rc = 1;
+    }
+    if (rc) {
+      unlink(o->tmp);
+    } else { /* make the rename itself durable */
+      const char *slash = strrchr(o->path, '/');
+      char *dir = slash ? strndup(o->path, (size_t)(slash - o->path + 1)) : strdup(".");
+      int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+      if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+      }
+      free(dir);
+    }
+    disarm();
+    free(o->tmp);
+    o->tmp = NULL;
+  }
+  free(o->path);
+  o->path = NULL;
   return rc;
 }
