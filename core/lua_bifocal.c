@@ -1244,18 +1244,24 @@ static void check_write_path(lua_State *L, const char *path, const char *what) {
 static int sb_io_open(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   const char *mode = luaL_optstring(L, 2, "r");
-  if (strpbrk(mode, "wa+")) check_write_path(L, path, "writing");
+  int w = strpbrk(mode, "wa+") != NULL;
+  if (w) check_write_path(L, path, "writing");
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
+  mode_t um = w ? umask(077) : 0; /* files a script creates are 0600, like every output */
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  if (w) umask(um);
   return lua_gettop(L);
 }
 
 static int sb_io_output(lua_State *L) {
-  if (lua_type(L, 1) == LUA_TSTRING) check_write_path(L, lua_tostring(L, 1), "writing");
+  int w = lua_type(L, 1) == LUA_TSTRING;
+  if (w) check_write_path(L, lua_tostring(L, 1), "writing");
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
+  mode_t um = w ? umask(077) : 0; /* 0600, like every output */
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  if (w) umask(um);
   return lua_gettop(L);
 }
 

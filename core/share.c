@@ -306,7 +306,6 @@ int bf_share_import(bf_store *dst, const char *path, const char *key_path, const
   unsigned char sk[crypto_box_SECRETKEYBYTES], pk[crypto_box_PUBLICKEYBYTES];
   unsigned char *file = NULL, *plain = NULL, *db = NULL;
   size_t file_len = 0, plain_len = 0, db_len = 0;
-  char tmp[4096] = {0};
   bf_store *in = NULL;
   int rc = load_secret(dst, key_path, sk);
   if (rc) return rc;
@@ -346,35 +345,19 @@ int bf_share_import(bf_store *dst, const char *path, const char *key_path, const
     rc = bf_store_fail(dst, -EBADMSG, "'%s': unknown content format; nothing imported", path);
     goto out;
   }
+  /* decrypted only into memory: nothing readable is ever on disk, so no
+   * kill (even SIGKILL) can leave plaintext behind */
   uLongf got = (uLongf)want_len;
-  if (!(db = malloc((size_t)want_len)) ||
+  if (!(db = sqlite3_malloc64(want_len)) ||
       uncompress(db, &got, plain + INNER_HDR, (uLong)(plain_len - INNER_HDR)) != Z_OK || got != want_len) {
     rc = bf_store_fail(dst, db ? -EBADMSG : -ENOMEM, "'%s': enclosed data does not decompress; nothing imported", path);
     goto out;
   }
   db_len = (size_t)got;
-  const char *td = getenv("TMPDIR");
-  snprintf(tmp, sizeof tmp, "%s/bifocal-import-XXXXXX", td && *td ? td : "/tmp");
-  int fd = mkstemp(tmp); /* mode 0600 */
-  if (fd < 0) {
-    rc = bf_store_fail(dst, -errno, "cannot create a temporary file in %s: %s", td && *td ? td : "/tmp", strerror(errno));
-    tmp[0] = 0;
-    goto out;
-  }
-  size_t off = 0;
-  while (off < db_len) {
-    ssize_t w = write(fd, db + off, db_len - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  close(fd);
-  if (off != db_len) {
-    rc = bf_store_fail(dst, -EIO, "cannot write a temporary file: %s", strerror(errno));
-    goto out;
-  }
   const char *msg = NULL;
-  if ((rc = bf_store_open(tmp, BF_STORE_READONLY, &in, &msg))) {
+  rc = bf_store_open_image(db, db_len, path, &in, &msg);
+  db = NULL; /* owned by the store now */
+  if (rc) {
     rc = bf_store_fail(dst, -EBADMSG, "'%s': enclosed database: %s; nothing imported", path, msg ? msg : "unreadable");
     goto out;
   }
@@ -389,12 +372,11 @@ int bf_share_import(bf_store *dst, const char *path, const char *key_path, const
   }
 out:
   bf_store_close(in);
-  if (tmp[0]) unlink(tmp);
   sodium_memzero(sk, sizeof sk);
   if (plain) sodium_memzero(plain, plain_len);
   if (db) sodium_memzero(db, db_len);
   free(file);
   free(plain);
-  free(db);
+  sqlite3_free(db);
   return rc;
 }

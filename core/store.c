@@ -449,6 +449,46 @@ fail:
   return rc;
 }
 
+int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_store **out,
+                        const char **errmsg) {
+  *out = NULL;
+  if (errmsg) *errmsg = open_err;
+  open_err[0] = 0;
+  if (len < 100 || memcmp(image, "SQLite format 3\0", 16) != 0) {
+    sqlite3_free(image);
+    snprintf(open_err, sizeof open_err, "'%s' is not a SQLite database (not a bifocal file)", name);
+    return -EINVAL;
+  }
+  image[18] = image[19] = 1; /* a WAL-mode header cannot be read from memory; nothing is pending */
+  bf_store *s = calloc(1, sizeof *s);
+  if (!s) {
+    sqlite3_free(image);
+    return -ENOMEM;
+  }
+  s->path = strdup(name);
+  s->readonly = 1;
+  int rc;
+  if (sqlite3_open_v2(":memory:", &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+      sqlite3_deserialize(s->db, "main", image, (sqlite3_int64)len, (sqlite3_int64)len,
+                          SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_READONLY) != SQLITE_OK) {
+    if (!s->db) sqlite3_free(image);
+    rc = -EIO;
+    snprintf(open_err, sizeof open_err, "cannot open '%s': %s", name,
+             s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    goto fail;
+  }
+  sqlite3_extended_result_codes(s->db, 0);
+  if ((rc = check_and_migrate(s))) {
+    snprintf(open_err, sizeof open_err, "%s", s->err);
+    goto fail;
+  }
+  *out = s;
+  return 0;
+fail:
+  bf_store_close(s);
+  return rc;
+}
+
 static void bufs_free(bf_store *s) {
   for (size_t i = 0; i < s->nbufs; i++) free(s->bufs[i].recs);
   free(s->bufs);

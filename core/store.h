@@ -27,6 +27,13 @@ typedef struct bf_store bf_store;
  * database, -EPROTO schema newer than this build, -EACCES permission. */
 int bf_store_open(const char *path, int flags, bf_store **out, const char **errmsg);
 
+/* Open a read-only database from an image in memory (nothing touches the
+ * disk: e.g. a decrypted sealed export). Takes ownership of image, which must
+ * come from sqlite3_malloc64. name is used in messages only.
+ * OUT and errors: as bf_store_open. */
+int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_store **out,
+                        const char **errmsg);
+
 /* Close; flushes pending samples. Accepts NULL. */
 void bf_store_close(bf_store *s);
 
