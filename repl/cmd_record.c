@@ -21,10 +21,23 @@
 int bf_smp_cli_pid(const char *arg, int *pid);
 
 static volatile int stop_flag;
-static void on_signal(int sig) {
-  (void)sig;
-  stop_flag = 1;
+static volatile int child_pid;
+
+/* SIGINT/SIGTERM/SIGHUP stop the capture and are passed on to a launched
+ * command (a terminal's own SIGINT already reached its whole process group,
+ * so that one is not sent twice); SIGUSR1 and SIGPIPE only stop the capture.
+ * Either way the session is finalised with every sample taken, and a launched
+ * command is waited for. */
+static void on_signal(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  stop_flag = sig;
+  int from_tty = sig == SIGINT && si && si->si_code == SI_KERNEL;
+  if (child_pid > 0 && (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) && !from_tty)
+    kill(child_pid, sig);
 }
+
+static const int stop_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
+#define N_STOP_SIGS ((int)(sizeof stop_sigs / sizeof stop_sigs[0]))
 
 static void progress(void *ud, const bf_smp_progress *p) {
   (void)ud;
@@ -140,24 +153,28 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
     return rc;
   }
   stop_flag = 0;
-  struct sigaction sa, old_int, old_term;
+  child_pid = 0;
+  struct sigaction sa, old_sa[N_STOP_SIGS];
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &sa, &old_sa[i]);
   o.stop = &stop_flag;
+  o.child_pid = &child_pid;
   int tty = isatty(2) && cli->stdout_tty;
   if (tty) o.progress = progress;
   int64_t sid = 0;
   int wst = -1;
   rc = bf_smp_record(h, st, &o, &sid, &wst);
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
+  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &old_sa[i], NULL);
   if (tty) fputs("\r\033[K", stderr);
   int status = 0;
   if (rc < 0) {
-    bf_cli_error("%s", bf_smp_errmsg(h));
+    if (sid > 0) /* the session keeps what was recorded; no id on stdout for a failure */
+      bf_cli_error("%s (session %lld keeps the samples taken until then)", bf_smp_errmsg(h), (long long)sid);
+    else
+      bf_cli_error("%s", bf_smp_errmsg(h));
     status = 1;
   }
   if (sid > 0 && o.native) { /* the intrusion is always shown, terminal or not */
@@ -196,13 +213,16 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   bf_audit_end(au, rc < 0 ? bf_smp_errmsg(h) : NULL, sid);
   bf_smp_free(h);
   bf_store_close(st);
-  if (sid > 0) {
+  if (sid > 0 && !status) {
     printf("%lld\n", (long long)sid);
     fflush(stdout);
   }
   if (!status && wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) != 0) {
     bf_cli_warn("command exited with status %d", WEXITSTATUS(wst));
     status = WEXITSTATUS(wst);
+  } else if (!status && wst != -1 && WIFSIGNALED(wst)) {
+    bf_cli_warn("command was killed by signal %d (%s)", WTERMSIG(wst), strsignal(WTERMSIG(wst)));
+    status = 128 + WTERMSIG(wst);
   }
   return status;
 }

@@ -547,6 +547,7 @@ static int launch(bf_smp *h, char *const *argv) {
     close(fds[0]);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
     execvp(argv[0], argv);
     int e = errno;
     if (write(fds[1], &e, sizeof e) < 0) _exit(127);
@@ -580,6 +581,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     pid = launch(h, o->argv);
     if (pid < 0) return pid;
     launched = 1;
+    if (o->child_pid) *o->child_pid = pid;
     /* wait for the interpreter to be initialised: shims may exec first */
     int64_t give_up = mono_ns() + 15 * 1000000000LL;
     for (;;) {
@@ -593,6 +595,14 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
       if ((rc != -EAGAIN && rc != -ENOEXEC && rc != -ESRCH) || mono_ns() > give_up ||
           (o->stop && *o->stop)) {
         if (rc == -ENOEXEC) seterr(h, rc, "'%s' (pid %d) is not a Python process", o->argv[0], pid);
+        if (o->stop && *o->stop) { /* signalled (and passed on) before the runtime was up: wait */
+          while (waitpid(pid, &st2, 0) < 0 && errno == EINTR) {
+          }
+          if (o->child_pid) *o->child_pid = 0;
+          *exit_status = st2;
+          return seterr(h, -EINTR, "interrupted before '%s' started its Python runtime; nothing recorded",
+                        o->argv[0]);
+        }
         return rc;
       }
       struct timespec ts = {0, 200000};
@@ -788,8 +798,14 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     o->progress(o->progress_ud, &p);
   }
   if (launched) {
-    if (!child_reaped && strcmp(status, "interrupted") != 0 && waitpid(pid, &child_status, 0) == pid)
-      child_reaped = 1;
+    /* never leave the command behind: a stop signal was passed on to it (or
+     * the recording alone was stopped); wait for it either way */
+    while (!child_reaped) {
+      pid_t w = waitpid(pid, &child_status, 0);
+      if (w == pid) child_reaped = 1;
+      else if (w < 0 && errno != EINTR) break;
+    }
+    if (o->child_pid) *o->child_pid = 0;
     if (child_reaped) *exit_status = child_status;
   }
   if (fatal) return rc < 0 ? rc : -EIO;

@@ -140,6 +140,10 @@ typedef struct bf_smp_record_opts {
   int native;              /* merged Python + C stacks (native.h) */
   const char *native_threads; /* NULL or the --native-threads filter */
   volatile int *stop;      /* set non-zero (e.g. from a signal handler) to stop */
+  /* OUT (may be NULL): the launched command's pid while it runs, else 0, so a
+   * signal handler can pass a signal on. A launched command is always waited
+   * for, also after a stop. */
+  volatile int *child_pid;
   /* Called about 4 times a second (may be NULL). */
   void (*progress)(void *ud, const bf_smp_progress *p);
   void *progress_ud;

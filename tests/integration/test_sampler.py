@@ -248,20 +248,16 @@ def test_sigint_finalises(python, db, tmp_path):
         time.sleep(0.1)
     time.sleep(0.5)
     rec.send_signal(signal.SIGINT)
-    # the launched command keeps running (and holds our stdout): read the id
-    # line once bifocal itself has exited, then stop the command
-    assert rec.wait(timeout=30) == 0
+    # a SIGINT sent to bifocal is passed on to the launched command, which is
+    # waited for: its status (killed by SIGINT) is bifocal's
+    assert rec.wait(timeout=30) in (130, 1)
     sid = int(rec.stdout.readline().strip())
     s = session(db, sid)
-    try:
-        assert s["status"] == "interrupted" and s["samples"] > 50, s
-    finally:
-        try:
-            os.kill(s["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    assert s["status"] == "interrupted" and s["samples"] > 50, s
+    with pytest.raises(ProcessLookupError):
+        os.kill(s["pid"], 0)
     out, err = rec.communicate(timeout=30)
-    assert err == ""  # not a terminal: no progress noise
+    assert "\r" not in err  # not a terminal: no progress noise
 
 
 def test_failures(db, tmp_path):
