@@ -149,6 +149,7 @@ typedef struct thread_buf {
   int64_t session_id, thread_id;
   bf_sample *recs;
   size_t n, cap;
+  int idle_flushes; /* flushes since its last sample: freed after two (a thread that is gone) */
 } thread_buf;
 
 /* Reverse caches indexed by rowid (dense from 1). */
@@ -1038,6 +1039,9 @@ int bf_store_intern_thread(bf_store *s, int64_t session_id, int64_t native_tid, 
   } else {
     return fail_sql(s, "lookup thread");
   }
+  /* thread churn: the cache of thread ids is bounded (a miss is one indexed
+   * lookup) */
+  if (s->th_map.len >= 8192) bf_map3_free(&s->th_map);
   if (bf_map3_put(&s->th_map, session_id, native_tid, 0, v)) return bf_store_fail(s, -ENOMEM, "out of memory");
   if (named && bf_map3_put(&s->th_map, session_id, native_tid, 1, v))
     return bf_store_fail(s, -ENOMEM, "out of memory");
@@ -1210,8 +1214,12 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
   }
   if (b->n && smp->ts_ns < b->recs[b->n - 1].ts_ns)
     return bf_store_fail(s, -EINVAL, "sample timestamps must not go backwards within a thread");
+  if (b->n >= CHUNK_RECORDS) { /* an earlier write failed (e.g. the database was locked): retry it */
+    int rc = write_chunk(s, b);
+    if (rc) return rc; /* this sample was not added */
+  }
   if (b->n == b->cap) {
-    size_t nc = b->cap ? b->cap * 2 : 256;
+    size_t nc = b->cap ? b->cap * 2 : 16; /* small at first: short-lived threads are common */
     if (nc > CHUNK_RECORDS) nc = CHUNK_RECORDS;
     bf_sample *nr = realloc(b->recs, nc * sizeof *nr);
     if (!nr) return bf_store_fail(s, -ENOMEM, "out of memory");
@@ -1219,6 +1227,7 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
     b->cap = nc;
   }
   b->recs[b->n++] = *smp;
+  b->idle_flushes = 0;
   if (b->n >= CHUNK_RECORDS) {
     int rc = write_chunk(s, b);
     if (rc) return rc;
@@ -1253,6 +1262,17 @@ int bf_store_flush(bf_store *s) {
   for (size_t i = 0; i < s->nbufs; i++) {
     int rc = write_chunk(s, &s->bufs[i]);
     if (rc) return rc;
+  }
+  /* free the buffers of threads that stopped sending samples (thread churn
+   * must not grow memory) */
+  for (size_t i = 0; i < s->nbufs;) {
+    if (++s->bufs[i].idle_flushes <= 1) {
+      i++;
+      continue;
+    }
+    free(s->bufs[i].recs);
+    s->bufs[i] = s->bufs[--s->nbufs];
+    s->last_buf = 0;
   }
   if (s->txn_depth == 0 && s->txn_open) {
     int rc = exec(s, "COMMIT");

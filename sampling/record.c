@@ -66,6 +66,7 @@ typedef struct rec_thread {
   bf_smp_frame *last_frames;
   size_t last_n, last_cap;
   int gen;
+  int64_t seen_ns;        /* monotonic time of the last tick that returned the thread */
 } rec_thread;
 
 typedef struct target {
@@ -349,6 +350,35 @@ static rec_thread *rec_thread_get(target *t, int64_t tid) {
   return r;
 }
 
+/* Forget threads that are gone, so thread churn keeps memory bounded: a
+ * thread no tick has returned for a second is dropped (with --gil only the
+ * GIL holder is returned, so there it must also be missing from /proc). A
+ * thread dropped too early is only looked up again (same store id). */
+static void forget_threads(target *t, int64_t now, int gil_only) {
+  for (size_t i = 0; i < t->nthreads;) {
+    rec_thread *r = &t->threads[i];
+    int gone = r->seen_ns && now - r->seen_ns > 1000000000LL;
+    if (gone && gil_only) {
+      char p[64];
+      snprintf(p, sizeof p, "/proc/%d/task/%lld", t->pid, (long long)r->tid);
+      gone = access(p, F_OK) != 0;
+    }
+    if (!gone) {
+      i++;
+      continue;
+    }
+    free(r->last_frames);
+    t->threads[i] = t->threads[--t->nthreads];
+  }
+  if (t->cap_threads > 64 && t->nthreads < t->cap_threads / 4) {
+    rec_thread *n = realloc(t->threads, t->cap_threads / 2 * sizeof *n);
+    if (n) {
+      t->threads = n;
+      t->cap_threads /= 2;
+    }
+  }
+}
+
 /* Intern a thread's stack (outermost first), reusing the last one when the
  * frames did not change. OUT: *stack_id. */
 static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64_t *stack_id) {
@@ -439,6 +469,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     int64_t tid = th[i].native_tid ? th[i].native_tid : (int64_t)th[i].thread_id;
     rec_thread *r = rec_thread_get(t, tid);
     if (!r) return -ENOMEM;
+    r->seen_ns = now;
     int64_t weight = interval_ns;
     uint32_t flags = th[i].flags;
     if (o->no_idle && !o->clock_cpu && (flags & BF_SMP_IDLE)) continue; /* cpu: never charged */
@@ -753,6 +784,8 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     }
     if (now - last_progress > 250000000) {
       last_progress = now;
+      for (size_t i = 0; i < ntg; i++)
+        if (!tg[i].exited) forget_threads(&tg[i], now, o->gil_only);
       /* never hold the database's write lock for long (a tracer may share it) */
       if ((rc = bf_store_checkpoint(st)) < 0) {
         seterr(h, rc, "%s", bf_store_errmsg(st));
