@@ -203,6 +203,7 @@ struct bf_store {
   char err[512];
   sqlite3_stmt *st[ST__N];
   int txn_depth; /* explicit bf_store_begin nesting */
+  int busy_ms;   /* busy timeout */
   int txn_open;  /* a transaction is open (explicit or implicit) */
   int64_t uncommitted_samples;
   int64_t txn_started_ns, last_flush_ns; /* monotonic */
@@ -239,6 +240,11 @@ int bf_store_fail(bf_store *s, int rc, const char *fmt, ...) {
 
 static int fail_sql(bf_store *s, const char *what) {
   int code = sqlite3_errcode(s->db);
+  if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+    return bf_store_fail(s, -EBUSY,
+                         "database '%s' is locked by another process (%s waited %d ms); try again when that "
+                         "process is done, or use another -d",
+                         s->path, what, s->busy_ms);
   int rc = (code == SQLITE_FULL) ? -ENOSPC : (code == SQLITE_READONLY || code == SQLITE_PERM) ? -EACCES
            : (code == SQLITE_BUSY || code == SQLITE_LOCKED) ? -EBUSY : (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) ? -EINVAL : -EIO;
   return bf_store_fail(s, rc, "database '%s': %s: %s", s->path, what, sqlite3_errmsg(s->db));
@@ -264,7 +270,10 @@ static sqlite3_stmt *stmt(bf_store *s, int which) {
 static int exec(bf_store *s, const char *sql) {
   char *msg = NULL;
   if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-    int rc = fail_sql(s, msg ? msg : "exec");
+    /* name the statement, not the error twice (fail_sql adds the error) */
+    char what[40];
+    snprintf(what, sizeof what, "%.*s", (int)strcspn(sql, "(;"), sql);
+    int rc = fail_sql(s, what);
     sqlite3_free(msg);
     return rc;
   }
@@ -430,7 +439,8 @@ int bf_store_open(const char *path, int flags, bf_store **out, const char **errm
              s->db ? sqlite3_errmsg(s->db) : "out of memory");
     goto fail;
   }
-  sqlite3_busy_timeout(s->db, 5000);
+  s->busy_ms = 5000;
+  sqlite3_busy_timeout(s->db, s->busy_ms);
   sqlite3_extended_result_codes(s->db, 0);
   rc = check_and_migrate(s);
   if (rc) {
@@ -1186,6 +1196,11 @@ static int maybe_commit(bf_store *s) {
   return 0;
 }
 
+void bf_store_set_busy_timeout(bf_store *s, int ms) {
+  s->busy_ms = ms;
+  sqlite3_busy_timeout(s->db, ms);
+}
+
 int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
   thread_buf *b = NULL;
   if (s->last_buf < s->nbufs && s->bufs[s->last_buf].thread_id == smp->thread_id &&
@@ -1228,15 +1243,19 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
   }
   b->recs[b->n++] = *smp;
   b->idle_flushes = 0;
+  /* from here on the sample is kept: a locked database only delays it */
   if (b->n >= CHUNK_RECORDS) {
     int rc = write_chunk(s, b);
-    if (rc) return rc;
-    if ((rc = maybe_commit(s))) return rc;
+    if (!rc) rc = maybe_commit(s);
+    if (rc) return rc == -EBUSY ? 0 : rc;
   }
   /* A long capture must neither hold the write lock (other writers, e.g. a
    * tracer sharing the file, wait on it) nor keep its samples only in memory:
    * commit every 250 ms and write buffered chunks every second. */
-  if ((++s->add_counter & 63) == 0) return bf_store_checkpoint(s);
+  if ((++s->add_counter & 63) == 0) {
+    int rc = bf_store_checkpoint(s);
+    return rc == -EBUSY ? 0 : rc;
+  }
   return 0;
 }
 

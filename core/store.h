@@ -140,8 +140,16 @@ typedef struct bf_sample {
 } bf_sample;
 
 /* Append one sample to session's buffer; written in batches (one transaction per
- * chunk). Cheap: no SQLite work on most calls. */
+ * chunk). Cheap: no SQLite work on most calls. A negative return means the
+ * sample was NOT added (-EBUSY: another process holds the write lock; add it
+ * again later); a write that fails with -EBUSY after the sample was kept in
+ * memory returns 0 and is retried by later calls. */
 int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp);
+
+/* How long a write waits for another process's write lock before failing
+ * with -EBUSY (default 5000 ms). A sampler sets it short and keeps samples in
+ * memory meanwhile. */
+void bf_store_set_busy_timeout(bf_store *s, int ms);
 
 /* Write out every buffered sample. */
 int bf_store_flush(bf_store *s);

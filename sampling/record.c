@@ -86,6 +86,11 @@ typedef struct target {
   rec_thread *threads;
   size_t nthreads, cap_threads;
   int gen;
+  /* samples held in memory while another process holds the database's write
+   * lock (drained in order once it is free; bounded, the excess counted) */
+  struct pend_sample *pend;
+  size_t npend, pend_head, cap_pend, pend_bytes;
+  int64_t lock_held, lock_dropped, next_drain_ns;
   bf_smp_native *nat; /* --native: stops threads, merges C frames (native.c) */
   bf_cpuclock *cc;    /* --clock cpu: the threads' real CPU time (cpuclock.c) */
   int64_t cpu_charged_ns, proc_cpu0_ns; /* cpu clock: weights written; process CPU at start */
@@ -95,6 +100,19 @@ typedef struct target {
   char *nat_json;     /* its figures for the session's extra_json */
   char *py_json;      /* extra.python: the interpreter it runs (interp.c), or NULL */
 } target;
+
+typedef struct pend_sample {
+  int interned;        /* cpu clock: stack and thread already interned (smp) */
+  bf_sample smp;
+  int64_t tid, ts, weight;
+  uint32_t flags;
+  char *name;
+  size_t nframes;
+  bf_smp_frame *frames; /* code pointers stay valid until bf_smp_free */
+} pend_sample;
+
+#define PEND_MAX_BYTES (64u << 20) /* at most this much held while the database is locked */
+#define BUSY_MS 2                  /* a sampler waits this long for the write lock, then holds on */
 
 /* Read a small /proc file. */
 static ssize_t read_file(const char *path, char *buf, size_t len) {
@@ -257,6 +275,9 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
   return 0;
 }
 
+static int drain_pending(bf_store *st, target *t, int64_t now);
+static int hold_interned(bf_store *st, target *t, rec_thread *r, const bf_sample *smp);
+
 /* cpu clock: write a thread's batch of on-CPU samples, sharing the CPU it
  * used since the last batch (up to cpu_ns) equally among them. */
 static int cpu_charge(bf_store *st, target *t, rec_thread *r, int64_t cpu_ns) {
@@ -269,9 +290,8 @@ static int cpu_charge(bf_store *st, target *t, rec_thread *r, int64_t cpu_ns) {
   for (size_t k = 0; k < n; k++) {
     r->batch[k].weight = total / (int64_t)n + ((int64_t)k < total % (int64_t)n);
     if (!r->batch[k].weight) continue;
-    int rc = bf_store_sample_add(st, t->session_id, &r->batch[k]);
+    int rc = hold_interned(st, t, r, &r->batch[k]); /* held while the database is locked */
     if (rc < 0) return rc;
-    t->samples++;
     t->cpu_charged_ns += r->batch[k].weight;
   }
   return 0;
@@ -290,6 +310,19 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
                           int64_t cpu_ns) {
   bf_session_info *in = &t->info;
   int rc0 = t->cc ? cpu_flush(st, t) : 0;
+  /* held samples first: wait for a lock holder up to 30 s in all */
+  bf_store_set_busy_timeout(st, 1000);
+  int64_t give_up = mono_ns() + 30000000000LL;
+  int drc = 0;
+  while (t->pend_head < t->npend && mono_ns() < give_up) {
+    t->next_drain_ns = 0;
+    if ((drc = drain_pending(st, t, mono_ns())) < 0) break;
+  }
+  if (t->pend_head < t->npend) { /* still locked: those are lost, and counted */
+    t->lock_dropped += (int64_t)(t->npend - t->pend_head);
+    t->npend = t->pend_head;
+  }
+  bf_store_set_busy_timeout(st, 30000);
   in->duration_ns = end_mono - t->start_mono;
   in->samples = t->samples;
   in->missed = t->missed;
@@ -303,16 +336,17 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   t->nat_json = NULL;
   char *nat = NULL;
   if (t->nat && bf_smp_native_stats_json(t->nat, &nat) < 0) nat = NULL;
-  char late[768];
+  char late[1024];
   bf_smp_consistency_stats cs;
   bf_smp_consistency(t->h, &cs);
   snprintf(late, sizeof late,
            "\"late_ticks\":%lld,\"max_late_ms\":%.3f,\"torn_retried\":%llu,"
-           "\"torn_invalid\":%llu,\"stacks_truncated\":%llu",
+           "\"torn_invalid\":%llu,\"stacks_truncated\":%llu,\"lock_held\":%lld,\"lock_dropped\":%lld",
            (long long)t->late, (double)t->max_late_ns / 1e6,
            (unsigned long long)(cs.retries - t->cs0.retries),
            (unsigned long long)(cs.invalid - t->cs0.invalid),
-           (unsigned long long)(cs.truncated - t->cs0.truncated));
+           (unsigned long long)(cs.truncated - t->cs0.truncated),
+           (long long)t->lock_held, (long long)t->lock_dropped);
   if (t->cc) cpuclock_json(t, late + strlen(late), sizeof late - strlen(late));
   size_t nl = nat ? strlen(nat) : 0;
   if (nat && nl >= 2 && nat[0] == '{' && nat[nl - 1] == '}') { /* {late, ...native} */
@@ -329,7 +363,8 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   int rc = bf_store_flush(st);
   int rc2 = bf_store_session_update(st, in);
   int rc3 = bf_store_flush(st);
-  return rc0 < 0 ? rc0 : rc < 0 ? rc : rc2 < 0 ? rc2 : rc3;
+  bf_store_set_busy_timeout(st, BUSY_MS);
+  return rc0 < 0 ? rc0 : drc < 0 ? drc : rc < 0 ? rc : rc2 < 0 ? rc2 : rc3;
 }
 
 static rec_thread *rec_thread_get(target *t, int64_t tid) {
@@ -354,7 +389,7 @@ static rec_thread *rec_thread_get(target *t, int64_t tid) {
  * thread no tick has returned for a second is dropped (with --gil only the
  * GIL holder is returned, so there it must also be missing from /proc). A
  * thread dropped too early is only looked up again (same store id). */
-static void forget_threads(target *t, int64_t now, int gil_only) {
+static void forget_threads(bf_store *st, target *t, int64_t now, int gil_only) {
   for (size_t i = 0; i < t->nthreads;) {
     rec_thread *r = &t->threads[i];
     int gone = r->seen_ns && now - r->seen_ns > 1000000000LL;
@@ -363,11 +398,13 @@ static void forget_threads(target *t, int64_t now, int gil_only) {
       snprintf(p, sizeof p, "/proc/%d/task/%lld", t->pid, (long long)r->tid);
       gone = access(p, F_OK) != 0;
     }
+    if (gone && r->nbatch && cpu_charge(st, t, r, r->cpu_seen_ns) < 0) gone = 0; /* its CPU first */
     if (!gone) {
       i++;
       continue;
     }
     free(r->last_frames);
+    free(r->batch);
     t->threads[i] = t->threads[--t->nthreads];
   }
   if (t->cap_threads > 64 && t->nthreads < t->cap_threads / 4) {
@@ -417,6 +454,141 @@ static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, in
   return 0;
 }
 
+/* Write one thread's sample to the store. -EBUSY: another process holds the
+ * write lock; nothing of this sample was added (interning is idempotent). */
+static int store_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th,
+                        const char *tname, int64_t ts, uint32_t flags, int64_t weight) {
+  int rc;
+  if (!r->store_thread_id || (tname && !r->named)) {
+    rc = bf_store_intern_thread(st, t->session_id, r->tid, tname, &r->store_thread_id);
+    if (rc < 0) return rc;
+    r->named = tname != NULL;
+  }
+  int64_t stack_id;
+  if ((rc = intern_stack(st, r, th, &stack_id)) < 0) return rc;
+  bf_sample s = {r->store_thread_id, stack_id, ts, flags, 1, weight};
+  if ((rc = bf_store_sample_add(st, t->session_id, &s)) < 0) return rc;
+  t->samples++;
+  return 0;
+}
+
+/* Store a sample, or hold it while the database is locked (in order: once
+ * anything is held, later samples queue behind it). */
+static int keep_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th,
+                       const char *tname, int64_t ts, uint32_t flags, int64_t weight) {
+  if (t->npend == t->pend_head) {
+    int rc = store_sample(st, t, r, th, tname, ts, flags, weight);
+    if (rc != -EBUSY) return rc;
+  }
+  size_t bytes = sizeof(pend_sample) + th->nframes * sizeof *th->frames + (tname ? strlen(tname) + 1 : 0);
+  if (t->pend_bytes + bytes > PEND_MAX_BYTES) {
+    t->lock_dropped++;
+    return 0;
+  }
+  if (t->npend == t->cap_pend) {
+    size_t nc = t->cap_pend ? t->cap_pend * 2 : 1024;
+    pend_sample *np = realloc(t->pend, nc * sizeof *np);
+    if (!np) return -ENOMEM;
+    t->pend = np;
+    t->cap_pend = nc;
+  }
+  pend_sample *p = &t->pend[t->npend];
+  p->interned = 0;
+  p->frames = th->nframes ? malloc(th->nframes * sizeof *th->frames) : NULL;
+  p->name = tname ? strdup(tname) : NULL;
+  if ((th->nframes && !p->frames) || (tname && !p->name)) {
+    free(p->frames);
+    free(p->name);
+    return -ENOMEM;
+  }
+  if (th->nframes) memcpy(p->frames, th->frames, th->nframes * sizeof *th->frames);
+  p->nframes = th->nframes;
+  p->tid = r->tid;
+  p->ts = ts;
+  p->flags = flags;
+  p->weight = weight;
+  t->npend++;
+  t->pend_bytes += bytes;
+  t->lock_held++;
+  return 0;
+}
+
+/* cpu clock: add a sample whose stack is interned, or hold it (in order)
+ * while the database is locked. */
+static int hold_interned(bf_store *st, target *t, rec_thread *r, const bf_sample *smp) {
+  if (t->npend == t->pend_head) {
+    int rc = bf_store_sample_add(st, t->session_id, smp);
+    if (rc == 0) t->samples++;
+    if (rc != -EBUSY) return rc;
+  }
+  if (t->pend_bytes + sizeof(pend_sample) > PEND_MAX_BYTES) {
+    t->lock_dropped++;
+    return 0;
+  }
+  if (t->npend == t->cap_pend) {
+    size_t nc = t->cap_pend ? t->cap_pend * 2 : 1024;
+    pend_sample *np = realloc(t->pend, nc * sizeof *np);
+    if (!np) return -ENOMEM;
+    t->pend = np;
+    t->cap_pend = nc;
+  }
+  pend_sample *p = &t->pend[t->npend++];
+  memset(p, 0, sizeof *p);
+  p->interned = 1;
+  p->smp = *smp;
+  p->tid = r->tid;
+  t->pend_bytes += sizeof(pend_sample);
+  t->lock_held++;
+  return 0;
+}
+
+/* Write held samples while the lock is free. Returns 0 (some may remain), or
+ * a fatal store error. */
+static int drain_pending(bf_store *st, target *t, int64_t now) {
+  while (t->pend_head < t->npend) {
+    pend_sample *p = &t->pend[t->pend_head];
+    if (p->interned) {
+      int rc = bf_store_sample_add(st, t->session_id, &p->smp);
+      if (rc == -EBUSY) {
+        t->next_drain_ns = now + 50000000;
+        return 0;
+      }
+      if (rc < 0) return rc;
+      t->samples++;
+      t->pend_bytes -= sizeof(pend_sample);
+      t->pend_head++;
+      continue;
+    }
+    rec_thread *r = rec_thread_get(t, p->tid);
+    if (!r) return -ENOMEM;
+    if (!r->seen_ns) r->seen_ns = now;
+    bf_smp_thread th = {.native_tid = p->tid, .nframes = p->nframes, .frames = p->frames};
+    int rc = store_sample(st, t, r, &th, p->name, p->ts, p->flags, p->weight);
+    if (rc == -EBUSY) {
+      t->next_drain_ns = now + 50000000; /* look again in 50 ms */
+      return 0;
+    }
+    if (rc < 0) return rc;
+    t->pend_bytes -= sizeof(pend_sample) + p->nframes * sizeof *p->frames + (p->name ? strlen(p->name) + 1 : 0);
+    free(p->frames);
+    free(p->name);
+    t->pend_head++;
+  }
+  t->npend = t->pend_head = 0;
+  t->pend_bytes = 0;
+  return 0;
+}
+
+static void pending_free(target *t) {
+  for (size_t i = t->pend_head; i < t->npend; i++) {
+    free(t->pend[i].frames);
+    free(t->pend[i].name);
+  }
+  free(t->pend);
+  t->pend = NULL;
+  t->npend = t->pend_head = t->cap_pend = 0;
+}
+
 /* One tick for one target. Returns 0, or -ESRCH when it is gone, or a fatal
  * store error. */
 static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t now,
@@ -452,6 +624,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   t->ticks++;
   t->gen++;
   int64_t ts = now - t->start_mono;
+  if (t->npend > t->pend_head && now >= t->next_drain_ns && (rc = drain_pending(st, t, now)) < 0) return rc;
   /* cpu clock: the moment the stacks were read: the last walk's prefetch,
    * which reads the hot set of every thread at once (with --native, the
    * moment before the threads were stopped) */
@@ -483,13 +656,14 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
       snprintf(nsname, sizeof nsname, "%s [ns tid %lld]", tname, (long long)th[i].ns_tid);
       tname = nsname;
     }
-    if (!r->store_thread_id || (tname && !r->named)) {
-      rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
-      if (rc < 0) return rc;
-      r->named = tname != NULL;
-    }
-    int64_t stack_id;
     if (o->clock_cpu) {
+      if (!r->store_thread_id || (tname && !r->named)) {
+        rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
+        if (rc == -EBUSY) continue; /* database locked: look again next tick */
+        if (rc < 0) return rc;
+        r->named = tname != NULL;
+      }
+      int64_t stack_id;
       /* A stack is kept only when its thread was on a CPU at the moment it
        * was read (not merely runnable). Ticks are uniform in time, so each
        * CPU instant of a thread is equally likely to be seen: the samples of
@@ -508,18 +682,18 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
       }
       r->cpu_seen_ns = cpu;
       if (!on) continue;
-      if ((rc = intern_stack(st, r, &th[i], &stack_id)) < 0) return rc;
+      if ((rc = intern_stack(st, r, &th[i], &stack_id)) == -EBUSY) { /* a new stack, locked out */
+        t->lock_dropped++;
+        continue;
+      }
+      if (rc < 0) return rc;
       if (!r->batch && !(r->batch = malloc(CPU_BATCH * sizeof *r->batch))) return -ENOMEM;
       flags = (flags & ~(uint32_t)BF_SAMPLE_IDLE) | BF_SAMPLE_ON_CPU;
       r->batch[r->nbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
       if (r->nbatch == CPU_BATCH && (rc = cpu_charge(st, t, r, cpu)) < 0) return rc;
       continue;
-    } else if ((rc = intern_stack(st, r, &th[i], &stack_id)) < 0) {
-      return rc;
     }
-    bf_sample s = {r->store_thread_id, stack_id, ts, flags, 1, weight};
-    if ((rc = bf_store_sample_add(st, t->session_id, &s)) < 0) return rc;
-    t->samples++;
+    if ((rc = keep_sample(st, t, r, &th[i], tname, ts, flags, weight)) < 0) return rc;
   }
   return 0;
 }
@@ -657,6 +831,8 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     return rc;
   }
   *session_id = tg[0].session_id;
+  /* from here a locked database never stops the capture: samples are held */
+  bf_store_set_busy_timeout(st, BUSY_MS);
 
   int64_t interval = (int64_t)(1e9 / o->rate_hz);
   /* cpu clock: a sampler that waits for a CPU after its timer fires runs
@@ -785,9 +961,9 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     if (now - last_progress > 250000000) {
       last_progress = now;
       for (size_t i = 0; i < ntg; i++)
-        if (!tg[i].exited) forget_threads(&tg[i], now, o->gil_only);
+        if (!tg[i].exited) forget_threads(st, &tg[i], now, o->gil_only);
       /* never hold the database's write lock for long (a tracer may share it) */
-      if ((rc = bf_store_checkpoint(st)) < 0) {
+      if ((rc = bf_store_checkpoint(st)) < 0 && rc != -EBUSY) {
         seterr(h, rc, "%s", bf_store_errmsg(st));
         fatal = 1;
         break;
@@ -824,6 +1000,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
       free(tg[i].threads[k].batch);
     }
     free(tg[i].threads);
+    pending_free(&tg[i]);
   }
   if (o->progress) {
     bf_smp_progress p = {(double)(stop - start) / 1e9, tg[0].samples, tg[0].missed, tg[0].invalid,
