@@ -159,6 +159,7 @@ static int copy_threads(copier *c) {
 int bf_session_copy(bf_store *src, int64_t session_id, bf_store *dst, const bf_copy_opts *o,
                     int64_t *new_id) {
   copier c = {.src = src, .dst = dst, .o = o, .src_session = session_id};
+  bf_store_fail(dst, 0, "%s", ""); /* a failure that leaves dst silent is src's (a foreach's own) */
   bf_session_info *info = NULL;
   char *json = NULL;
   int rc = bf_store_session_get(src, session_id, &info);
@@ -200,7 +201,7 @@ fail:
 out:
   /* A foreach stops with the callback's rc; which handle holds the message is
    * tracked in c.src_failed. */
-  if (rc && c.src_failed) bf_store_fail(dst, rc, "%s", bf_store_errmsg(src));
+  if (rc && (c.src_failed || !bf_store_errmsg(dst)[0])) bf_store_fail(dst, rc, "%s", bf_store_errmsg(src));
   bf_session_info_free(info);
   free(json);
   bf_map3_free(&c.fn);

@@ -355,6 +355,14 @@ static int check_and_migrate(bf_store *s) {
     if (s->readonly)
       return bf_store_fail(s, -EINVAL, "'%s' is an empty database, not a bifocal one", s->path);
   }
+  /* version 0 means "no tables yet": with tables (or below 0) it was changed
+   * by hand, and migrating would fail half-way */
+  if (ver < 0 || (ver == 0 && ntables > 0))
+    return bf_store_fail(s, -EINVAL,
+                         "'%s' has schema version %lld but holds bifocal tables (the version was changed "
+                         "outside bifocal); if it is intact, restore it with: sqlite3 '%s' 'PRAGMA "
+                         "user_version=%d'",
+                         s->path, (long long)ver, s->path, BF_STORE_SCHEMA_VERSION);
   if (ver > BF_STORE_SCHEMA_VERSION)
     return bf_store_fail(s, -EPROTO,
                          "'%s' has schema version %lld, newer than this bifocal (%d); upgrade bifocal",
@@ -427,13 +435,52 @@ int bf_store_open(const char *path, int flags, bf_store **out, const char **errm
     return -ENOENT;
   }
 
+  /* SQLite keeps -wal/-shm files beside the database: its directory must be
+   * writable for any writer, and for a reader when they do not exist yet */
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+  int dir_w = access(dir, W_OK) == 0, dir_errno = errno;
+  char side[4200];
+  snprintf(side, sizeof side, "%s-wal", path);
+  int wal_exists = access(side, F_OK) == 0;
+  if (!dir_w && !readonly) {
+    snprintf(open_err, sizeof open_err,
+             "cannot write database '%.150s': its directory '%.150s' is not writable (%s) and SQLite keeps "
+             "its '-wal' journal there; move the database to a writable directory",
+             path, dir, strerror(dir_errno));
+    return -dir_errno;
+  }
   bf_store *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
   s->path = strdup(path);
   s->readonly = readonly;
-  int oflags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
+  /* A reader opens read-write when it may (bifocal never writes through it):
+   * then closing it removes the -wal/-shm it made, as a writer's close does.
+   * A reader that may not write reads a fully checkpointed file (no -wal) as
+   * immutable, so nothing needs creating beside it. */
+  int oflags = SQLITE_OPEN_READWRITE;
+  char *uri = NULL;
+  if (readonly && (!dir_w || access(path, W_OK) != 0)) {
+    oflags = SQLITE_OPEN_READONLY;
+    if (!wal_exists) {
+      size_t n = strlen(path);
+      uri = malloc(n * 3 + 32);
+      if (uri) {
+        char *u = stpcpy(uri, "file:");
+        for (const char *c = path; *c; c++) {
+          if (*c == '%' || *c == '?' || *c == '#') u += sprintf(u, "%%%02X", (unsigned char)*c);
+          else *u++ = *c;
+        }
+        strcpy(u, "?immutable=1");
+        oflags |= SQLITE_OPEN_URI;
+      }
+    }
+  }
   int rc;
-  if (sqlite3_open_v2(path, &s->db, oflags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+  int orc = sqlite3_open_v2(uri ? uri : path, &s->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
+  free(uri);
+  if (orc != SQLITE_OK) {
     rc = -EIO;
     snprintf(open_err, sizeof open_err, "cannot open database '%s': %s", path,
              s->db ? sqlite3_errmsg(s->db) : "out of memory");
@@ -1325,8 +1372,10 @@ int bf_store_samples_foreach(bf_store *s, int64_t session_id, const bf_sample_fi
     int r = bf_chunk_decode(d, len, tid, first, f, fn, ud);
     if (r == -EBADMSG) {
       sqlite3_finalize(st);
-      return bf_store_fail(s, -EBADMSG, "database '%s': corrupt sample chunk in session %lld", s->path,
-                           (long long)session_id);
+      return bf_store_fail(s, -EBADMSG,
+                           "database '%s': a sample chunk of session %lld is corrupt (the file was changed "
+                           "outside bifocal); its other sessions are intact: record or import this one again",
+                           s->path, (long long)session_id);
     }
     if (r) {
       sqlite3_finalize(st);
