@@ -808,7 +808,15 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
           return seterr(h, -EINTR, "interrupted before '%s' started its Python runtime; nothing recorded",
                         o->argv[0]);
         }
-        return rc;
+        /* cannot be profiled: it is not stopped half-way either; it runs to its
+         * end (a stop signal is passed on meanwhile) and the error follows */
+        char msg[sizeof h->err];
+        snprintf(msg, sizeof msg, "%s", h->err);
+        while (waitpid(pid, &st2, 0) < 0 && errno == EINTR) {
+        }
+        if (o->child_pid) *o->child_pid = 0;
+        *exit_status = st2;
+        return seterr(h, rc, "%s (the command ran unprofiled to its end)", msg);
       }
       struct timespec ts = {0, 200000};
       nanosleep(&ts, NULL);

@@ -290,7 +290,21 @@ int bf_smp_attach(bf_smp *h, int pid) {
   snprintf(exe_link, sizeof exe_link, "/proc/%d/exe", pid);
   ssize_t n = readlink(exe_link, exe, sizeof exe - 1);
   if (n < 0) {
-    if (errno == ENOENT) return seterr(h, -ESRCH, "no process with pid %d", pid);
+    if (errno == ENOENT) {
+      char st[64], buf[512];
+      snprintf(st, sizeof st, "/proc/%d/stat", pid);
+      FILE *f = fopen(st, "re");
+      size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+      if (f) fclose(f);
+      buf[got] = 0;
+      const char *rp = strrchr(buf, ')');
+      if (rp && rp[1] == ' ' && rp[2] == 'Z')
+        return seterr(h, -ESRCH,
+                      "process %d has exited (a zombie its parent has not reaped): there is nothing to "
+                      "sample; profile a running process",
+                      pid);
+      return seterr(h, -ESRCH, "no process with pid %d", pid);
+    }
     if (errno == EACCES || errno == EPERM) return explain_eperm(h, pid);
     return seterr(h, -errno, "cannot read %s: %s", exe_link, strerror(errno));
   }
@@ -324,7 +338,20 @@ int bf_smp_attach(bf_smp *h, int pid) {
   uint64_t bias = m.start - elf.load_vaddr;
   uint64_t rt, rt_size, val, sz;
   if (smp_elf_symbol(&elf, "_PyRuntime", &rt, &rt_size) < 0) {
+    int old = smp_elf_symbol(&elf, "Py_Initialize", &val, &sz) == 0; /* a Python before 3.7 */
     smp_elf_free(&elf);
+    int mj = 0, mn = 0; /* libpythonX.Y.so or pythonX.Y names the version */
+    for (int k = 0; k < 2 && !mj; k++) {
+      const char *b = strrchr(k ? exe : obj_name, '/');
+      b = strstr(b ? b : k ? exe : obj_name, "python");
+      if (!b || sscanf(b + 6, "%d.%d", &mj, &mn) != 2 || mj > 3 || (mj == 3 && mn > 6)) mj = 0;
+    }
+    if (mj)
+      return seterr(h, -ENOTSUP, "process %d runs unsupported Python version %d.%d; bifocal supports 3.8–3.14",
+                    pid, mj, mn);
+    if (old)
+      return seterr(h, -ENOTSUP, "process %d runs an unsupported Python (older than 3.7); bifocal supports 3.8–3.14",
+                    pid);
     return seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (no _PyRuntime symbol)",
                   pid, exe);
   }
@@ -372,7 +399,9 @@ int bf_smp_attach(bf_smp *h, int pid) {
            strstr(base, "t.so") != NULL;
   smp_elf_free(&elf);
   h->build = debug ? "debug" : "release";
-  if (minor < 8) return seterr(h, -ENOTSUP, "Python %s is not supported (3.8 or newer)", h->version);
+  if (minor < 8)
+    return seterr(h, -ENOTSUP, "process %d runs unsupported Python version %s; bifocal supports 3.8–3.14", pid,
+                  h->version);
   if (minor <= 12) {
     if (debug)
       return seterr(h, -ENOTSUP, "Python %s debug builds are not supported (release builds only)",
