@@ -242,9 +242,9 @@ static int fail_sql(bf_store *s, const char *what) {
   int code = sqlite3_errcode(s->db);
   if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
     return bf_store_fail(s, -EBUSY,
-                         "database '%s' is locked by another process (%s waited %d ms); try again when that "
-                         "process is done, or use another -d",
-                         s->path, what, s->busy_ms);
+                         "database '%s' is locked by another process (waited %d ms to %s); try again when "
+                         "that process is done, or use another -d",
+                         s->path, s->busy_ms, strncmp(what, "BEGIN", 5) == 0 ? "write" : what);
   int rc = (code == SQLITE_FULL) ? -ENOSPC : (code == SQLITE_READONLY || code == SQLITE_PERM) ? -EACCES
            : (code == SQLITE_BUSY || code == SQLITE_LOCKED) ? -EBUSY : (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) ? -EINVAL : -EIO;
   return bf_store_fail(s, rc, "database '%s': %s: %s", s->path, what, sqlite3_errmsg(s->db));
