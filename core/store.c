@@ -666,6 +666,14 @@ static void bind_text(sqlite3_stmt *st, int i, const char *v) {
   "id,kind,clock,mode,rate_hz,achieved_rate_hz,start_ns,duration_ns,host,pid,command,"     \
   "python_version,python_build,profiler_version,commit_id,label,samples,missed,invalid,"   \
   "profiler_cpu_ns,status,expires_at_ns,parent_id,redacted,created_ns,extra_json"
+/* The same for reading: a capture killed before it finalised shows what its
+ * chunks hold rather than 0 samples. */
+#define SESSION_COLS_READ                                                                  \
+  "id,kind,clock,mode,rate_hz,achieved_rate_hz,start_ns,duration_ns,host,pid,command,"     \
+  "python_version,python_build,profiler_version,commit_id,label,"                          \
+  "CASE WHEN status='incomplete' AND samples=0 THEN (SELECT coalesce(sum(n_samples),0) "   \
+  "FROM sample_chunks WHERE session_id=sessions.id) ELSE samples END,missed,invalid,"       \
+  "profiler_cpu_ns,status,expires_at_ns,parent_id,redacted,created_ns,extra_json"
 
 static void bind_session(sqlite3_stmt *st, const bf_session_info *in, int64_t created) {
   bind_text(st, 2, in->kind ? in->kind : "sampled");
@@ -823,7 +831,7 @@ void bf_session_info_free(bf_session_info *info) { free(info); }
 int bf_store_session_get(bf_store *s, int64_t id, bf_session_info **out) {
   *out = NULL;
   sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(s->db, "SELECT " SESSION_COLS " FROM sessions WHERE id=?1", -1, &st, NULL) !=
+  if (sqlite3_prepare_v2(s->db, "SELECT " SESSION_COLS_READ " FROM sessions WHERE id=?1", -1, &st, NULL) !=
       SQLITE_OK)
     return fail_sql(s, "prepare");
   sqlite3_bind_int64(st, 1, id);
@@ -873,7 +881,7 @@ int bf_store_session_list(bf_store *s, bf_session_info ***out, size_t *n) {
   *out = NULL;
   *n = 0;
   sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(s->db, "SELECT " SESSION_COLS " FROM sessions ORDER BY id", -1, &st, NULL) != SQLITE_OK)
+  if (sqlite3_prepare_v2(s->db, "SELECT " SESSION_COLS_READ " FROM sessions ORDER BY id", -1, &st, NULL) != SQLITE_OK)
     return fail_sql(s, "prepare");
   bf_session_info **arr = NULL;
   size_t len = 0, cap = 0;
