@@ -36,6 +36,14 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
     kill(child_pid, sig);
 }
 
+/* --native: Ctrl-Z releases the target's threads before bifocal stops
+ * (sampling/record.c suspend_native). */
+static volatile int suspend_flag;
+static void on_tstp(int sig) {
+  (void)sig;
+  suspend_flag = 1;
+}
+
 static const int stop_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
 #define N_STOP_SIGS ((int)(sizeof stop_sigs / sizeof stop_sigs[0]))
 
@@ -162,12 +170,22 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &sa, &old_sa[i]);
   o.stop = &stop_flag;
   o.child_pid = &child_pid;
+  struct sigaction tstp, old_tstp;
+  memset(&tstp, 0, sizeof tstp);
+  tstp.sa_handler = on_tstp;
+  sigemptyset(&tstp.sa_mask);
+  suspend_flag = 0;
+  if (o.native) {
+    sigaction(SIGTSTP, &tstp, &old_tstp);
+    o.suspend = &suspend_flag;
+  }
   int tty = isatty(2) && cli->stdout_tty;
   if (tty) o.progress = progress;
   int64_t sid = 0;
   int wst = -1;
   rc = bf_smp_record(h, st, &o, &sid, &wst);
   for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &old_sa[i], NULL);
+  if (o.native) sigaction(SIGTSTP, &old_tstp, NULL);
   if (tty) fputs("\r\033[K", stderr);
   int status = 0;
   if (rc < 0) {

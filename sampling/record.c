@@ -742,6 +742,31 @@ static uint64_t xorshift(uint64_t *s) {
   return *s = x;
 }
 
+/* Ctrl-Z with --native: never keep a target stopped while we are stopped.
+ * Release and detach every thread, stop (default SIGTSTP action), and seize
+ * them again once continued. Returns 0 or a negative errno (message on h). */
+static int suspend_native(bf_smp *h, target *tg, size_t ntg, const bf_smp_record_opts *o) {
+  for (size_t i = 0; i < ntg; i++) {
+    if (!tg[i].nat) continue;
+    bf_smp_native_free(tg[i].nat); /* resumes and detaches (bounded wait) */
+    tg[i].nat = NULL;
+  }
+  struct sigaction dfl, old;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGTSTP, &dfl, &old);
+  raise(SIGTSTP); /* stopped here until SIGCONT */
+  sigaction(SIGTSTP, &old, NULL);
+  for (size_t i = 0; i < ntg; i++) {
+    if (tg[i].exited) continue;
+    char msg[256];
+    int rc = bf_smp_native_new(tg[i].h, o->native_threads, &tg[i].nat, msg, sizeof msg);
+    if (rc < 0) return seterr(h, rc, "after a suspend: %s", msg);
+  }
+  return 0;
+}
+
 /* Launch argv; returns the child pid or a negative errno (message on h). */
 static int launch(bf_smp *h, char *const *argv) {
   int fds[2];
@@ -869,6 +894,14 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     if (o->stop && *o->stop) {
       status = "interrupted";
       break;
+    }
+    if (o->suspend && *o->suspend) {
+      *o->suspend = 0;
+      if ((rc = suspend_native(h, tg, ntg, o)) < 0) {
+        fatal = 1;
+        break;
+      }
+      if (o->stop && *o->stop) continue;
     }
     /* jitter: uniform in [0.5, 1.5) intervals so periodic work is not aliased */
     int64_t step = interval / 2 + (int64_t)(xorshift(&rng) % (uint64_t)(interval > 0 ? interval : 1));

@@ -144,6 +144,11 @@ typedef struct bf_smp_record_opts {
    * signal handler can pass a signal on. A launched command is always waited
    * for, also after a stop. */
   volatile int *child_pid;
+  /* --native (may be NULL): set (by a SIGTSTP handler) to suspend: every
+   * stopped-for-sampling thread is released and detached first, then this
+   * process stops itself with SIGTSTP; on SIGCONT threads are seized again
+   * and sampling goes on (the ticks in between count as missed). */
+  volatile int *suspend;
   /* Called about 4 times a second (may be NULL). */
   void (*progress)(void *ud, const bf_smp_progress *p);
   void *progress_ud;
