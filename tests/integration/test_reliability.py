@@ -12,6 +12,7 @@ state, /proc RSS), SQLite itself and workloads that name their own time.
 Interpreter-independent cases run once (with the newest interpreter found);
 SIGTERM to a launched command runs on every interpreter.
 """
+import glob
 import json
 import os
 import re
@@ -244,10 +245,14 @@ def _stop_signal_reaches_launched_command(python, tmp_path, sig):
         child = sessions(db)[1]["pid"]
         rec.send_signal(sig)
         out, err = rec.communicate(timeout=30)
+        left = _alive(child)
     finally:
-        if rec.poll() is None:
+        try:  # whatever happened, nothing of this test keeps running
             os.killpg(rec.pid, signal.SIGKILL)
-    assert not _alive(child), "the launched command was left running"
+        except ProcessLookupError:
+            pass
+        rec.wait()
+    assert not left, "the launched command was left running"
     # Python dies of SIGTERM/SIGHUP; a KeyboardInterrupt exits via SIGINT (1 before 3.8)
     assert rec.returncode in (128 + sig, 1), (rec.returncode, err)
     s = sessions(db)[int(out.strip().splitlines()[-1])]
@@ -343,6 +348,9 @@ def test_locked_database_keeps_sampling(tmp_path):
     finally:
         target.kill()
         target.wait()
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
     assert rec.returncode == 0, err
     assert "locked" not in err, err
     s = sessions(db)[last_line_id(subprocess.CompletedProcess([], 0, out))]
@@ -381,6 +389,7 @@ def test_thread_churn_memory_bounded(tmp_path):
     c = tmp_path / "churn.py"
     c.write_text(CHURN)
     target = subprocess.Popen([py, str(c), "8.5"], stdout=subprocess.PIPE, text=True)
+    rec = target  # until bifocal starts
     try:
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--pid", str(target.pid),
                                 "--duration", "7.5"], stdout=subprocess.PIPE,
@@ -393,9 +402,10 @@ def test_thread_churn_memory_bounded(tmp_path):
         assert rec.returncode == 0, err
         born = int(target.communicate(timeout=30)[0].strip())
     finally:
-        if target.poll() is None:
-            target.kill()
-            target.wait()
+        for p in (target, rec):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     assert born > 1500, born  # churn really happened (~200-1300 threads/s here)
     assert late - early < 3072, (early, late, born)
     con = sqlite3.connect(db)
@@ -476,6 +486,7 @@ def test_sigtstp_releases_native_target(tmp_path):
     w.write_text(THREADS)
     target = subprocess.Popen([py, str(w), "6"], stdout=subprocess.PIPE, text=True)
     assert target.stdout.readline().strip() == "ready"
+    rec = None
     try:
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native", "--rate", "1000",
                                 "--pid", str(target.pid), "--duration", "4"],
@@ -500,6 +511,187 @@ def test_sigtstp_releases_native_target(tmp_path):
         assert target.wait(timeout=30) == 0
         assert "done" in target.stdout.read()
     finally:
+        if rec is not None and rec.poll() is None:
+            rec.kill()
+            rec.send_signal(signal.SIGCONT)
+            rec.wait()
         if target.poll() is None:
             target.kill()
             target.wait()
+
+
+# ---- errors: the thing, the cause, the fix, once ----------------------------------------------------
+
+
+def _one_line(r):
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, r
+    return lines[0]
+
+
+def test_error_corrupt_chunk(recorded, tmp_path):
+    db, a, _ = recorded
+    bad = str(tmp_path / "bad.db")
+    src = sqlite3.connect(db)
+    dst = sqlite3.connect(bad)
+    src.backup(dst)
+    src.close()
+    dst.execute("UPDATE sample_chunks SET data=x'ffffffffffffffffffff01' "
+                "WHERE id=(SELECT min(id) FROM sample_chunks WHERE session_id=?)", (a,))
+    dst.commit()
+    dst.close()
+    out = str(tmp_path / "red.db")
+    line = _one_line(run(["redact", str(a), "-o", out], db=bad, check=False))
+    assert "sample chunk of session %d is corrupt" % a in line and "again" in line, line
+    assert not os.path.exists(out)
+    keys = tmp_path / "k"
+    run(["keygen", "-o", str(keys)])
+    line = _one_line(run(["export", str(a), "--format", "bifocal", "--encrypt-to",
+                          str(keys) + ".pub", "-o", str(tmp_path / "s.bfs")], db=bad, check=False))
+    assert "is corrupt" in line, line
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("version", [0, -1])
+def test_error_schema_version_reset(recorded, tmp_path, version):
+    db, a, _ = recorded
+    bad = str(tmp_path / "v.db")
+    src = sqlite3.connect(db)
+    dst = sqlite3.connect(bad)
+    src.backup(dst)
+    src.close()
+    dst.execute("PRAGMA user_version=%d" % version)
+    dst.commit()
+    dst.close()
+    for args in (["sessions"], ["import", "/dev/null"]):
+        line = _one_line(run(args, db=bad, check=False))
+        assert "schema version %d" % version in line and "PRAGMA user_version=1" in line, line
+        assert "already exists" not in line
+
+
+def test_error_read_only_directory(recorded, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a read-only bind mount")
+    db, a, _ = recorded
+    src = tmp_path / "src"
+    src.mkdir()
+    c = sqlite3.connect(str(src / "r.db"))
+    s = sqlite3.connect(db)
+    s.backup(c)
+    s.close()
+    c.close()
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    r = subprocess.run(["mount", "--bind", str(src), str(ro)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("cannot bind-mount: %s" % r.stderr.strip())
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True)
+        rdb = str(ro / "r.db")
+        # readers work (the file is fully checkpointed: read as immutable)
+        assert str(a) in run(["sessions"], db=rdb).stdout
+        line = _one_line(run(["import", "/dev/null"], db=rdb, check=False))
+        assert "directory" in line and "not writable" in line and "move the database" in line, line
+    finally:
+        subprocess.run(["umount", str(ro)], capture_output=True)
+
+
+def test_error_old_pythons(tmp_path):
+    root = subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip()
+    olds = sorted(glob.glob(os.path.join(root or "/nonexistent", "versions", "[23].[0-7].*", "bin",
+                                         "python[23].[0-9]")))
+    if not olds:
+        pytest.skip("no Python older than 3.8 under pyenv (2.7/3.6/3.7 are tested when present)")
+    for exe in olds:
+        ver = ".".join(os.path.basename(exe)[6:].split(".")[:2])
+        p = subprocess.Popen([exe, "-c", "import time; time.sleep(5)"])
+        try:
+            time.sleep(0.3)
+            line = _one_line(run(["dump", str(p.pid)], check=False))
+            assert "unsupported Python version %s" % ver in line and "3.8" in line, (exe, line)
+        finally:
+            p.kill()
+            p.wait()
+
+
+def test_error_zombie(tmp_path):
+    p = subprocess.Popen(["true"])
+    deadline = time.time() + 5
+    while time.time() < deadline:  # not reaped yet: a zombie
+        with open("/proc/%d/stat" % p.pid) as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.01)
+    try:
+        line = _one_line(run(["dump", str(p.pid)], check=False))
+        assert "zombie" in line and "has exited" in line, line
+    finally:
+        p.wait()
+
+
+def test_error_lock_once(recorded, tmp_path):
+    db, a, _ = recorded
+    mine = str(tmp_path / "l.db")
+    s = sqlite3.connect(db)
+    c = sqlite3.connect(mine)
+    s.backup(c)
+    s.close()
+    c.close()
+    lk = tmp_path / "lock.py"
+    lk.write_text(LOCKER)
+    holder = subprocess.Popen([sys.executable, str(lk), mine, "8"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        col = tmp_path / "c.txt"
+        col.write_text("main;work 10\n")
+        line = _one_line(run(["import", str(col)], db=mine, check=False))
+        assert "locked by another process" in line and "try again" in line, line
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _seal(pub_path, db_bytes):
+    """A sealed export made here (libsodium through ctypes), as any holder of
+    the public key could: BFSEAL1, fingerprint, sealed box of a compressed db."""
+    import base64
+    import ctypes
+    import ctypes.util
+    import struct
+    import zlib
+    name = ctypes.util.find_library("sodium")
+    if not name:
+        pytest.skip("libsodium not found for ctypes")
+    na = ctypes.CDLL(name)
+    assert na.sodium_init() >= 0
+    pk = base64.b64decode(open(pub_path).read().split()[1])
+    fpr = ctypes.create_string_buffer(8)
+    na.crypto_generichash(fpr, ctypes.c_size_t(8), pk, ctypes.c_ulonglong(32), None, ctypes.c_size_t(0))
+    plain = b"BFSESS1\0" + struct.pack("<Q", len(db_bytes)) + zlib.compress(db_bytes)
+    box = ctypes.create_string_buffer(len(plain) + 48)
+    assert na.crypto_box_seal(box, plain, ctypes.c_ulonglong(len(plain)), pk) == 0
+    return b"BFSEAL1\n" + fpr.raw + box.raw
+
+
+def test_error_corrupt_sealed_chunk(recorded, tmp_path):
+    """A sealed file whose enclosed session has a corrupt chunk: one line
+    naming the file and the cause (it used to print "'x.bfs': ; nothing
+    imported"), and the database is left as it was."""
+    db, a, _ = recorded
+    keys = tmp_path / "k"
+    run(["keygen", "-o", str(keys)])
+    one = str(tmp_path / "one.db")
+    run(["redact", str(a), "-o", one], db=db)  # a one-session database
+    c = sqlite3.connect(one)
+    c.execute("UPDATE sample_chunks SET data=x'ffffffffffffffffffff01' "
+              "WHERE id=(SELECT min(id) FROM sample_chunks)")
+    c.commit()
+    c.close()
+    sealed = tmp_path / "c_chunk.bfs"
+    sealed.write_bytes(_seal(str(keys) + ".pub", open(one, "rb").read()))
+    dst = str(tmp_path / "dst.db")
+    run(["import", "/dev/null"], db=dst, check=False)  # create it
+    before = run(["sessions", "--json"], db=dst, check=False).stdout
+    line = _one_line(run(["import", str(sealed), "--key", str(keys) + ".key"], db=dst, check=False))
+    assert "c_chunk.bfs" in line and "corrupt" in line and "nothing imported" in line, line
+    assert run(["sessions", "--json"], db=dst, check=False).stdout == before
