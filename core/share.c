@@ -66,7 +66,8 @@ static int read_all(const char *path, int64_t max, unsigned char **buf, size_t *
 }
 
 /* Write buf to path through a temporary and rename; mode applies on create. */
-static int write_file(const char *path, int mode, int excl, const unsigned char *buf, size_t len) {
+static int write_file(const char *path, int mode, int excl, const unsigned char *buf, size_t len,
+                      const char *protect_db) {
   char *tmp = NULL;
   if (excl) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
@@ -77,8 +78,46 @@ static int write_file(const char *path, int mode, int excl, const unsigned char 
     if (e) unlink(path);
     return e;
   }
-  if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0) return -ENOMEM;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  /* like every -o: follow a symlink to its target; write a device or FIFO
+   * in place; never replace the database being read (or its -wal/-shm) */
+  char real[PATH_MAX], link[PATH_MAX];
+  struct stat st;
+  int direct = 0;
+  snprintf(real, sizeof real, "%s", path);
+  for (int hops = 0; lstat(real, &st) == 0 && S_ISLNK(st.st_mode); hops++) { /* dangling too */
+    ssize_t n = hops < 40 ? readlink(real, link, sizeof link - 1) : -1;
+    if (n < 0) return hops < 40 ? -errno : -ELOOP;
+    link[n] = 0;
+    char *slash = strrchr(real, '/');
+    if (link[0] == '/' || !slash) snprintf(real, sizeof real, "%s", link);
+    else if ((size_t)snprintf(slash + 1, sizeof real - (size_t)(slash + 1 - real), "%s", link) >=
+             sizeof real - (size_t)(slash + 1 - real))
+      return -ENAMETOOLONG;
+  }
+  path = real;
+  if (stat(real, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return -EISDIR;
+    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) direct = 1;
+    else if (!S_ISREG(st.st_mode)) return -EPERM;
+    static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+    for (int i = 0; protect_db && i < 4; i++) {
+      char p[PATH_MAX + 16];
+      struct stat d;
+      snprintf(p, sizeof p, "%s%s", protect_db, sfx[i]);
+      if (stat(p, &d) == 0 && d.st_dev == st.st_dev && d.st_ino == st.st_ino) return -EEXIST;
+    }
+  }
+  int fd;
+  if (direct) {
+    fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+  } else {
+    const char *slash = strrchr(path, '/');
+    if (asprintf(&tmp, "%.*s.%s.bifocal-XXXXXX", slash ? (int)(slash - path + 1) : 0, path,
+                 slash ? slash + 1 : path) < 0)
+      return -ENOMEM;
+    fd = mkostemp(tmp, O_CLOEXEC); /* 0600 */
+    if (fd >= 0 && mode != 0600) fchmod(fd, (mode_t)mode);
+  }
   if (fd < 0) {
     int e = -errno;
     free(tmp);
@@ -95,11 +134,13 @@ static int write_file(const char *path, int mode, int excl, const unsigned char 
     }
     off += (size_t)w;
   }
-  if (!e && fsync(fd) != 0) e = -errno;
+  if (!e && tmp && fsync(fd) != 0) e = -errno;
   if (close(fd) != 0 && !e) e = -errno;
-  if (!e && rename(tmp, path) != 0) e = -errno;
-  if (e) unlink(tmp);
-  free(tmp);
+  if (tmp) {
+    if (!e && rename(tmp, path) != 0) e = -errno;
+    if (e) unlink(tmp);
+    free(tmp);
+  }
   return e;
 }
 
@@ -141,13 +182,13 @@ int bf_share_keygen(const char *name, char fpr[17], char *err, size_t errlen) {
   }
   sodium_bin2base64(b64, sizeof b64, sk, sizeof sk, sodium_base64_VARIANT_ORIGINAL);
   int n = snprintf(line, sizeof line, KEY_PREFIX "%s\n", b64);
-  if ((rc = write_file(key_path, 0600, 1, (unsigned char *)line, (size_t)n))) {
+  if ((rc = write_file(key_path, 0600, 1, (unsigned char *)line, (size_t)n, NULL))) {
     snprintf(err, errlen, "cannot write '%s': %s", key_path, strerror(-rc));
     goto out;
   }
   sodium_bin2base64(b64, sizeof b64, pk, sizeof pk, sodium_base64_VARIANT_ORIGINAL);
   n = snprintf(line, sizeof line, PUB_PREFIX "%s\n", b64);
-  if ((rc = write_file(pub_path, 0644, 1, (unsigned char *)line, (size_t)n))) {
+  if ((rc = write_file(pub_path, 0644, 1, (unsigned char *)line, (size_t)n, NULL))) {
     snprintf(err, errlen, "cannot write '%s': %s", pub_path, strerror(-rc));
     unlink(key_path);
     goto out;
@@ -224,8 +265,11 @@ int bf_share_export(bf_store *src, int64_t session_id, const char *pub, const ch
     rc = bf_store_fail(src, -EIO, "encryption failed");
     goto out;
   }
-  if ((rc = write_file(out_path, 0600, 0, sealed, out_len)))
-    bf_store_fail(src, rc, "cannot write '%s': %s", out_path, strerror(-rc));
+  if ((rc = write_file(out_path, 0600, 0, sealed, out_len, bf_store_path(src))))
+    bf_store_fail(src, rc, rc == -EEXIST ? "refusing to write '%s': it is the open database; choose another output path"
+                           : rc == -ENOSPC ? "cannot write '%s': %s (free some space or write elsewhere)"
+                                          : "cannot write '%s': %s",
+                  out_path, strerror(-rc));
 out:
   if (db) sodium_memzero(db, db_len);
   if (plain) sodium_memzero(plain, plain_len);

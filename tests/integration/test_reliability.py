@@ -137,6 +137,29 @@ def test_output_into_devices_fifos_and_symlinks(recorded, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_sealed_export_output(recorded, tmp_path):
+    """The sealed export writes its file with the same rules as every -o."""
+    db, a, _ = recorded
+    keys = tmp_path / "k"
+    run(["keygen", "-o", str(keys)])
+    seal = ["export", str(a), "--format", "bifocal", "--encrypt-to", str(keys) + ".pub", "-o"]
+    before = os.stat("/dev/null")
+    run(seal + ["/dev/null"], db=db)
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
+    link = tmp_path / "link.bfs"
+    os.symlink("real.bfs", link)
+    run(seal + [str(link)], db=db)
+    assert os.path.islink(link) and (tmp_path / "real.bfs").read_bytes().startswith(b"BFSEAL1\n")
+    line = _one_line(run(seal + [db], db=db, check=False))
+    assert "refusing to write" in line and "open database" in line, line
+    c = sqlite3.connect(db)  # (the audit row of the attempt is its only change)
+    assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert c.execute("SELECT count(*) FROM sessions WHERE id=?", (a,)).fetchone()[0] == 1
+    c.close()
+    assert leftovers(tmp_path) == []
+
+
 def test_output_onto_the_open_database_is_refused(recorded, tmp_path):
     db, a, _ = recorded
     before = open(db, "rb").read()
