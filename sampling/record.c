@@ -767,6 +767,20 @@ static int suspend_native(bf_smp *h, target *tg, size_t ntg, const bf_smp_record
   return 0;
 }
 
+/* A launched command is never left behind: wait for it (a stop signal is
+ * passed on to it meanwhile by the caller's handler). */
+static void wait_launched(int pid, const bf_smp_record_opts *o, int *exit_status) {
+  int st;
+  while (waitpid(pid, &st, 0) < 0) {
+    if (errno != EINTR) {
+      st = -1;
+      break;
+    }
+  }
+  if (o->child_pid) *o->child_pid = 0;
+  *exit_status = st;
+}
+
 /* Launch argv; returns the child pid or a negative errno (message on h). */
 static int launch(bf_smp *h, char *const *argv) {
   int fds[2];
@@ -856,11 +870,16 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
   if (o->native) {
     char msg[256];
     rc = bf_smp_native_new(h, o->native_threads, &tg[0].nat, msg, sizeof msg);
-    if (rc < 0) return seterr(h, rc, "%s", msg);
+    if (rc < 0) {
+      seterr(h, rc, "%s", msg);
+      if (launched) wait_launched(pid, o, exit_status);
+      return rc;
+    }
   }
   rc = session_start(h, st, &tg[0], o, o->parent_session);
   if (rc < 0) {
     bf_smp_native_free(tg[0].nat);
+    if (launched) wait_launched(pid, o, exit_status);
     return rc;
   }
   *session_id = tg[0].session_id;

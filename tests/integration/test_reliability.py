@@ -718,3 +718,62 @@ def test_error_corrupt_sealed_chunk(recorded, tmp_path):
     line = _one_line(run(["import", str(sealed), "--key", str(keys) + ".key"], db=dst, check=False))
     assert "c_chunk.bfs" in line and "corrupt" in line and "nothing imported" in line, line
     assert run(["sessions", "--json"], db=dst, check=False).stdout == before
+
+
+# ---- smaller promises ----------------------------------------------------------------------------
+
+
+def test_killed_capture_counts_its_chunks(tmp_path):
+    """A capture killed with SIGKILL never finalised its row; `sessions` shows
+    the samples its chunks hold, not 0."""
+    py = newest_python()
+    db = str(tmp_path / "k.db")
+    p = tmp_path / "forever.py"
+    p.write_text(FOREVER)
+    rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--", py, str(p)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(),
+                           start_new_session=True)
+    try:
+        _wait_session(db, rec)
+        time.sleep(2.0)  # chunks are written about once a second
+    finally:
+        os.killpg(rec.pid, signal.SIGKILL)
+        rec.wait()
+    s = sessions(db)[1]
+    con = sqlite3.connect(db)
+    in_chunks = con.execute("SELECT sum(n_samples) FROM sample_chunks WHERE session_id=1").fetchone()[0]
+    con.close()
+    assert s["status"] == "incomplete" and in_chunks and s["samples"] == in_chunks, (s, in_chunks)
+
+
+def test_readers_leave_no_wal_files(recorded, tmp_path):
+    db, a, _ = recorded
+    mine = str(tmp_path / "r.db")
+    s = sqlite3.connect(db)
+    c = sqlite3.connect(mine)
+    s.backup(c)
+    s.close()
+    c.close()
+    assert not os.path.exists(mine + "-wal")
+    run(["sessions"], db=mine)
+    run(["replay", str(a)], db=mine)
+    r = run(["replay", "999"], db=mine, check=False)  # fails
+    assert r.returncode != 0
+    assert sorted(os.listdir(tmp_path)) == ["r.db"], os.listdir(tmp_path)
+
+
+def test_lua_out_files_are_private(recorded, tmp_path):
+    db, _, _ = recorded
+    out = tmp_path / "out"
+    out.mkdir()
+    s = tmp_path / "w.lua"
+    s.write_text('local f = io.open(bifocal.out_dir .. "/report.txt", "w")\nf:write("x")\nf:close()\n'
+                 'io.output(bifocal.out_dir .. "/second.txt")\nio.write("y")\nio.close()\n')
+    old = os.umask(0o022)
+    try:
+        r = run(["run", "--out", str(out), str(s)], db=db, check=False)
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r
+    for name in ("report.txt", "second.txt"):
+        assert stat.S_IMODE(os.stat(out / name).st_mode) == 0o600, name
