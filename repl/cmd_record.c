@@ -154,6 +154,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("out of memory");
     return 1;
   }
+  bf_store_set_busy_timeout(st, 30000); /* another writer's lock: wait to begin (then samples are held) */
   bf_audit *au = NULL; /* audited before the target is touched */
   if ((rc = bf_audit_begin(cli, st, "record", pid, &au))) {
     bf_smp_free(h);
@@ -203,6 +204,16 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
         fprintf(stderr, "native: %s\n", line);
       bf_session_info_free(in);
     }
+  }
+  if (sid > 0) { /* said once, terminal or not: samples lost to another process's lock */
+    bf_session_info *in = NULL;
+    const char *ld;
+    if (bf_store_session_get(st, sid, &in) == 0 && in->extra_json &&
+        (ld = strstr(in->extra_json, "\"lock_dropped\":")) && strtoll(ld + 15, NULL, 10) > 0)
+      bf_cli_warn("session %lld: %lld samples dropped while another process held the database's write lock "
+                  "(more than 64 MB waited); keep other writers' transactions short",
+                  (long long)sid, strtoll(ld + 15, NULL, 10));
+    bf_session_info_free(in);
   }
   if (sid > 0) {
     bf_session_info *in = NULL;
