@@ -114,6 +114,25 @@ int bf_out_open(const char *path, bf_out_file *o) {
   }
   struct stat st;
   int exists = 0;
+  /* /dev/stdout, /dev/fd/N, /proc/self/fd/N name a descriptor we hold (a
+   * pipe or socket behind it has no path): write to it as it is */
+  int fdn = -1;
+  char tail;
+  if (strcmp(path, "/dev/stdout") == 0) fdn = 1;
+  else if (strcmp(path, "/dev/stderr") == 0) fdn = 2;
+  else if (sscanf(path, "/dev/fd/%d%c", &fdn, &tail) != 1 && sscanf(path, "/proc/self/fd/%d%c", &fdn, &tail) != 1)
+    fdn = -1;
+  if ((fdn >= 0 && fcntl(fdn, F_GETFD) >= 0) ||
+      (stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))) {
+    int fd = fdn >= 0 ? fcntl(fdn, F_DUPFD_CLOEXEC, 3) : open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
+      bf_cli_error("cannot write '%s': %m", path);
+      if (fd >= 0) close(fd);
+      return 1;
+    }
+    o->direct = 1;
+    return 0;
+  }
   int rc = resolve(path, &o->path, &st, &exists);
   if (rc < 0) {
     bf_cli_error("cannot write '%s': %s; choose another output path", path, strerror(-rc));

@@ -122,6 +122,9 @@ def test_output_into_devices_fifos_and_symlinks(recorded, tmp_path):
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     want = run(["export", str(a), "--format", "collapsed", "-o", "-"], db=db).stdout.encode()
     assert got == want and len(got) > 0
+    # /dev/stdout (a link to a pipe here) is our stdout, never replaced
+    r = run(["export", str(a), "--format", "collapsed", "-o", "/dev/stdout"], db=db)
+    assert r.stdout.encode() == want and os.path.islink("/dev/stdout")
     # a symlink is followed: the link stays, its target gets the content
     target = tmp_path / "real.txt"
     link = tmp_path / "link.txt"
