@@ -229,19 +229,37 @@ int bf_share_export(bf_store *src, int64_t session_id, const char *pub, const ch
   unsigned char pk[crypto_box_PUBLICKEYBYTES];
   int rc = load_pub(src, pub, pk);
   if (rc) return rc;
-  char *plain_path = NULL;
   unsigned char *db = NULL, *plain = NULL, *sealed = NULL;
   size_t db_len = 0, plain_len = 0;
-  if (asprintf(&plain_path, "%s.plain.%d", out_path, (int)getpid()) < 0)
-    return bf_store_fail(src, -ENOMEM, "out of memory");
-  unlink(plain_path);
-  if ((rc = bf_session_extract(src, session_id, plain_path, NULL, NULL))) goto out;
-  rc = read_all(plain_path, BF_SHARE_MAX_BYTES, &db, &db_len);
-  unlink(plain_path);
-  if (rc) {
-    bf_store_fail(src, rc, "cannot read back the session copy: %s", strerror(-rc));
+  /* the one-session copy is made in memory: no plaintext ever on disk, so a
+   * kill leaves nothing behind */
+  bf_store *mem = NULL;
+  const char *msg = NULL;
+  int64_t new_id = 0;
+  if ((rc = bf_store_open_memory(&mem, &msg))) {
+    bf_store_fail(src, rc, "%s", msg ? msg : "cannot open a database in memory");
     goto out;
   }
+  if ((rc = bf_session_copy(src, session_id, mem, NULL, &new_id)) || (rc = bf_store_flush(mem))) {
+    bf_store_fail(src, rc, "%s", bf_store_errmsg(mem));
+    bf_store_close(mem);
+    goto out;
+  }
+  sqlite3_int64 sz = 0;
+  unsigned char *img = sqlite3_exec(bf_store_db(mem), "VACUUM", NULL, NULL, NULL) == SQLITE_OK
+                           ? sqlite3_serialize(bf_store_db(mem), "main", &sz, 0)
+                           : NULL;
+  bf_store_close(mem);
+  if (!img || sz <= 0 || sz > BF_SHARE_MAX_BYTES || !(db = malloc((size_t)sz))) {
+    rc = bf_store_fail(src, img && sz > BF_SHARE_MAX_BYTES ? -EFBIG : -ENOMEM,
+                       img && sz > BF_SHARE_MAX_BYTES ? "the session is too large to seal" : "out of memory");
+    sqlite3_free(img);
+    goto out;
+  }
+  memcpy(db, img, (size_t)sz);
+  sodium_memzero(img, (size_t)sz);
+  sqlite3_free(img);
+  db_len = (size_t)sz;
   uLongf zlen = compressBound((uLong)db_len);
   if (!(plain = malloc(INNER_HDR + zlen))) {
     rc = bf_store_fail(src, -ENOMEM, "out of memory");
@@ -276,7 +294,6 @@ out:
   free(db);
   free(plain);
   free(sealed);
-  free(plain_path);
   return rc;
 }
 

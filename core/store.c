@@ -507,6 +507,32 @@ fail:
   return rc;
 }
 
+int bf_store_open_memory(bf_store **out, const char **errmsg) {
+  *out = NULL;
+  if (errmsg) *errmsg = open_err;
+  open_err[0] = 0;
+  bf_store *s = calloc(1, sizeof *s);
+  if (!s) return -ENOMEM;
+  s->path = strdup("(memory)");
+  int rc;
+  if (sqlite3_open_v2(":memory:", &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    rc = -ENOMEM;
+    snprintf(open_err, sizeof open_err, "cannot open a database in memory: %s",
+             s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    goto fail;
+  }
+  sqlite3_extended_result_codes(s->db, 0);
+  if ((rc = check_and_migrate(s))) {
+    snprintf(open_err, sizeof open_err, "%s", s->err);
+    goto fail;
+  }
+  *out = s;
+  return 0;
+fail:
+  bf_store_close(s);
+  return rc;
+}
+
 int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_store **out,
                         const char **errmsg) {
   *out = NULL;

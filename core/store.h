@@ -34,6 +34,11 @@ int bf_store_open(const char *path, int flags, bf_store **out, const char **errm
 int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_store **out,
                         const char **errmsg);
 
+/* Open a new, empty bifocal database in memory only (e.g. the plaintext of a
+ * sealed export, which must never touch the disk). OUT and errors: as
+ * bf_store_open. */
+int bf_store_open_memory(bf_store **out, const char **errmsg);
+
 /* Close; flushes pending samples. Accepts NULL. */
 void bf_store_close(bf_store *s);
 
