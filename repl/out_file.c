@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -173,18 +174,28 @@ int bf_out_open(const char *path, bf_out_file *o) {
     bf_cli_error("out of memory");
     goto fail;
   }
-  int fd = mkostemp(o->tmp, O_CLOEXEC); /* mode 0600 */
+  /* an unnamed file first (O_TMPFILE): killed while writing, even by
+   * SIGKILL, it leaves nothing; it gets the temporary name only when done */
+  char *dir = dl ? strndup(o->path, (size_t)dl) : strdup(".");
+  int fd = dir ? open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600) : -1;
+  free(dir);
+  if (fd >= 0) {
+    o->anon = 1;
+    fchmod(fd, 0600); /* O_TMPFILE applies the umask */
+  } else {
+    fd = mkostemp(o->tmp, O_CLOEXEC); /* mode 0600; no O_TMPFILE here */
+  }
   if (fd < 0) {
     bf_cli_error("cannot write '%s': %m; check the directory exists and is writable", path);
     free(o->tmp);
     o->tmp = NULL;
     goto fail;
   }
-  arm(o->tmp);
+  if (!o->anon) arm(o->tmp);
   if (!(o->f = fdopen(fd, "w"))) {
     bf_cli_error("cannot write '%s': %m", path);
     close(fd);
-    unlink(o->tmp);
+    if (!o->anon) unlink(o->tmp);
     disarm();
     free(o->tmp);
     o->tmp = NULL;
@@ -204,6 +215,26 @@ int bf_out_close(bf_out_file *o, int ok) {
   if (fflush(o->f) != 0 && !err) err = errno ? errno : EIO;
   if (ferror(o->f) && !err) err = EIO;
   if (o->tmp && !err && ok && fsync(fileno(o->f)) != 0) err = errno;
+  struct statvfs vfs; /* stdio keeps only "an error happened": ask the file system */
+  if (err == EIO && o->tmp && fstatvfs(fileno(o->f), &vfs) == 0 && vfs.f_bavail == 0) err = ENOSPC;
+  if (o->anon && ok && !err) { /* complete: give the unnamed file its temporary name */
+    char fdp[64];
+    snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", fileno(o->f));
+    size_t n = strlen(o->tmp);
+    for (int tries = 0;; tries++) {
+      uint64_t r = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)tries * 0xBF58476D1CE4E5B9ull ^
+                   (uint64_t)(uintptr_t)o;
+      for (size_t k = n - 6; k < n; k++, r /= 36) o->tmp[k] = "abcdefghijklmnopqrstuvwxyz0123456789"[r % 36];
+      if (linkat(AT_FDCWD, fdp, AT_FDCWD, o->tmp, AT_SYMLINK_FOLLOW) == 0) {
+        o->anon = 3; /* named now */
+        break;
+      }
+      if (errno != EEXIST || tries >= 100) {
+        err = errno;
+        break;
+      }
+    }
+  }
   if (o->f == stdout) {
     clearerr(stdout);
   } else if (fclose(o->f) != 0 && !err) {
@@ -212,9 +243,6 @@ int bf_out_close(bf_out_file *o, int ok) {
   o->f = NULL;
   int rc = 0;
   if (ok && err) {
-    /* stdio keeps only "an error happened": ask the file system */
-    struct statvfs vfs;
-    if (err == EIO && o->tmp && statvfs(o->tmp, &vfs) == 0 && vfs.f_bavail == 0) err = ENOSPC;
     bf_cli_error("cannot write '%s': %s%s", o->arg ? o->arg : "stdout", strerror(err),
                  err == ENOSPC ? " (free some space or write elsewhere)" : "");
   }
@@ -225,7 +253,7 @@ int bf_out_close(bf_out_file *o, int ok) {
       rc = 1;
     }
     if (rc) {
-      unlink(o->tmp);
+      if (o->anon != 1) unlink(o->tmp); /* only a name that was made */
     } else { /* make the rename itself durable */
       const char *slash = strrchr(o->path, '/');
       char *dir = slash ? strndup(o->path, (size_t)(slash - o->path + 1)) : strdup(".");

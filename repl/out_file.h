@@ -14,6 +14,7 @@ typedef struct bf_out_file {
   char *path;  /* resolved target (symlinks followed) */
   const char *arg;
   int direct;  /* stdout, a character device or a FIFO */
+  int anon;    /* 1: an unnamed O_TMPFILE so far; 3: named tmp once complete */
 } bf_out_file;
 
 /* Remember the database path so that -o never writes over it (or its -wal,

@@ -163,6 +163,23 @@ def test_sealed_export_output(recorded, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_killed_writer_leaves_nothing(recorded, tmp_path):
+    """SIGKILL at any moment of a -o write leaves either the old file or the
+    new one, and no temporary (it is an unnamed O_TMPFILE until complete)."""
+    db, a, _ = recorded
+    out = tmp_path / "f.html"
+    out.write_text("old")
+    for i in range(12):
+        p = subprocess.Popen([bifocal_bin(), "--db", db, "replay", str(a), "--view", "flame", "-o",
+                              str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env())
+        time.sleep(0.005 * i)
+        p.kill()
+        p.wait()
+        assert sorted(os.listdir(tmp_path)) == ["f.html"], os.listdir(tmp_path)
+        body = out.read_text()
+        assert body == "old" or body.rstrip().endswith("</html>"), body[-200:]
+
+
 def test_output_onto_the_open_database_is_refused(recorded, tmp_path):
     db, a, _ = recorded
     before = open(db, "rb").read()
