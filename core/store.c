@@ -240,6 +240,9 @@ int bf_store_fail(bf_store *s, int rc, const char *fmt, ...) {
 
 static int fail_sql(bf_store *s, const char *what) {
   int code = sqlite3_errcode(s->db);
+  if (code == SQLITE_FULL)
+    return bf_store_fail(s, -ENOSPC, "database '%s': %s: the disk is full; free some space (or use another -d)",
+                         s->path, strncmp(what, "BEGIN", 5) == 0 ? "write" : what);
   if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
     return bf_store_fail(s, -EBUSY,
                          "database '%s' is locked by another process (waited %d ms to %s); try again when "
