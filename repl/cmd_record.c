@@ -211,7 +211,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
     if (bf_store_session_get(st, sid, &in) == 0 && in->extra_json &&
         (ld = strstr(in->extra_json, "\"lock_dropped\":")) && strtoll(ld + 15, NULL, 10) > 0)
       bf_cli_warn("session %lld: %lld samples dropped while another process held the database's write lock "
-                  "(more than 64 MB waited); keep other writers' transactions short",
+                  "(extra.lock_dropped); keep other writers' transactions short",
                   (long long)sid, strtoll(ld + 15, NULL, 10));
     bf_session_info_free(in);
   }
