@@ -907,11 +907,10 @@ static int trc_watch(PyObject *g, PyObject *b, PyObject *name) {
 /* CALL of a non-builtin: DISABLE the site when it can only call this callable. */
 static PyObject *trc_site_call(ProfileObject *p, PyObject *const *args) {
   PyCodeObject *co = (PyCodeObject *)args[0];
-  Py_ssize_t off = PyLong_AsSsize_t(args[1]);
-  if (off < 0 || off >= (1 << 16) || !PyCode_Check(args[0])) {
-    PyErr_Clear();
-    Py_RETURN_NONE;
-  }
+  PyLongObject *lo = (PyLongObject *)args[1];
+  if (!PyLong_CheckExact(lo) || !PyUnstable_Long_IsCompact(lo)) Py_RETURN_NONE;
+  Py_ssize_t off = PyUnstable_Long_CompactValue(lo);
+  if (off < 0 || off >= (1 << 16) || !PyCode_Check(args[0])) Py_RETURN_NONE;
   uint64_t key = (uint64_t)(uintptr_t)co ^ ((uint64_t)off << 48);
   uint32_t kind = trc_map_get(&p->site_map, key);
   if (kind == TRC_SITE_NO) Py_RETURN_NONE;
@@ -982,12 +981,15 @@ static PyObject *cb_return(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 static PyObject *cb_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)nargs;
-  TRC_CB_PROLOGUE();
+  ProfileObject *p = (ProfileObject *)self;
+  if (!p->running) Py_RETURN_NONE;
   PyMethodDef *def = trc_builtin_def(args[2]);
-  if (!def) {
+  if (!def) { /* no frame to push; whether the site can be DISABLEd is per-thread free */
     if (!p->focus_glob && !trc_sites_off) return trc_site_call(p, args);
     Py_RETURN_NONE;
   }
+  trc_thread *t = trc_thread_get(p);
+  if (!t || t->paused) Py_RETURN_NONE;
   if (p->focus_glob && t->focus_depth == 0) Py_RETURN_NONE;
   int64_t now = trc_now(p);
   uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)def);

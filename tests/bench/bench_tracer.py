@@ -36,9 +36,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pythons  # noqa: E402
 
 KINDS_SCRIPT = r"""
-import json, sys
-from time import perf_counter_ns
+import json, sys, time
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
+perf_counter_ns = getattr(time, sys.argv[2] if len(sys.argv) > 2 else "perf_counter_ns")
 
 def f():
     return 1
@@ -166,7 +166,7 @@ def run_mode(mode, python, script, args, db, bifocal):
 MODES = ("plain", "cprofile", "bifocal")
 
 
-def fresh_kinds(python, tmp, bifocal, runs, n):
+def fresh_kinds(python, tmp, bifocal, runs, n, timer):
     script = os.path.join(tmp, "kinds.py")
     with open(script, "w") as f:
         f.write(KINDS_SCRIPT)
@@ -176,7 +176,7 @@ def fresh_kinds(python, tmp, bifocal, runs, n):
         order = list(MODES)
         random.shuffle(order)
         for m in order:
-            _, out = run_mode(m, python, script, [str(n)], db, bifocal)
+            _, out = run_mode(m, python, script, [str(n), timer], db, bifocal)
             line = [l for l in out.splitlines() if l.startswith("BENCH ")][-1]
             for k, v in json.loads(line[6:]).items():
                 got[m][k].append(v / n)
@@ -224,6 +224,9 @@ def main():
     ap.add_argument("--all", action="store_true", help="every interpreter found, not only 3.12+")
     ap.add_argument("--warm", action="store_true", help="also the warmed in-process table")
     ap.add_argument("--repeat", type=int, default=15, help="--warm: rounds (best of)")
+    ap.add_argument("--timer", default="perf_counter_ns", choices=["perf_counter_ns", "thread_time_ns"],
+                    help="clock the script times each kind with (thread_time_ns: CPU time, "
+                         "steadier on a contended host)")
     ap.add_argument("--no-program", action="store_true", help="skip the whole-program figure")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     a = ap.parse_args()
@@ -231,13 +234,14 @@ def main():
     pys = interpreters(a, (3, 12))
     tmp = tempfile.mkdtemp(prefix="bench_tracer.")
     print("load average at start: %.1f %.1f %.1f" % os.getloadavg())
-    print("\nFresh process per run, median of %d interleaved runs, %d calls per kind." % (a.runs, a.calls))
+    print("\nFresh process per run, median of %d interleaved runs, %d calls per kind, timed with "
+          "time.%s." % (a.runs, a.calls, a.timer))
     print("Cell: bifocal added ns/call / cProfile added ns/call = share (bifocal trace -- python "
           "kinds.py vs python -m cProfile -o /dev/null kinds.py vs python kinds.py)\n")
     rows = {}
     for path, tag in pys:
         try:
-            rows[tag] = fresh_kinds(path, tmp, bifocal, a.runs, a.calls)
+            rows[tag] = fresh_kinds(path, tmp, bifocal, a.runs, a.calls, a.timer)
         except RuntimeError as e:
             print("%-6s %s" % (tag, e))
     tags = list(rows)
