@@ -1294,10 +1294,11 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
   if (!p || !p->running) return 0;
   trc_thread *t = trc_thread_get(p);
   if (!t || t->paused) return 0;
-  int64_t now = trc_now(p);
+  int64_t now;
   switch (what) {
   case PyTrace_CALL: {
     PyCodeObject *co = trc_frame_code(frame);
+    now = trc_now(p);
     uint32_t flags = 0;
     /* a generator/coroutine frame that already ran is being resumed */
     if ((co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) &&
@@ -1309,13 +1310,15 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
     break;
   }
   case PyTrace_RETURN:
-    trc_leave(p, t, trc_frame_code(frame), now);
+    if (t->depth == 0) break;
+    trc_leave(p, t, trc_frame_code(frame), trc_now(p));
     break;
   case PyTrace_C_CALL: {
     if (!p->builtins) break;
     PyMethodDef *def = trc_builtin_def(arg);
     if (!def) break;
     if (p->focus_glob && t->focus_depth == 0) break;
+    now = trc_now(p);
     uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)def);
     if (!fi) fi = trc_cfunc(p, arg, def);
     size_t depth = t->depth;
@@ -1326,6 +1329,7 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
   case PyTrace_C_RETURN:
   case PyTrace_C_EXCEPTION: {
     if (!p->builtins || t->depth == 0) break;
+    now = trc_now(p);
     const trc_frame *top = &t->stack[t->depth - 1];
     if ((top->flags & TRC_FR_C) && top->callable == arg) {
       trc_pop(p, t, now);
