@@ -169,6 +169,9 @@ typedef struct ProfileObject {
   int error;         /* an allocation failed during tracing: results partial */
   PyObject *callbacks; /* 3.12+: list of callback objects (kept alive) */
   trc_map site_map;    /* 3.12+: (code, CALL offset) -> site kind (see cb_call) */
+  PyObject **site_globals; /* by function index: the globals its sites were DISABLEd
+                            * under (strong), Py_None = run under several: never */
+  size_t nsite_globals;
   int sites_disabled;  /* 3.12+: some CALL sites were DISABLEd (restart at stop) */
   char *db_path;       /* write here on disable/exit (NULL = keep in memory) */
   char *label;
@@ -355,6 +358,10 @@ static uint32_t trc_func_add(ProfileObject *p, const void *key, PyObject *ref, i
 #endif
 static Py_ssize_t trc_extra = -2; /* extra slot index: -2 not requested, -1 none free */
 
+/* in the slot's function index: this code has DISABLEd CALL sites, so a start
+ * or resume checks it runs under the globals they were decided for */
+#define TRC_FI_SITES 0x80000000u
+
 static inline void trc_code_remember(ProfileObject *p, PyCodeObject *co, uint32_t fi) {
   if (trc_extra >= 0 && fi &&
       trc_code_set_extra((PyObject *)co, trc_extra,
@@ -362,7 +369,7 @@ static inline void trc_code_remember(ProfileObject *p, PyCodeObject *co, uint32_
     PyErr_Clear();
 }
 
-/* Known function index of code co, else 0. */
+/* Known function index of code co (maybe with TRC_FI_SITES), else 0. */
 static inline uint32_t trc_code_lookup(ProfileObject *p, PyCodeObject *co) {
   if (trc_extra >= 0) {
     void *x = NULL;
@@ -904,6 +911,25 @@ static int trc_watch(PyObject *g, PyObject *b, PyObject *name) {
   return 0;
 }
 
+/* Code fi runs under more than one globals: re-arm every site, decide none
+ * of its sites again. */
+static void trc_sites_mixed(ProfileObject *p, PyCodeObject *co, uint32_t fi) {
+  if (p->site_globals[fi] == Py_None) return;
+  Py_XDECREF(p->site_globals[fi]);
+  Py_INCREF(Py_None);
+  p->site_globals[fi] = Py_None;
+  trc_code_remember(p, co, fi);
+  trc_restart_sites();
+}
+
+/* A start or resume of code fi whose sites were DISABLEd: under their globals? */
+static uint32_t trc_sites_globals_check(ProfileObject *p, PyCodeObject *co, uint32_t fi) {
+  if (fi < p->nsite_globals && p->site_globals[fi] != Py_None &&
+      PyEval_GetGlobals() != p->site_globals[fi])
+    trc_sites_mixed(p, co, fi);
+  return fi;
+}
+
 /* CALL of a non-builtin: DISABLE the site when it can only call this callable. */
 static PyObject *trc_site_call(ProfileObject *p, PyObject *const *args) {
   PyCodeObject *co = (PyCodeObject *)args[0];
@@ -933,7 +959,29 @@ static PyObject *trc_site_call(ProfileObject *p, PyObject *const *args) {
     PyErr_Clear();
     Py_RETURN_NONE;
   }
+  /* one code object can run under several globals (functions made from it
+   * with FunctionType or exec): decide its sites for one globals only */
+  uint32_t fi = trc_code_lookup(p, co) & ~TRC_FI_SITES;
+  if (!fi) fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co);
+  if (!fi) Py_RETURN_NONE;
+  if (fi >= p->nsite_globals) {
+    size_t n = p->nsite_globals ? p->nsite_globals : 256;
+    while (n <= fi) n *= 2;
+    PyObject **ng = realloc(p->site_globals, n * sizeof *ng);
+    if (!ng) Py_RETURN_NONE;
+    memset(ng + p->nsite_globals, 0, (n - p->nsite_globals) * sizeof *ng);
+    p->site_globals = ng;
+    p->nsite_globals = n;
+  }
+  if (p->site_globals[fi] == NULL) {
+    Py_INCREF(g);
+    p->site_globals[fi] = g;
+  } else if (p->site_globals[fi] != g) {
+    trc_sites_mixed(p, co, fi);
+    Py_RETURN_NONE;
+  }
   if (trc_watch(g, b, name) < 0) Py_RETURN_NONE;
+  trc_code_remember(p, co, fi | TRC_FI_SITES);
   p->sites_disabled = 1;
   Py_INCREF(trc_disable);
   return trc_disable;
@@ -954,6 +1002,7 @@ static PyObject *cb_start(PyObject *self, PyObject *const *args, Py_ssize_t narg
   int64_t now = trc_now(p);
   PyCodeObject *co = (PyCodeObject *)args[0];
   uint32_t fi = trc_code_lookup(p, co);
+  if (fi & TRC_FI_SITES) fi = trc_sites_globals_check(p, co, fi & ~TRC_FI_SITES);
   if (!fi) fi = trc_code_func(p, co, PyEval_GetGlobals());
   trc_push(p, t, fi, co, 0, now);
   Py_RETURN_NONE;
@@ -966,6 +1015,7 @@ static PyObject *cb_resume(PyObject *self, PyObject *const *args, Py_ssize_t nar
   int64_t now = trc_now(p);
   PyCodeObject *co = (PyCodeObject *)args[0];
   uint32_t fi = trc_code_lookup(p, co);
+  if (fi & TRC_FI_SITES) fi = trc_sites_globals_check(p, co, fi & ~TRC_FI_SITES);
   if (!fi) fi = trc_code_func(p, co, PyEval_GetGlobals());
   trc_push(p, t, fi, co, TRC_FR_RESUME, now);
   Py_RETURN_NONE;
@@ -1304,7 +1354,7 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
     if ((co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) &&
         trc_gen_resumed(co, trc_frame_lasti(frame)))
       flags = TRC_FR_RESUME;
-    uint32_t fi = trc_code_lookup(p, co);
+    uint32_t fi = trc_code_lookup(p, co) & ~TRC_FI_SITES;
     if (!fi) fi = trc_code_func(p, co, trc_frame_globals(frame));
     trc_push(p, t, fi, co, flags, now);
     break;
@@ -1433,6 +1483,10 @@ static void trc_reset(ProfileObject *p) {
   p->nedges = p->capedges = 0;
   trc_map_free(&p->edge_map);
   trc_map_free(&p->site_map);
+  for (size_t i = 0; i < p->nsite_globals; i++) Py_XDECREF(p->site_globals[i]);
+  free(p->site_globals);
+  p->site_globals = NULL;
+  p->nsite_globals = 0;
   while (p->threads) {
     trc_thread *n = p->threads->next;
     trc_thread_free(p->threads);

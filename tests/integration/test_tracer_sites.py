@@ -5,7 +5,8 @@ builtin `name` is not a builtin function (a Python function, a class), and a
 dict watcher re-arms them when such a name is bound again. This program rebinds
 call-site names every way Python allows (STORE_GLOBAL, the globals dict,
 builtins, a module attribute, shadowing and unshadowing a builtin, rebinding in
-a hot loop past the restart limit, keyword and nested calls); every Python and
+a hot loop past the restart limit, keyword and nested calls, one code object
+under two globals); every Python and
 builtin call count must equal an independent sys.setprofile count of the same
 program. On 3.8-3.11 the same comparison checks the setprofile collector.
 """
@@ -62,6 +63,18 @@ m.use(30)
 m.p = globals                        # a module attribute rebinds to a builtin
 m.use(4)
 
+def caller():
+    return helper(-1)
+def helper(x):
+    return x
+for _ in range(5):
+    caller()                         # helper() decided under these globals
+caller2 = types.FunctionType(caller.__code__, {"helper": abs, "__builtins__": builtins})
+for _ in range(3):
+    caller2()                        # the same code under other globals calls abs
+for _ in range(2):
+    caller()
+
 def g2():
     return f(1)
 for j in range(150):                 # rebinding in a hot loop: past the restart limit
@@ -70,6 +83,7 @@ for j in range(150):                 # rebinding in a hot loop: past the restart
 f = abs
 loop(3)
 del builtins.conv
+
 """
 
 REF = """
