@@ -173,6 +173,7 @@ typedef struct ProfileObject {
                             * under (strong), Py_None = run under several: never */
   size_t nsite_globals;
   int sites_disabled;  /* 3.12+: some CALL sites were DISABLEd (restart at stop) */
+  uint64_t site_no_last; /* 3.12+: the last site_map key found TRC_SITE_NO */
   char *db_path;       /* write here on disable/exit (NULL = keep in memory) */
   char *label;
   long long session_id; /* last session written, 0 = none */
@@ -348,11 +349,9 @@ static uint32_t trc_func_add(ProfileObject *p, const void *key, PyObject *ref, i
  * index), so the function of a code object is found without a hash lookup;
  * another generation's value (an older Profile) is a miss. */
 #if PY_VERSION_HEX >= 0x030C0000
-#define trc_code_get_extra PyUnstable_Code_GetExtra
 #define trc_code_set_extra PyUnstable_Code_SetExtra
 #define trc_request_extra PyUnstable_Eval_RequestCodeExtraIndex
 #else
-#define trc_code_get_extra _PyCode_GetExtra
 #define trc_code_set_extra _PyCode_SetExtra
 #define trc_request_extra _PyEval_RequestCodeExtraIndex
 #endif
@@ -369,12 +368,18 @@ static inline void trc_code_remember(ProfileObject *p, PyCodeObject *co, uint32_
     PyErr_Clear();
 }
 
+/* CPython's co_extra block (Objects/codeobject.c, unchanged since 3.6): read
+ * inline on every start, written only through the API above. */
+typedef struct {
+  Py_ssize_t ce_size;
+  void *ce_extras[1];
+} trc_code_extra;
+
 /* Known function index of code co (maybe with TRC_FI_SITES), else 0. */
 static inline uint32_t trc_code_lookup(ProfileObject *p, PyCodeObject *co) {
-  if (trc_extra >= 0) {
-    void *x = NULL;
-    trc_code_get_extra((PyObject *)co, trc_extra, &x);
-    uintptr_t v = (uintptr_t)x;
+  const trc_code_extra *ex = (const trc_code_extra *)co->co_extra;
+  if (ex && trc_extra >= 0 && trc_extra < ex->ce_size) {
+    uintptr_t v = (uintptr_t)ex->ce_extras[trc_extra];
     if ((uint32_t)(v >> 32) == (uint32_t)p->gen && (uint32_t)v) return (uint32_t)v;
   }
   return 0;
@@ -525,8 +530,9 @@ static uint32_t trc_edge(ProfileObject *p, uint32_t caller, uint32_t callee) {
 static void trc_focus_tool(ProfileObject *p, int on);
 
 /* Enter func fi (a call, or a generator resume when TRC_FR_RESUME). */
-static void trc_push(ProfileObject *p, trc_thread *t, uint32_t fi, const void *key,
-                     uint32_t flags, int64_t now) {
+static inline __attribute__((always_inline)) void trc_push(ProfileObject *p, trc_thread *t,
+                                                           uint32_t fi, const void *key,
+                                                           uint32_t flags, int64_t now) {
   if (!fi) return;
   if (p->focus_glob && t->focus_depth == 0) {
     if (!p->funcs[fi].focus) return; /* outside every focus subtree */
@@ -938,8 +944,12 @@ static PyObject *trc_site_call(ProfileObject *p, PyObject *const *args) {
   Py_ssize_t off = PyUnstable_Long_CompactValue(lo);
   if (off < 0 || off >= (1 << 16) || !PyCode_Check(args[0])) Py_RETURN_NONE;
   uint64_t key = (uint64_t)(uintptr_t)co ^ ((uint64_t)off << 48);
+  if (key == p->site_no_last) Py_RETURN_NONE; /* a loop calling through one site */
   uint32_t kind = trc_map_get(&p->site_map, key);
-  if (kind == TRC_SITE_NO) Py_RETURN_NONE;
+  if (kind == TRC_SITE_NO) {
+    p->site_no_last = key;
+    Py_RETURN_NONE;
+  }
   if (!kind) {
     /* only code the profile holds a reference to: its address is not reused */
     if (!trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co)) Py_RETURN_NONE;
@@ -1483,6 +1493,7 @@ static void trc_reset(ProfileObject *p) {
   p->nedges = p->capedges = 0;
   trc_map_free(&p->edge_map);
   trc_map_free(&p->site_map);
+  p->site_no_last = 0;
   for (size_t i = 0; i < p->nsite_globals; i++) Py_XDECREF(p->site_globals[i]);
   free(p->site_globals);
   p->site_globals = NULL;

@@ -142,7 +142,7 @@ def main(scale):
     return s
 
 if sys.argv[1:] != ["empty"]:
-    main(6)
+    main(3)
 print("BODY %d" % (perf_counter_ns() - t0))
 """
 
@@ -153,7 +153,7 @@ def run_mode(mode, python, script, args, db, bifocal):
     elif mode == "cprofile":
         cmd = [python, "-m", "cProfile", "-o", os.devnull, script] + args
     else:
-        cmd = [bifocal, "-d", db, "trace", "--", python, script] + args
+        cmd = [bifocal, "--db", db, "trace", "--", python, script] + args
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t0
@@ -212,8 +212,16 @@ def interpreters(a, min_version):
                                capture_output=True, text=True).stdout.strip()
             pys.append((p, v or "?"))
         return pys
-    return [(d["path"], d["tag"]) for d in pythons.discover()
-            if not d.get("free_threaded") and (a.all or d["version"][:2] >= min_version)]
+    out, seen = [], set()
+    for d in pythons.discover():
+        if d.get("free_threaded") or not (a.all or d["version"][:2] >= min_version):
+            continue
+        tag = d["tag"]
+        if tag in seen:  # a second build of one version (e.g. Debian's beside pyenv's)
+            tag += " " + d["path"]
+        seen.add(d["tag"])
+        out.append((d["path"], tag))
+    return out
 
 
 def main():
