@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -154,13 +155,16 @@ def run_mode(mode, python, script, args, db, bifocal):
         cmd = [python, "-m", "cProfile", "-o", os.devnull, script] + args
     else:
         cmd = [bifocal, "--db", db, "trace", "--", python, script] + args
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     if r.returncode != 0:
         raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), r.returncode,
                                                    (r.stderr.strip().splitlines() or ["?"])[-1]))
-    return wall, r.stdout
+    return wall, cpu, r.stdout
 
 
 MODES = ("plain", "cprofile", "bifocal")
@@ -176,7 +180,7 @@ def fresh_kinds(python, tmp, bifocal, runs, n, timer):
         order = list(MODES)
         random.shuffle(order)
         for m in order:
-            _, out = run_mode(m, python, script, [str(n), timer], db, bifocal)
+            _, _, out = run_mode(m, python, script, [str(n), timer], db, bifocal)
             line = [l for l in out.splitlines() if l.startswith("BENCH ")][-1]
             for k, v in json.loads(line[6:]).items():
                 got[m][k].append(v / n)
@@ -191,16 +195,19 @@ def fresh_program(python, tmp, bifocal, runs):
     res = {}
     for which, args in (("heavy", []), ("empty", ["empty"])):
         walls = {m: [] for m in MODES}
+        cpus = {m: [] for m in MODES}
         bodies = {m: [] for m in MODES}
         for _ in range(runs):
             order = list(MODES)
             random.shuffle(order)
             for m in order:
-                wall, out = run_mode(m, python, script, args, db, bifocal)
+                wall, cpu, out = run_mode(m, python, script, args, db, bifocal)
                 body = int([l for l in out.splitlines() if l.startswith("BODY ")][-1].split()[1])
                 walls[m].append(wall)
+                cpus[m].append(cpu)
                 bodies[m].append(body / 1e9)
-        res[which] = {m: (statistics.median(walls[m]), statistics.median(bodies[m])) for m in MODES}
+        res[which] = {m: (statistics.median(walls[m]), statistics.median(bodies[m]),
+                          statistics.median(cpus[m])) for m in MODES}
     return res
 
 
@@ -266,10 +273,11 @@ def main():
                                                     add_b, add_c))
         print("| %s | %s |" % (label, " | ".join(cells)))
     if not a.no_program:
-        print("\nWhole program, fresh process (median of %d interleaved runs): wall s "
-              "(of which outside the script body: start-up, writing)\n" % a.runs)
+        print("\nWhole program, fresh process (median of %d interleaved runs): wall s, and CPU s "
+              "of the whole process tree (steadier on a busy host); bifocal's time outside the "
+              "script body is start-up and writing the store\n" % a.runs)
         print("| python | python | cProfile | bifocal trace | bifocal added / cProfile added "
-              "| bifocal outside body: start-up + store write |")
+              "(wall; CPU) | bifocal outside body: start-up + store write |")
         print("|---|---|---|---|---|---|")
         for path, tag in pys:
             try:
@@ -282,11 +290,17 @@ def main():
             startup = e["bifocal"][0] - e["bifocal"][1]
             add_b = h["bifocal"][0] - h["plain"][0]
             add_c = h["cprofile"][0] - h["plain"][0]
-            print("| %s | %.3f | %.3f | %.3f | %.2f | %.3f s (python's own: %.3f; start-up of an "
-                  "empty traced script %.3f, so writing ~%.3f) |" % (
-                      tag, h["plain"][0], h["cprofile"][0], h["bifocal"][0],
-                      add_b / add_c if add_c > 0 else float("nan"), out["bifocal"], out["plain"],
-                      startup, max(0.0, out["bifocal"] - startup)))
+            cadd_b = h["bifocal"][2] - h["plain"][2]
+            cadd_c = h["cprofile"][2] - h["plain"][2]
+            print("| %s | %.3f (CPU %.3f) | %.3f (CPU %.3f) | %.3f (CPU %.3f) | %.2f; %.2f | %.3f s "
+                  "(python's own: %.3f; start-up of an empty traced script %.3f, so writing ~%.3f; "
+                  "empty script CPU: bifocal %.3f, cProfile %.3f, python %.3f) |" % (
+                      tag, h["plain"][0], h["plain"][2], h["cprofile"][0], h["cprofile"][2],
+                      h["bifocal"][0], h["bifocal"][2],
+                      add_b / add_c if add_c > 0 else float("nan"),
+                      cadd_b / cadd_c if cadd_c > 0 else float("nan"), out["bifocal"], out["plain"],
+                      startup, max(0.0, out["bifocal"] - startup),
+                      e["bifocal"][2], e["cprofile"][2], e["plain"][2]))
     print("\nload average at end: %.1f %.1f %.1f" % os.getloadavg())
     if a.warm:
         warm_table(a)
