@@ -243,6 +243,7 @@ def main():
                     help="clock the script times each kind with (thread_time_ns: CPU time, "
                          "steadier on a contended host)")
     ap.add_argument("--no-program", action="store_true", help="skip the whole-program figure")
+    ap.add_argument("--no-kinds", action="store_true", help="skip the per-kind table")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     a = ap.parse_args()
     bifocal = os.path.join(a.build, "bifocal")
@@ -254,15 +255,16 @@ def main():
     print("Cell: bifocal added ns/call / cProfile added ns/call = share (bifocal trace -- python "
           "kinds.py vs python -m cProfile -o /dev/null kinds.py vs python kinds.py)\n")
     rows = {}
-    for path, tag in pys:
+    for path, tag in ([] if a.no_kinds else pys):
         try:
             rows[tag] = fresh_kinds(path, tmp, bifocal, a.runs, a.calls, a.timer)
         except RuntimeError as e:
             print("%-6s %s" % (tag, e))
     tags = list(rows)
-    print("| kind of call | " + " | ".join(tags) + " |")
-    print("|---|" + "---|" * len(tags))
-    for k, label in KINDS + [("all", "all kinds")]:
+    if tags:
+        print("| kind of call | " + " | ".join(tags) + " |")
+        print("|---|" + "---|" * len(tags))
+    for k, label in (KINDS + [("all", "all kinds")]) if tags else []:
         cells = []
         for tag in tags:
             med = rows[tag]
