@@ -1121,14 +1121,43 @@ static PyObject *cb_focus_resume(PyObject *self, PyObject *const *args, Py_ssize
   Py_RETURN_NONE;
 }
 
-static PyMethodDef cb_defs[] = {
-    {"py_start", (PyCFunction)(void (*)(void))cb_start, METH_FASTCALL, NULL},
-    {"py_resume", (PyCFunction)(void (*)(void))cb_resume, METH_FASTCALL, NULL},
-    {"py_return", (PyCFunction)(void (*)(void))cb_return, METH_FASTCALL, NULL},
-    {"call", (PyCFunction)(void (*)(void))cb_call, METH_FASTCALL, NULL},
-    {"c_return", (PyCFunction)(void (*)(void))cb_c_return, METH_FASTCALL, NULL},
-    {"focus_start", (PyCFunction)(void (*)(void))cb_focus_start, METH_FASTCALL, NULL},
-    {"focus_resume", (PyCFunction)(void (*)(void))cb_focus_resume, METH_FASTCALL, NULL},
+/* sys.monitoring calls a callback through vectorcall. A minimal callable type
+ * lands in the C function directly; a builtin-function object would add its
+ * own dispatch and recursion check to every event. */
+typedef struct {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject *self; /* the Profile (strong) */
+} trc_cb_obj;
+
+#define TRC_VC(name, fn)                                                                   \
+  static PyObject *name(PyObject *c, PyObject *const *args, size_t nargsf, PyObject *kw) { \
+    (void)kw;                                                                              \
+    return fn(((trc_cb_obj *)c)->self, args, PyVectorcall_NARGS(nargsf));                  \
+  }
+TRC_VC(vc_start, cb_start)
+TRC_VC(vc_resume, cb_resume)
+TRC_VC(vc_return, cb_return)
+TRC_VC(vc_call, cb_call)
+TRC_VC(vc_c_return, cb_c_return)
+TRC_VC(vc_focus_start, cb_focus_start)
+TRC_VC(vc_focus_resume, cb_focus_resume)
+static const vectorcallfunc cb_vcs[] = {vc_start, vc_resume,       vc_return,      vc_call,
+                                        vc_c_return, vc_focus_start, vc_focus_resume};
+
+static void trc_cb_dealloc(PyObject *o) {
+  Py_XDECREF(((trc_cb_obj *)o)->self);
+  PyObject_Free(o);
+}
+
+static PyTypeObject trc_cb_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_bifocal_trace.callback",
+    .tp_basicsize = sizeof(trc_cb_obj),
+    .tp_dealloc = trc_cb_dealloc,
+    .tp_vectorcall_offset = offsetof(trc_cb_obj, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "a bifocal tracer callback",
 };
 
 static PyObject *trc_mon_call(const char *meth, const char *fmt, ...) {
@@ -1145,8 +1174,13 @@ static PyObject *trc_mon_call(const char *meth, const char *fmt, ...) {
 }
 
 static int trc_register(ProfileObject *p, int tool, int event, int def) {
-  PyObject *cb = PyCFunction_NewEx(&cb_defs[def], (PyObject *)p, NULL);
-  if (!cb) return -1;
+  if (!(trc_cb_type.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&trc_cb_type) < 0) return -1;
+  trc_cb_obj *o = PyObject_New(trc_cb_obj, &trc_cb_type);
+  if (!o) return -1;
+  o->vectorcall = cb_vcs[def];
+  Py_INCREF(p);
+  o->self = (PyObject *)p;
+  PyObject *cb = (PyObject *)o;
   if (PyList_Append(p->callbacks, cb) < 0) {
     Py_DECREF(cb);
     return -1;
