@@ -627,7 +627,17 @@ static void trc_record(ProfileObject *p, trc_thread *t, const trc_frame *fr, int
   p->funcs[fr->func].records_kept++;
 }
 
-static void trc_pop(ProfileObject *p, trc_thread *t, int64_t now) {
+/* A focus root ended (cold: once per focused call). */
+static __attribute__((noinline, cold)) void trc_pop_focus_root(ProfileObject *p, trc_thread *t,
+                                                               const trc_frame *fr, int64_t el) {
+  /* a resume of a focused generator is one more slice, not a call record */
+  if (!(fr->flags & TRC_FR_RESUME)) trc_record(p, t, fr, el);
+  t->focus_depth--;
+  if (--p->focus_threads == 0) trc_focus_tool(p, 0);
+}
+
+static inline __attribute__((always_inline)) void trc_pop(ProfileObject *p, trc_thread *t,
+                                                          int64_t now) {
   trc_frame *fr = &t->stack[--t->depth];
   int64_t el = now - fr->t0;
   if (el < 0) el = 0;
@@ -639,23 +649,13 @@ static void trc_pop(ProfileObject *p, trc_thread *t, int64_t now) {
   if (--t->func_active[fr->func] == 0) f->total_ns += el;
   if (--t->edge_active[fr->edge] == 0) e->total_ns += el;
   if (t->depth) t->stack[t->depth - 1].child_ns += el;
-  if (fr->flags & TRC_FR_FOCUS_ROOT) {
-    /* a resume of a focused generator is one more slice, not a call record */
-    if (!(fr->flags & TRC_FR_RESUME)) trc_record(p, t, fr, el);
-    t->focus_depth--;
-    if (--p->focus_threads == 0) trc_focus_tool(p, 0);
-  } else if (fr->flags & TRC_FR_FOCUS_NESTED) {
-    trc_record(p, t, fr, el);
-  }
+  if (fr->flags & TRC_FR_FOCUS_ROOT) trc_pop_focus_root(p, t, fr, el);
+  else if (fr->flags & TRC_FR_FOCUS_NESTED) trc_record(p, t, fr, el);
 }
 
-/* A frame with key returned: it must be the top one; resynchronise if not. */
-static void trc_leave(ProfileObject *p, trc_thread *t, const void *key, int64_t now) {
-  if (t->depth == 0) return; /* entered before tracing started (or outside focus) */
-  if (t->stack[t->depth - 1].key == key) {
-    trc_pop(p, t, now);
-    return;
-  }
+/* trc_leave when key is not the top frame's. */
+static __attribute__((noinline)) void trc_leave_resync(ProfileObject *p, trc_thread *t,
+                                                       const void *key, int64_t now) {
   size_t i = t->depth;
   while (i > 0 && t->stack[i - 1].key != key) i--;
   if (i == 0) {
@@ -669,6 +669,16 @@ static void trc_leave(ProfileObject *p, trc_thread *t, const void *key, int64_t 
     p->mismatches++;
   }
   trc_pop(p, t, now);
+}
+
+/* A frame with key returned: it must be the top one; resynchronise if not. */
+static inline void trc_leave(ProfileObject *p, trc_thread *t, const void *key, int64_t now) {
+  if (t->depth == 0) return; /* entered before tracing started (or outside focus) */
+  if (t->stack[t->depth - 1].key == key) {
+    trc_pop(p, t, now);
+    return;
+  }
+  trc_leave_resync(p, t, key, now);
 }
 
 /* Unwind every thread's stack as if all frames returned now (stop). */
