@@ -8,6 +8,9 @@
 #include <Python.h>
 #include <frameobject.h>
 #include <structmember.h>
+#if PY_VERSION_HEX >= 0x030C0000
+#include <opcode.h>
+#endif
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -774,41 +777,35 @@ static int trc_watcher_id = -1;      /* -2: no dict watcher available */
 static PyObject *trc_watched_names;  /* set: names whose sites are DISABLEd */
 static int trc_site_restarts;
 
+/* Opcode numbers from the headers this extension is built against (fixed
+ * within a minor version). Not from the opcode module: importing it at enable
+ * would fill import caches the traced program would otherwise fill itself. */
 static int trc_opcodes_init(void) {
-  PyObject *opcode = PyImport_ImportModule("opcode");
-  PyObject *map = opcode ? PyObject_GetAttrString(opcode, "opmap") : NULL;
-  Py_XDECREF(opcode);
-  if (!map || !PyDict_Check(map)) {
-    Py_XDECREF(map);
-    PyErr_Clear();
-    return -1;
-  }
-  struct {
-    const char *name;
-    int *dst;
-  } ops[] = {{"CACHE", &op_cache},
-             {"EXTENDED_ARG", &op_ext},
-             {"CALL", &op_call},
-             {"CALL_KW", &op_call_kw},
-             {"KW_NAMES", &op_kw_names},
-             {"LOAD_GLOBAL", &op_load_global},
-             {"LOAD_FAST", &op_load_fast},
-             {"LOAD_FAST_CHECK", &op_load_fast_check},
-             {"LOAD_CONST", &op_load_const},
-             {"LOAD_DEREF", &op_load_deref},
-             {"LOAD_FAST_LOAD_FAST", &op_load_fast2},
-             {"LOAD_ATTR", &op_load_attr},
-             {"BINARY_OP", &op_binary_op},
-             {"BINARY_SUBSCR", &op_binary_subscr},
-             {"COMPARE_OP", &op_compare_op},
-             {"BUILD_TUPLE", &op_build_tuple},
-             {"BUILD_LIST", &op_build_list}};
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-    PyObject *v = PyDict_GetItemString(map, ops[i].name);
-    *ops[i].dst = v && PyLong_Check(v) ? (int)PyLong_AsLong(v) : -1;
-  }
-  Py_DECREF(map);
-  PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030C0000
+  op_cache = CACHE;
+  op_ext = EXTENDED_ARG;
+  op_call = CALL;
+  op_load_global = LOAD_GLOBAL;
+  op_load_fast = LOAD_FAST;
+  op_load_fast_check = LOAD_FAST_CHECK;
+  op_load_const = LOAD_CONST;
+  op_load_deref = LOAD_DEREF;
+  op_load_attr = LOAD_ATTR;
+  op_binary_op = BINARY_OP;
+  op_binary_subscr = BINARY_SUBSCR;
+  op_compare_op = COMPARE_OP;
+  op_build_tuple = BUILD_TUPLE;
+  op_build_list = BUILD_LIST;
+#ifdef CALL_KW
+  op_call_kw = CALL_KW;
+#endif
+#ifdef KW_NAMES
+  op_kw_names = KW_NAMES;
+#endif
+#ifdef LOAD_FAST_LOAD_FAST
+  op_load_fast2 = LOAD_FAST_LOAD_FAST;
+#endif
+#endif
   /* without these the walk below cannot be trusted */
   return op_cache == 0 && op_ext > 0 && op_call > 0 && op_load_global > 0 ? 0 : -1;
 }
