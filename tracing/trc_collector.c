@@ -8,6 +8,9 @@
 #include <Python.h>
 #include <frameobject.h>
 #include <structmember.h>
+#if PY_VERSION_HEX >= 0x030C0000
+#include <opcode.h>
+#endif
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -115,6 +118,8 @@ typedef struct trc_frame {
   const void *key;
   uint32_t func, edge;
   uint32_t flags;
+  uint32_t last_callee, last_edge; /* the edge to the last function called from here */
+  const void *callable;            /* C frames: the callable object CALL saw */
   int64_t t0, child_ns;
   int64_t start_raw; /* focus roots: start for the record (see trc_push) */
 } trc_frame;
@@ -132,6 +137,7 @@ typedef struct trc_thread {
   char *name;
   int paused;
   uint32_t focus_depth;
+  uint32_t root_last_callee, root_last_edge; /* edge cache of the thread root */
 } trc_thread;
 
 typedef struct ProfileObject {
@@ -165,6 +171,12 @@ typedef struct ProfileObject {
   int64_t cpu_start_ns, cpu_total_ns;
   int error;         /* an allocation failed during tracing: results partial */
   PyObject *callbacks; /* 3.12+: list of callback objects (kept alive) */
+  trc_map site_map;    /* 3.12+: (code, CALL offset) -> site kind (see cb_call) */
+  PyObject **site_globals; /* by function index: the globals its sites were DISABLEd
+                            * under (strong), Py_None = run under several: never */
+  size_t nsite_globals;
+  int sites_disabled;  /* 3.12+: some CALL sites were DISABLEd (restart at stop) */
+  uint64_t site_no_last; /* 3.12+: the last site_map key found TRC_SITE_NO */
   char *db_path;       /* write here on disable/exit (NULL = keep in memory) */
   char *label;
   long long session_id; /* last session written, 0 = none */
@@ -336,15 +348,59 @@ static uint32_t trc_func_add(ProfileObject *p, const void *key, PyObject *ref, i
   return idx;
 }
 
+/* Each code object's extra slot caches (profile generation << 32 | function
+ * index), so the function of a code object is found without a hash lookup;
+ * another generation's value (an older Profile) is a miss. */
+#if PY_VERSION_HEX >= 0x030C0000
+#define trc_code_set_extra PyUnstable_Code_SetExtra
+#define trc_request_extra PyUnstable_Eval_RequestCodeExtraIndex
+#else
+#define trc_code_set_extra _PyCode_SetExtra
+#define trc_request_extra _PyEval_RequestCodeExtraIndex
+#endif
+static Py_ssize_t trc_extra = -2; /* extra slot index: -2 not requested, -1 none free */
+
+/* in the slot's function index: this code has DISABLEd CALL sites, so a start
+ * or resume checks it runs under the globals they were decided for */
+#define TRC_FI_SITES 0x80000000u
+
+static inline void trc_code_remember(ProfileObject *p, PyCodeObject *co, uint32_t fi) {
+  if (trc_extra >= 0 && fi &&
+      trc_code_set_extra((PyObject *)co, trc_extra,
+                         (void *)(((uintptr_t)(uint32_t)p->gen << 32) | fi)) < 0)
+    PyErr_Clear();
+}
+
+/* CPython's co_extra block (Objects/codeobject.c, unchanged since 3.6): read
+ * inline on every start, written only through the API above. */
+typedef struct {
+  Py_ssize_t ce_size;
+  void *ce_extras[1];
+} trc_code_extra;
+
+/* Known function index of code co (maybe with TRC_FI_SITES), else 0. */
+static inline uint32_t trc_code_lookup(ProfileObject *p, PyCodeObject *co) {
+  const trc_code_extra *ex = (const trc_code_extra *)co->co_extra;
+  if (ex && trc_extra >= 0 && trc_extra < ex->ce_size) {
+    uintptr_t v = (uintptr_t)ex->ce_extras[trc_extra];
+    if ((uint32_t)(v >> 32) == (uint32_t)p->gen && (uint32_t)v) return (uint32_t)v;
+  }
+  return 0;
+}
+
 /* Python function index for code; globals (may be NULL) decide focus. */
 static uint32_t trc_code_func(ProfileObject *p, PyCodeObject *co, PyObject *globals) {
   uint32_t idx = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co);
-  if (idx) return idx;
+  if (idx) {
+    trc_code_remember(p, co, idx);
+    return idx;
+  }
   idx = trc_func_add(p, co, (PyObject *)co, 0);
   if (!idx) {
     p->error = 1;
     return 0;
   }
+  trc_code_remember(p, co, idx);
   if (p->focus_glob)
     p->funcs[idx].focus =
         trc_focus_match(p, globals, trc_code_qualname(co), PyUnicode_AsUTF8(co->co_filename));
@@ -477,8 +533,9 @@ static uint32_t trc_edge(ProfileObject *p, uint32_t caller, uint32_t callee) {
 static void trc_focus_tool(ProfileObject *p, int on);
 
 /* Enter func fi (a call, or a generator resume when TRC_FR_RESUME). */
-static void trc_push(ProfileObject *p, trc_thread *t, uint32_t fi, const void *key,
-                     uint32_t flags, int64_t now) {
+static inline __attribute__((always_inline)) void trc_push(ProfileObject *p, trc_thread *t,
+                                                           uint32_t fi, const void *key,
+                                                           uint32_t flags, int64_t now) {
   if (!fi) return;
   if (p->focus_glob && t->focus_depth == 0) {
     if (!p->funcs[fi].focus) return; /* outside every focus subtree */
@@ -496,8 +553,27 @@ static void trc_push(ProfileObject *p, trc_thread *t, uint32_t fi, const void *k
     t->stack = ns;
     t->cap = ncap;
   }
-  uint32_t caller = t->depth ? t->stack[t->depth - 1].func : 0;
-  uint32_t ei = trc_edge(p, caller, fi);
+  /* the caller remembers its last callee's edge: a loop calling one function
+   * finds the edge without a lookup */
+  uint32_t *last_callee, *last_edge, caller;
+  if (t->depth) {
+    trc_frame *cf = &t->stack[t->depth - 1];
+    caller = cf->func;
+    last_callee = &cf->last_callee;
+    last_edge = &cf->last_edge;
+  } else {
+    caller = 0;
+    last_callee = &t->root_last_callee;
+    last_edge = &t->root_last_edge;
+  }
+  uint32_t ei;
+  if (*last_callee == fi) {
+    ei = *last_edge;
+  } else {
+    ei = trc_edge(p, caller, fi);
+    *last_callee = fi;
+    *last_edge = ei;
+  }
   if (!ei ||
       (fi >= t->nfunc_active && trc_grow_u32(&t->func_active, &t->nfunc_active, (size_t)fi + 1) < 0) ||
       (ei >= t->nedge_active && trc_grow_u32(&t->edge_active, &t->nedge_active, (size_t)ei + 1) < 0)) {
@@ -521,6 +597,7 @@ static void trc_push(ProfileObject *p, trc_thread *t, uint32_t fi, const void *k
   fr->func = fi;
   fr->edge = ei;
   fr->flags = flags;
+  fr->last_callee = 0;
   fr->child_ns = 0;
   if (flags & TRC_FR_FOCUS_ROOT) {
     t->focus_depth++;
@@ -553,7 +630,17 @@ static void trc_record(ProfileObject *p, trc_thread *t, const trc_frame *fr, int
   p->funcs[fr->func].records_kept++;
 }
 
-static void trc_pop(ProfileObject *p, trc_thread *t, int64_t now) {
+/* A focus root ended (cold: once per focused call). */
+static __attribute__((noinline, cold)) void trc_pop_focus_root(ProfileObject *p, trc_thread *t,
+                                                               const trc_frame *fr, int64_t el) {
+  /* a resume of a focused generator is one more slice, not a call record */
+  if (!(fr->flags & TRC_FR_RESUME)) trc_record(p, t, fr, el);
+  t->focus_depth--;
+  if (--p->focus_threads == 0) trc_focus_tool(p, 0);
+}
+
+static inline __attribute__((always_inline)) void trc_pop(ProfileObject *p, trc_thread *t,
+                                                          int64_t now) {
   trc_frame *fr = &t->stack[--t->depth];
   int64_t el = now - fr->t0;
   if (el < 0) el = 0;
@@ -565,23 +652,13 @@ static void trc_pop(ProfileObject *p, trc_thread *t, int64_t now) {
   if (--t->func_active[fr->func] == 0) f->total_ns += el;
   if (--t->edge_active[fr->edge] == 0) e->total_ns += el;
   if (t->depth) t->stack[t->depth - 1].child_ns += el;
-  if (fr->flags & TRC_FR_FOCUS_ROOT) {
-    /* a resume of a focused generator is one more slice, not a call record */
-    if (!(fr->flags & TRC_FR_RESUME)) trc_record(p, t, fr, el);
-    t->focus_depth--;
-    if (--p->focus_threads == 0) trc_focus_tool(p, 0);
-  } else if (fr->flags & TRC_FR_FOCUS_NESTED) {
-    trc_record(p, t, fr, el);
-  }
+  if (fr->flags & TRC_FR_FOCUS_ROOT) trc_pop_focus_root(p, t, fr, el);
+  else if (fr->flags & TRC_FR_FOCUS_NESTED) trc_record(p, t, fr, el);
 }
 
-/* A frame with key returned: it must be the top one; resynchronise if not. */
-static void trc_leave(ProfileObject *p, trc_thread *t, const void *key, int64_t now) {
-  if (t->depth == 0) return; /* entered before tracing started (or outside focus) */
-  if (t->stack[t->depth - 1].key == key) {
-    trc_pop(p, t, now);
-    return;
-  }
+/* trc_leave when key is not the top frame's. */
+static __attribute__((noinline)) void trc_leave_resync(ProfileObject *p, trc_thread *t,
+                                                       const void *key, int64_t now) {
   size_t i = t->depth;
   while (i > 0 && t->stack[i - 1].key != key) i--;
   if (i == 0) {
@@ -595,6 +672,16 @@ static void trc_leave(ProfileObject *p, trc_thread *t, const void *key, int64_t 
     p->mismatches++;
   }
   trc_pop(p, t, now);
+}
+
+/* A frame with key returned: it must be the top one; resynchronise if not. */
+static inline void trc_leave(ProfileObject *p, trc_thread *t, const void *key, int64_t now) {
+  if (t->depth == 0) return; /* entered before tracing started (or outside focus) */
+  if (t->stack[t->depth - 1].key == key) {
+    trc_pop(p, t, now);
+    return;
+  }
+  trc_leave_resync(p, t, key, now);
 }
 
 /* Unwind every thread's stack as if all frames returned now (stop). */
@@ -617,6 +704,9 @@ static PyObject *trc_mon;       /* sys.monitoring */
 static PyObject *trc_disable;   /* sys.monitoring.DISABLE */
 static int trc_ev_py_start, trc_ev_py_resume, trc_ev_py_return, trc_ev_py_yield,
     trc_ev_py_unwind, trc_ev_py_throw, trc_ev_call, trc_ev_c_return, trc_ev_c_raise;
+
+static int trc_sites_off = -1; /* BIFOCAL_TRACE_ALL_CALLS, read once (see trc_site_call) */
+static int trc_opcodes_init(void);
 
 static int trc_mon_init(void) {
   if (trc_mon) return 0;
@@ -655,7 +745,263 @@ static int trc_mon_init(void) {
     return -1;
   }
   trc_mon = mon;
+  if (trc_sites_off < 0) {
+    const char *all = getenv("BIFOCAL_TRACE_ALL_CALLS");
+    trc_sites_off = (all && *all && strcmp(all, "0")) || trc_opcodes_init() < 0;
+  }
   return 0;
+}
+
+/* ---- CALL sites with one known callable ---------------------------------------
+ *
+ * CALL fires at every call site for every callable, but the collector needs it
+ * only for builtins (the C frame it pushes; Python frames come from PY_START).
+ * At a site `name(args)` whose callable comes straight from LOAD_GLOBAL (the
+ * compiler's NULL + name form, only plain loads between it and the CALL), the
+ * callable is whatever the frame's globals, else builtins, bind to name. When
+ * that is not a builtin (a Python function, a class, str...), the site is
+ * DISABLEd for this tool, so neither CALL nor C_RETURN fires there again. A
+ * dict watcher on those globals and builtins calls restart_events() as soon as
+ * such a name is bound, rebound or deleted, and the next call there decides
+ * again. Counts, edges and times stay exact. BIFOCAL_TRACE_ALL_CALLS=1 keeps
+ * every site (for comparison). */
+#define TRC_SITE_NO 1u   /* not such a site, or not decidable */
+#define TRC_SITE_NAME 2u /* 2 + index into co_names */
+#define TRC_SITE_MAX_RESTARTS 64 /* names rebound this often: stop disabling */
+
+static int op_cache = -1, op_ext = -1, op_call = -1, op_call_kw = -1, op_kw_names = -1,
+           op_load_global = -1, op_load_fast = -1, op_load_fast_check = -1, op_load_const = -1,
+           op_load_deref = -1, op_load_fast2 = -1, op_load_attr = -1, op_binary_op = -1,
+           op_binary_subscr = -1, op_compare_op = -1, op_build_tuple = -1, op_build_list = -1;
+static int trc_watcher_id = -1;      /* -2: no dict watcher available */
+static PyObject *trc_watched_names;  /* set: names whose sites are DISABLEd */
+static int trc_site_restarts;
+
+/* Opcode numbers from the headers this extension is built against (fixed
+ * within a minor version). Not from the opcode module: importing it at enable
+ * would fill import caches the traced program would otherwise fill itself. */
+static int trc_opcodes_init(void) {
+#if PY_VERSION_HEX >= 0x030C0000
+  op_cache = CACHE;
+  op_ext = EXTENDED_ARG;
+  op_call = CALL;
+  op_load_global = LOAD_GLOBAL;
+  op_load_fast = LOAD_FAST;
+  op_load_fast_check = LOAD_FAST_CHECK;
+  op_load_const = LOAD_CONST;
+  op_load_deref = LOAD_DEREF;
+  op_load_attr = LOAD_ATTR;
+  op_binary_op = BINARY_OP;
+  op_binary_subscr = BINARY_SUBSCR;
+  op_compare_op = COMPARE_OP;
+  op_build_tuple = BUILD_TUPLE;
+  op_build_list = BUILD_LIST;
+#ifdef CALL_KW
+  op_call_kw = CALL_KW;
+#endif
+#ifdef KW_NAMES
+  op_kw_names = KW_NAMES;
+#endif
+#ifdef LOAD_FAST_LOAD_FAST
+  op_load_fast2 = LOAD_FAST_LOAD_FAST;
+#endif
+#endif
+  /* without these the walk below cannot be trusted */
+  return op_cache == 0 && op_ext > 0 && op_call > 0 && op_load_global > 0 ? 0 : -1;
+}
+
+/* The instruction that ends just before unit i of deoptimised bytecode c
+ * (CACHE units skipped, EXTENDED_ARG folded in): its start, or -1. */
+static Py_ssize_t trc_prev_instr(const uint8_t *c, Py_ssize_t i, int *op, int *arg) {
+  Py_ssize_t j = i - 1;
+  while (j >= 0 && c[2 * j] == op_cache) j--;
+  if (j < 0) return -1;
+  *op = c[2 * j];
+  int a = c[2 * j + 1], shift = 8;
+  Py_ssize_t k = j - 1;
+  for (; k >= 0 && c[2 * k] == op_ext && shift <= 24; k--, shift += 8) a |= c[2 * k + 1] << shift;
+  *arg = a;
+  return k + 1;
+}
+
+/* Site kind of the CALL at byte offset off of co (see TRC_SITE_*). */
+static uint32_t trc_site_analyse(PyCodeObject *co, Py_ssize_t off) {
+  PyObject *bytes = PyCode_GetCode(co);
+  if (!bytes) {
+    PyErr_Clear();
+    return TRC_SITE_NO;
+  }
+  const uint8_t *c = (const uint8_t *)PyBytes_AS_STRING(bytes);
+  Py_ssize_t n = PyBytes_GET_SIZE(bytes) / 2, u = off / 2;
+  uint32_t out = TRC_SITE_NO;
+  if (off % 2 || u >= n) goto done;
+  int op = c[2 * u], arg = c[2 * u + 1];
+  Py_ssize_t i = u;
+  for (int shift = 8; i > 0 && c[2 * (i - 1)] == op_ext && shift <= 24; i--, shift += 8)
+    arg |= c[2 * (i - 1) + 1] << shift;
+  long need; /* stack items still to account for above the callable */
+  if (op == op_call) need = arg;
+  else if (op == op_call_kw) need = (long)arg + 1; /* 3.13: kwnames on top */
+  else goto done;
+  for (int steps = 0; steps < 64; steps++) {
+    Py_ssize_t start = trc_prev_instr(c, i, &op, &arg);
+    if (start < 0) goto done;
+    if (need == 0) {
+      if (op == op_load_global && (arg & 1)) out = TRC_SITE_NAME + (uint32_t)(arg >> 1);
+      goto done;
+    }
+    long pop, push;
+    if (op == op_load_fast || op == op_load_fast_check || op == op_load_const ||
+        op == op_load_deref)
+      pop = 0, push = 1;
+    else if (op == op_load_fast2) pop = 0, push = 2;
+    else if (op == op_load_global) pop = 0, push = 1 + (arg & 1);
+    else if (op == op_load_attr) pop = 1, push = 1 + (arg & 1);
+    else if (op == op_kw_names) pop = 0, push = 0;
+    else if (op == op_binary_op || op == op_binary_subscr || op == op_compare_op) pop = 2, push = 1;
+    else if (op == op_build_tuple || op == op_build_list) pop = arg, push = 1;
+    else if (op == op_call) pop = (long)arg + 2, push = 1;
+    else if (op == op_call_kw) pop = (long)arg + 3, push = 1;
+    else goto done;
+    need -= push;
+    if (need < 0) goto done; /* the callable's slot is written by something else */
+    need += pop;
+    i = start;
+  }
+done:
+  Py_DECREF(bytes);
+  return out;
+}
+
+static void trc_restart_sites(void) {
+  PyObject *exc_type, *exc_val, *exc_tb;
+  PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
+  if (trc_watched_names) PySet_Clear(trc_watched_names);
+  trc_site_restarts++;
+  PyObject *r = PyObject_CallMethod(trc_mon, "restart_events", NULL);
+  Py_XDECREF(r);
+  PyErr_Clear();
+  PyErr_Restore(exc_type, exc_val, exc_tb);
+}
+
+/* A watched globals/builtins dict is about to change. */
+static int trc_dict_watch_cb(PyDict_WatchEvent ev, PyObject *d, PyObject *key, PyObject *nv) {
+  (void)d;
+  (void)nv;
+  if (!trc_active || !trc_watched_names || PySet_GET_SIZE(trc_watched_names) == 0) return 0;
+  if (ev == PyDict_EVENT_DEALLOCATED) return 0;
+  if (key) {
+    if (!PyUnicode_Check(key)) return 0;
+    int r = PySet_Contains(trc_watched_names, key);
+    if (r < 0) PyErr_Clear();
+    if (r <= 0) return 0;
+  } else if (ev != PyDict_EVENT_CLEARED && ev != PyDict_EVENT_CLONED) {
+    return 0;
+  }
+  trc_restart_sites();
+  return 0;
+}
+
+static int trc_watch(PyObject *g, PyObject *b, PyObject *name) {
+  if (trc_watcher_id == -2) return -1;
+  if (trc_watcher_id < 0) {
+    trc_watcher_id = PyDict_AddWatcher(trc_dict_watch_cb);
+    if (trc_watcher_id < 0) {
+      trc_watcher_id = -2;
+      PyErr_Clear();
+      return -1;
+    }
+  }
+  if (!trc_watched_names && !(trc_watched_names = PySet_New(NULL))) {
+    PyErr_Clear();
+    return -1;
+  }
+  if (PyDict_Watch(trc_watcher_id, g) < 0 || PyDict_Watch(trc_watcher_id, b) < 0 ||
+      PySet_Add(trc_watched_names, name) < 0) {
+    PyErr_Clear();
+    return -1;
+  }
+  return 0;
+}
+
+/* Code fi runs under more than one globals: re-arm every site, decide none
+ * of its sites again. */
+static void trc_sites_mixed(ProfileObject *p, PyCodeObject *co, uint32_t fi) {
+  if (p->site_globals[fi] == Py_None) return;
+  Py_XDECREF(p->site_globals[fi]);
+  Py_INCREF(Py_None);
+  p->site_globals[fi] = Py_None;
+  trc_code_remember(p, co, fi);
+  trc_restart_sites();
+}
+
+/* A start or resume of code fi whose sites were DISABLEd: under their globals? */
+static uint32_t trc_sites_globals_check(ProfileObject *p, PyCodeObject *co, uint32_t fi) {
+  if (fi < p->nsite_globals && p->site_globals[fi] != Py_None &&
+      PyEval_GetGlobals() != p->site_globals[fi])
+    trc_sites_mixed(p, co, fi);
+  return fi;
+}
+
+/* CALL of a non-builtin: DISABLE the site when it can only call this callable. */
+static PyObject *trc_site_call(ProfileObject *p, PyObject *const *args) {
+  PyCodeObject *co = (PyCodeObject *)args[0];
+  PyLongObject *lo = (PyLongObject *)args[1];
+  if (!PyLong_CheckExact(lo) || !PyUnstable_Long_IsCompact(lo)) Py_RETURN_NONE;
+  Py_ssize_t off = PyUnstable_Long_CompactValue(lo);
+  if (off < 0 || off >= (1 << 16) || !PyCode_Check(args[0])) Py_RETURN_NONE;
+  uint64_t key = (uint64_t)(uintptr_t)co ^ ((uint64_t)off << 48);
+  if (key == p->site_no_last) Py_RETURN_NONE; /* a loop calling through one site */
+  uint32_t kind = trc_map_get(&p->site_map, key);
+  if (kind == TRC_SITE_NO) {
+    p->site_no_last = key;
+    Py_RETURN_NONE;
+  }
+  if (!kind) {
+    /* only code the profile holds a reference to: its address is not reused */
+    if (!trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co)) Py_RETURN_NONE;
+    kind = trc_site_analyse(co, off);
+    if (trc_map_put(&p->site_map, key, kind) < 0 || kind == TRC_SITE_NO) Py_RETURN_NONE;
+  }
+  if (trc_site_restarts >= TRC_SITE_MAX_RESTARTS) Py_RETURN_NONE;
+  Py_ssize_t ni = (Py_ssize_t)(kind - TRC_SITE_NAME);
+  if (!PyTuple_Check(co->co_names) || ni >= PyTuple_GET_SIZE(co->co_names)) Py_RETURN_NONE;
+  PyObject *name = PyTuple_GET_ITEM(co->co_names, ni);
+  PyObject *g = PyEval_GetGlobals(), *b = PyEval_GetBuiltins();
+  if (!g || !b || !PyDict_CheckExact(g) || !PyDict_CheckExact(b) || !PyUnicode_CheckExact(name))
+    Py_RETURN_NONE;
+  PyObject *v = PyDict_GetItemWithError(g, name);
+  if (!v && !PyErr_Occurred()) v = PyDict_GetItemWithError(b, name);
+  if (v != args[2]) {
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  /* one code object can run under several globals (functions made from it
+   * with FunctionType or exec): decide its sites for one globals only */
+  uint32_t fi = trc_code_lookup(p, co) & ~TRC_FI_SITES;
+  if (!fi) fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co);
+  if (!fi) Py_RETURN_NONE;
+  if (fi >= p->nsite_globals) {
+    size_t n = p->nsite_globals ? p->nsite_globals : 256;
+    while (n <= fi) n *= 2;
+    PyObject **ng = realloc(p->site_globals, n * sizeof *ng);
+    if (!ng) Py_RETURN_NONE;
+    memset(ng + p->nsite_globals, 0, (n - p->nsite_globals) * sizeof *ng);
+    p->site_globals = ng;
+    p->nsite_globals = n;
+  }
+  if (p->site_globals[fi] == NULL) {
+    Py_INCREF(g);
+    p->site_globals[fi] = g;
+  } else if (p->site_globals[fi] != g) {
+    trc_sites_mixed(p, co, fi);
+    Py_RETURN_NONE;
+  }
+  if (trc_watch(g, b, name) < 0) Py_RETURN_NONE;
+  trc_code_remember(p, co, fi | TRC_FI_SITES);
+  p->sites_disabled = 1;
+  Py_INCREF(trc_disable);
+  return trc_disable;
 }
 
 #define TRC_CB_PROLOGUE()                                         \
@@ -672,7 +1018,8 @@ static PyObject *cb_start(PyObject *self, PyObject *const *args, Py_ssize_t narg
   if (p->focus_glob && t->focus_depth == 0) Py_RETURN_NONE; /* entry tool's job */
   int64_t now = trc_now(p);
   PyCodeObject *co = (PyCodeObject *)args[0];
-  uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co);
+  uint32_t fi = trc_code_lookup(p, co);
+  if (fi & TRC_FI_SITES) fi = trc_sites_globals_check(p, co, fi & ~TRC_FI_SITES);
   if (!fi) fi = trc_code_func(p, co, PyEval_GetGlobals());
   trc_push(p, t, fi, co, 0, now);
   Py_RETURN_NONE;
@@ -684,7 +1031,8 @@ static PyObject *cb_resume(PyObject *self, PyObject *const *args, Py_ssize_t nar
   if (p->focus_glob && t->focus_depth == 0) Py_RETURN_NONE;
   int64_t now = trc_now(p);
   PyCodeObject *co = (PyCodeObject *)args[0];
-  uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co);
+  uint32_t fi = trc_code_lookup(p, co);
+  if (fi & TRC_FI_SITES) fi = trc_sites_globals_check(p, co, fi & ~TRC_FI_SITES);
   if (!fi) fi = trc_code_func(p, co, PyEval_GetGlobals());
   trc_push(p, t, fi, co, TRC_FR_RESUME, now);
   Py_RETURN_NONE;
@@ -700,14 +1048,22 @@ static PyObject *cb_return(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 static PyObject *cb_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)nargs;
-  TRC_CB_PROLOGUE();
+  ProfileObject *p = (ProfileObject *)self;
+  if (!p->running) Py_RETURN_NONE;
   PyMethodDef *def = trc_builtin_def(args[2]);
-  if (!def) Py_RETURN_NONE;
+  if (!def) { /* no frame to push; whether the site can be DISABLEd is per-thread free */
+    if (!p->focus_glob && !trc_sites_off) return trc_site_call(p, args);
+    Py_RETURN_NONE;
+  }
+  trc_thread *t = trc_thread_get(p);
+  if (!t || t->paused) Py_RETURN_NONE;
   if (p->focus_glob && t->focus_depth == 0) Py_RETURN_NONE;
   int64_t now = trc_now(p);
   uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)def);
   if (!fi) fi = trc_cfunc(p, args[2], def);
+  size_t depth = t->depth;
   trc_push(p, t, fi, def, TRC_FR_C, now);
+  if (t->depth > depth) t->stack[depth].callable = args[2];
   Py_RETURN_NONE;
 }
 
@@ -715,6 +1071,11 @@ static PyObject *cb_c_return(PyObject *self, PyObject *const *args, Py_ssize_t n
   (void)nargs;
   TRC_CB_PROLOGUE();
   if (t->depth == 0) Py_RETURN_NONE;
+  const trc_frame *top = &t->stack[t->depth - 1];
+  if ((top->flags & TRC_FR_C) && top->callable == args[2]) { /* the usual case */
+    trc_pop(p, t, trc_now(p));
+    Py_RETURN_NONE;
+  }
   PyMethodDef *def = trc_builtin_def(args[2]);
   if (!def) Py_RETURN_NONE;
   trc_leave(p, t, def, trc_now(p));
@@ -767,14 +1128,43 @@ static PyObject *cb_focus_resume(PyObject *self, PyObject *const *args, Py_ssize
   Py_RETURN_NONE;
 }
 
-static PyMethodDef cb_defs[] = {
-    {"py_start", (PyCFunction)(void (*)(void))cb_start, METH_FASTCALL, NULL},
-    {"py_resume", (PyCFunction)(void (*)(void))cb_resume, METH_FASTCALL, NULL},
-    {"py_return", (PyCFunction)(void (*)(void))cb_return, METH_FASTCALL, NULL},
-    {"call", (PyCFunction)(void (*)(void))cb_call, METH_FASTCALL, NULL},
-    {"c_return", (PyCFunction)(void (*)(void))cb_c_return, METH_FASTCALL, NULL},
-    {"focus_start", (PyCFunction)(void (*)(void))cb_focus_start, METH_FASTCALL, NULL},
-    {"focus_resume", (PyCFunction)(void (*)(void))cb_focus_resume, METH_FASTCALL, NULL},
+/* sys.monitoring calls a callback through vectorcall. A minimal callable type
+ * lands in the C function directly; a builtin-function object would add its
+ * own dispatch and recursion check to every event. */
+typedef struct {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject *self; /* the Profile (strong) */
+} trc_cb_obj;
+
+#define TRC_VC(name, fn)                                                                   \
+  static PyObject *name(PyObject *c, PyObject *const *args, size_t nargsf, PyObject *kw) { \
+    (void)kw;                                                                              \
+    return fn(((trc_cb_obj *)c)->self, args, PyVectorcall_NARGS(nargsf));                  \
+  }
+TRC_VC(vc_start, cb_start)
+TRC_VC(vc_resume, cb_resume)
+TRC_VC(vc_return, cb_return)
+TRC_VC(vc_call, cb_call)
+TRC_VC(vc_c_return, cb_c_return)
+TRC_VC(vc_focus_start, cb_focus_start)
+TRC_VC(vc_focus_resume, cb_focus_resume)
+static const vectorcallfunc cb_vcs[] = {vc_start, vc_resume,       vc_return,      vc_call,
+                                        vc_c_return, vc_focus_start, vc_focus_resume};
+
+static void trc_cb_dealloc(PyObject *o) {
+  Py_XDECREF(((trc_cb_obj *)o)->self);
+  PyObject_Free(o);
+}
+
+static PyTypeObject trc_cb_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_bifocal_trace.callback",
+    .tp_basicsize = sizeof(trc_cb_obj),
+    .tp_dealloc = trc_cb_dealloc,
+    .tp_vectorcall_offset = offsetof(trc_cb_obj, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "a bifocal tracer callback",
 };
 
 static PyObject *trc_mon_call(const char *meth, const char *fmt, ...) {
@@ -791,8 +1181,13 @@ static PyObject *trc_mon_call(const char *meth, const char *fmt, ...) {
 }
 
 static int trc_register(ProfileObject *p, int tool, int event, int def) {
-  PyObject *cb = PyCFunction_NewEx(&cb_defs[def], (PyObject *)p, NULL);
-  if (!cb) return -1;
+  if (!(trc_cb_type.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&trc_cb_type) < 0) return -1;
+  trc_cb_obj *o = PyObject_New(trc_cb_obj, &trc_cb_type);
+  if (!o) return -1;
+  o->vectorcall = cb_vcs[def];
+  Py_INCREF(p);
+  o->self = (PyObject *)p;
+  PyObject *cb = (PyObject *)o;
   if (PyList_Append(p->callbacks, cb) < 0) {
     Py_DECREF(cb);
     return -1;
@@ -876,6 +1271,7 @@ static void trc_focus_tool(ProfileObject *p, int on) {
 
 static int trc_backend_start(ProfileObject *p) {
   if (trc_mon_init() < 0) return -1;
+  trc_site_restarts = 0;
   int tool = p->req_tool_id >= 0 ? p->req_tool_id : 2; /* sys.monitoring.PROFILER_ID */
   if (trc_claim_tool(tool) < 0) return -1;
   p->tool_id = tool;
@@ -926,9 +1322,12 @@ static void trc_backend_stop(ProfileObject *p) {
   if (p->focus_tool_id >= 0) trc_release_tool(p->focus_tool_id);
   p->tool_id = p->focus_tool_id = -1;
   p->focus_tool_on = 0;
-  if (p->focus_glob) {
-    /* focus mode DISABLEd PY_START on unfocused code; those locations would
-     * stay disabled for the next user of the tool id */
+  if (p->focus_glob || p->sites_disabled) {
+    /* focus mode DISABLEd PY_START on unfocused code, full trace DISABLEd
+     * single-callable CALL sites; those locations would stay disabled for
+     * the next user of the tool id */
+    if (trc_watched_names) PySet_Clear(trc_watched_names);
+    p->sites_disabled = 0;
     PyObject *exc_type, *exc_val, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
     PyObject *r = trc_mon_call("restart_events", "()");
@@ -996,36 +1395,47 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
   if (!p || !p->running) return 0;
   trc_thread *t = trc_thread_get(p);
   if (!t || t->paused) return 0;
-  int64_t now = trc_now(p);
+  int64_t now;
   switch (what) {
   case PyTrace_CALL: {
     PyCodeObject *co = trc_frame_code(frame);
+    now = trc_now(p);
     uint32_t flags = 0;
     /* a generator/coroutine frame that already ran is being resumed */
     if ((co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) &&
         trc_gen_resumed(co, trc_frame_lasti(frame)))
       flags = TRC_FR_RESUME;
-    uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)co);
+    uint32_t fi = trc_code_lookup(p, co) & ~TRC_FI_SITES;
     if (!fi) fi = trc_code_func(p, co, trc_frame_globals(frame));
     trc_push(p, t, fi, co, flags, now);
     break;
   }
   case PyTrace_RETURN:
-    trc_leave(p, t, trc_frame_code(frame), now);
+    if (t->depth == 0) break;
+    trc_leave(p, t, trc_frame_code(frame), trc_now(p));
     break;
   case PyTrace_C_CALL: {
     if (!p->builtins) break;
     PyMethodDef *def = trc_builtin_def(arg);
     if (!def) break;
     if (p->focus_glob && t->focus_depth == 0) break;
+    now = trc_now(p);
     uint32_t fi = trc_map_get(&p->func_map, (uint64_t)(uintptr_t)def);
     if (!fi) fi = trc_cfunc(p, arg, def);
+    size_t depth = t->depth;
     trc_push(p, t, fi, def, TRC_FR_C, now);
+    if (t->depth > depth) t->stack[depth].callable = arg;
     break;
   }
   case PyTrace_C_RETURN:
   case PyTrace_C_EXCEPTION: {
-    if (!p->builtins) break;
+    if (!p->builtins || t->depth == 0) break;
+    now = trc_now(p);
+    const trc_frame *top = &t->stack[t->depth - 1];
+    if ((top->flags & TRC_FR_C) && top->callable == arg) {
+      trc_pop(p, t, now);
+      break;
+    }
     PyMethodDef *def = trc_builtin_def(arg);
     if (def) trc_leave(p, t, def, now);
     break;
@@ -1123,6 +1533,12 @@ static void trc_reset(ProfileObject *p) {
   p->edges = NULL;
   p->nedges = p->capedges = 0;
   trc_map_free(&p->edge_map);
+  trc_map_free(&p->site_map);
+  p->site_no_last = 0;
+  for (size_t i = 0; i < p->nsite_globals; i++) Py_XDECREF(p->site_globals[i]);
+  free(p->site_globals);
+  p->site_globals = NULL;
+  p->nsite_globals = 0;
   while (p->threads) {
     trc_thread *n = p->threads->next;
     trc_thread_free(p->threads);
@@ -1233,6 +1649,13 @@ static PyObject *Profile_enable(ProfileObject *p, PyObject *noargs) {
   trc_active = p;
   if (p->start_wall_ns == 0) p->start_wall_ns = trc_wall_ns();
   if (trc_tsc_usable < 0) trc_tsc_usable = trc_detect_tsc();
+  if (trc_extra == -2) {
+    trc_extra = trc_request_extra(NULL);
+    if (trc_extra < 0) {
+      PyErr_Clear();
+      trc_extra = -1;
+    }
+  }
   p->use_tsc = !p->clock_cpu && trc_tsc_usable;
   p->cpu_start_ns = trc_clock(CLOCK_PROCESS_CPUTIME_ID);
   p->iv_mono0 = trc_clock(CLOCK_MONOTONIC);

@@ -7,17 +7,30 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
+#include <stddef.h>
 
 #if PY_VERSION_HEX >= 0x030C0000
-static PyObject *floor_none(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  (void)self;
+/* The same minimal vectorcall callable type the collector registers. */
+typedef struct {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+} floor_cb_obj;
+
+static PyObject *floor_none(PyObject *c, PyObject *const *args, size_t nargsf, PyObject *kw) {
+  (void)c;
   (void)args;
-  (void)nargs;
+  (void)nargsf;
+  (void)kw;
   Py_RETURN_NONE;
 }
 
-static PyMethodDef floor_cb_def = {"floor_cb", (PyCFunction)(void (*)(void))floor_none,
-                                   METH_FASTCALL, NULL};
+static PyTypeObject floor_cb_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_bifocal_trace_floor.callback",
+    .tp_basicsize = sizeof(floor_cb_obj),
+    .tp_vectorcall_offset = offsetof(floor_cb_obj, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+};
 static int floor_tool = -1;
 
 static PyObject *floor_call(const char *meth, const char *fmt, ...) {
@@ -55,8 +68,11 @@ static PyObject *floor_enable(PyObject *self, PyObject *args, PyObject *kw) {
   PyObject *r = floor_call("use_tool_id", "(is)", tool, "bifocal-floor");
   if (!r) return NULL;
   Py_DECREF(r);
-  PyObject *cb = PyCFunction_NewEx(&floor_cb_def, NULL, NULL);
-  if (!cb) return NULL;
+  if (!(floor_cb_type.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&floor_cb_type) < 0) return NULL;
+  floor_cb_obj *o = PyObject_New(floor_cb_obj, &floor_cb_type);
+  if (!o) return NULL;
+  o->vectorcall = floor_none;
+  PyObject *cb = (PyObject *)o;
   int mask = 0;
   for (size_t i = 0; i < n; i++) {
     int ev = floor_event(names[i]);

@@ -1,25 +1,313 @@
-"""Tracer overhead, side by side: untraced, empty-callback floor, cProfile,
-bifocal (full trace) and bifocal focus on one function, per interpreter.
+"""Tracer overhead measured the way users run it, per kind of call.
 
-    /usr/bin/python3 tests/bench/bench_tracer.py [--repeat 5] [--python PATH ...]
+    /usr/bin/python3 tests/bench/bench_tracer.py [--runs 7] [--all] [--warm] [--python PATH ...]
 
-All modes run in one process per interpreter, interleaved round by round (best
-of --repeat rounds); the workload (recursive fib plus many builtin calls) is
-timed inside the process, so startup and writing the store are not counted. Prints the best of --repeat runs and the ratios the tracer is
-held to: bifocal added time / cProfile added time (target <= 0.6), bifocal
-added / floor added, and focus run / untraced run (target <= 1.1).
+Fresh processes, interleaved run by run (order shuffled each run): plain
+`python kinds.py`, `python -m cProfile -o /dev/null kinds.py` and
+`bifocal trace -- python kinds.py`. The script times each kind of call inside
+itself (perf_counter_ns around a loop of 200k calls: Python function, builtin
+len(x), type call str(i), class instantiation P() (Python __init__), method
+p.m(), generator next(g)). Added time = median traced - median plain; the table
+prints bifocal's added time as a share of cProfile's (targets: 3.12+ <= 0.5 over
+all kinds and <= 0.6 per kind; 3.8-3.11 (setprofile) <= 0.7).
+
+Then the whole program: wall time of a fresh `bifocal trace` of a call-heavy
+script (fib, builtins, classes, generators; start-up and store write included)
+against `python` and `python -m cProfile -o /dev/null`, with the part spent
+outside the script's own body (start-up, and for bifocal, writing the store).
+
+--warm adds the older in-process figure: all modes in one warmed process,
+best of --repeat rounds (includes the empty-callback floor and focus mode).
 Not a pass/fail test: it prints figures.
 """
 import argparse
 import json
 import os
+import random
+import resource
+import statistics
 import subprocess
 import sys
+import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pythons  # noqa: E402
+
+KINDS_SCRIPT = r"""
+import json, sys, time
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
+perf_counter_ns = getattr(time, sys.argv[2] if len(sys.argv) > 2 else "perf_counter_ns")
+
+def f():
+    return 1
+
+class P:
+    def __init__(self):
+        self.a = 1
+    def m(self):
+        return 1
+
+def gen():
+    i = 0
+    while True:
+        yield i
+        i += 1
+
+def k_func(n):
+    t = perf_counter_ns()
+    for i in range(n):
+        f()
+    return perf_counter_ns() - t
+
+def k_builtin(n):
+    x = [1, 2, 3]
+    t = perf_counter_ns()
+    for i in range(n):
+        len(x)
+    return perf_counter_ns() - t
+
+def k_type(n):
+    t = perf_counter_ns()
+    for i in range(n):
+        str(i)
+    return perf_counter_ns() - t
+
+def k_class(n):
+    t = perf_counter_ns()
+    for i in range(n):
+        P()
+    return perf_counter_ns() - t
+
+def k_method(n):
+    p = P()
+    t = perf_counter_ns()
+    for i in range(n):
+        p.m()
+    return perf_counter_ns() - t
+
+def k_gen(n):
+    g = gen()
+    t = perf_counter_ns()
+    for i in range(n):
+        next(g)
+    return perf_counter_ns() - t
+
+out = {}
+for name, fn in (("func", k_func), ("builtin", k_builtin), ("type", k_type),
+                 ("class", k_class), ("method", k_method), ("gen", k_gen)):
+    out[name] = fn(N)
+print("BENCH " + json.dumps(out))
+"""
+
+KINDS = [("func", "Python function f()"), ("builtin", "builtin len(x)"), ("type", "type call str(i)"),
+         ("class", "class instantiation P()"), ("method", "method p.m()"), ("gen", "generator next(g)")]
+
+# A call-heavy program: the whole-program figure.
+PROGRAM_SCRIPT = r"""
+import sys
+from time import perf_counter_ns
+t0 = perf_counter_ns()
+
+class Node:
+    def __init__(self, v, left=None, right=None):
+        self.v, self.left, self.right = v, left, right
+    def total(self):
+        s = self.v
+        if self.left is not None:
+            s += self.left.total()
+        if self.right is not None:
+            s += self.right.total()
+        return s
+
+def build(d):
+    return Node(d) if d == 0 else Node(d, build(d - 1), build(d - 1))
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+def words(n):
+    for i in range(n):
+        yield str(i)
+
+def main(scale):
+    s = fib(22)
+    for _ in range(scale):
+        s += build(12).total()
+    s += sum(len(w) for w in words(100000 * scale))
+    d = {}
+    for i in range(50000 * scale):
+        d[i % 97] = max(d.get(i % 97, 0), abs(i - 500))
+    return s
+
+if sys.argv[1:] != ["empty"]:
+    main(3)
+print("BODY %d" % (perf_counter_ns() - t0))
+"""
+
+
+def run_mode(mode, python, script, args, db, bifocal):
+    if mode == "plain":
+        cmd = [python, script] + args
+    elif mode == "cprofile":
+        cmd = [python, "-m", "cProfile", "-o", os.devnull, script] + args
+    else:
+        cmd = [bifocal, "--db", db, "trace", "--", python, script] + args
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), r.returncode,
+                                                   (r.stderr.strip().splitlines() or ["?"])[-1]))
+    return wall, cpu, r.stdout
+
+
+MODES = ("plain", "cprofile", "bifocal")
+
+
+def fresh_kinds(python, tmp, bifocal, runs, n, timer):
+    script = os.path.join(tmp, "kinds.py")
+    with open(script, "w") as f:
+        f.write(KINDS_SCRIPT)
+    db = os.path.join(tmp, "kinds.db")
+    got = {m: {k: [] for k, _ in KINDS} for m in MODES}
+    for _ in range(runs):
+        order = list(MODES)
+        random.shuffle(order)
+        for m in order:
+            _, _, out = run_mode(m, python, script, [str(n), timer], db, bifocal)
+            line = [l for l in out.splitlines() if l.startswith("BENCH ")][-1]
+            for k, v in json.loads(line[6:]).items():
+                got[m][k].append(v / n)
+    return {m: {k: statistics.median(v) for k, v in d.items()} for m, d in got.items()}
+
+
+def fresh_program(python, tmp, bifocal, runs):
+    script = os.path.join(tmp, "program.py")
+    with open(script, "w") as f:
+        f.write(PROGRAM_SCRIPT)
+    db = os.path.join(tmp, "program.db")
+    res = {}
+    for which, args in (("heavy", []), ("empty", ["empty"])):
+        walls = {m: [] for m in MODES}
+        cpus = {m: [] for m in MODES}
+        bodies = {m: [] for m in MODES}
+        for _ in range(runs):
+            order = list(MODES)
+            random.shuffle(order)
+            for m in order:
+                wall, cpu, out = run_mode(m, python, script, args, db, bifocal)
+                body = int([l for l in out.splitlines() if l.startswith("BODY ")][-1].split()[1])
+                walls[m].append(wall)
+                cpus[m].append(cpu)
+                bodies[m].append(body / 1e9)
+        res[which] = {m: (statistics.median(walls[m]), statistics.median(bodies[m]),
+                          statistics.median(cpus[m])) for m in MODES}
+    return res
+
+
+def interpreters(a, min_version):
+    if a.python:
+        pys = []
+        for p in a.python:
+            v = subprocess.run([p, "-c", "import sys;print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True).stdout.strip()
+            pys.append((p, v or "?"))
+        return pys
+    out, seen = [], set()
+    for d in pythons.discover():
+        if d.get("free_threaded") or not (a.all or d["version"][:2] >= min_version):
+            continue
+        tag = d["tag"]
+        if tag in seen:  # a second build of one version (e.g. Debian's beside pyenv's)
+            tag += " " + d["path"]
+        seen.add(d["tag"])
+        out.append((d["path"], tag))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7, help="fresh runs per mode (median of)")
+    ap.add_argument("--calls", type=int, default=200000, help="calls per kind")
+    ap.add_argument("--python", action="append", help="interpreter(s); default: every 3.12+ found")
+    ap.add_argument("--all", action="store_true", help="every interpreter found, not only 3.12+")
+    ap.add_argument("--warm", action="store_true", help="also the warmed in-process table")
+    ap.add_argument("--repeat", type=int, default=15, help="--warm: rounds (best of)")
+    ap.add_argument("--timer", default="perf_counter_ns", choices=["perf_counter_ns", "thread_time_ns"],
+                    help="clock the script times each kind with (thread_time_ns: CPU time, "
+                         "steadier on a contended host)")
+    ap.add_argument("--no-program", action="store_true", help="skip the whole-program figure")
+    ap.add_argument("--no-kinds", action="store_true", help="skip the per-kind table")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    a = ap.parse_args()
+    bifocal = os.path.join(a.build, "bifocal")
+    pys = interpreters(a, (3, 12))
+    tmp = tempfile.mkdtemp(prefix="bench_tracer.")
+    print("load average at start: %.1f %.1f %.1f" % os.getloadavg())
+    print("\nFresh process per run, median of %d interleaved runs, %d calls per kind, timed with "
+          "time.%s." % (a.runs, a.calls, a.timer))
+    print("Cell: bifocal added ns/call / cProfile added ns/call = share (bifocal trace -- python "
+          "kinds.py vs python -m cProfile -o /dev/null kinds.py vs python kinds.py)\n")
+    rows = {}
+    for path, tag in ([] if a.no_kinds else pys):
+        try:
+            rows[tag] = fresh_kinds(path, tmp, bifocal, a.runs, a.calls, a.timer)
+        except RuntimeError as e:
+            print("%-6s %s" % (tag, e))
+    tags = list(rows)
+    if tags:
+        print("| kind of call | " + " | ".join(tags) + " |")
+        print("|---|" + "---|" * len(tags))
+    for k, label in (KINDS + [("all", "all kinds")]) if tags else []:
+        cells = []
+        for tag in tags:
+            med = rows[tag]
+            ks = [k] if k != "all" else [kk for kk, _ in KINDS]
+            add_b = sum(med["bifocal"][kk] - med["plain"][kk] for kk in ks)
+            add_c = sum(med["cprofile"][kk] - med["plain"][kk] for kk in ks)
+            cells.append("%.2f (%.0f / %.0f ns)" % (add_b / add_c if add_c > 0 else float("nan"),
+                                                    add_b, add_c))
+        print("| %s | %s |" % (label, " | ".join(cells)))
+    if not a.no_program:
+        print("\nWhole program, fresh process (median of %d interleaved runs): wall s, and CPU s "
+              "of the whole process tree (steadier on a busy host); bifocal's time outside the "
+              "script body is start-up and writing the store\n" % a.runs)
+        print("| python | python | cProfile | bifocal trace | bifocal added / cProfile added "
+              "(wall; CPU) | bifocal outside body: start-up + store write |")
+        print("|---|---|---|---|---|---|")
+        for path, tag in pys:
+            try:
+                r = fresh_program(path, tmp, bifocal, a.runs)
+            except RuntimeError as e:
+                print("%-6s %s" % (tag, e))
+                continue
+            h, e = r["heavy"], r["empty"]
+            out = {m: h[m][0] - h[m][1] for m in MODES}
+            startup = e["bifocal"][0] - e["bifocal"][1]
+            add_b = h["bifocal"][0] - h["plain"][0]
+            add_c = h["cprofile"][0] - h["plain"][0]
+            cadd_b = h["bifocal"][2] - h["plain"][2]
+            cadd_c = h["cprofile"][2] - h["plain"][2]
+            print("| %s | %.3f (CPU %.3f) | %.3f (CPU %.3f) | %.3f (CPU %.3f) | %.2f; %.2f | %.3f s "
+                  "(python's own: %.3f; start-up of an empty traced script %.3f, so writing ~%.3f; "
+                  "empty script CPU: bifocal %.3f, cProfile %.3f, python %.3f) |" % (
+                      tag, h["plain"][0], h["plain"][2], h["cprofile"][0], h["cprofile"][2],
+                      h["bifocal"][0], h["bifocal"][2],
+                      add_b / add_c if add_c > 0 else float("nan"),
+                      cadd_b / cadd_c if cadd_c > 0 else float("nan"), out["bifocal"], out["plain"],
+                      startup, max(0.0, out["bifocal"] - startup),
+                      e["bifocal"][2], e["cprofile"][2], e["plain"][2]))
+    print("\nload average at end: %.1f %.1f %.1f" % os.getloadavg())
+    if a.warm:
+        warm_table(a)
+    return 0
+
 
 CHILD = r"""
 import sys, time, json
@@ -104,7 +392,7 @@ for r in range(rounds):
 print(json.dumps({"best": best, "errs": errs}))
 """
 
-MODES = ["base", "floor", "cprofile", "bifocal", "focus"]
+WARM_MODES = ["base", "floor", "cprofile", "bifocal", "focus"]
 
 
 def measure_all(python, tracing_dir, rounds):
@@ -118,23 +406,11 @@ def measure_all(python, tracing_dir, rounds):
     return doc["best"], doc["errs"]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=15, help="rounds (best of)")
-    ap.add_argument("--python", action="append", help="interpreter(s); default: every 3.12+ found")
-    ap.add_argument("--all", action="store_true", help="every interpreter found, not only 3.12+")
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    a = ap.parse_args()
+def warm_table(a):
     tracing_dir = os.path.join(a.build, "tracing")
-    if a.python:
-        pys = []
-        for p in a.python:
-            v = subprocess.run([p, "-c", "import sys;print('%d.%d' % sys.version_info[:2])"],
-                               capture_output=True, text=True).stdout.strip()
-            pys.append((p, v or "?"))
-    else:
-        pys = [(d["path"], d["tag"]) for d in pythons.discover()
-               if a.all or d["version"][:2] >= (3, 12)]
+    pys = interpreters(a, (3, 12))
+    print("\nWarmed, in-process (fib(25) + 150k loops of six builtins; best of %d interleaved "
+          "rounds; start-up and store write not counted)\n" % a.repeat)
     print("%-7s %8s %8s %8s %8s %8s | %12s %12s %9s" % (
         "python", "base s", "floor s", "cProf s", "bifocal s", "focus s",
         "bf/cP added", "bf/floor add", "focus/base"))
@@ -144,15 +420,14 @@ def main():
             print("%-7s %s: %s" % (tag, m, err))
         if any(t.get(m) is None for m in ("base", "cprofile", "bifocal")):
             continue
-        t = {m: t.get(m) for m in MODES}
+        t = {m: t.get(m) for m in WARM_MODES}
         base = t["base"]
-        add = {m: (t[m] - base) if t[m] is not None else float("nan") for m in MODES}
+        add = {m: (t[m] - base) if t[m] is not None else float("nan") for m in WARM_MODES}
         fmt = lambda v: "%8.3f" % v if v is not None else "%8s" % "-"
         print("%-7s %s %s %s %s %s | %12.2f %12.2f %9.3f" % (
             tag, fmt(base), fmt(t["floor"]), fmt(t["cprofile"]), fmt(t["bifocal"]), fmt(t["focus"]),
             add["bifocal"] / add["cprofile"], add["bifocal"] / add["floor"] if t["floor"] else float("nan"),
             t["focus"] / base if t["focus"] else float("nan")))
-    return 0
 
 
 if __name__ == "__main__":
