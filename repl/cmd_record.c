@@ -64,7 +64,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       {"subprocesses", no_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
       {"idle", no_argument, NULL, 'i'},           {"no-idle", no_argument, NULL, 'I'},
       {"native", no_argument, NULL, 'n'},         {"native-threads", required_argument, NULL, 'N'},
-      {NULL, 0, NULL, 0}};
+      {"async", no_argument, NULL, 'A'},          {NULL, 0, NULL, 0}};
   bf_smp_record_opts o = {0};
   o.rate_hz = 1000;
   int c, pid = 0, rate_given = 0;
@@ -120,12 +120,13 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
         o.native = 1;
         o.native_threads = optarg;
         break;
+      case 'A': o.async_tasks = 1; break; /* asyncio tasks as task:NAME threads */
       case 'i': o.no_idle = 0; break;
       case 'I': o.no_idle = 1; break;
       case 'h':
         printf("usage: bifocal record [--clock wall|cpu] [--gil] [--idle|--no-idle] [--rate HZ] [--duration S]\n"
                "                      [--label L] [--commit SHA] [--ttl T] [--subprocesses]\n"
-               "                      [--native] [--native-threads N|GLOB,...]\n"
+               "                      [--native] [--native-threads N|GLOB,...] [--async]\n"
                "                      (--pid PID | -- CMD [ARGS...])\n");
         return 0;
       default: return 2;

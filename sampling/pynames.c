@@ -376,3 +376,18 @@ void smp_pynames_resolve(bf_smp *h, smp_tslot *s, uint64_t ident) {
     return;
   }
 }
+
+/* tasks.c reads the asyncio registry with the same bounded readers; each
+ * call runs on a fresh budget of SMP_PYNAME_BUDGET reads. */
+int smp_pn_dict_get(bf_smp *h, uint64_t dict, const char *name, uint64_t *value) {
+  h->pn_budget = SMP_PYNAME_BUDGET;
+  return dict_get(h, dict, name, value);
+}
+int smp_pn_attr_get(bf_smp *h, uint64_t obj, const char *name, uint64_t *value) {
+  h->pn_budget = SMP_PYNAME_BUDGET;
+  return attr_get(h, obj, name, value);
+}
+int smp_pn_long_read(bf_smp *h, uint64_t addr, uint64_t *out) {
+  h->pn_budget = SMP_PYNAME_BUDGET;
+  return long_read(h, addr, out);
+}

@@ -23,6 +23,7 @@
 #include "native.h"
 #include "smp_int.h"
 #include "store.h"
+#include "tasks.h"
 
 #ifndef BF_VERSION
 #define BF_VERSION "0.0.0"
@@ -99,6 +100,7 @@ typedef struct target {
   int64_t lag_sum_ns, lag_n; /* cpu clock: from the on-CPU instant to the stacks' read */
   char *nat_json;     /* its figures for the session's extra_json */
   char *py_json;      /* extra.python: the interpreter it runs (interp.c), or NULL */
+  bf_smp_tasks *tk;   /* --async: asyncio tasks read after each sample */
 } target;
 
 typedef struct pend_sample {
@@ -621,6 +623,8 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     return 0;
   }
   t->invalid_run = 0;
+  if (o->async_tasks && !t->nat && (t->tk || (t->tk = bf_smp_tasks_new(t->h))))
+    bf_smp_tasks_sample(t->tk, th, n, &th, &n); /* tasks follow as task:NAME threads */
   t->ticks++;
   t->gen++;
   int64_t ts = now - t->start_mono;
@@ -1053,6 +1057,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     }
     free(tg[i].nat_json); /* every session_finish makes one, --native or not */
     free(tg[i].py_json);
+    bf_smp_tasks_free(tg[i].tk);
     if (tg[i].own) bf_smp_free(tg[i].h);
     bf_cpuclock_free(tg[i].cc);
     for (size_t k = 0; k < tg[i].nthreads; k++) {

@@ -374,6 +374,13 @@ int smp_read_str(bf_smp *h, uint64_t addr, char **out);
  * OUT: *out (caller frees). Returns 0 or -ENOMEM. */
 int smp_interp_json(const bf_smp *h, int pid, char **out);
 
+/* tasks.c: pynames.c's bounded dict / attribute / int readers, and the
+ * code cache (walker.c) for one frame's (function, line). */
+int smp_pn_dict_get(bf_smp *h, uint64_t dict, const char *name, uint64_t *value);
+int smp_pn_attr_get(bf_smp *h, uint64_t obj, const char *name, uint64_t *value);
+int smp_pn_long_read(bf_smp *h, uint64_t addr, uint64_t *out);
+int smp_code_frame(bf_smp *h, uint64_t code, uint64_t instr, bf_smp_frame *out);
+
 /* ==== end Python thread names ============================================ */
 
 #endif

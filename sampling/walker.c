@@ -1132,3 +1132,21 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
   *n = h->nthreads;
   return 0;
 }
+
+/* tasks.c: the (function, line) of a frame running code at instr (the value
+ * of a frame's instruction field), through the code cache. */
+int smp_code_frame(bf_smp *h, uint64_t code, uint64_t instr, bf_smp_frame *out) {
+  const smp_layout *l = &h->lay;
+  int err = 0;
+  if (l->executable_tagged) code &= ~(uint64_t)7;
+  smp_code *c = code_find(h, code);
+  if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
+    const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
+    if (!cw) return err;
+    if (!(c = code_get(h, code, code_fp(l, cw), &err))) return err == -EINVAL ? -EIO : err;
+    c->checked_gen = h->gen;
+    c->checked_ns = h->now_ns;
+  }
+  *out = (bf_smp_frame){&c->pub, code_line(l, c, code, instr), 0};
+  return 0;
+}

@@ -1,0 +1,555 @@
+/* tasks.c — asyncio tasks read from outside: the registry of the main
+ * interpreter's asyncio.tasks module (refreshed at a bounded rate), then on
+ * every sample each pending C Task's state, name and the await chain of its
+ * coroutine, level by level with one batched read per level. Every object is
+ * type-checked (type name, cached per type address) before it is followed;
+ * counts, chain length and strings are bounded; any doubt drops the task.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "smp_int.h"
+#include "tasks.h"
+
+#define TK_MAX_TASKS 20000          /* tasks read per sample */
+#define TK_MAX_CHAIN 32             /* coroutines followed per task */
+#define TK_MAX_SET (1u << 16)       /* slots of a registry set */
+#define TK_REFRESH_NS 10000000LL    /* registry re-read at most every 10 ms */
+#define TK_REFIND_NS 2000000000LL   /* module looked up again every 2 s */
+#define TK_RETRY_NS 100000000LL     /* and every 100 ms while not found */
+#define TK_MAX_NAMES 65536          /* distinct task names kept */
+#define TK_OBJ_READ 160             /* bytes read of an awaited object */
+#define TK_BATCH 512                /* iovecs per process_vm_readv */
+
+/* Offsets of the C _asyncio Task and of coroutines, per 3.minor. Measured in
+ * each interpreter by tests/tools/probe_asyncio_offsets.py (known pointers
+ * found in the objects' own memory) and matching Modules/_asynciomodule.c
+ * (FutureObj_HEAD / TaskObj) and Include/genobject.h / frameobject.h. */
+typedef struct tk_layout {
+  int minor;
+  uint32_t task_size, fut_state, task_fut_waiter, task_coro, task_name;
+  uint32_t cr_frame;     /* 3.8-3.10: PyFrameObject *; 3.11+: 0 */
+  uint32_t cr_running;   /* 3.8-3.9: char gi_running */
+  uint32_t f_state;      /* 3.10: int8 f_state of the frame (-1 suspended, 0 executing) */
+  uint32_t cr_iframe;    /* 3.11+: embedded _PyInterpreterFrame; frame_state at -5 */
+  uint32_t f_stacktop;   /* 3.8-3.9: PyObject ** (top of the value stack) */
+  uint32_t f_valuestack, f_stackdepth; /* 3.10 */
+  uint32_t if_stacktop, if_localsplus; /* 3.11+ (int stacktop, localsplus[]) */
+} tk_layout;
+
+static const tk_layout tk_layouts[] = {
+    {8, 144, 72, 104, 112, 120, 16, 24, 0, 0, 72, 0, 0, 0, 0},
+    {9, 184, 80, 144, 152, 160, 16, 24, 0, 0, 72, 0, 0, 0, 0},
+    {10, 192, 88, 152, 160, 168, 16, 0, 108, 0, 0, 64, 80, 0, 0},
+    {11, 176, 88, 128, 136, 144, 0, 0, 0, 80, 0, 0, 0, 64, 72},
+    {12, 176, 88, 128, 136, 144, 0, 0, 0, 72, 0, 0, 0, 64, 72},
+    {13, 144, 96, 112, 120, 128, 0, 0, 0, 72, 0, 0, 0, 64, 72},
+};
+
+enum tk_kind { TK_OTHER, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, TK_WEAKREF, TK_SET, TK_STR, TK_INT };
+
+typedef struct tk_name {
+  uint64_t obj;       /* the name object (0: free slot) */
+  char *thread_name;  /* "task:NAME" */
+  bf_smp_code code;   /* root frame: (<task>, NAME, 0) */
+} tk_name;
+
+typedef struct tk_task {
+  uint64_t addr, coro, waiter, name_obj;
+  const tk_name *name;
+  int state;          /* BF_SMP_TASK_* */
+  int64_t run_tid;    /* running: its thread's index + 1 in th */
+  size_t run_from;    /* running: frames th[run_tid-1].frames[0..run_from] */
+  bf_smp_frame chain[TK_MAX_CHAIN]; /* awaiting coroutines, outermost first */
+  int nchain;
+} tk_task;
+
+struct bf_smp_tasks {
+  bf_smp *h;
+  tk_layout lay;
+  int supported;
+  char status[160];
+  uint64_t types[128];
+  unsigned char kinds[128];
+  size_t ntypes;
+  uint64_t mod_dict, reg_sets[2]; /* registry sets (WeakSet.data / eager set) */
+  int reg_weak[2];
+  int64_t found_ns, reg_ns;
+  uint64_t *addrs;
+  size_t naddrs, cap_addrs;
+  tk_task *tasks;
+  size_t ntasks, cap_tasks;
+  tk_name *names;     /* open addressing, TK_MAX_NAMES slots */
+  size_t nnames;
+  bf_smp_thread *out;
+  size_t cap_out;
+  bf_smp_frame *frames;
+  size_t nframes, cap_frames;
+  unsigned char *buf, *ok;
+  size_t cap_buf, cap_ok;
+  uint64_t *cur; /* per level: object address per task (0: chain ended) */
+  int warned_custom;
+};
+
+bf_smp_tasks *bf_smp_tasks_new(bf_smp *h) {
+  bf_smp_tasks *tk = calloc(1, sizeof *tk);
+  if (!tk) return NULL;
+  tk->h = h;
+  int minor = (int)((h->lay.version_hex >> 16) & 0xff);
+  if (!minor && h->version[0] == '3' && h->version[1] == '.') minor = atoi(h->version + 2);
+  for (size_t i = 0; i < sizeof tk_layouts / sizeof tk_layouts[0]; i++)
+    if (tk_layouts[i].minor == minor) {
+      tk->lay = tk_layouts[i];
+      tk->supported = h->lay.nm.minor != 0 && strcmp(h->build, "release") == 0;
+    }
+  if (!tk->supported)
+    snprintf(tk->status, sizeof tk->status,
+             "asyncio tasks: Python %s (%s) is not supported (3.8-3.13 release builds); "
+             "only threads were sampled",
+             h->version, h->build);
+  return tk;
+}
+
+void bf_smp_tasks_free(bf_smp_tasks *tk) {
+  if (!tk) return;
+  if (tk->names)
+    for (size_t i = 0; i < TK_MAX_NAMES; i++) {
+      free(tk->names[i].thread_name);
+      free((char *)tk->names[i].code.qualname);
+    }
+  free(tk->names);
+  free(tk->addrs);
+  free(tk->tasks);
+  free(tk->out);
+  free(tk->frames);
+  free(tk->buf);
+  free(tk->ok);
+  free(tk->cur);
+  free(tk);
+}
+
+const char *bf_smp_tasks_status(const bf_smp_tasks *tk) { return tk ? tk->status : ""; }
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap : 64;
+  while (nc < need) nc *= 2;
+  void *n = realloc(*p, nc * elem);
+  if (!n) return -ENOMEM;
+  *p = n;
+  *cap = nc;
+  return 0;
+}
+
+/* Read n regions of len bytes (addrs[i], 0 = skip) into buf[i*len], ok[i]:
+ * batched process_vm_readv; a batch that comes back short is read again
+ * region by region so one bad pointer costs only its own region. */
+static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t len) {
+  bf_smp *h = tk->h;
+  if (grow((void **)&tk->buf, &tk->cap_buf, n * len + 1, 1) < 0) return -ENOMEM;
+  if (grow((void **)&tk->ok, &tk->cap_ok, n + 1, 1) < 0) return -ENOMEM;
+  struct iovec l[TK_BATCH], r[TK_BATCH];
+  size_t idx[TK_BATCH];
+  for (size_t i = 0; i < n;) {
+    size_t k = 0, want = 0;
+    for (; i < n && k < TK_BATCH; i++) {
+      tk->ok[i] = 0;
+      if (!addrs[i]) continue;
+      l[k] = (struct iovec){tk->buf + i * len, len};
+      r[k] = (struct iovec){(void *)(uintptr_t)addrs[i], len};
+      idx[k++] = i;
+      want += len;
+    }
+    if (!k) continue;
+    h->read_calls++;
+    h->read_iovs += k;
+    h->read_bytes += want;
+    ssize_t got = h->readv(h->readv_ud, l, k, r, k);
+    if (got == (ssize_t)want) {
+      for (size_t j = 0; j < k; j++) tk->ok[idx[j]] = 1;
+      continue;
+    }
+    for (size_t j = 0; j < k; j++)
+      tk->ok[idx[j]] = smp_read(h, addrs[idx[j]], tk->buf + idx[j] * len, len) == 0;
+  }
+  return 0;
+}
+
+/* Kind of the type at type_addr: from its tp_name, cached per address
+ * (types the registry and tasks point at live as long as their modules). */
+static int type_kind(bf_smp_tasks *tk, uint64_t type_addr) {
+  for (size_t i = 0; i < tk->ntypes; i++)
+    if (tk->types[i] == type_addr) return tk->kinds[i];
+  bf_smp *h = tk->h;
+  uint64_t np = 0;
+  char nm[40] = {0};
+  if (!type_addr || smp_read(h, type_addr + h->lay.tp_name, &np, 8) < 0 || !np) return TK_OTHER;
+  /* the name may end near a page end: read what fits */
+  if (smp_read(h, np, nm, sizeof nm - 1) < 0 && smp_read(h, np, nm, 8) < 0) return TK_OTHER;
+  nm[sizeof nm - 1] = 0;
+  int k = TK_OTHER;
+  static const struct { const char *n; int k; } names[] = {
+      {"coroutine", TK_CORO},         {"generator", TK_GEN},   {"_asyncio.Task", TK_TASK},
+      {"_asyncio.FutureIter", TK_FUTITER}, {"_asyncio.Future", TK_FUT},
+      {"weakref", TK_WEAKREF},        {"weakref.ReferenceType", TK_WEAKREF},
+      {"set", TK_SET},                {"str", TK_STR},         {"int", TK_INT}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(nm, names[i].n) == 0) k = names[i].k;
+  if (tk->ntypes < sizeof tk->types / sizeof tk->types[0]) {
+    tk->types[tk->ntypes] = type_addr;
+    tk->kinds[tk->ntypes++] = (unsigned char)k;
+  }
+  return k;
+}
+
+static int obj_kind(bf_smp_tasks *tk, uint64_t obj) {
+  uint64_t t;
+  if (!obj || smp_read(tk->h, obj + tk->h->lay.ob_type, &t, 8) < 0) return TK_OTHER;
+  return type_kind(tk, t);
+}
+
+/* Append the items of a set (weak: each a weakref whose referent is taken)
+ * to tk->addrs. */
+static int set_items(bf_smp_tasks *tk, uint64_t set, int weak) {
+  bf_smp *h = tk->h;
+  unsigned char hd[48];
+  if (smp_read(h, set, hd, sizeof hd) < 0) return -EIO;
+  if (type_kind(tk, rd64(hd + 8)) != TK_SET) return -EIO;
+  uint64_t used = rd64(hd + 24), mask = rd64(hd + 32), table = rd64(hd + 40);
+  if (mask + 1 > TK_MAX_SET || ((mask + 1) & mask) || used > mask + 1 || !table) return -EIO;
+  size_t slots = (size_t)mask + 1;
+  unsigned char *tb = malloc(slots * 16);
+  if (!tb) return -ENOMEM;
+  int rc = smp_read(h, table, tb, slots * 16);
+  if (rc < 0) {
+    free(tb);
+    return rc;
+  }
+  size_t first = tk->naddrs;
+  for (size_t i = 0; i < slots && tk->naddrs < TK_MAX_TASKS; i++) {
+    uint64_t key = rd64(tb + i * 16);
+    if (!key) continue;
+    if (grow((void **)&tk->addrs, &tk->cap_addrs, tk->naddrs + 1, 8) < 0) {
+      free(tb);
+      return -ENOMEM;
+    }
+    tk->addrs[tk->naddrs++] = key;
+  }
+  free(tb);
+  if (!weak) return 0;
+  /* weakrefs: {ob_refcnt, ob_type, wr_object}; dummies fail the type check */
+  size_t n = tk->naddrs - first;
+  if ((rc = read_many(tk, tk->addrs + first, n, 24)) < 0) return rc;
+  size_t o = first;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char *w = tk->buf + i * 24;
+    if (!tk->ok[i] || type_kind(tk, rd64(w + 8)) != TK_WEAKREF) continue;
+    tk->addrs[o++] = rd64(w + 16);
+  }
+  tk->naddrs = o;
+  return 0;
+}
+
+/* Find asyncio.tasks' registry sets in the main interpreter. */
+static void find_registry(bf_smp_tasks *tk) {
+  bf_smp *h = tk->h;
+  uint64_t interp = 0, modules = 0, mod = 0, md = 0, v = 0;
+  tk->mod_dict = tk->reg_sets[0] = tk->reg_sets[1] = 0;
+  tk->found_ns = h->now_ns;
+  if (smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8) < 0 || !interp) return;
+  if (smp_read(h, interp + h->lay.nm.is_modules, &modules, 8) < 0 || !modules) return;
+  if (smp_pn_dict_get(h, modules, "asyncio.tasks", &mod) < 0) return;
+  if (smp_read(h, mod + h->lay.nm.md_dict, &md, 8) < 0 || !md) return;
+  const char *ws = tk->lay.minor <= 11 ? "_all_tasks" : "_scheduled_tasks";
+  if (smp_pn_dict_get(h, md, ws, &v) == 0 && smp_pn_attr_get(h, v, "data", &tk->reg_sets[0]) == 0)
+    tk->reg_weak[0] = 1;
+  if (tk->lay.minor >= 12 && smp_pn_dict_get(h, md, "_eager_tasks", &v) == 0) {
+    tk->reg_sets[1] = v;
+    tk->reg_weak[1] = 0;
+  }
+  /* asyncio.tasks may still be importing: without its registry look again */
+  tk->mod_dict = tk->reg_sets[0] ? md : 0;
+}
+
+static void refresh_registry(bf_smp_tasks *tk) {
+  bf_smp *h = tk->h;
+  tk->reg_ns = h->now_ns;
+  int64_t since = h->now_ns - tk->found_ns;
+  if ((!tk->mod_dict && (!tk->found_ns || since > TK_RETRY_NS)) || since > TK_REFIND_NS)
+    find_registry(tk);
+  tk->naddrs = 0;
+  int bad = 0;
+  for (int i = 0; i < 2; i++)
+    if (tk->reg_sets[i] && set_items(tk, tk->reg_sets[i], tk->reg_weak[i]) < 0) bad = 1;
+  if (bad) tk->mod_dict = 0; /* look the module up again next time */
+}
+
+static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
+  if (!tk->names && !(tk->names = calloc(TK_MAX_NAMES, sizeof *tk->names))) return NULL;
+  size_t i = (size_t)((obj >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (TK_MAX_NAMES - 1);
+  for (size_t p = 0; p < TK_MAX_NAMES; p++, i = (i + 1) & (TK_MAX_NAMES - 1)) {
+    if (tk->names[i].obj == obj) return &tk->names[i];
+    if (!tk->names[i].obj) break;
+  }
+  if (tk->nnames >= TK_MAX_NAMES / 2) return NULL; /* full: unnamed tasks are left out */
+  char *s = NULL;
+  int k = obj_kind(tk, obj);
+  if (k == TK_STR) {
+    if (smp_read_str(tk->h, obj, &s) < 0) return NULL;
+    if (strlen(s) > SMP_PYNAME_LEN) s[SMP_PYNAME_LEN] = 0;
+  } else if (k == TK_INT) { /* 3.13: an unnamed task keeps its counter */
+    uint64_t v;
+    if (smp_pn_long_read(tk->h, obj, &v) < 0 || !(s = malloc(32))) return NULL;
+    snprintf(s, 32, "Task-%llu", (unsigned long long)v);
+  } else {
+    return NULL;
+  }
+  char *tn = malloc(strlen(s) + 6);
+  if (!tn) {
+    free(s);
+    return NULL;
+  }
+  sprintf(tn, "task:%s", s);
+  tk_name *e = &tk->names[i];
+  e->obj = obj;
+  e->thread_name = tn;
+  e->code = (bf_smp_code){BF_SMP_TASK_FILE, s, 0, 0, NULL};
+  tk->nnames++;
+  return e;
+}
+
+/* The frame object / interpreter frame of coroutine c (copied into co[]). */
+static uint64_t coro_frame_addr(const bf_smp_tasks *tk, uint64_t coro, const unsigned char *co) {
+  if (tk->lay.cr_iframe) return coro + tk->lay.cr_iframe;
+  return rd64(co + tk->lay.cr_frame);
+}
+
+/* Bytes of a frame read: the walker's, and what the task reader needs. */
+static size_t frame_len(const bf_smp_tasks *tk) {
+  size_t n = (size_t)tk->h->lay.fr_read;
+  if (n < 80) n = 80;
+  if (tk->lay.f_state && n < tk->lay.f_state + 8) n = tk->lay.f_state + 8;
+  return n;
+}
+
+/* Follow every task's await chain one level at a time: tk->cur[i] is the
+ * coroutine to read for task i (0: done). */
+static int walk_chains(bf_smp_tasks *tk) {
+  bf_smp *h = tk->h;
+  const tk_layout *L = &tk->lay;
+  size_t n = tk->ntasks;
+  size_t fr_len = frame_len(tk);
+  size_t co_len = L->cr_iframe ? L->cr_iframe + fr_len : 32;
+  if (co_len > TK_OBJ_READ + fr_len) return -EIO;
+  uint64_t *slot = calloc(n ? n : 1, 8);
+  uint64_t *fa = calloc(n ? n : 1, 8);
+  unsigned char *fr = malloc((n ? n : 1) * fr_len);
+  int rc = 0;
+  if (!slot || !fa || !fr) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (int depth = 0; depth < TK_MAX_CHAIN; depth++) {
+    int any = 0;
+    for (size_t i = 0; i < n; i++) any |= tk->cur[i] != 0;
+    if (!any) break;
+    if ((rc = read_many(tk, tk->cur, n, co_len)) < 0) goto out;
+    /* frames: embedded (3.11+, already read) or separate objects */
+    for (size_t i = 0; i < n; i++) {
+      fa[i] = 0;
+      if (!tk->cur[i]) continue;
+      const unsigned char *co = tk->buf + i * co_len;
+      int k = tk->ok[i] ? type_kind(tk, rd64(co + h->lay.ob_type)) : TK_OTHER;
+      if (k != TK_CORO && k != TK_GEN) {
+        tk->cur[i] = 0;
+        continue;
+      }
+      fa[i] = coro_frame_addr(tk, tk->cur[i], co);
+      if (L->cr_iframe) {
+        memcpy(fr + i * fr_len, co + L->cr_iframe, fr_len);
+        if ((int8_t)co[L->cr_iframe - 5] != -1) fa[i] = 0; /* not suspended at an await */
+      } else if (L->cr_running && co[L->cr_running]) {
+        fa[i] = 0;
+      }
+      if (!fa[i]) tk->cur[i] = 0;
+    }
+    if (!L->cr_iframe) {
+      if ((rc = read_many(tk, fa, n, fr_len)) < 0) goto out;
+      for (size_t i = 0; i < n; i++) {
+        if (fa[i] && (!tk->ok[i] || (L->f_state && (int8_t)tk->buf[i * fr_len + L->f_state] != -1)))
+          fa[i] = tk->cur[i] = 0;
+        if (fa[i]) memcpy(fr + i * fr_len, tk->buf + i * fr_len, fr_len);
+      }
+    }
+    /* this coroutine's frame, then where its value stack's top lives */
+    for (size_t i = 0; i < n; i++) {
+      slot[i] = 0;
+      if (!fa[i]) continue;
+      tk_task *t = &tk->tasks[i];
+      const unsigned char *f = fr + i * fr_len;
+      uint64_t code = rd64(f + h->lay.fr_code);
+      uint64_t instr = h->lay.instr_is_lasti ? rd32(f + h->lay.fr_instr) : rd64(f + h->lay.fr_instr);
+      if (h->lay.instr_is_lasti && (int32_t)instr < 0) { /* not started */
+        tk->cur[i] = 0;
+        continue;
+      }
+      if (t->nchain >= TK_MAX_CHAIN || smp_code_frame(h, code, instr, &t->chain[t->nchain]) < 0) {
+        tk->cur[i] = 0;
+        continue;
+      }
+      t->nchain++;
+      if (L->if_stacktop) {
+        int32_t top = (int32_t)rd32(f + L->if_stacktop);
+        if (top > 0 && top < 4096) slot[i] = fa[i] + L->if_localsplus + (uint64_t)(top - 1) * 8;
+      } else if (L->f_stacktop) {
+        uint64_t p = rd64(f + L->f_stacktop);
+        if (p > fa[i] + 8 && p - fa[i] < (1u << 20)) slot[i] = p - 8;
+      } else {
+        uint64_t base = rd64(f + L->f_valuestack);
+        int32_t d = (int32_t)rd32(f + L->f_stackdepth);
+        if (base && d > 0 && d < 4096) slot[i] = base + (uint64_t)(d - 1) * 8;
+      }
+      if (!slot[i]) tk->cur[i] = 0;
+    }
+    if ((rc = read_many(tk, slot, n, 8)) < 0) goto out;
+    for (size_t i = 0; i < n; i++)
+      if (slot[i]) tk->cur[i] = tk->ok[i] ? rd64(tk->buf + i * 8) : 0;
+  }
+out:
+  free(slot);
+  free(fa);
+  free(fr);
+  return rc;
+}
+
+/* The running task's thread: the one whose stack holds its coroutine's code
+ * (outermost such frame). */
+static void place_running(tk_task *t, const bf_smp_thread *th, size_t n) {
+  const bf_smp_code *code = t->nchain ? t->chain[0].code : NULL;
+  t->run_tid = 0;
+  for (size_t j = 0; code && j < n && !t->run_tid; j++)
+    for (size_t k = th[j].nframes; k-- > 0;)
+      if (th[j].frames[k].code == code) {
+        t->run_tid = (int64_t)j + 1;
+        t->run_from = k;
+        break;
+      }
+}
+
+void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
+                         const bf_smp_thread **out, size_t *nout) {
+  bf_smp *h = tk->h;
+  const tk_layout *L = &tk->lay;
+  *out = th;
+  *nout = n;
+  if (!tk->supported) return;
+  if (!tk->reg_ns || h->now_ns - tk->reg_ns >= TK_REFRESH_NS) refresh_registry(tk);
+  if (!tk->naddrs) return;
+  /* the tasks themselves, every sample */
+  if (read_many(tk, tk->addrs, tk->naddrs, L->task_size) < 0) return;
+  if (grow((void **)&tk->tasks, &tk->cap_tasks, tk->naddrs, sizeof *tk->tasks) < 0) return;
+  tk->ntasks = 0;
+  int foreign = 0;
+  for (size_t i = 0; i < tk->naddrs; i++) {
+    const unsigned char *b = tk->buf + i * L->task_size;
+    if (!tk->ok[i]) continue;
+    int k = type_kind(tk, rd64(b + h->lay.ob_type));
+    if (k != TK_TASK) { /* a Python Task (subclass, or no C accelerator) */
+      foreign += tk->addrs[i] != 0 && k != TK_OTHER ? 0 : 1;
+      continue;
+    }
+    if (rd32(b + L->fut_state) != 0) continue; /* done or cancelled */
+    tk_task *t = &tk->tasks[tk->ntasks];
+    t->addr = tk->addrs[i];
+    t->coro = rd64(b + L->task_coro);
+    t->waiter = rd64(b + L->task_fut_waiter);
+    t->name_obj = rd64(b + L->task_name);
+    t->nchain = 0;
+    t->run_tid = 0;
+    tk->ntasks++;
+  }
+  if (foreign && !tk->warned_custom) {
+    tk->warned_custom = 1;
+    snprintf(tk->status, sizeof tk->status,
+             "asyncio tasks: some tasks are not C _asyncio.Task objects (custom Task "
+             "classes or loops): those are not shown");
+  }
+  for (size_t i = 0; i < tk->ntasks; i++) tk->tasks[i].name = name_get(tk, tk->tasks[i].name_obj);
+  /* running or not: from the task coroutine's own state */
+  if (!(tk->cur = realloc(tk->cur, (tk->ntasks ? tk->ntasks : 1) * 8))) return;
+  for (size_t i = 0; i < tk->ntasks; i++) tk->cur[i] = tk->tasks[i].coro;
+  size_t co_len = L->cr_iframe ? (size_t)L->cr_iframe + 8 : 32;
+  if (read_many(tk, tk->cur, tk->ntasks, co_len) < 0) return;
+  uint64_t *run = calloc(tk->ntasks ? tk->ntasks : 1, 8);
+  if (!run) return;
+  for (size_t i = 0; i < tk->ntasks; i++) {
+    tk_task *t = &tk->tasks[i];
+    const unsigned char *co = tk->buf + i * co_len;
+    int running = tk->ok[i] && (L->cr_iframe    ? (int8_t)co[L->cr_iframe - 5] == 0
+                                : L->cr_running ? co[L->cr_running] != 0
+                                                : 1); /* 3.10: decided on the frame below */
+    t->state = running ? BF_SMP_TASK_RUNNING : t->waiter ? BF_SMP_TASK_WAITING : BF_SMP_TASK_READY;
+    if (running) { /* its frames are on a thread's stack: only its code is wanted */
+      run[i] = L->cr_iframe ? t->coro + L->cr_iframe : rd64(co + L->cr_frame);
+      tk->cur[i] = 0;
+    }
+  }
+  size_t fr_len = frame_len(tk);
+  if (read_many(tk, run, tk->ntasks, fr_len) == 0)
+    for (size_t i = 0; i < tk->ntasks; i++) {
+      tk_task *t = &tk->tasks[i];
+      if (!run[i] || !tk->ok[i]) continue;
+      const unsigned char *f = tk->buf + i * fr_len;
+      if (L->f_state && (int8_t)f[L->f_state] != 0) { /* 3.10: not executing */
+        t->state = t->waiter ? BF_SMP_TASK_WAITING : BF_SMP_TASK_READY;
+        tk->cur[i] = t->coro;
+        continue;
+      }
+      uint64_t instr = h->lay.instr_is_lasti ? rd32(f + h->lay.fr_instr) : rd64(f + h->lay.fr_instr);
+      if (smp_code_frame(h, rd64(f + h->lay.fr_code), instr, &t->chain[0]) == 0) t->nchain = 1;
+      place_running(t, th, n);
+    }
+  free(run);
+  if (walk_chains(tk) < 0) return;
+  /* output: the threads, then one synthetic thread per named task */
+  if (grow((void **)&tk->out, &tk->cap_out, n + tk->ntasks, sizeof *tk->out) < 0) return;
+  memcpy(tk->out, th, n * sizeof *th);
+  tk->nframes = 0;
+  size_t no = n;
+  for (size_t i = 0; i < tk->ntasks; i++) {
+    tk_task *t = &tk->tasks[i];
+    if (!t->name) continue;
+    size_t need = 1 + (size_t)t->nchain + (t->run_tid ? th[t->run_tid - 1].nframes : 0);
+    if (grow((void **)&tk->frames, &tk->cap_frames, tk->nframes + need, sizeof *tk->frames) < 0)
+      return;
+    bf_smp_thread *o = &tk->out[no++];
+    memset(o, 0, sizeof *o);
+    size_t first = tk->nframes;
+    uint32_t flags = (uint32_t)t->state;
+    if (t->run_tid) { /* innermost first: the step's frames down from the coroutine */
+      const bf_smp_thread *rt = &th[t->run_tid - 1];
+      memcpy(tk->frames + tk->nframes, rt->frames, (t->run_from + 1) * sizeof *tk->frames);
+      tk->nframes += t->run_from + 1;
+      flags |= rt->flags & (BF_SMP_GIL | BF_SMP_ON_CPU | BF_SMP_IDLE | BF_SMP_GC);
+    } else {
+      for (int k = t->nchain; k-- > 0;) tk->frames[tk->nframes++] = t->chain[k];
+      if (t->state == BF_SMP_TASK_RUNNING) t->state = BF_SMP_TASK_READY; /* finished meanwhile */
+      flags = (uint32_t)t->state | BF_SMP_IDLE;
+    }
+    tk->frames[tk->nframes++] = (bf_smp_frame){&t->name->code, 0, 0};
+    /* a stable id per (task, name): negative, never a kernel tid */
+    uint64_t id = ((t->addr >> 4) ^ ((t->name_obj >> 4) * 0x9E3779B97F4A7C15ull)) & 0x3fffffffffffffffull;
+    o->native_tid = -(int64_t)id - 1;
+    o->thread_id = t->addr;
+    o->name = o->py_name = t->name->thread_name;
+    o->flags = flags;
+    o->cpu_ns = -1;
+    o->nframes = tk->nframes - first;
+    o->frames = (const bf_smp_frame *)(uintptr_t)first;
+  }
+  for (size_t i = n; i < no; i++) tk->out[i].frames = tk->frames + (uintptr_t)tk->out[i].frames;
+  *out = tk->out;
+  *nout = no;
+}
