@@ -49,6 +49,12 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
 /* Stack view: per thread, the most frequent stacks and the last one seen. */
 int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
 
+/* Tasks view (sessions recorded with --async): per asyncio task the shares
+ * running / ready / waiting and the await points holding it (innermost frame
+ * outside asyncio/), per event-loop thread running task code / loop overhead
+ * / waiting for I/O. -ENODATA for sessions that are not sampled. */
+int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
 /* ---- diff of two sessions ------------------------------------------------ */
 
 typedef struct bf_diff_opts {

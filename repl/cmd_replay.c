@@ -21,7 +21,7 @@ static const struct {
   int html;
 } views[] = {
     {"functions", bf_view_functions, 0}, {"flame", bf_view_flame, 1}, {"heatmap", bf_view_heatmap, 0},
-    {"gil", bf_view_gil, 0},             {"stack", bf_view_stack, 0}, {NULL, NULL, 0},
+    {"gil", bf_view_gil, 0},             {"stack", bf_view_stack, 0}, {"tasks", bf_view_tasks, 0}, {NULL, NULL, 0},
 };
 
 static int ends_with(const char *s, const char *suffix) {
@@ -35,6 +35,7 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
                                        {"limit", required_argument, NULL, 'n'},
                                        {"sort", required_argument, NULL, 's'},
                                        {"thread", required_argument, NULL, 't'},
+                                       {"task", required_argument, NULL, 'T'},
                                        {"since", required_argument, NULL, 'S'},
                                        {"until", required_argument, NULL, 'U'},
                                        {"output", required_argument, NULL, 'o'},
@@ -43,6 +44,7 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   const char *view = "functions", *thread = NULL, *outp = NULL;
+  char task_arg[512];
   bf_view_opts vo = {0};
   vo.color = cli->color;
   int c;
@@ -71,6 +73,10 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
         }
         break;
       case 't': thread = optarg; break;
+      case 'T': /* a task is the synthetic thread task:NAME (or its id) */
+        snprintf(task_arg, sizeof task_arg, "%s%s", optarg[strspn(optarg, "-0123456789")] ? "task:" : "", optarg);
+        thread = task_arg;
+        break;
       case 'S':
       case 'U': {
         int64_t ns;
@@ -108,7 +114,7 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
   int vi = 0;
   while (views[vi].name && strcmp(views[vi].name, view) != 0) vi++;
   if (!views[vi].name) {
-    bf_cli_error("unknown view '%s' (known: functions, flame, heatmap, gil, stack)", view);
+    bf_cli_error("unknown view '%s' (known: functions, flame, heatmap, gil, stack, tasks)", view);
     return 2;
   }
   if (outp && strcmp(view, "heatmap") == 0 && ends_with(outp, ".html")) vo.html = 1;

@@ -1,0 +1,356 @@
+/* view_tasks.c — asyncio tasks of a session recorded with `record --async`:
+ * per task (synthetic "task:NAME" threads) the shares of samples running,
+ * ready and waiting, and the await points that hold it; per event-loop
+ * thread the split of its time into running task code, loop overhead and
+ * waiting for I/O. Shares are of samples, with 95% Wilson intervals. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "query.h"
+#include "store_int.h"
+#include "util.h"
+#include "views.h"
+#include "views_int.h"
+
+/* Sample flags the sampler sets on task threads (sampling/tasks.h). */
+#define TASK_RUNNING 0x100
+#define TASK_READY 0x200
+#define TASK_WAITING 0x400
+
+typedef struct apoint {
+  int64_t fid, line, n;
+} apoint;
+
+typedef struct tstat {
+  int64_t thread_id, native_tid;
+  const char *name;  /* borrowed from the thread refs */
+  int is_task;
+  int64_t n, running, ready, waiting; /* task threads */
+  apoint *ap;
+  size_t nap, cap;
+  int64_t loop_n, loop_run, loop_io, loop_other; /* loop threads */
+} tstat;
+
+/* What matters of one stack, computed once per stack id. */
+typedef struct sinfo {
+  int64_t await_fid, await_line; /* task: innermost frame outside asyncio/ */
+  int64_t root_child;            /* task: the task's outermost coroutine */
+  int in_loop, in_select, in_callback;
+  int64_t *fids;                 /* loop threads: every function on the stack */
+  size_t nf;
+} sinfo;
+
+typedef struct tv {
+  bf_store *s;
+  tstat *t;
+  size_t nt;
+  tstat *last;
+  bf_map3 stacks; /* stack id -> index in si */
+  sinfo *si;
+  size_t nsi, capsi;
+  bf_map3 roots;  /* function ids of tasks' outermost coroutines */
+  int pass;
+  int any_task;
+} tv;
+
+static int ends_with(const char *s, const char *suf) {
+  size_t n = s ? strlen(s) : 0, m = strlen(suf);
+  return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+static int stack_info(tv *v, int64_t stack_id, int is_task, const sinfo **out) {
+  int64_t *hit = bf_map3_get(&v->stacks, stack_id, is_task, 0);
+  if (hit) {
+    *out = &v->si[*hit];
+    return 0;
+  }
+  if (v->nsi == v->capsi) {
+    size_t nc = v->capsi ? v->capsi * 2 : 64;
+    sinfo *n = realloc(v->si, nc * sizeof *n);
+    if (!n) return -ENOMEM;
+    v->si = n;
+    v->capsi = nc;
+  }
+  sinfo *si = &v->si[v->nsi];
+  memset(si, 0, sizeof *si);
+  int64_t *frames = NULL;
+  size_t n = 0;
+  int rc = stack_id > 0 ? bf_store_stack_frames(v->s, stack_id, &frames, &n) : 0;
+  if (rc) return rc;
+  si->fids = calloc(n ? n : 1, sizeof *si->fids);
+  if (!si->fids) {
+    free(frames);
+    return -ENOMEM;
+  }
+  for (size_t k = 0; k < n; k++) { /* outermost first */
+    int64_t fid, line;
+    bf_function_ref f;
+    if ((rc = bf_store_frame_get(v->s, frames[k], &fid, &line)) ||
+        (rc = bf_store_function_get(v->s, fid, &f))) {
+      free(frames);
+      free(si->fids);
+      return rc;
+    }
+    si->fids[si->nf++] = fid;
+    int asyncio = f.file && strstr(f.file, "asyncio/") != NULL;
+    if (is_task) {
+      if (k == 1) si->root_child = fid;
+      if (k >= 1 && (!asyncio || !si->await_fid)) {
+        si->await_fid = fid;
+        si->await_line = line;
+      }
+      continue;
+    }
+    if (asyncio && ends_with(f.qualname, "run_forever")) si->in_loop = 1;
+    if (asyncio && ends_with(f.qualname, "_run") && ends_with(f.file, "events.py")) si->in_callback = 1;
+    if (k + 1 == n) si->in_select = ends_with(f.qualname, "select") && ends_with(f.file, "selectors.py");
+  }
+  free(frames);
+  if (bf_map3_put(&v->stacks, stack_id, is_task, 0, (int64_t)v->nsi)) return -ENOMEM;
+  *out = &v->si[v->nsi++];
+  return 0;
+}
+
+static int on_sample(void *ud, const bf_sample *smp) {
+  tv *v = ud;
+  tstat *t = v->last;
+  if (!t || t->thread_id != smp->thread_id) {
+    t = NULL;
+    for (size_t i = 0; i < v->nt && !t; i++)
+      if (v->t[i].thread_id == smp->thread_id) t = &v->t[i];
+    if (!t) return 0;
+    v->last = t;
+  }
+  if ((v->pass == 0) != t->is_task) return 0;
+  int64_t c = smp->count ? smp->count : 1;
+  const sinfo *si;
+  int rc = stack_info(v, smp->stack_id, t->is_task, &si);
+  if (rc) return rc;
+  if (t->is_task) {
+    v->any_task = 1;
+    t->n += c;
+    if (si->root_child && !bf_map3_get(&v->roots, si->root_child, 0, 0) &&
+        bf_map3_put(&v->roots, si->root_child, 0, 0, 1))
+      return -ENOMEM;
+    if (smp->flags & TASK_RUNNING) t->running += c;
+    if (smp->flags & TASK_READY) t->ready += c;
+    if (!(smp->flags & TASK_WAITING)) return 0;
+    t->waiting += c;
+    for (size_t i = 0; i < t->nap; i++)
+      if (t->ap[i].fid == si->await_fid && t->ap[i].line == si->await_line) {
+        t->ap[i].n += c;
+        return 0;
+      }
+    if (t->nap == t->cap) {
+      size_t nc = t->cap ? t->cap * 2 : 4;
+      apoint *n = realloc(t->ap, nc * sizeof *n);
+      if (!n) return -ENOMEM;
+      t->ap = n;
+      t->cap = nc;
+    }
+    t->ap[t->nap++] = (apoint){si->await_fid, si->await_line, c};
+    return 0;
+  }
+  if (!si->in_loop) return 0;
+  t->loop_n += c;
+  int running = 0;
+  if (v->any_task) {
+    for (size_t k = 0; k < si->nf && !running; k++) running = bf_map3_get(&v->roots, si->fids[k], 0, 0) != NULL;
+  } else {
+    running = si->in_callback; /* without task data: every callback counts */
+  }
+  if (si->in_select)
+    t->loop_io += c;
+  else if (running)
+    t->loop_run += c;
+  else
+    t->loop_other += c;
+  return 0;
+}
+
+static int cmp_task(const void *a, const void *b) {
+  const tstat *x = a, *y = b;
+  if (x->is_task != y->is_task) return y->is_task - x->is_task;
+  return x->n < y->n ? 1 : x->n > y->n ? -1 : (x->thread_id > y->thread_id) - (x->thread_id < y->thread_id);
+}
+
+static int cmp_ap(const void *a, const void *b) {
+  const apoint *x = a, *y = b;
+  return x->n < y->n ? 1 : x->n > y->n ? -1 : (x->fid > y->fid) - (x->fid < y->fid);
+}
+
+static void json_share(FILE *out, const char *key, int64_t k, int64_t n) {
+  double lo, hi;
+  bf_wilson((double)k, (double)n, &lo, &hi);
+  fprintf(out, ",\"%s\":{\"samples\":%lld,\"share\":", key, (long long)k);
+  bf_json_num(out, n ? (double)k / (double)n : 0);
+  fputs(",\"lo\":", out);
+  bf_json_num(out, lo);
+  fputs(",\"hi\":", out);
+  bf_json_num(out, hi);
+  fputc('}', out);
+}
+
+static double pc(int64_t k, int64_t n) { return n > 0 ? 100.0 * (double)k / (double)n : 0; }
+
+static void ci(char *buf, size_t len, int64_t k, int64_t n) {
+  double lo, hi;
+  bf_wilson((double)k, (double)n, &lo, &hi);
+  snprintf(buf, len, "[%.1f-%.1f]", lo * 100, hi * 100);
+}
+
+int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
+  bf_view_opts def = {0};
+  if (!o) o = &def;
+  bf_session_info *info = NULL;
+  int rc = bf_store_session_get(s, session_id, &info);
+  if (rc) return rc;
+  tv v = {.s = s};
+  bf_thread_ref *th = NULL;
+  size_t nth = 0;
+  if (bf_q_kind_of(info) != BF_Q_SAMPLED) {
+    rc = bf_store_fail(s, -ENODATA,
+                       "session %lld is %s: the tasks view needs a session sampled with "
+                       "`bifocal record --async`",
+                       (long long)session_id, info->kind);
+    goto out;
+  }
+  if ((rc = bf_store_threads(s, session_id, &th, &nth))) goto out;
+  v.t = calloc(nth ? nth : 1, sizeof *v.t);
+  if (!v.t) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < nth; i++) {
+    v.t[i].thread_id = th[i].id;
+    v.t[i].native_tid = th[i].native_tid;
+    v.t[i].name = th[i].name;
+    v.t[i].is_task = th[i].native_tid < 0 && th[i].name && strncmp(th[i].name, "task:", 5) == 0;
+  }
+  v.nt = nth;
+  for (v.pass = 0; v.pass < 2; v.pass++) {
+    v.last = NULL;
+    if ((rc = bf_q_timeline_foreach(s, session_id, &o->filter, on_sample, &v))) goto out;
+  }
+  qsort(v.t, v.nt, sizeof *v.t, cmp_task);
+  size_t ntask = 0;
+  for (size_t i = 0; i < v.nt; i++) {
+    ntask += v.t[i].is_task && v.t[i].n > 0;
+    if (v.t[i].nap) qsort(v.t[i].ap, v.t[i].nap, sizeof *v.t[i].ap, cmp_ap);
+  }
+  size_t limit = o->limit > 0 ? (size_t)o->limit : o->limit < 0 ? (size_t)-1 : 25;
+  int width = o->width > 40 ? o->width : 80;
+  if (o->json) {
+    fputs("{\"session\":", out);
+    bf_json_session(out, info);
+    fprintf(out, ",\"task_count\":%zu,\"tasks\":[", ntask);
+    size_t shown = 0;
+    for (size_t i = 0; i < v.nt && shown < limit; i++) {
+      const tstat *t = &v.t[i];
+      if (!t->is_task || !t->n) continue;
+      fputs(shown++ ? ",{\"name\":" : "{\"name\":", out);
+      bf_json_str(out, t->name + 5);
+      fprintf(out, ",\"id\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->n);
+      json_share(out, "running", t->running, t->n);
+      json_share(out, "ready", t->ready, t->n);
+      json_share(out, "waiting", t->waiting, t->n);
+      fputs(",\"await_points\":[", out);
+      for (size_t k = 0; k < t->nap; k++) {
+        bf_function_ref f = {0, "", "(await point not read)", 0};
+        if (t->ap[k].fid && (rc = bf_store_function_get(s, t->ap[k].fid, &f))) goto out;
+        fputs(k ? ",{\"qualname\":" : "{\"qualname\":", out);
+        bf_json_str(out, f.qualname);
+        fputs(",\"file\":", out);
+        bf_json_str(out, f.file);
+        fprintf(out, ",\"firstlineno\":%lld,\"line\":%lld", (long long)f.firstlineno, (long long)t->ap[k].line);
+        json_share(out, "wall", t->ap[k].n, t->n);
+        fputc('}', out);
+      }
+      fputs("]}", out);
+    }
+    fputs("],\"loops\":[", out);
+    int first = 1;
+    for (size_t i = 0; i < v.nt; i++) {
+      const tstat *t = &v.t[i];
+      if (t->is_task || !t->loop_n) continue;
+      fputs(first ? "{\"thread\":" : ",{\"thread\":", out);
+      first = 0;
+      bf_json_str(out, t->name);
+      fprintf(out, ",\"native_tid\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->loop_n);
+      json_share(out, "running_task_code", t->loop_run, t->loop_n);
+      json_share(out, "loop_overhead", t->loop_other, t->loop_n);
+      json_share(out, "waiting_for_io", t->loop_io, t->loop_n);
+      fputc('}', out);
+    }
+    fputs("]}\n", out);
+    goto out;
+  }
+  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+  char sub[1024], head[1100], c1[32], c2[32], c3[32];
+  bf_session_line(info, 0, sub, sizeof sub);
+  snprintf(head, sizeof head, "tasks · %s", sub);
+  fputs(b, out);
+  bf_put_fit(out, head, width);
+  fputs(rst, out);
+  fputc('\n', out);
+  if (!ntask)
+    fputs("no asyncio tasks observed (record with `bifocal record --async`; only C _asyncio tasks of\n"
+          "the main interpreter on CPython 3.8-3.13 are read)\n",
+          out);
+  else
+    fprintf(out, "%s%zu tasks · shares of each task's samples (wall) · 95%% intervals%s\n", dim, ntask, rst);
+  size_t shown = 0;
+  for (size_t i = 0; i < v.nt && shown < limit; i++) {
+    const tstat *t = &v.t[i];
+    if (!t->is_task || !t->n) continue;
+    shown++;
+    char lb[160];
+    snprintf(lb, sizeof lb, "%s (%lld)", t->name + 5, (long long)t->native_tid);
+    fputs(b, out);
+    bf_put_fit(out, lb, width);
+    fprintf(out, "%s\n  %lld samples · running %.1f%% · ready %.1f%% · waiting %.1f%%\n", rst, (long long)t->n,
+            pc(t->running, t->n), pc(t->ready, t->n), pc(t->waiting, t->n));
+    for (size_t k = 0; k < t->nap && k < 3; k++) {
+      bf_function_ref f = {0, "", "(await point not read)", 0};
+      if (t->ap[k].fid && (rc = bf_store_function_get(s, t->ap[k].fid, &f))) goto out;
+      char loc[1024];
+      bf_fit_func(loc, sizeof loc, f.qualname, f.file, t->ap[k].line, width - 36);
+      ci(c1, sizeof c1, t->ap[k].n, t->n);
+      fprintf(out, "  %-7s%5.1f%% %-13s %7lld  %s\n", k ? "" : "awaits", pc(t->ap[k].n, t->n), c1,
+              (long long)t->ap[k].n, loc);
+    }
+  }
+  if (ntask > shown) fprintf(out, "%s… %zu more tasks (--limit N, or -1 for all)%s\n", dim, ntask - shown, rst);
+  int any_loop = 0;
+  for (size_t i = 0; i < v.nt; i++) {
+    const tstat *t = &v.t[i];
+    if (t->is_task || !t->loop_n) continue;
+    if (!any_loop++)
+      fprintf(out, "\n%sEvent loops%s (wall: shares of the loop thread's samples inside run_forever)\n", b, rst);
+    bf_wthread lt = {t->thread_id, t->native_tid, (char *)t->name, 0, 0, 0, 0};
+    char lb[256];
+    bf_wthread_label(&lt, lb, sizeof lb);
+    ci(c1, sizeof c1, t->loop_run, t->loop_n);
+    ci(c2, sizeof c2, t->loop_other, t->loop_n);
+    ci(c3, sizeof c3, t->loop_io, t->loop_n);
+    fprintf(out, "%s · %lld samples\n  running task code %5.1f%% %-13s\n  loop overhead     %5.1f%% %-13s\n"
+                 "  waiting for I/O   %5.1f%% %-13s\n",
+            lb, (long long)t->loop_n, pc(t->loop_run, t->loop_n), c1, pc(t->loop_other, t->loop_n), c2,
+            pc(t->loop_io, t->loop_n), c3);
+  }
+  if (any_loop && !v.any_task)
+    fprintf(out, "%s(no task data: every callback counted as task code; record --async to tell them apart)%s\n",
+            dim, rst);
+out:
+  if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
+  for (size_t i = 0; i < v.nt; i++) free(v.t[i].ap);
+  for (size_t i = 0; i < v.nsi; i++) free(v.si[i].fids);
+  free(v.si);
+  free(v.t);
+  bf_map3_free(&v.stacks);
+  bf_map3_free(&v.roots);
+  bf_thread_refs_free(th, nth);
+  bf_session_info_free(info);
+  return rc;
+}
