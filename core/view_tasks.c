@@ -19,17 +19,19 @@
 #define TASK_WAITING 0x400
 
 typedef struct apoint {
-  int64_t fid, line, n;
+  int64_t fid, line;
+  double n; /* wall ns */
 } apoint;
 
 typedef struct tstat {
   int64_t thread_id, native_tid;
   const char *name;  /* borrowed from the thread refs */
   int is_task;
-  int64_t n, running, ready, waiting; /* task threads */
+  int64_t samples, loop_samples;        /* counts: for the intervals */
+  double n, running, ready, waiting;    /* task threads: wall ns */
   apoint *ap;
   size_t nap, cap;
-  int64_t loop_n, loop_run, loop_io, loop_other; /* loop threads */
+  double loop_n, loop_run, loop_io, loop_other; /* loop threads: wall ns */
 } tstat;
 
 /* What matters of one stack, computed once per stack id. */
@@ -51,6 +53,7 @@ typedef struct tv {
   size_t nsi, capsi;
   bf_map3 roots;  /* function ids of tasks' outermost coroutines */
   int pass;
+  int by_weight;
   int any_task;
 } tv;
 
@@ -123,13 +126,19 @@ static int on_sample(void *ud, const bf_sample *smp) {
     v->last = t;
   }
   if ((v->pass == 0) != t->is_task) return 0;
-  int64_t c = smp->count ? smp->count : 1;
+  /* wall clock: shares of samples, as the other views (the time since the
+   * previous tick follows the sampler's own delays, which follow the
+   * target's load, and measured worse against self-timed workloads); cpu
+   * clock: shares of CPU time */
+  int64_t cnt = smp->count ? smp->count : 1;
+  double c = v->by_weight && smp->weight > 0 ? (double)smp->weight : (double)cnt;
   const sinfo *si;
   int rc = stack_info(v, smp->stack_id, t->is_task, &si);
   if (rc) return rc;
   if (t->is_task) {
     v->any_task = 1;
     t->n += c;
+    t->samples += cnt;
     if (si->root_child && !bf_map3_get(&v->roots, si->root_child, 0, 0) &&
         bf_map3_put(&v->roots, si->root_child, 0, 0, 1))
       return -ENOMEM;
@@ -154,6 +163,7 @@ static int on_sample(void *ud, const bf_sample *smp) {
   }
   if (!si->in_loop) return 0;
   t->loop_n += c;
+  t->loop_samples += cnt;
   int running = 0;
   if (v->any_task) {
     for (size_t k = 0; k < si->nf && !running; k++) running = bf_map3_get(&v->roots, si->fids[k], 0, 0) != NULL;
@@ -180,11 +190,13 @@ static int cmp_ap(const void *a, const void *b) {
   return x->n < y->n ? 1 : x->n > y->n ? -1 : (x->fid > y->fid) - (x->fid < y->fid);
 }
 
-static void json_share(FILE *out, const char *key, int64_t k, int64_t n) {
-  double lo, hi;
-  bf_wilson((double)k, (double)n, &lo, &hi);
-  fprintf(out, ",\"%s\":{\"samples\":%lld,\"share\":", key, (long long)k);
-  bf_json_num(out, n ? (double)k / (double)n : 0);
+/* share k/n of wall time; the interval treats it as a share of the
+ * samples behind n */
+static void json_share(FILE *out, const char *key, double k, double n, int64_t samples) {
+  double lo, hi, sh = n > 0 ? k / n : 0;
+  bf_wilson(sh * (double)samples, (double)samples, &lo, &hi);
+  fprintf(out, ",\"%s\":{\"samples\":%.0f,\"share\":", key, sh * (double)samples);
+  bf_json_num(out, sh);
   fputs(",\"lo\":", out);
   bf_json_num(out, lo);
   fputs(",\"hi\":", out);
@@ -192,11 +204,11 @@ static void json_share(FILE *out, const char *key, int64_t k, int64_t n) {
   fputc('}', out);
 }
 
-static double pc(int64_t k, int64_t n) { return n > 0 ? 100.0 * (double)k / (double)n : 0; }
+static double pc(double k, double n) { return n > 0 ? 100.0 * k / n : 0; }
 
-static void ci(char *buf, size_t len, int64_t k, int64_t n) {
-  double lo, hi;
-  bf_wilson((double)k, (double)n, &lo, &hi);
+static void ci(char *buf, size_t len, double k, double n, int64_t samples) {
+  double lo, hi, sh = n > 0 ? k / n : 0;
+  bf_wilson(sh * (double)samples, (double)samples, &lo, &hi);
   snprintf(buf, len, "[%.1f-%.1f]", lo * 100, hi * 100);
 }
 
@@ -229,6 +241,7 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
     v.t[i].is_task = th[i].native_tid < 0 && th[i].name && strncmp(th[i].name, "task:", 5) == 0;
   }
   v.nt = nth;
+  v.by_weight = bf_q_by_weight(info);
   for (v.pass = 0; v.pass < 2; v.pass++) {
     v.last = NULL;
     if ((rc = bf_q_timeline_foreach(s, session_id, &o->filter, on_sample, &v))) goto out;
@@ -236,7 +249,7 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   qsort(v.t, v.nt, sizeof *v.t, cmp_task);
   size_t ntask = 0;
   for (size_t i = 0; i < v.nt; i++) {
-    ntask += v.t[i].is_task && v.t[i].n > 0;
+    ntask += v.t[i].is_task && v.t[i].samples > 0;
     if (v.t[i].nap) qsort(v.t[i].ap, v.t[i].nap, sizeof *v.t[i].ap, cmp_ap);
   }
   size_t limit = o->limit > 0 ? (size_t)o->limit : o->limit < 0 ? (size_t)-1 : 25;
@@ -248,13 +261,13 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
     size_t shown = 0;
     for (size_t i = 0; i < v.nt && shown < limit; i++) {
       const tstat *t = &v.t[i];
-      if (!t->is_task || !t->n) continue;
+      if (!t->is_task || !t->samples) continue;
       fputs(shown++ ? ",{\"name\":" : "{\"name\":", out);
       bf_json_str(out, t->name + 5);
-      fprintf(out, ",\"id\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->n);
-      json_share(out, "running", t->running, t->n);
-      json_share(out, "ready", t->ready, t->n);
-      json_share(out, "waiting", t->waiting, t->n);
+      fprintf(out, ",\"id\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->samples);
+      json_share(out, "running", t->running, t->n, t->samples);
+      json_share(out, "ready", t->ready, t->n, t->samples);
+      json_share(out, "waiting", t->waiting, t->n, t->samples);
       fputs(",\"await_points\":[", out);
       for (size_t k = 0; k < t->nap; k++) {
         bf_function_ref f = {0, "", "(await point not read)", 0};
@@ -264,7 +277,7 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
         fputs(",\"file\":", out);
         bf_json_str(out, f.file);
         fprintf(out, ",\"firstlineno\":%lld,\"line\":%lld", (long long)f.firstlineno, (long long)t->ap[k].line);
-        json_share(out, "wall", t->ap[k].n, t->n);
+        json_share(out, "wall", t->ap[k].n, t->n, t->samples);
         fputc('}', out);
       }
       fputs("]}", out);
@@ -273,14 +286,14 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
     int first = 1;
     for (size_t i = 0; i < v.nt; i++) {
       const tstat *t = &v.t[i];
-      if (t->is_task || !t->loop_n) continue;
+      if (t->is_task || !t->loop_samples) continue;
       fputs(first ? "{\"thread\":" : ",{\"thread\":", out);
       first = 0;
       bf_json_str(out, t->name);
-      fprintf(out, ",\"native_tid\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->loop_n);
-      json_share(out, "running_task_code", t->loop_run, t->loop_n);
-      json_share(out, "loop_overhead", t->loop_other, t->loop_n);
-      json_share(out, "waiting_for_io", t->loop_io, t->loop_n);
+      fprintf(out, ",\"native_tid\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->loop_samples);
+      json_share(out, "running_task_code", t->loop_run, t->loop_n, t->loop_samples);
+      json_share(out, "loop_overhead", t->loop_other, t->loop_n, t->loop_samples);
+      json_share(out, "waiting_for_io", t->loop_io, t->loop_n, t->loop_samples);
       fputc('}', out);
     }
     fputs("]}\n", out);
@@ -299,44 +312,43 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
           "the main interpreter on CPython 3.8-3.13 are read)\n",
           out);
   else
-    fprintf(out, "%s%zu tasks · shares of each task's samples (wall) · 95%% intervals%s\n", dim, ntask, rst);
+    fprintf(out, "%s%zu tasks · shares of each task's samples · 95%% intervals%s\n", dim, ntask, rst);
   size_t shown = 0;
   for (size_t i = 0; i < v.nt && shown < limit; i++) {
     const tstat *t = &v.t[i];
-    if (!t->is_task || !t->n) continue;
+    if (!t->is_task || !t->samples) continue;
     shown++;
     char lb[160];
     snprintf(lb, sizeof lb, "%s (%lld)", t->name + 5, (long long)t->native_tid);
     fputs(b, out);
     bf_put_fit(out, lb, width);
-    fprintf(out, "%s\n  %lld samples · running %.1f%% · ready %.1f%% · waiting %.1f%%\n", rst, (long long)t->n,
+    fprintf(out, "%s\n  %lld samples · running %.1f%% · ready %.1f%% · waiting %.1f%%\n", rst, (long long)t->samples,
             pc(t->running, t->n), pc(t->ready, t->n), pc(t->waiting, t->n));
     for (size_t k = 0; k < t->nap && k < 3; k++) {
       bf_function_ref f = {0, "", "(await point not read)", 0};
       if (t->ap[k].fid && (rc = bf_store_function_get(s, t->ap[k].fid, &f))) goto out;
       char loc[1024];
       bf_fit_func(loc, sizeof loc, f.qualname, f.file, t->ap[k].line, width - 36);
-      ci(c1, sizeof c1, t->ap[k].n, t->n);
-      fprintf(out, "  %-7s%5.1f%% %-13s %7lld  %s\n", k ? "" : "awaits", pc(t->ap[k].n, t->n), c1,
-              (long long)t->ap[k].n, loc);
+      ci(c1, sizeof c1, t->ap[k].n, t->n, t->samples);
+      fprintf(out, "  %-7s%5.1f%% %-13s  %s\n", k ? "" : "awaits", pc(t->ap[k].n, t->n), c1, loc);
     }
   }
   if (ntask > shown) fprintf(out, "%s… %zu more tasks (--limit N, or -1 for all)%s\n", dim, ntask - shown, rst);
   int any_loop = 0;
   for (size_t i = 0; i < v.nt; i++) {
     const tstat *t = &v.t[i];
-    if (t->is_task || !t->loop_n) continue;
+    if (t->is_task || !t->loop_samples) continue;
     if (!any_loop++)
-      fprintf(out, "\n%sEvent loops%s (wall: shares of the loop thread's samples inside run_forever)\n", b, rst);
+      fprintf(out, "\n%sEvent loops%s (shares of the loop thread's samples inside run_forever)\n", b, rst);
     bf_wthread lt = {t->thread_id, t->native_tid, (char *)t->name, 0, 0, 0, 0};
     char lb[256];
     bf_wthread_label(&lt, lb, sizeof lb);
-    ci(c1, sizeof c1, t->loop_run, t->loop_n);
-    ci(c2, sizeof c2, t->loop_other, t->loop_n);
-    ci(c3, sizeof c3, t->loop_io, t->loop_n);
+    ci(c1, sizeof c1, t->loop_run, t->loop_n, t->loop_samples);
+    ci(c2, sizeof c2, t->loop_other, t->loop_n, t->loop_samples);
+    ci(c3, sizeof c3, t->loop_io, t->loop_n, t->loop_samples);
     fprintf(out, "%s · %lld samples\n  running task code %5.1f%% %-13s\n  loop overhead     %5.1f%% %-13s\n"
                  "  waiting for I/O   %5.1f%% %-13s\n",
-            lb, (long long)t->loop_n, pc(t->loop_run, t->loop_n), c1, pc(t->loop_other, t->loop_n), c2,
+            lb, (long long)t->loop_samples, pc(t->loop_run, t->loop_n), c1, pc(t->loop_other, t->loop_n), c2,
             pc(t->loop_io, t->loop_n), c3);
   }
   if (any_loop && !v.any_task)

@@ -22,6 +22,7 @@
 #define TK_MAX_NAMES 65536          /* distinct task names kept */
 #define TK_OBJ_READ 160             /* bytes read of an awaited object */
 #define TK_BATCH 512                /* iovecs per process_vm_readv */
+#define TK_NEW_NAMES 16             /* names read per sample */
 
 /* Offsets of the C _asyncio Task and of coroutines, per 3.minor. Measured in
  * each interpreter by tests/tools/probe_asyncio_offsets.py (known pointers
@@ -91,6 +92,7 @@ struct bf_smp_tasks {
   size_t cap_buf, cap_ok;
   uint64_t *cur; /* per level: object address per task (0: chain ended) */
   int warned_custom;
+  int new_names; /* read this sample */
 };
 
 bf_smp_tasks *bf_smp_tasks_new(bf_smp *h) {
@@ -294,6 +296,9 @@ static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
     if (!tk->names[i].obj) break;
   }
   if (tk->nnames >= TK_MAX_NAMES / 2) return NULL; /* full: unnamed tasks are left out */
+  /* a burst of new tasks must not slow this tick down (the pace of samples
+   * would then follow the target's state): the rest wait for later ticks */
+  if (++tk->new_names > TK_NEW_NAMES) return NULL;
   char *s = NULL;
   int k = obj_kind(tk, obj);
   if (k == TK_STR) {
@@ -476,7 +481,6 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
              "asyncio tasks: some tasks are not C _asyncio.Task objects (custom Task "
              "classes or loops): those are not shown");
   }
-  for (size_t i = 0; i < tk->ntasks; i++) tk->tasks[i].name = name_get(tk, tk->tasks[i].name_obj);
   /* running or not: from the task coroutine's own state */
   if (!(tk->cur = realloc(tk->cur, (tk->ntasks ? tk->ntasks : 1) * 8))) return;
   for (size_t i = 0; i < tk->ntasks; i++) tk->cur[i] = tk->tasks[i].coro;
@@ -512,6 +516,10 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
       place_running(t, th, n);
     }
   free(run);
+  /* names after the states: reading new names takes time, and a state read
+   * long after the threads' stacks disagrees with them more often */
+  tk->new_names = 0;
+  for (size_t i = 0; i < tk->ntasks; i++) tk->tasks[i].name = name_get(tk, tk->tasks[i].name_obj);
   if (walk_chains(tk) < 0) return;
   /* output: the threads, then one synthetic thread per named task */
   if (grow((void **)&tk->out, &tk->cap_out, n + tk->ntasks, sizeof *tk->out) < 0) return;
@@ -535,8 +543,10 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
       flags |= rt->flags & (BF_SMP_GIL | BF_SMP_ON_CPU | BF_SMP_IDLE | BF_SMP_GC);
     } else {
       for (int k = t->nchain; k-- > 0;) tk->frames[tk->nframes++] = t->chain[k];
-      if (t->state == BF_SMP_TASK_RUNNING) t->state = BF_SMP_TASK_READY; /* finished meanwhile */
-      flags = (uint32_t)t->state | BF_SMP_IDLE;
+      /* running but on no stack: it began after the threads were read. Still
+       * running (only its coroutine's frame is known): the tasks that stopped
+       * in that window count as waiting, so the two errors cancel out */
+      if (t->state != BF_SMP_TASK_RUNNING) flags |= BF_SMP_IDLE;
     }
     tk->frames[tk->nframes++] = (bf_smp_frame){&t->name->code, 0, 0};
     /* a stable id per (task, name): negative, never a kernel tid */
