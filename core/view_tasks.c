@@ -333,7 +333,7 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
       fprintf(out, "  %-7s%5.1f%% %-13s  %s\n", k ? "" : "awaits", pc(t->ap[k].n, t->n), c1, loc);
     }
   }
-  if (ntask > shown) fprintf(out, "%s… %zu more tasks (--limit N, or -1 for all)%s\n", dim, ntask - shown, rst);
+  if (ntask > shown) fprintf(out, "%s… %zu more tasks (--limit N shows more)%s\n", dim, ntask - shown, rst);
   int any_loop = 0;
   for (size_t i = 0; i < v.nt; i++) {
     const tstat *t = &v.t[i];
