@@ -14,7 +14,7 @@
 #include "tasks.h"
 
 #define TK_MAX_TASKS 20000          /* tasks read per sample */
-#define TK_MAX_CHAIN 32             /* coroutines followed per task */
+#define TK_MAX_CHAIN 16             /* coroutines followed per task */
 #define TK_MAX_SET (1u << 16)       /* slots of a registry set */
 #define TK_REFRESH_NS 10000000LL    /* registry re-read at most every 10 ms */
 #define TK_REFIND_NS 2000000000LL   /* module looked up again every 2 s */
@@ -23,6 +23,8 @@
 #define TK_OBJ_READ 160             /* bytes read of an awaited object */
 #define TK_BATCH 512                /* iovecs per process_vm_readv */
 #define TK_NEW_NAMES 16             /* names read per sample */
+#define TK_CACHE 16384              /* remembered await chains (direct-mapped) */
+#define TK_CHAIN_TTL_NS 100000000LL /* a parked task's chain is re-read every 100 ms */
 
 /* Offsets of the C _asyncio Task and of coroutines, per 3.minor. Measured in
  * each interpreter by tests/tools/probe_asyncio_offsets.py (known pointers
@@ -65,7 +67,22 @@ typedef struct tk_task {
   size_t run_from;    /* running: frames th[run_tid-1].frames[0..run_from] */
   bf_smp_frame chain[TK_MAX_CHAIN]; /* awaiting coroutines, outermost first */
   int nchain;
+  uint64_t frame, instr; /* the task coroutine's frame and its instruction, when read */
 } tk_task;
+
+/* The await chain of a task parked on a future cannot change while the task
+ * stays parked on that future (its step clears the waiter before it resumes
+ * the coroutine). A new future is often born at a freed one's address, so a
+ * remembered chain is used only when the task's own coroutine is also still
+ * suspended at the same instruction (one read instead of two per level),
+ * and re-read anyway every TK_CHAIN_TTL_NS (a deeper await may have moved
+ * while the outer one, and the future's address, stayed). */
+typedef struct tk_chain {
+  uint64_t addr, coro, waiter, frame, instr;
+  int64_t walked_ns;
+  int nchain;
+  bf_smp_frame chain[TK_MAX_CHAIN];
+} tk_chain;
 
 struct bf_smp_tasks {
   bf_smp *h;
@@ -93,6 +110,7 @@ struct bf_smp_tasks {
   uint64_t *cur; /* per level: object address per task (0: chain ended) */
   int warned_custom;
   int new_names; /* read this sample */
+  tk_chain *cache; /* TK_CACHE entries, or NULL */
 };
 
 bf_smp_tasks *bf_smp_tasks_new(bf_smp *h) {
@@ -129,6 +147,7 @@ void bf_smp_tasks_free(bf_smp_tasks *tk) {
   free(tk->buf);
   free(tk->ok);
   free(tk->cur);
+  free(tk->cache);
   free(tk);
 }
 
@@ -404,7 +423,10 @@ static int walk_chains(bf_smp_tasks *tk) {
         tk->cur[i] = 0;
         continue;
       }
-      t->nchain++;
+      if (!t->nchain++) {
+        t->frame = fa[i];
+        t->instr = instr;
+      }
       if (L->if_stacktop) {
         int32_t top = (int32_t)rd32(f + L->if_stacktop);
         if (top > 0 && top < 4096) slot[i] = fa[i] + L->if_localsplus + (uint64_t)(top - 1) * 8;
@@ -473,6 +495,7 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
     t->name_obj = rd64(b + L->task_name);
     t->nchain = 0;
     t->run_tid = 0;
+    t->frame = t->instr = 0;
     tk->ntasks++;
   }
   if (foreign && !tk->warned_custom) {
@@ -483,7 +506,9 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   }
   /* running or not: from the task coroutine's own state */
   if (!(tk->cur = realloc(tk->cur, (tk->ntasks ? tk->ntasks : 1) * 8))) return;
-  for (size_t i = 0; i < tk->ntasks; i++) tk->cur[i] = tk->tasks[i].coro;
+  /* a task parked on a future is not running: only the others' coroutines
+   * are read for their state */
+  for (size_t i = 0; i < tk->ntasks; i++) tk->cur[i] = tk->tasks[i].waiter ? 0 : tk->tasks[i].coro;
   size_t co_len = L->cr_iframe ? (size_t)L->cr_iframe + 8 : 32;
   if (read_many(tk, tk->cur, tk->ntasks, co_len) < 0) return;
   uint64_t *run = calloc(tk->ntasks ? tk->ntasks : 1, 8);
@@ -491,10 +516,11 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   for (size_t i = 0; i < tk->ntasks; i++) {
     tk_task *t = &tk->tasks[i];
     const unsigned char *co = tk->buf + i * co_len;
-    int running = tk->ok[i] && (L->cr_iframe    ? (int8_t)co[L->cr_iframe - 5] == 0
+    int running = tk->cur[i] && tk->ok[i] && (L->cr_iframe    ? (int8_t)co[L->cr_iframe - 5] == 0
                                 : L->cr_running ? co[L->cr_running] != 0
                                                 : 1); /* 3.10: decided on the frame below */
     t->state = running ? BF_SMP_TASK_RUNNING : t->waiter ? BF_SMP_TASK_WAITING : BF_SMP_TASK_READY;
+    tk->cur[i] = t->coro;
     if (running) { /* its frames are on a thread's stack: only its code is wanted */
       run[i] = L->cr_iframe ? t->coro + L->cr_iframe : rd64(co + L->cr_frame);
       tk->cur[i] = 0;
@@ -520,7 +546,46 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
    * long after the threads' stacks disagrees with them more often */
   tk->new_names = 0;
   for (size_t i = 0; i < tk->ntasks; i++) tk->tasks[i].name = name_get(tk, tk->tasks[i].name_obj);
-  if (walk_chains(tk) < 0) return;
+  if (!tk->cache) tk->cache = calloc(TK_CACHE, sizeof *tk->cache);
+  uint64_t *walked = calloc(tk->ntasks ? tk->ntasks : 1, 8);
+  if (!walked) return;
+  size_t fl = frame_len(tk);
+  for (size_t i = 0; tk->cache && i < tk->ntasks; i++) { /* remembered chains to check */
+    tk_task *t = &tk->tasks[i];
+    tk_chain *e = &tk->cache[(t->addr >> 4) * 0x9E3779B97F4A7C15ull >> 50 & (TK_CACHE - 1)];
+    if (tk->cur[i] && t->waiter && e->addr == t->addr && e->coro == t->coro && e->waiter == t->waiter &&
+        h->now_ns - e->walked_ns < TK_CHAIN_TTL_NS)
+      walked[i] = e->frame;
+  }
+  if (tk->cache && read_many(tk, walked, tk->ntasks, fl) == 0)
+    for (size_t i = 0; i < tk->ntasks; i++) {
+      if (!walked[i] || !tk->ok[i]) continue;
+      tk_task *t = &tk->tasks[i];
+      tk_chain *e = &tk->cache[(t->addr >> 4) * 0x9E3779B97F4A7C15ull >> 50 & (TK_CACHE - 1)];
+      const unsigned char *f = tk->buf + i * fl;
+      uint64_t instr = h->lay.instr_is_lasti ? rd32(f + h->lay.fr_instr) : rd64(f + h->lay.fr_instr);
+      if (instr != e->instr) continue;
+      memcpy(t->chain, e->chain, (size_t)e->nchain * sizeof *e->chain);
+      t->nchain = e->nchain;
+      tk->cur[i] = 0;
+    }
+  memcpy(walked, tk->cur, tk->ntasks * 8);
+  int wrc = walk_chains(tk);
+  for (size_t i = 0; wrc == 0 && tk->cache && i < tk->ntasks; i++) {
+    tk_task *t = &tk->tasks[i];
+    if (!walked[i] || !t->waiter || !t->nchain || !t->frame) continue;
+    tk_chain *e = &tk->cache[(t->addr >> 4) * 0x9E3779B97F4A7C15ull >> 50 & (TK_CACHE - 1)];
+    e->addr = t->addr;
+    e->coro = t->coro;
+    e->waiter = t->waiter;
+    e->frame = t->frame;
+    e->instr = t->instr;
+    e->walked_ns = h->now_ns;
+    e->nchain = t->nchain;
+    memcpy(e->chain, t->chain, (size_t)t->nchain * sizeof *t->chain);
+  }
+  free(walked);
+  if (wrc < 0) return;
   /* output: the threads, then one synthetic thread per named task */
   if (grow((void **)&tk->out, &tk->cap_out, n + tk->ntasks, sizeof *tk->out) < 0) return;
   memcpy(tk->out, th, n * sizeof *th);
