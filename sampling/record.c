@@ -350,6 +350,8 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
            (unsigned long long)(cs.truncated - t->cs0.truncated),
            (long long)t->lock_held, (long long)t->lock_dropped);
   if (t->cc) cpuclock_json(t, late + strlen(late), sizeof late - strlen(late));
+  const char *tks = bf_smp_tasks_status(t->tk); /* static ASCII, no quotes */
+  if (*tks) snprintf(late + strlen(late), sizeof late - strlen(late), ",\"async_tasks\":\"%s\"", tks);
   size_t nl = nat ? strlen(nat) : 0;
   if (nat && nl >= 2 && nat[0] == '{' && nat[nl - 1] == '}') { /* {late, ...native} */
     t->nat_json = malloc(nl + strlen(late) + 2);

@@ -51,7 +51,7 @@ static const tk_layout tk_layouts[] = {
     {13, 144, 96, 112, 120, 128, 0, 0, 0, 72, 0, 0, 0, 64, 72},
 };
 
-enum tk_kind { TK_OTHER, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, TK_WEAKREF, TK_SET, TK_STR, TK_INT };
+enum tk_kind { TK_OTHER, TK_NONE, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, TK_WEAKREF, TK_SET, TK_STR, TK_INT };
 
 typedef struct tk_name {
   uint64_t obj;       /* the name object (0: free slot) */
@@ -215,7 +215,8 @@ static int type_kind(bf_smp_tasks *tk, uint64_t type_addr) {
       {"coroutine", TK_CORO},         {"generator", TK_GEN},   {"_asyncio.Task", TK_TASK},
       {"_asyncio.FutureIter", TK_FUTITER}, {"_asyncio.Future", TK_FUT},
       {"weakref", TK_WEAKREF},        {"weakref.ReferenceType", TK_WEAKREF},
-      {"set", TK_SET},                {"str", TK_STR},         {"int", TK_INT}};
+      {"set", TK_SET},                {"str", TK_STR},         {"int", TK_INT},
+      {"NoneType", TK_NONE}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(nm, names[i].n) == 0) k = names[i].k;
   if (tk->ntypes < sizeof tk->types / sizeof tk->types[0]) {
@@ -484,7 +485,7 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
     if (!tk->ok[i]) continue;
     int k = type_kind(tk, rd64(b + h->lay.ob_type));
     if (k != TK_TASK) { /* a Python Task (subclass, or no C accelerator) */
-      foreign += tk->addrs[i] != 0 && k != TK_OTHER ? 0 : 1;
+      foreign += k == TK_OTHER; /* (None: a dead weak reference) */
       continue;
     }
     if (rd32(b + L->fut_state) != 0) continue; /* done or cancelled */

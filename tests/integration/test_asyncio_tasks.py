@@ -149,3 +149,33 @@ def test_thousands_of_short_tasks(python, tmp_path_factory):
     assert truth["loops"]["main"]["short_tasks"] >= 2000
     assert view["task_count"] >= 100, view["task_count"]
     assert sess["invalid"] <= sess["samples"] // 1000, sess
+
+
+CUSTOM = """
+import asyncio
+class MyTask(asyncio.Task):
+    pass
+async def w():
+    await asyncio.sleep(0.6)
+async def main():
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(lambda loop, coro, **kw: MyTask(coro, loop=loop, **kw))
+    await asyncio.gather(loop.create_task(w(), name="mine"), asyncio.sleep(0.6))
+asyncio.run(main())
+"""
+
+
+def test_custom_task_class_is_named_as_not_shown(tmp_path):
+    """A Python Task subclass is not read (its layout is not the C Task's):
+    the session says so instead of silently missing it. Newest interpreter only."""
+    ps = [p for p in pythons.discover() if not p["free_threaded"] and p["version"][:2] <= (3, 13)]
+    if not ps:
+        pytest.skip("no supported interpreter")
+    src = tmp_path / "custom.py"
+    src.write_text(CUSTOM)
+    db = str(tmp_path / "c.db")
+    sid = last_line_id(run(["record", "--async", "--rate", "200", "--", ps[-1]["path"], str(src)], db=db))
+    sess = json.loads(run(["sessions", "--json"], db=db).stdout)[-1]
+    assert "not C _asyncio.Task" in sess["extra"]["async_tasks"], sess["extra"]
+    view = json.loads(run(["replay", str(sid), "--view", "tasks", "--json"], db=db).stdout)
+    assert "mine" not in {t["name"] for t in view["tasks"]}
