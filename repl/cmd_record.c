@@ -133,6 +133,10 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
     }
   }
   /* native stacks stop threads at every sample: a gentler default rate */
+  if (o.async_tasks && (o.clock_cpu || o.native)) {
+    bf_cli_error("--async records task stacks on the wall clock without --native (drop --clock cpu / --native)");
+    return 2;
+  }
   if (o.native && !rate_given) o.rate_hz = 100;
   char **cmd = argv + optind;
   int ncmd = argc - optind;
