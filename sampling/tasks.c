@@ -323,7 +323,12 @@ static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
   int k = obj_kind(tk, obj);
   if (k == TK_STR) {
     if (smp_read_str(tk->h, obj, &s) < 0) return NULL;
-    if (strlen(s) > SMP_PYNAME_LEN) s[SMP_PYNAME_LEN] = 0;
+    size_t len = strlen(s);
+    if (len > SMP_PYNAME_LEN) { /* cut on a character boundary */
+      len = SMP_PYNAME_LEN;
+      while (len && ((unsigned char)s[len] & 0xc0) == 0x80) len--;
+      s[len] = 0;
+    }
   } else if (k == TK_INT) { /* 3.13: an unnamed task keeps its counter */
     uint64_t v;
     if (smp_pn_long_read(tk->h, obj, &v) < 0 || !(s = malloc(32))) return NULL;
