@@ -1290,6 +1290,9 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
   if (s->last_buf < s->nbufs && s->bufs[s->last_buf].thread_id == smp->thread_id &&
       s->bufs[s->last_buf].session_id == session_id) {
     b = &s->bufs[s->last_buf];
+  } else if (s->last_buf + 1 < s->nbufs && s->bufs[s->last_buf + 1].thread_id == smp->thread_id &&
+             s->bufs[s->last_buf + 1].session_id == session_id) { /* threads in tick order */
+    b = &s->bufs[++s->last_buf];
   } else {
     for (size_t i = 0; i < s->nbufs; i++)
       if (s->bufs[i].thread_id == smp->thread_id && s->bufs[i].session_id == session_id) {

@@ -101,6 +101,7 @@ typedef struct target {
   char *nat_json;     /* its figures for the session's extra_json */
   char *py_json;      /* extra.python: the interpreter it runs (interp.c), or NULL */
   bf_smp_tasks *tk;   /* --async: asyncio tasks read after each sample */
+  size_t next_hint;   /* rec_thread_get: where the next thread likely is */
 } target;
 
 typedef struct pend_sample {
@@ -372,8 +373,14 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
 }
 
 static rec_thread *rec_thread_get(target *t, int64_t tid) {
+  /* threads (and --async tasks) come in the same order tick after tick */
+  if (t->next_hint < t->nthreads && t->threads[t->next_hint].tid == tid) return &t->threads[t->next_hint++];
   for (size_t i = 0; i < t->nthreads; i++)
-    if (t->threads[i].tid == tid) return &t->threads[i];
+    if (t->threads[i].tid == tid) {
+      t->next_hint = i + 1;
+      return &t->threads[i];
+    }
+  t->next_hint = t->nthreads + 1;
   if (t->nthreads == t->cap_threads) {
     size_t nc = t->cap_threads ? t->cap_threads * 2 : 8;
     rec_thread *n = realloc(t->threads, nc * sizeof *n);

@@ -22,7 +22,8 @@
 #define TK_MAX_NAMES 65536          /* distinct task names kept */
 #define TK_OBJ_READ 160             /* bytes read of an awaited object */
 #define TK_BATCH 512                /* iovecs per process_vm_readv */
-#define TK_NEW_NAMES 16             /* names read per sample */
+#define TK_NEW_NAMES 16             /* names read one by one per sample */
+#define TK_NAME_BATCH 4096          /* names read in one batch per sample */
 #define TK_CACHE 16384              /* remembered await chains (direct-mapped) */
 #define TK_CHAIN_TTL_NS 100000000LL /* a parked task's chain is re-read every 100 ms */
 
@@ -308,13 +309,39 @@ static void refresh_registry(bf_smp_tasks *tk) {
   if (bad) tk->mod_dict = 0; /* look the module up again next time */
 }
 
-static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
-  if (!tk->names && !(tk->names = calloc(TK_MAX_NAMES, sizeof *tk->names))) return NULL;
+/* The cached name of obj, or NULL with *free_slot (when not NULL) set to
+ * where it goes. */
+static const tk_name *name_slot(const bf_smp_tasks *tk, uint64_t obj, size_t *free_slot) {
   size_t i = (size_t)((obj >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (TK_MAX_NAMES - 1);
   for (size_t p = 0; p < TK_MAX_NAMES; p++, i = (i + 1) & (TK_MAX_NAMES - 1)) {
     if (tk->names[i].obj == obj) return &tk->names[i];
     if (!tk->names[i].obj) break;
   }
+  if (free_slot) *free_slot = i;
+  return NULL;
+}
+
+/* Keep name s (owned from now on) of obj in slot i. */
+static const tk_name *name_put(bf_smp_tasks *tk, size_t i, uint64_t obj, char *s) {
+  char *tn = malloc(strlen(s) + 6);
+  if (!tn) {
+    free(s);
+    return NULL;
+  }
+  sprintf(tn, "task:%s", s);
+  tk_name *e = &tk->names[i];
+  e->obj = obj;
+  e->thread_name = tn;
+  e->code = (bf_smp_code){BF_SMP_TASK_FILE, s, 0, 0, NULL};
+  tk->nnames++;
+  return e;
+}
+
+static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
+  if (!tk->names && !(tk->names = calloc(TK_MAX_NAMES, sizeof *tk->names))) return NULL;
+  size_t i;
+  const tk_name *hit = name_slot(tk, obj, &i);
+  if (hit) return hit;
   if (tk->nnames >= TK_MAX_NAMES / 2) return NULL; /* full: unnamed tasks are left out */
   /* a burst of new tasks must not slow this tick down (the pace of samples
    * would then follow the target's state): the rest wait for later ticks */
@@ -336,18 +363,57 @@ static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
   } else {
     return NULL;
   }
-  char *tn = malloc(strlen(s) + 6);
-  if (!tn) {
-    free(s);
-    return NULL;
+  return name_put(tk, i, obj, s);
+}
+
+/* Names of many new tasks at once: one batched read of each name object,
+ * decoded here when it is a short compact ASCII str (or, 3.13, the int of an
+ * unnamed task); others are left to name_get's bounded slow path. */
+static void names_prefetch(bf_smp_tasks *tk) {
+  bf_smp *h = tk->h;
+  const smp_layout *l = &h->lay;
+  size_t len = (size_t)l->uni_ascii_size + 64;
+  if (len < (size_t)l->nm.long_digit + 8) len = (size_t)l->nm.long_digit + 8;
+  if (!tk->names && !(tk->names = calloc(TK_MAX_NAMES, sizeof *tk->names))) return;
+  uint64_t *objs = calloc(tk->ntasks ? tk->ntasks : 1, 8);
+  if (!objs) return;
+  size_t want = 0;
+  for (size_t k = 0; k < tk->ntasks && want < TK_NAME_BATCH; k++) {
+    uint64_t obj = tk->tasks[k].name_obj;
+    if (!obj || name_slot(tk, obj, NULL)) continue;
+    objs[k] = obj;
+    want++;
   }
-  sprintf(tn, "task:%s", s);
-  tk_name *e = &tk->names[i];
-  e->obj = obj;
-  e->thread_name = tn;
-  e->code = (bf_smp_code){BF_SMP_TASK_FILE, s, 0, 0, NULL};
-  tk->nnames++;
-  return e;
+  if (want && read_many(tk, objs, tk->ntasks, len) == 0)
+    for (size_t k = 0; k < tk->ntasks; k++) {
+      if (!objs[k] || !tk->ok[k] || tk->nnames >= TK_MAX_NAMES / 2) continue;
+      size_t i;
+      if (name_slot(tk, objs[k], &i)) continue; /* a name shared by two tasks */
+      const unsigned char *b = tk->buf + k * len;
+      int kind = type_kind(tk, rd64(b + l->ob_type));
+      char *str = NULL;
+      if (kind == TK_STR) {
+        uint64_t n = rd64(b + l->uni_length);
+        uint32_t st = rd32(b + l->uni_state);
+        if (((st >> 2) & 7) != 1 || !((st >> 5) & 1) || !((st >> 6) & 1) || n > 64) continue;
+        if (!(str = malloc((size_t)n + 1))) return;
+        memcpy(str, b + l->uni_ascii_size, (size_t)n);
+        str[n] = 0;
+        for (uint64_t c = 0; c < n; c++)
+          if (!str[c]) str[c] = '?';
+      } else if (kind == TK_INT && l->nm.long_tagged) {
+        uint64_t tag = rd64(b + l->nm.long_size), nd = tag >> 3;
+        if ((tag & 3) != 0 || nd < 1 || nd > 2) continue;
+        uint64_t v = rd32(b + l->nm.long_digit);
+        if (nd == 2) v |= (uint64_t)rd32(b + l->nm.long_digit + 4) << 30;
+        if (!(str = malloc(32))) return;
+        snprintf(str, 32, "Task-%llu", (unsigned long long)v);
+      } else {
+        continue;
+      }
+      name_put(tk, i, objs[k], str);
+    }
+  free(objs);
 }
 
 /* The frame object / interpreter frame of coroutine c (copied into co[]). */
@@ -478,7 +544,9 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   *out = th;
   *nout = n;
   if (!tk->supported) return;
-  if (!tk->reg_ns || h->now_ns - tk->reg_ns >= TK_REFRESH_NS) refresh_registry(tk);
+  /* a big registry costs a read per task: re-read it ten times less often */
+  int64_t every = tk->naddrs > 1000 ? 10 * TK_REFRESH_NS : TK_REFRESH_NS;
+  if (!tk->reg_ns || h->now_ns - tk->reg_ns >= every) refresh_registry(tk);
   if (!tk->naddrs) return;
   /* the tasks themselves, every sample */
   if (read_many(tk, tk->addrs, tk->naddrs, L->task_size) < 0) return;
@@ -551,7 +619,11 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   /* names after the states: reading new names takes time, and a state read
    * long after the threads' stacks disagrees with them more often */
   tk->new_names = 0;
-  for (size_t i = 0; i < tk->ntasks; i++) tk->tasks[i].name = name_get(tk, tk->tasks[i].name_obj);
+  names_prefetch(tk);
+  for (size_t i = 0; i < tk->ntasks; i++) {
+    tk->tasks[i].name = name_get(tk, tk->tasks[i].name_obj);
+    if (!tk->tasks[i].name) tk->cur[i] = 0; /* not shown this sample: not walked */
+  }
   if (!tk->cache) tk->cache = calloc(TK_CACHE, sizeof *tk->cache);
   uint64_t *walked = calloc(tk->ntasks ? tk->ntasks : 1, 8);
   if (!walked) return;
