@@ -65,8 +65,9 @@ class Target:
 
     def _read(self):
         for line in self.p.stdout:
-            t, n = line.split()
-            self.progress.append((float(t), int(n)))
+            f = line.split()
+            if len(f) == 2:
+                self.progress.append((float(f[0]), int(f[1])))
 
     def rate(self, t0, t1):
         pts = [(t, n) for t, n in self.progress if t0 <= t <= t1]
