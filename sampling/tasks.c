@@ -22,6 +22,8 @@
 #define TK_MAX_NAMES 65536          /* distinct task names kept */
 #define TK_OBJ_READ 160             /* bytes read of an awaited object */
 #define TK_BATCH 512                /* iovecs per process_vm_readv */
+#define TK_GAP 512                  /* bytes between two regions still read as one */
+#define TK_SPAN_MAX 65536           /* longest merged read */
 #define TK_NEW_NAMES 16             /* names read one by one per sample */
 #define TK_NAME_BATCH 4096          /* names read in one batch per sample */
 #define TK_CACHE 16384              /* remembered await chains (direct-mapped) */
@@ -108,6 +110,10 @@ struct bf_smp_tasks {
   size_t nframes, cap_frames;
   unsigned char *buf, *ok;
   size_t cap_buf, cap_ok;
+  uint64_t *ord;      /* read_many: (address, index) pairs, sorted */
+  size_t cap_ord;
+  unsigned char *span; /* read_many: merged spans as read */
+  size_t cap_span;
   uint64_t *cur; /* per level: object address per task (0: chain ended) */
   int warned_custom;
   int new_names; /* read this sample */
@@ -147,6 +153,8 @@ void bf_smp_tasks_free(bf_smp_tasks *tk) {
   free(tk->frames);
   free(tk->buf);
   free(tk->ok);
+  free(tk->ord);
+  free(tk->span);
   free(tk->cur);
   free(tk->cache);
   free(tk);
@@ -165,36 +173,73 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-/* Read n regions of len bytes (addrs[i], 0 = skip) into buf[i*len], ok[i]:
- * batched process_vm_readv; a batch that comes back short is read again
- * region by region so one bad pointer costs only its own region. */
+/* Read n regions of len bytes (addrs[i], 0 = skip) into buf[i*len], ok[i].
+ * Objects of one kind sit side by side in the allocator's pools, so the
+ * regions are sorted and merged into spans (gaps under TK_GAP bytes read
+ * too): the kernel's cost is per iovec and per page, far more than per byte.
+ * Spans go TK_BATCH to a process_vm_readv; a batch that comes back short is
+ * read again region by region, so one bad pointer costs only its region. */
+static int cmp_addr(const void *a, const void *b) {
+  uint64_t x = ((const uint64_t *)a)[0], y = ((const uint64_t *)b)[0];
+  return (x > y) - (x < y);
+}
+
 static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t len) {
   bf_smp *h = tk->h;
   if (grow((void **)&tk->buf, &tk->cap_buf, n * len + 1, 1) < 0) return -ENOMEM;
   if (grow((void **)&tk->ok, &tk->cap_ok, n + 1, 1) < 0) return -ENOMEM;
+  if (grow((void **)&tk->ord, &tk->cap_ord, 2 * n + 2, 8) < 0) return -ENOMEM;
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    tk->ok[i] = 0;
+    if (addrs[i] && addrs[i] + len > addrs[i]) {
+      tk->ord[2 * m] = addrs[i];
+      tk->ord[2 * m + 1] = i;
+      m++;
+    }
+  }
+  qsort(tk->ord, m, 16, cmp_addr);
   struct iovec l[TK_BATCH], r[TK_BATCH];
-  size_t idx[TK_BATCH];
-  for (size_t i = 0; i < n;) {
-    size_t k = 0, want = 0;
-    for (; i < n && k < TK_BATCH; i++) {
-      tk->ok[i] = 0;
-      if (!addrs[i]) continue;
-      l[k] = (struct iovec){tk->buf + i * len, len};
-      r[k] = (struct iovec){(void *)(uintptr_t)addrs[i], len};
-      idx[k++] = i;
-      want += len;
+  size_t first[TK_BATCH + 1];
+  for (size_t k = 0; k < m;) {
+    size_t ns = 0, want = 0, off = 0;
+    /* spans into the scratch area */
+    while (k < m && ns < TK_BATCH) {
+      uint64_t lo = tk->ord[2 * k], hi = lo + len;
+      first[ns] = k;
+      k++;
+      while (k < m && tk->ord[2 * k] <= hi + TK_GAP && tk->ord[2 * k] + len - lo <= TK_SPAN_MAX) {
+        if (tk->ord[2 * k] + len > hi) hi = tk->ord[2 * k] + len;
+        k++;
+      }
+      if (grow((void **)&tk->span, &tk->cap_span, off + (size_t)(hi - lo), 1) < 0) return -ENOMEM;
+      r[ns] = (struct iovec){(void *)(uintptr_t)lo, (size_t)(hi - lo)};
+      l[ns].iov_len = (size_t)(hi - lo);
+      l[ns].iov_base = (void *)(uintptr_t)off; /* fixed up once span stops moving */
+      off += (size_t)(hi - lo);
+      want += (size_t)(hi - lo);
+      ns++;
     }
-    if (!k) continue;
+    first[ns] = k;
+    for (size_t j = 0; j < ns; j++) l[j].iov_base = tk->span + (uintptr_t)l[j].iov_base;
     h->read_calls++;
-    h->read_iovs += k;
+    h->read_iovs += ns;
     h->read_bytes += want;
-    ssize_t got = h->readv(h->readv_ud, l, k, r, k);
-    if (got == (ssize_t)want) {
-      for (size_t j = 0; j < k; j++) tk->ok[idx[j]] = 1;
-      continue;
+    ssize_t got = h->readv(h->readv_ud, l, ns, r, ns);
+    for (size_t j = 0; j < ns; j++) {
+      uint64_t lo = (uint64_t)(uintptr_t)r[j].iov_base;
+      const unsigned char *sb = l[j].iov_base;
+      int whole = got == (ssize_t)want;
+      for (size_t q = first[j]; q < first[j + 1]; q++) {
+        size_t idx = (size_t)tk->ord[2 * q + 1];
+        if (whole) {
+          memcpy(tk->buf + idx * len, sb + (tk->ord[2 * q] - lo), len);
+          tk->ok[idx] = 1;
+        } else {
+          tk->ok[idx] = smp_read(h, addrs[idx], tk->buf + idx * len, len) == 0;
+        }
+      }
     }
-    for (size_t j = 0; j < k; j++)
-      tk->ok[idx[j]] = smp_read(h, addrs[idx[j]], tk->buf + idx[j] * len, len) == 0;
   }
   return 0;
 }

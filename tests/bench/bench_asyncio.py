@@ -117,7 +117,7 @@ def main():
               (n, cost * 1e6, plain * 1e6, s["achieved_rate_hz"], s["missed"]))
     print("target slowdown with 1,000 tasks (median of %d windows of %.1f s; negative = noise):" %
           (a.windows, a.seconds))
-    for rate in (100, 1000):
+    for rate, use_async in ((100, False), (100, True), (1000, True)):
         t = Target(py, 1000, path)
         out = []
         try:
@@ -126,7 +126,7 @@ def main():
                 a0 = time.monotonic()
                 time.sleep(a.seconds)
                 s0 = time.monotonic()
-                record(bifocal, os.path.join(tmp, "s%d.db" % rate), t.p.pid, rate, a.seconds, True)
+                record(bifocal, os.path.join(tmp, "s%d.db" % rate), t.p.pid, rate, a.seconds, use_async)
                 s1 = time.monotonic()
                 time.sleep(a.seconds)
                 a1 = time.monotonic()
@@ -134,7 +134,8 @@ def main():
                 out.append(1 - t.rate(s0, s1) / base)
         finally:
             t.stop()
-        print("  %5d Hz: %+.2f%% (windows: %s)" % (rate, 100 * statistics.median(out),
+        print("  %5d Hz%s: %+.2f%% (windows: %s)" % (rate, "" if use_async else " without --async",
+                                                 100 * statistics.median(out),
                                                  " ".join("%+.1f" % (100 * x) for x in out)))
 
 
