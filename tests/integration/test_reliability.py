@@ -527,12 +527,14 @@ def test_sigtstp_releases_native_target(tmp_path):
     db = str(tmp_path / "n.db")
     w = tmp_path / "t.py"
     w.write_text(THREADS)
-    target = subprocess.Popen([py, str(w), "6"], stdout=subprocess.PIPE, text=True)
+    # the duration leaves room for three suspends on a loaded host: a record
+    # that ends before the third one would be reaped by send_signal's poll()
+    target = subprocess.Popen([py, str(w), "10"], stdout=subprocess.PIPE, text=True)
     assert target.stdout.readline().strip() == "ready"
     rec = None
     try:
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native", "--rate", "1000",
-                                "--pid", str(target.pid), "--duration", "4"],
+                                "--pid", str(target.pid), "--duration", "8"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
         _wait_session(db, rec)
         for _ in range(3):
