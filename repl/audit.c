@@ -1,6 +1,8 @@
 /* audit.c — who attached to what, when, with which command line. Everything
  * is captured at begin; end only fills in the outcome and the session. */
+#include <errno.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,22 @@ static void user_name(char *buf, size_t len) {
     snprintf(buf, len, "uid %lld", (long long)uid);
 }
 
+/* Fill and add the row; 0 or negative errno (message on s). */
+static int add_row(bf_cli *cli, bf_audit *a, const char *command, long long target_pid) {
+  char user[300];
+  user_name(user, sizeof user);
+  bf_audit_entry e = {
+      .user = user,
+      .uid = (int64_t)getuid(),
+      .target_pid = target_pid,
+      .target_uid = target_pid > 0 ? target_uid_of(target_pid) : (int64_t)getuid(),
+      .command = command,
+      .argv = cli->cmdline,
+      .outcome = "started",
+  };
+  return bf_store_audit_add(a->s, &e, &a->row);
+}
+
 int bf_audit_begin(bf_cli *cli, bf_store *s, const char *command, long long target_pid, bf_audit **out) {
   *out = NULL;
   bf_audit *a = calloc(1, sizeof *a);
@@ -61,23 +79,79 @@ int bf_audit_begin(bf_cli *cli, bf_store *s, const char *command, long long targ
     a->owns_store = 1;
   }
   a->s = s;
-  char user[300];
-  user_name(user, sizeof user);
-  bf_audit_entry e = {
-      .user = user,
-      .uid = (int64_t)getuid(),
-      .target_pid = target_pid,
-      .target_uid = target_pid > 0 ? target_uid_of(target_pid) : (int64_t)getuid(),
-      .command = command,
-      .argv = cli->cmdline,
-      .outcome = "started",
-  };
-  if (bf_store_audit_add(s, &e, &a->row) < 0) {
+  if (add_row(cli, a, command, target_pid) < 0) {
     bf_cli_error("cannot write the audit row, so not running %s: %s", command, bf_store_errmsg(s));
     if (a->owns_store) bf_store_close(s);
     free(a);
     return 1;
   }
+  *out = a;
+  return 0;
+}
+
+int bf_audit_user_store(char *buf, size_t len) {
+  const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+  int n;
+  if (xdg && xdg[0] == '/') /* the XDG spec: a relative value is invalid, ignore it */
+    n = snprintf(buf, len, "%s/bifocal/audit.db", xdg);
+  else if (home && home[0] == '/')
+    n = snprintf(buf, len, "%s/.local/state/bifocal/audit.db", home);
+  else
+    return -ENOENT;
+  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* mkdir -p of path's directory, new levels 0700. */
+static void make_parent(const char *path) {
+  char d[4096];
+  snprintf(d, sizeof d, "%s", path);
+  char *slash = strrchr(d, '/');
+  if (!slash || slash == d) return;
+  *slash = 0;
+  for (char *p = d + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      mkdir(d, 0700);
+      *p = '/';
+    }
+  mkdir(d, 0700);
+}
+
+int bf_audit_begin_look(bf_cli *cli, const char *command, long long target_pid, bf_audit **out) {
+  *out = NULL;
+  bf_audit *a = calloc(1, sizeof *a);
+  if (!a) {
+    bf_cli_error("out of memory");
+    return 1;
+  }
+  char path[4096];
+  const char *why = NULL;
+  char whybuf[512];
+  if (cli->db_named) {
+    snprintf(path, sizeof path, "%s", cli->db_path);
+  } else if (bf_audit_user_store(path, sizeof path) < 0) {
+    why = "neither $XDG_STATE_HOME nor $HOME is an absolute path";
+  } else {
+    make_parent(path);
+  }
+  if (!why) {
+    const char *msg = NULL;
+    if (bf_store_open(path, BF_STORE_CREATE, &a->s, &msg) < 0) {
+      snprintf(whybuf, sizeof whybuf, "%s", msg ? msg : "cannot open it");
+      why = whybuf;
+      a->s = NULL;
+    } else if (add_row(cli, a, command, target_pid) < 0) {
+      snprintf(whybuf, sizeof whybuf, "%s", bf_store_errmsg(a->s));
+      why = whybuf;
+    }
+  }
+  if (why) {
+    bf_cli_warn("this %s is not audited: %s (name a writable database with --db DB)", command, why);
+    bf_store_close(a->s);
+    free(a);
+    return 0;
+  }
+  a->owns_store = 1;
   *out = a;
   return 0;
 }

@@ -25,6 +25,19 @@ typedef struct bf_audit bf_audit;
  * be audited must not go on. OUT: *out (finish with bf_audit_end). */
 int bf_audit_begin(bf_cli *cli, bf_store *s, const char *command, long long target_pid, bf_audit **out);
 
+/* For commands that only look (dump, top, live, and record -o without a
+ * named database): they need no writable database. The row goes to the named
+ * database (--db / $BIFOCAL_DB) when there is one, else to the per-user audit
+ * store $XDG_STATE_HOME/bifocal/audit.db (~/.local/state/bifocal/audit.db).
+ * When neither can be written the command goes on: one warning on stderr says
+ * so and *out is NULL (bf_audit_end accepts it). Returns 0, or 1 when out of
+ * memory (said on stderr). OUT: *out. */
+int bf_audit_begin_look(bf_cli *cli, const char *command, long long target_pid, bf_audit **out);
+
+/* The per-user audit store path (see above) into buf; -ENAMETOOLONG or
+ * -ENOENT (no $XDG_STATE_HOME and no $HOME). */
+int bf_audit_user_store(char *buf, size_t len);
+
 /* Record how it ended: outcome NULL = "ok", else the one-line error;
  * session_id 0 = none. Frees a. Accepts NULL. Never fails loudly: a failed
  * update leaves "started" in the row and prints one warning. */

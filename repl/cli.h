@@ -14,6 +14,7 @@
 
 typedef struct bf_cli {
   const char *db_path;   /* --db DB (-D DB), else $BIFOCAL_DB, else ./bifocal.db */
+  int db_named;          /* db_path came from --db or $BIFOCAL_DB, not the default */
   int stdout_tty;        /* stdout is a terminal */
   int color;             /* colour allowed: tty and no NO_COLOR */
   const char *cmdline;   /* the whole bifocal command line, space-joined (audit) */
@@ -60,6 +61,26 @@ void bf_cli_usage(const bf_cmd *cmd, FILE *f);
  * Returns -1 to go on (*json set), else the exit code (help printed: 0;
  * bad option or argument, said on stderr: 2). */
 int bf_cli_json_only(const char *cmd, int argc, char **argv, int *json);
+
+/* ---- `record -o FILE` outputs (output.c) ---- */
+typedef enum bf_cli_out_kind {
+  BF_CLI_OUT_FLAME = 1,
+  BF_CLI_OUT_SPEEDSCOPE,
+  BF_CLI_OUT_PPROF,
+  BF_CLI_OUT_COLLAPSED,
+  BF_CLI_OUT_CHROME,
+  BF_CLI_OUT_PSTATS,
+} bf_cli_out_kind;
+#define BF_CLI_OUT_FORMATS "flame, speedscope, pprof, collapsed, chrome, pstats; py-spy's flamegraph, raw, chrometrace"
+
+/* The output kind for path: --format (format != NULL) wins, else the file's
+ * extension. Returns 0, or prints one line and returns 2. OUT: *kind. */
+int bf_cli_out_kind_of(const char *path, const char *format, bf_cli_out_kind *kind);
+/* "flame graph", "pprof profile", ... (static). */
+const char *bf_cli_out_kind_name(bf_cli_out_kind kind);
+/* Write session_id of s as kind to path ("-" = stdout) atomically; on failure
+ * prints one line, leaves any old file, returns 1. */
+int bf_cli_write_output(bf_store *s, int64_t session_id, bf_cli_out_kind kind, const char *path);
 
 /* Run one command line (argv[0] = command) — used by main and the REPL. */
 int bf_cli_dispatch(bf_cli *cli, int argc, char **argv);

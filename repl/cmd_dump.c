@@ -11,6 +11,7 @@
 #include "audit.h"
 #include "cli.h"
 #include "native.h"
+#include "look.h"
 #include "sampler.h"
 #include "text.h"
 
@@ -34,95 +35,86 @@ static void status_words(uint32_t f, char *buf, size_t len) {
            (f & BF_SMP_GC) ? ", GC running" : "", "");
 }
 
-int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
-                                       {"native", no_argument, NULL, 'n'},
-                                       {"native-threads", required_argument, NULL, 'N'},
-                                       {NULL, 0, NULL, 0}};
-  int c, native = 0;
-  const char *native_threads = NULL;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'n') {
-      native = 1;
-      continue;
-    }
-    if (c == 'N') { /* implies --native */
-      if (optarg[strspn(optarg, ", ")] == 0) {
-        bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
-        return 2;
+/* A JSON string of untrusted bytes: always valid UTF-8 (bad bytes → U+FFFD). */
+static void json_str(FILE *f, const char *s) {
+  if (!s) {
+    fputs("null", f);
+    return;
+  }
+  fputc('"', f);
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    unsigned c = *p;
+    if (c == '"' || c == '\\') {
+      fprintf(f, "\\%c", c);
+      p++;
+    } else if (c < 0x20 || c == 0x7f) {
+      fprintf(f, "\\u%04x", c);
+      p++;
+    } else if (c < 0x80) {
+      fputc((int)c, f);
+      p++;
+    } else {
+      int len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
+      int ok = len > 0;
+      for (int k = 1; ok && k < len; k++) ok = (p[k] & 0xc0) == 0x80;
+      if (ok && len == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0))) ok = 0;
+      if (ok && len == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90))) ok = 0;
+      if (ok) {
+        fwrite(p, 1, (size_t)len, f);
+        p += len;
+      } else {
+        fputs("\\ufffd", f);
+        p++;
       }
-      native = 1;
-      native_threads = optarg;
-      continue;
     }
-    if (c == 'h') {
-      printf("usage: bifocal dump [--native] [--native-threads N|GLOB,...] PID\n");
-      return 0;
+  }
+  fputc('"', f);
+}
+
+/* What a dump prints, per process. */
+typedef struct dump_out {
+  int json;
+  int nproc; /* processes printed so far */
+  FILE *f;   /* all of it, printed once complete */
+} dump_out;
+
+static int print_process(void *ud, int pid, const char *version, const char *build, const bf_smp_thread *t,
+                         size_t n) {
+  dump_out *d = ud;
+  if (d->json) {
+    fputs(d->nproc++ ? ",\n{" : "{", d->f);
+    fprintf(d->f, "\"pid\":%d,\"python_version\":", pid);
+    json_str(d->f, version);
+    fputs(",\"python_build\":", d->f);
+    json_str(d->f, build);
+    fputs(",\"threads\":[", d->f);
+    for (size_t i = 0; i < n; i++) {
+      fprintf(d->f, "%s\n {\"native_tid\":%lld,\"thread_id\":%llu,\"name\":", i ? "," : "",
+              (long long)t[i].native_tid, (unsigned long long)t[i].thread_id);
+      json_str(d->f, t[i].py_name ? t[i].py_name : t[i].name);
+      fputs(",\"os_name\":", d->f);
+      json_str(d->f, t[i].name);
+      fprintf(d->f, ",\"holds_gil\":%s,\"on_cpu\":%s,\"idle\":%s,\"gc\":%s,\"frames\":[",
+              (t[i].flags & BF_SMP_GIL) ? "true" : "false", (t[i].flags & BF_SMP_ON_CPU) ? "true" : "false",
+              (t[i].flags & BF_SMP_IDLE) ? "true" : "false", (t[i].flags & BF_SMP_GC) ? "true" : "false");
+      /* innermost first, as py-spy's dump --json */
+      for (size_t k = 0; k < t[i].nframes; k++) {
+        const bf_smp_frame *f = &t[i].frames[k];
+        fputs(k ? ",\n  {\"function\":" : "\n  {\"function\":", d->f);
+        json_str(d->f, f->code->qualname);
+        fputs(",\"file\":", d->f);
+        json_str(d->f, f->code->filename);
+        fprintf(d->f, ",\"line\":%d,\"firstlineno\":%lld,\"native\":%s}", (int)f->line,
+                (long long)f->code->firstlineno, (f->flags & BF_SMP_FRAME_NATIVE) ? "true" : "false");
+      }
+      fputs("]}", d->f);
     }
-    return 2;
+    fputs("]}", d->f);
+    return 0;
   }
-  if (optind + 1 != argc) {
-    bf_cli_error("dump needs exactly one PID (usage: bifocal dump PID)");
-    return 2;
-  }
-  int pid;
-  int rc = bf_smp_cli_pid(argv[optind], &pid);
-  if (rc) return rc;
-  bf_audit *au = NULL; /* audited before the target is touched */
-  if ((rc = bf_audit_begin(cli, NULL, "dump", pid, &au))) return rc;
-  bf_smp *h = bf_smp_new();
-  if (!h) {
-    bf_cli_error("out of memory");
-    bf_audit_end(au, "out of memory", 0);
-    return 1;
-  }
-  rc = bf_smp_attach(h, pid);
-  if (rc < 0) {
-    bf_cli_error("%s", bf_smp_errmsg(h));
-    bf_audit_end(au, bf_smp_errmsg(h), 0);
-    bf_smp_free(h);
-    return 1;
-  }
-  const bf_smp_thread *t = NULL;
-  size_t n = 0;
-  bf_smp_native *nat = NULL; /* --native: merged C + Python stacks */
-  if (native) {
-    char msg[256];
-    rc = bf_smp_native_new(h, native_threads, &nat, msg, sizeof msg);
-    if (rc < 0) {
-      bf_cli_error("%s", msg);
-      bf_audit_end(au, msg, 0);
-      bf_smp_free(h);
-      return rc == -EINVAL ? 2 : 1;
-    }
-    bf_smp_native_set_stop_wait(nat, 1000000000LL); /* one sample: wait for every thread */
-  }
-  /* a torn read costs a retry, not the dump: each sample is already re-read
-   * until consistent (a few reads); past DUMP_TRIES of those, say so */
-  enum { DUMP_TRIES = 20 };
-  for (int tries = 0; tries < DUMP_TRIES; tries++) {
-    rc = nat ? bf_smp_native_sample(nat, BF_SMP_WANT_STATE, &t, &n)
-             : bf_smp_sample(h, BF_SMP_WANT_STATE, &t, &n);
-    if (rc != -EIO) break;
-  }
-  char torn_msg[256];
-  if (rc == -EIO && !nat)
-    snprintf(torn_msg, sizeof torn_msg,
-             "could not read a consistent stack of process %d: it kept changing while being "
-             "read (%d tries); run dump again, or dump --native, which stops the target",
-             pid, DUMP_TRIES);
-  const char *fail = rc == -EIO && !nat ? torn_msg
-                     : nat              ? bf_smp_native_errmsg(nat)
-                                        : bf_smp_errmsg(h);
-  bf_audit_end(au, rc < 0 ? fail : NULL, 0);
-  if (rc < 0) {
-    bf_cli_error("%s", fail);
-    bf_smp_native_free(nat);
-    bf_smp_free(h);
-    return 1;
-  }
-  printf("Process %d: Python %s (%s), %zu thread%s\n", pid, bf_smp_python_version(h),
-         bf_smp_python_build(h), n, n == 1 ? "" : "s");
+  fprintf(d->f, "%sProcess %d: Python %s (%s), %zu thread%s\n", d->nproc++ ? "\n" : "", pid, version, build, n,
+         n == 1 ? "" : "s");
   for (size_t i = 0; i < n; i++) {
     char st[64];
     status_words(t[i].flags, st, sizeof st);
@@ -131,22 +123,109 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
     char osn[64] = "";
     char b1[128], b2[128], b3[512], b4[512]; /* names from the target: shown inert */
     if (pyn && os && strcmp(pyn, os) != 0) snprintf(osn, sizeof osn, "OS name \"%s\"; ", bf_inert(os, b1, sizeof b1));
-    printf("\nThread %lld \"%s\" (%sident 0x%llx; %s)\n", (long long)t[i].native_tid,
-           bf_inert(pyn ? pyn : os ? os : "?", b2, sizeof b2), osn, (unsigned long long)t[i].thread_id, st);
-    if (!t[i].nframes) printf("  (no Python frames)\n");
+    fprintf(d->f, "\nThread %lld \"%s\" (%sident 0x%llx; %s)\n", (long long)t[i].native_tid,
+            bf_inert(pyn ? pyn : os ? os : "?", b2, sizeof b2), osn, (unsigned long long)t[i].thread_id, st);
+    if (!t[i].nframes) fprintf(d->f, "  (no Python frames)\n");
     for (size_t k = t[i].nframes; k-- > 0;) {
       const bf_smp_frame *f = &t[i].frames[k];
       if (f->flags & BF_SMP_FRAME_NATIVE) {
         const char *lib = strrchr(f->code->filename, '/');
-        printf("  (native) %s in %s\n", bf_inert(f->code->qualname, b3, sizeof b3),
-               bf_inert(lib ? lib + 1 : f->code->filename, b4, sizeof b4));
+        fprintf(d->f, "  (native) %s in %s\n", bf_inert(f->code->qualname, b3, sizeof b3),
+                bf_inert(lib ? lib + 1 : f->code->filename, b4, sizeof b4));
         continue;
       }
-      printf("  File \"%s\", line %d, in %s\n", bf_inert(f->code->filename, b4, sizeof b4), (int)f->line,
-             bf_inert(f->code->qualname, b3, sizeof b3));
+      fprintf(d->f, "  File \"%s\", line %d, in %s\n", bf_inert(f->code->filename, b4, sizeof b4), (int)f->line,
+              bf_inert(f->code->qualname, b3, sizeof b3));
     }
   }
-  bf_smp_native_free(nat); /* threads were resumed already; this detaches */
-  bf_smp_free(h);
   return 0;
+}
+
+int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
+  /* short letters are py-spy's (dump -p PID -j -l -n -s) */
+  static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                       {"pid", required_argument, NULL, 'p'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"native", no_argument, NULL, 'n'},
+                                       {"native-threads", required_argument, NULL, 'N'},
+                                       {"subprocesses", no_argument, NULL, 's'},
+                                       {"nonblocking", no_argument, NULL, 'B'},
+                                       {NULL, 0, NULL, 0}};
+  int c, pid = 0, nonblocking = 0;
+  bf_look_opts lo = {0};
+  dump_out d = {0};
+  while ((c = getopt_long(argc, argv, "p:jnsh", opts, NULL)) != -1) {
+    switch (c) {
+      case 'p':
+        if (bf_smp_cli_pid(optarg, &pid)) return 2;
+        break;
+      case 'j': d.json = 1; break;
+      case 'n': lo.native = 1; break;
+      case 'N': /* implies --native */
+        if (optarg[strspn(optarg, ", ")] == 0) {
+          bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
+          return 2;
+        }
+        lo.native = 1;
+        lo.native_threads = optarg;
+        break;
+      case 's': lo.subprocesses = 1; break;
+      case 'B': nonblocking = 1; break;
+      case 'h': bf_cli_usage(bf_cli_find("dump"), stdout); return 0;
+      default: return 2;
+    }
+  }
+  if (nonblocking && lo.native) {
+    bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
+    return 2;
+  }
+  if (optind < argc && pid) {
+    bf_cli_error("give the process once: -p PID or PID, not both");
+    return 2;
+  }
+  if (optind + (pid ? 0 : 1) != argc) {
+    bf_cli_error("dump needs one process id (usage: bifocal dump -p PID)");
+    return 2;
+  }
+  int rc;
+  if (!pid && (rc = bf_smp_cli_pid(argv[optind], &pid))) return rc;
+  bf_audit *au = NULL; /* audited before the target is touched */
+  if ((rc = bf_audit_begin_look(cli, "dump", pid, &au))) return rc;
+  lo.native_stop_wait_ns = 1000000000; /* one sample: wait for every thread */
+  bf_look *l = NULL;
+  if ((rc = bf_look_open(pid, &lo, &l))) {
+    bf_audit_end(au, "attach failed", 0);
+    return rc;
+  }
+  char *text = NULL;
+  size_t text_len = 0;
+  d.f = open_memstream(&text, &text_len);
+  if (!d.f) {
+    bf_cli_error("out of memory");
+    bf_audit_end(au, "out of memory", 0);
+    bf_look_free(l);
+    return 1;
+  }
+  if (d.json && lo.subprocesses) fputs("{\"processes\":[", d.f);
+  /* a torn read costs a retry, not the dump: each sample is already re-read
+   * until consistent (a few reads); past DUMP_TRIES of those, say so */
+  enum { DUMP_TRIES = 20 };
+  rc = bf_look_sample(l, DUMP_TRIES, print_process, &d, NULL);
+  if (d.json) fputs(lo.subprocesses ? "]}\n" : "\n", d.f);
+  fclose(d.f);
+  if (rc == 0) fwrite(text, 1, text_len, stdout);
+  free(text);
+  char torn_msg[256];
+  if (rc == -EIO && !lo.native)
+    snprintf(torn_msg, sizeof torn_msg,
+             "could not read a consistent stack of process %d: it kept changing while being "
+             "read (%d tries); run dump again, or dump --native, which stops the target",
+             pid, DUMP_TRIES);
+  const char *fail = rc == -ESRCH                  ? "the process exited"
+                     : rc == -EIO && !lo.native ? torn_msg
+                                                 : bf_look_errmsg(l);
+  bf_audit_end(au, rc < 0 ? fail : NULL, 0);
+  if (rc < 0) bf_cli_error("%s", fail);
+  bf_look_free(l); /* threads were resumed already; this detaches */
+  return rc < 0 ? 1 : 0;
 }

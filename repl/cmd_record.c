@@ -55,22 +55,43 @@ static void progress(void *ud, const bf_smp_progress *p) {
   fflush(stderr);
 }
 
+/* Remove the scratch store of `record -o` (path ".../bifocal-record.X/record.db"). */
+static void scratch_remove(char *path) {
+  if (!path[0]) return;
+  static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+  char f[4200];
+  for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
+    snprintf(f, sizeof f, "%s%s", path, sfx[i]);
+    unlink(f);
+  }
+  char *slash = strrchr(path, '/');
+  if (slash) {
+    *slash = 0;
+    rmdir(path);
+    *slash = '/';
+  }
+}
+
 int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
+  /* short letters are py-spy's: a py-spy command line works as typed */
   static const struct option opts[] = {
       {"pid", required_argument, NULL, 'p'},      {"clock", required_argument, NULL, 'c'},
       {"gil", no_argument, NULL, 'g'},            {"rate", required_argument, NULL, 'r'},
-      {"duration", required_argument, NULL, 'D'}, {"label", required_argument, NULL, 'l'},
+      {"duration", required_argument, NULL, 'd'}, {"label", required_argument, NULL, 'l'},
       {"commit", required_argument, NULL, 'C'},   {"ttl", required_argument, NULL, 't'},
       {"subprocesses", no_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
       {"idle", no_argument, NULL, 'i'},           {"no-idle", no_argument, NULL, 'I'},
       {"native", no_argument, NULL, 'n'},         {"native-threads", required_argument, NULL, 'N'},
-      {"async", no_argument, NULL, 'A'},          {NULL, 0, NULL, 0}};
+      {"output", required_argument, NULL, 'o'},   {"format", required_argument, NULL, 'f'},
+      {"nonblocking", no_argument, NULL, 'B'},    {"async", no_argument, NULL, 'A'},
+      {NULL, 0, NULL, 0}};
   bf_smp_record_opts o = {0};
   o.rate_hz = 1000;
-  int c, pid = 0, rate_given = 0;
+  int c, pid = 0, rate_given = 0, nonblocking = 0;
+  const char *outp = NULL, *format = NULL;
   int64_t ns;
   char *end;
-  while ((c = getopt_long(argc, argv, "+p:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnh", opts, NULL)) != -1) {
     switch (c) {
       case 'p':
         if (bf_smp_cli_pid(optarg, &pid)) return 2;
@@ -95,9 +116,9 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
           return 2;
         }
         break;
-      case 'D':
+      case 'd':
         if (bf_parse_duration_ns(optarg, &ns) < 0 || ns <= 0) {
-          bf_cli_error("bad --duration '%s' (use e.g. 10, 10s, 2m)", optarg);
+          bf_cli_error("bad --duration '%s' (use e.g. 10, 10s, 2m; the database option is --db)", optarg);
           return 2;
         }
         o.duration_s = (double)ns / 1e9;
@@ -123,15 +144,23 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       case 'A': o.async_tasks = 1; break; /* asyncio tasks as task:NAME threads */
       case 'i': o.no_idle = 0; break;
       case 'I': o.no_idle = 1; break;
-      case 'h':
-        printf("usage: bifocal record [--clock wall|cpu] [--gil] [--idle|--no-idle] [--rate HZ] [--duration S]\n"
-               "                      [--label L] [--commit SHA] [--ttl T] [--subprocesses]\n"
-               "                      [--native] [--native-threads N|GLOB,...] [--async]\n"
-               "                      (--pid PID | -- CMD [ARGS...])\n");
-        return 0;
+      case 'o': outp = optarg; break;
+      case 'f': format = optarg; break;
+      case 'B': nonblocking = 1; break;
+      case 'h': bf_cli_usage(bf_cli_find("record"), stdout); return 0;
       default: return 2;
     }
   }
+  if (nonblocking && o.native) {
+    bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
+    return 2;
+  }
+  bf_cli_out_kind out_kind = 0;
+  if (format && !outp) {
+    bf_cli_error("--format goes with -o FILE (the file to write)");
+    return 2;
+  }
+  if (outp && bf_cli_out_kind_of(outp, format, &out_kind)) return 2;
   /* native stacks stop threads at every sample: a gentler default rate */
   if (o.async_tasks && (o.clock_cpu || o.native)) {
     bf_cli_error("--async records task stacks on the wall clock without --native (drop --clock cpu / --native)");
@@ -150,20 +179,42 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   }
   o.pid = pid;
   o.argv = ncmd ? cmd : NULL;
+  /* -o FILE without a named database (--db, $BIFOCAL_DB): the samples go to a
+   * private scratch store that is removed afterwards; no ./bifocal.db appears */
+  char scratch[4096] = "";
+  bf_cli scratch_cli = *cli;
+  if (outp && !cli->db_named) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(scratch, sizeof scratch, "%s/bifocal-record.XXXXXX", tmp && *tmp == '/' ? tmp : "/tmp");
+    if (!mkdtemp(scratch)) {
+      bf_cli_error("cannot make a scratch directory '%s': %s (set TMPDIR, or give --db DB)", scratch,
+                   strerror(errno));
+      return 1;
+    }
+    size_t l = strlen(scratch);
+    snprintf(scratch + l, sizeof scratch - l, "/record.db");
+    scratch_cli.db_path = scratch;
+  }
   bf_store *st;
-  int rc = bf_cli_open_store(cli, BF_STORE_CREATE, &st);
-  if (rc) return rc;
+  int rc = bf_cli_open_store(&scratch_cli, BF_STORE_CREATE, &st);
+  if (rc) {
+    scratch_remove(scratch);
+    return rc;
+  }
   bf_smp *h = bf_smp_new();
   if (!h) {
     bf_store_close(st);
+    scratch_remove(scratch);
     bf_cli_error("out of memory");
     return 1;
   }
   bf_store_set_busy_timeout(st, 30000); /* another writer's lock: wait to begin (then samples are held) */
   bf_audit *au = NULL; /* audited before the target is touched */
-  if ((rc = bf_audit_begin(cli, st, "record", pid, &au))) {
+  if ((rc = scratch[0] ? bf_audit_begin_look(cli, "record", pid, &au)
+                       : bf_audit_begin(cli, st, "record", pid, &au))) {
     bf_smp_free(h);
     bf_store_close(st);
+    scratch_remove(scratch);
     return rc;
   }
   stop_flag = 0;
@@ -244,10 +295,18 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       bf_session_info_free(in);
     }
   }
-  bf_audit_end(au, rc < 0 ? bf_smp_errmsg(h) : NULL, sid);
+  bf_audit_end(au, rc < 0 ? bf_smp_errmsg(h) : NULL, scratch[0] ? 0 : sid);
   bf_smp_free(h);
+  int rec_ok = !status; /* the capture itself (the id is printed for it alone) */
+  if (sid > 0 && outp) { /* what was captured, also when interrupted */
+    if (bf_cli_write_output(st, sid, out_kind, outp))
+      status = 1;
+    else if (strcmp(outp, "-") != 0)
+      fprintf(stderr, "wrote %s to %s\n", bf_cli_out_kind_name(out_kind), outp);
+  }
   bf_store_close(st);
-  if (sid > 0 && !status) {
+  scratch_remove(scratch);
+  if (sid > 0 && rec_ok && !scratch[0] && !(outp && strcmp(outp, "-") == 0)) {
     printf("%lld\n", (long long)sid);
     fflush(stdout);
   }

@@ -142,7 +142,7 @@ int bf_cli_json_only(const char *cmd, int argc, char **argv, int *json) {
 
 /* Commands whose -d is py-spy's --duration; everywhere else -d is refused. */
 static int takes_dash_d(const char *cmd) {
-  static const char *const with_d[] = {NULL};
+  static const char *const with_d[] = {"record", "top", NULL};
   for (const char *const *w = with_d; *w; w++)
     if (strcmp(*w, cmd) == 0) return 1;
   return 0;
@@ -210,7 +210,8 @@ static char *join_args(int argc, char **argv) {
 int main(int argc, char **argv) {
   bf_cli cli = {0};
   cli.db_path = getenv("BIFOCAL_DB");
-  if (!cli.db_path || !*cli.db_path) cli.db_path = "bifocal.db";
+  cli.db_named = cli.db_path && *cli.db_path;
+  if (!cli.db_named) cli.db_path = "bifocal.db";
   cli.stdout_tty = isatty(1);
   const char *nc = getenv("NO_COLOR");
   cli.color = cli.stdout_tty && !(nc && *nc);
@@ -235,14 +236,17 @@ int main(int argc, char **argv) {
         return 2;
       }
       cli.db_path = argv[++i];
+      cli.db_named = 1;
       continue;
     }
     if (!seen_dashdash && strncmp(a, "--db=", 5) == 0) {
       cli.db_path = a + 5;
+      cli.db_named = 1;
       continue;
     }
     if (!seen_dashdash && strncmp(a, "-D", 2) == 0 && a[2]) {
       cli.db_path = a + 2;
+      cli.db_named = 1;
       continue;
     }
     if (!seen_cmd && !seen_dashdash) {
