@@ -353,7 +353,7 @@ static int check_and_migrate(bf_store *s) {
   if (appid != BF_APP_ID) {
     if (appid != 0 || ntables != 0 || ver != 0)
       return bf_store_fail(s, -EINVAL,
-                           "'%s' is a SQLite database but not a bifocal one; choose another file with -d",
+                           "'%s' is a SQLite database but not a bifocal one; choose another file with --db",
                            s->path);
     if (s->readonly)
       return bf_store_fail(s, -EINVAL, "'%s' is an empty database, not a bifocal one", s->path);
@@ -375,6 +375,12 @@ static int check_and_migrate(bf_store *s) {
     return bf_store_fail(s, -EPROTO, "'%s' has old schema %lld; open it writable once to migrate", s->path,
                          (long long)ver);
   if ((rc = exec(s, "BEGIN IMMEDIATE"))) return rc;
+  /* another process may have migrated while we waited for the write lock */
+  if ((rc = pragma_int(s, "PRAGMA user_version", &ver))) {
+    exec(s, "ROLLBACK");
+    return rc;
+  }
+  if (ver == BF_STORE_SCHEMA_VERSION) return exec(s, "COMMIT");
   for (int v = (int)ver; v < N_MIGRATIONS; v++) {
     if ((rc = exec(s, migrations[v]))) {
       exec(s, "ROLLBACK");

@@ -136,7 +136,14 @@ int bf_audit_begin_look(bf_cli *cli, const char *command, long long target_pid, 
   }
   if (!why) {
     const char *msg = NULL;
-    if (bf_store_open(path, BF_STORE_CREATE, &a->s, &msg) < 0) {
+    int orc = -1;
+    /* a look-only command may start beside others on a fresh audit store: the
+     * first open of a new file can race with another one creating it */
+    for (int tries = 0; tries < 5 && orc < 0; tries++) {
+      if (tries) usleep(50000);
+      orc = bf_store_open(path, BF_STORE_CREATE, &a->s, &msg);
+    }
+    if (orc < 0) {
       snprintf(whybuf, sizeof whybuf, "%s", msg ? msg : "cannot open it");
       why = whybuf;
       a->s = NULL;
