@@ -1589,11 +1589,32 @@ lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
 
 /* ---- finding scripts ------------------------------------------------------------ */
 
+/* $BIFOCAL_SCRIPTS, then: a binary inside the build tree reads the source
+ * tree's scripts/; any other (installed) binary only its own data directory,
+ * found relative to the executable (so --destdir installs work), else the
+ * configured install path. */
 static void script_dirs(const char *dirs[3]) {
+  static char exe_rel[PATH_MAX];
   const char *env = getenv("BIFOCAL_SCRIPTS");
   dirs[0] = env && *env ? env : NULL;
   dirs[1] = BF_SCRIPTS_INSTALL_DIR;
-  dirs[2] = BF_SCRIPTS_SRC_DIR;
+  dirs[2] = NULL;
+  char exe[PATH_MAX], root[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return;
+  exe[n] = 0;
+  size_t rl = realpath(BF_BUILD_ROOT, root) ? strlen(root) : 0;
+  if (rl && strncmp(exe, root, rl) == 0 && exe[rl] == '/') {
+    dirs[1] = BF_SCRIPTS_SRC_DIR;
+    return;
+  }
+  char *slash = strrchr(exe, '/');
+  if (BF_SCRIPTS_EXE_REL[0] != '/' && slash) {
+    *slash = 0;
+    if ((size_t)snprintf(exe_rel, sizeof exe_rel, "%s/%s", exe, BF_SCRIPTS_EXE_REL) < sizeof exe_rel &&
+        access(exe_rel, R_OK) == 0)
+      dirs[1] = exe_rel;
+  }
 }
 
 void bf_lua_script_names(void (*fn)(void *ud, const char *name), void *ud) {

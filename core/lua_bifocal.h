@@ -47,8 +47,9 @@ int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char 
 int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, char **errmsg);
 
 /* Where `bifocal run NAME` finds a script: NAME itself when readable or when it
- * has a '/', else $BIFOCAL_SCRIPTS/NAME, the installed scripts directory, then
- * the source tree's scripts/. OUT: buf (the path to use, possibly NAME). */
+ * has a '/', else $BIFOCAL_SCRIPTS/NAME, then the installed scripts directory
+ * (beside the executable) — or, for a binary inside the build tree only, the
+ * source tree's scripts/. OUT: buf (the path to use, possibly NAME). */
 const char *bf_lua_find_script(const char *name, char *buf, size_t len);
 
 /* Call fn with the name of every shipped script (NAME.lua) in the directories

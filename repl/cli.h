@@ -54,8 +54,16 @@ int bf_cli_session_arg(bf_cli *cli, bf_store *s, const char *arg, int64_t *id);
  * status. OUT: *thread_id. */
 int bf_cli_thread_arg(bf_store *s, int64_t sid, const char *arg, int64_t *thread_id);
 
-/* Print usage of cmd to f. */
+/* Print usage of cmd to f: usage line, summary, help, every option (help.c). */
 void bf_cli_usage(const bf_cmd *cmd, FILE *f);
+
+/* `help` arguments: `help CMD`, `help --man` (roff), `help --completion
+ * bash|zsh`. Returns the exit status, or -1 for plain `help` (the command list). */
+int bf_cli_help(int argc, char **argv);
+
+/* The completion values of option opt ("--view") of cmd: a space list of
+ * words, "@file", "@dir", or NULL (free value or none). Static. */
+const char *bf_cli_option_values(const char *cmd, const char *opt);
 
 /* Options of a command that takes only --json and --help (sessions, audit).
  * Returns -1 to go on (*json set), else the exit code (help printed: 0;

@@ -95,8 +95,7 @@ static int find_workload(char *out, size_t len) {
     snprintf(out, len, "%.*s/demo/service.py", (int)(strrchr(p, '/') - p), p);
     if (access(out, R_OK) == 0) return 0;
   }
-  snprintf(out, len, "scripts/demo/service.py");
-  return access(out, R_OK) == 0 ? 0 : -ENOENT;
+  return -ENOENT; /* never a guess in the current directory */
 }
 
 int bf_cmd_demo(bf_cli *cli, int argc, char **argv) {

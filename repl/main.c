@@ -31,11 +31,6 @@ static void print_help(FILE *f) {
   for (const bf_cmd *c = bf_cmds; c->name; c++) fprintf(f, "  %-10s %s\n", c->name, c->summary);
 }
 
-void bf_cli_usage(const bf_cmd *cmd, FILE *f) {
-  fprintf(f, "usage: bifocal %s\n  %s\n", cmd->usage, cmd->summary);
-  if (cmd->help) fprintf(f, "\n%s\n", cmd->help);
-}
-
 /* One line on stderr: what it quotes (paths, names, labels) may hold control
  * characters, shown inert so they cannot forge lines or drive the terminal. */
 static void say(const char *prefix, const char *fmt, va_list ap) {
@@ -166,15 +161,8 @@ int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
         return 2;
       }
   if (strcmp(argv[0], "help") == 0) {
-    if (argc > 1) {
-      const bf_cmd *c = bf_cli_find(argv[1]);
-      if (!c) {
-        bf_cli_error("unknown command '%s' (try `bifocal --help`)", argv[1]);
-        return 2;
-      }
-      bf_cli_usage(c, stdout);
-      return 0;
-    }
+    int rc = bf_cli_help(argc, argv);
+    if (rc >= 0) return rc;
     print_help(stdout);
     return 0;
   }

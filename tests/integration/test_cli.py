@@ -242,3 +242,81 @@ def test_look_commands_run_when_no_audit_store_can_be_written(newest, tmp_path):
         warn = [l for l in x.stderr.splitlines() if "not audited" in l]
         assert len(warn) == 1 and len(x.stderr.splitlines()) == 1, x.stderr
     assert "Thread %d" % target.pid in r.stdout and "GIL holder only" in t.stdout
+
+
+# ---- installed: man page, completions, no look into the source tree -------------
+
+def unshare_ok():
+    try:
+        return subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True,
+                              timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """`meson install --destdir` of the build BIFOCAL_BIN belongs to."""
+    build = os.path.dirname(os.path.realpath(bifocal_bin()))
+    if not os.path.exists(os.path.join(build, "build.ninja")):
+        pytest.skip("BIFOCAL_BIN is not inside a meson build directory")
+    dest = tmp_path_factory.mktemp("dest")
+    r = subprocess.run(["meson", "install", "-C", build, "--no-rebuild", "--destdir", str(dest)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    exe = [os.path.join(d, f) for d, _, fs in os.walk(dest) for f in fs if f == "bifocal" and "/bin/" in d + "/"]
+    assert len(exe) == 1, exe
+    prefix = os.path.dirname(os.path.dirname(exe[0]))
+    return {"bin": exe[0], "prefix": prefix, "build": build}
+
+
+def test_installed_demo_runs_with_the_source_tree_hidden(installed, tmp_path):
+    if not unshare_ok():
+        pytest.skip("cannot hide the source tree: `unshare -m` is not permitted here (needs CAP_SYS_ADMIN)")
+    src = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    hide = "mount -t tmpfs none %s" % src
+    if not installed["build"].startswith(src + "/"):
+        hide += " && mount -t tmpfs none %s" % installed["build"]
+    e = env_for(tmp_path)
+    e.pop("BIFOCAL_SCRIPTS", None)
+    e.pop("BIFOCAL_TRACING_DIR", None)
+    script = ("%s && test ! -e %s/meson.build && cd %s && %s demo --dir %s/d --seconds 1" %
+              (hide, src, tmp_path, installed["bin"], tmp_path))
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], capture_output=True,
+                       text=True, timeout=240, env=e)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "demo complete" in r.stdout
+    assert (tmp_path / "d" / "flame.html").stat().st_size > 0
+    # the shipped scripts it ran came from the installed data directory
+    assert src not in r.stdout
+
+
+def test_man_page_and_completions(installed, tmp_path):
+    man = os.path.join(installed["prefix"], "share", "man", "man1", "bifocal.1")
+    page = subprocess.run(["man", "-l", man], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, MANPAGER="cat", MANWIDTH="100"))
+    assert page.returncode == 0, page.stderr
+    text = page.stdout
+    # every option of `help record` is in the page (one source for both)
+    helped = subprocess.run([installed["bin"], "help", "record"], capture_output=True, text=True).stdout
+    opts = set(re.findall(r"^  (--?[a-z][a-z-]*)", helped, re.M))
+    assert {"-p", "-r", "-d", "-o", "-f", "--clock"} <= opts
+    for o in opts:
+        assert o in text, o
+    warn = subprocess.run(["groff", "-man", "-ww", "-z", man], capture_output=True, text=True)
+    assert warn.stderr == "", warn.stderr
+    bash_c = os.path.join(installed["prefix"], "share", "bash-completion", "completions", "bifocal")
+    probe = ('source %s; COMP_WORDS=(bifocal replay --view fl); COMP_CWORD=3; _bifocal; echo "${COMPREPLY[@]}";'
+             'COMP_WORDS=(bifocal --db x.db rec); COMP_CWORD=3; _bifocal; echo "${COMPREPLY[@]}";'
+             'COMP_WORDS=(bifocal record -f sp); COMP_CWORD=3; _bifocal; echo "${COMPREPLY[@]}"' % bash_c)
+    r = subprocess.run(["bash", "--norc", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.split("\n")[:3] == ["flame", "record", "speedscope"], r.stdout
+    zsh = "/usr/bin/zsh" if os.access("/usr/bin/zsh", os.X_OK) else None
+    if not zsh:
+        pytest.skip("zsh is not installed: bash completion checked, zsh skipped")
+    zdir = os.path.join(installed["prefix"], "share", "zsh", "site-functions")
+    probe = ("fpath=(%s $fpath); autoload -Uz compinit && compinit -u -d %s/zcd; autoload +X _bifocal; "
+             "print -r -- ${_comps[bifocal]}" % (zdir, tmp_path))
+    r = subprocess.run([zsh, "-f", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout.strip() == "_bifocal" and r.stderr == "", (r.stdout, r.stderr)

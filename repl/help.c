@@ -1,0 +1,414 @@
+/* help.c — every option of every command, once: `bifocal help CMD`, the man
+ * page (`bifocal help --man`, built into bifocal.1 at build time), the bash
+ * and zsh completion scripts (`bifocal help --completion bash|zsh`) and the
+ * REPL's option-value completion all read this table. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+#ifndef BF_VERSION
+#define BF_VERSION "0.0.0"
+#endif
+
+/* values: what completes after the option — a space list of words, "@file"
+ * (a path), "@dir", "@session", or NULL (a free value, or no value when the
+ * spelling names none). */
+typedef struct bf_opt_doc {
+  const char *cmd;      /* NULL = global option */
+  const char *spelling; /* "-p, --pid PID" */
+  const char *values;
+  const char *help;
+} bf_opt_doc;
+
+#define SAMPLE_OPTS(c)                                                                                  \
+  {c, "-p, --pid PID", NULL, "the process to sample (also accepted as the only argument)"},            \
+      {c, "-r, --rate HZ", NULL, "samples per second (default 200; 100 with --native)"},                \
+      {c, "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"},                            \
+      {c, "-i, --idle", NULL, "count idle threads in the function table too (py-spy -i)"},              \
+      {c, "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},   \
+      {c, "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"}, \
+      {c, "-s, --subprocesses", NULL, "the Python child processes too, attached as they appear (py-spy -s)"}, \
+      {c, "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"}
+
+static const bf_opt_doc docs[] = {
+    {NULL, "-D, --db DB", "@file", "the database (default $BIFOCAL_DB, else ./bifocal.db); -d is py-spy's --duration"},
+    {NULL, "-h, --help", NULL, "the list of commands; `bifocal help CMD` for one command"},
+    {NULL, "-V, --version", NULL, "print the version"},
+
+    {"sessions", "-j, --json", NULL, "one JSON array of session objects"},
+
+    {"import", "-l, --label L", NULL, "label of the new session"},
+    {"import", "-t, --ttl T", NULL, "expire the session after T (90s, 30m, 12h, 7d; see gc)"},
+    {"import", "-k, --key SECRET.key", "@file", "open a sealed export with this secret key (see keygen)"},
+
+    {"replay", "-v, --view V", "functions flame heatmap gil stack", "the view (default functions)"},
+    {"replay", "-j, --json", NULL, "machine-readable output (functions view)"},
+    {"replay", "-n, --limit N", NULL, "at most N rows"},
+    {"replay", "-s, --sort K", "self total", "order rows by self or total share"},
+    {"replay", "-t, --thread T", NULL, "only this thread (native id or name)"},
+    {"replay", "--since S", NULL, "only samples from S seconds after the session start"},
+    {"replay", "--until S", NULL, "only samples until S seconds after the session start"},
+    {"replay", "-o, --output FILE", "@file", "write to FILE (atomically) instead of stdout"},
+    {"replay", "--html", NULL, "heatmap as an HTML page"},
+    {"replay", "--buckets N", NULL, "heatmap time buckets (2 to 1000)"},
+
+    {"export", "-f, --format F", "collapsed speedscope pstats pprof chrome bifocal", "the output format"},
+    {"export", "-o, --output FILE", "@file", "the file to write ('-' for stdout)"},
+    {"export", "-t, --thread T", NULL, "only this thread (native id or name)"},
+    {"export", "--since S", NULL, "only samples from S seconds after the session start"},
+    {"export", "--until S", NULL, "only samples until S seconds after the session start"},
+    {"export", "--encrypt-to PUBKEY", "@file", "with --format bifocal: sealed for the owner of PUBKEY"},
+
+    {"record", "-p, --pid PID", NULL, "attach to a running process (py-spy -p)"},
+    {"record", "-r, --rate HZ", NULL, "samples per second, 1 to 1000000 (default 1000; 100 with --native)"},
+    {"record", "-d, --duration S", NULL, "stop after S (10, 10s, 2m); default: until the target exits or Ctrl-C"},
+    {"record", "-o, --output FILE", "@file",
+     "also write FILE; without --db only FILE is written (no database is kept)"},
+    {"record", "-f, --format F", "flame speedscope pprof collapsed chrome pstats flamegraph raw chrometrace",
+     "format of -o FILE (default: from the extension: .html .speedscope.json .json .pb.gz .txt .prof "
+     ".trace.json)"},
+    {"record", "--clock C", "wall cpu", "wall: every thread charged real time; cpu: only CPU time used"},
+    {"record", "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"},
+    {"record", "-i, --idle", NULL, "keep idle threads (the default; py-spy -i)"},
+    {"record", "--no-idle", NULL, "wall clock: leave out threads found idle"},
+    {"record", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
+    {"record", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
+    {"record", "-s, --subprocesses", NULL, "follow Python children, one session each (py-spy -s)"},
+    {"record", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},
+    {"record", "--label L", NULL, "a free label for the load window; usable as the session id"},
+    {"record", "--commit SHA", NULL, "the code version (default: git rev-parse HEAD in the target's cwd)"},
+    {"record", "--ttl T", NULL, "expire the session after T (90s, 30m, 12h, 7d; see gc)"},
+
+    {"dump", "-p, --pid PID", NULL, "the process (also accepted as the only argument)"},
+    {"dump", "-j, --json", NULL, "one JSON object: pid, python_version, threads with name and frames "
+                                 "(function, file, line; innermost first)"},
+    {"dump", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
+    {"dump", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
+    {"dump", "-s, --subprocesses", NULL, "the Python child processes too ({\"processes\": [...]} with --json)"},
+    {"dump", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},
+
+    SAMPLE_OPTS("top"),
+    {"top", "-d, --duration S", NULL, "sample for S (default 2s)"},
+    {"top", "--limit N", NULL, "at most N function rows (default 20)"},
+
+    SAMPLE_OPTS("live"),
+
+    {"trace", "--clock C", "wall cpu", "time calls by wall or CPU clock"},
+    {"trace", "--focus GLOB", NULL, "record every call (timeline) of functions matching GLOB"},
+    {"trace", "--no-builtins", NULL, "leave out C functions"},
+    {"trace", "--tool-id N", NULL, "sys.monitoring tool id 0..5 (default: the first free)"},
+    {"trace", "--label L", NULL, "a free label; usable as the session id"},
+    {"trace", "--ttl T", NULL, "expire the session after T"},
+    {"trace", "--commit SHA", NULL, "the code version (default: git rev-parse HEAD)"},
+    {"trace", "--records N", NULL, "at most N focus-mode call records"},
+
+    {"diff", "--threshold PP", NULL, "hide rows whose change is below PP percentage points (default 0.5)"},
+    {"diff", "-j, --json", NULL, "machine-readable output"},
+    {"diff", "--force", NULL, "compare even when clock, rate or mode differ"},
+    {"diff", "-n, --limit N", NULL, "at most N rows"},
+    {"diff", "-v, --view V", "functions flame", "functions table or differential flame graph"},
+    {"diff", "-o, --output FILE", "@file", "write to FILE (the flame view is HTML)"},
+
+    {"run", "-o, --out DIR", "@dir", "the only directory the script may write"},
+    {"run", "-u, --unsafe", NULL, "lift the sandbox (os.execute, io.popen, C modules)"},
+    {"run", "-t, --timeout S", NULL, "stop the script after S"},
+    {"run", "-m, --memory SIZE", NULL, "cap the script's memory (default 1G; e.g. 256M)"},
+
+    {"correlate", "-j, --json", NULL, "machine-readable output"},
+    {"correlate", "-n, --limit N", NULL, "at most N rows"},
+
+    {"calibrate", "-r, --rate HZ", NULL, "sampling rate"},
+    {"calibrate", "-c, --clock C", "wall cpu", "the clock of both lenses"},
+    {"calibrate", "-j, --json", NULL, "machine-readable report"},
+    {"calibrate", "-l, --label L", NULL, "label of both sessions"},
+    {"calibrate", "-n, --limit N", NULL, "at most N functions in the report"},
+
+    {"demo", "--dir DIR", "@dir", "where to put the demo database and pages (default ./bifocal-demo)"},
+    {"demo", "--python PY", "@file", "the interpreter to run the workload with (default $BIFOCAL_PYTHON, else python3)"},
+    {"demo", "--seconds S", NULL, "how long the workload runs, 1 to 60 (default 4)"},
+
+    {"audit", "-j, --json", NULL, "one JSON array of audit rows"},
+
+    {"redact", "-o, --output OUT.db", "@file", "the redacted copy to write"},
+    {"redact", "-k, --keep PREFIX", NULL, "keep paths under PREFIX readable (repeatable)"},
+
+    {"gc", "-f, --force", NULL, "sweep unused stacks and strings even while a capture may be running"},
+
+    {"keygen", "-o, --output NAME", "@file", "write NAME.pub and NAME.key"},
+};
+#define NDOCS (sizeof docs / sizeof *docs)
+
+void bf_cli_usage(const bf_cmd *cmd, FILE *f) {
+  fprintf(f, "usage: bifocal %s\n  %s\n", cmd->usage, cmd->summary);
+  if (cmd->help) fprintf(f, "\n%s\n", cmd->help);
+  int any = 0;
+  for (size_t i = 0; i < NDOCS; i++) {
+    if (!docs[i].cmd || strcmp(docs[i].cmd, cmd->name) != 0) continue;
+    if (!any++) fputs("\noptions:\n", f);
+    int w = (int)strlen(docs[i].spelling);
+    fprintf(f, "  %s%*s%s\n", docs[i].spelling, w < 28 ? 28 - w : 1, w < 28 ? "" : " ", docs[i].help);
+    if (docs[i].values && docs[i].values[0] != '@') fprintf(f, "  %28sone of: %s\n", "", docs[i].values);
+  }
+  fprintf(f, "%s  -h, --help                  this help\n", any ? "" : "\noptions:\n");
+  fputs("\nglobal: --db DB (-D DB) names the database (default $BIFOCAL_DB, else ./bifocal.db)\n", f);
+}
+
+/* Option words of cmd (NULL = global), "--pid --rate ..." plus short ones. */
+static void option_words(const char *cmd, FILE *f) {
+  for (size_t i = 0; i < NDOCS; i++) {
+    if ((cmd == NULL) != (docs[i].cmd == NULL) || (cmd && strcmp(docs[i].cmd, cmd) != 0)) continue;
+    const char *s = docs[i].spelling;
+    while (*s) { /* words starting with '-', up to a space or comma */
+      while (*s == ' ' || *s == ',') s++;
+      if (*s != '-') break;
+      size_t n = strcspn(s, " ,|=");
+      fprintf(f, " %.*s", (int)n, s);
+      s += n;
+    }
+  }
+  fputs(" --help", f);
+}
+
+const char *bf_cli_option_values(const char *cmd, const char *opt) {
+  for (size_t i = 0; i < NDOCS; i++) {
+    if (!docs[i].values || !docs[i].cmd || strcmp(docs[i].cmd, cmd) != 0) continue;
+    const char *s = docs[i].spelling;
+    size_t n = strlen(opt);
+    for (const char *p = strstr(s, opt); p; p = strstr(p + 1, opt))
+      if ((p == s || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0 || p[n] == ',')) return docs[i].values;
+  }
+  return NULL;
+}
+
+/* roff-escape: backslashes and leading dots/quotes; '-' as \- for options. */
+static void roff(FILE *f, const char *s) {
+  if (*s == '.' || *s == '\'') fputs("\\&", f);
+  for (; *s; s++) {
+    if (*s == '\\')
+      fputs("\\e", f);
+    else if (*s == '-')
+      fputs("\\-", f);
+    else
+      fputc(*s, f);
+  }
+}
+
+static void man_page(FILE *f) {
+  fputs(".TH BIFOCAL 1 \"\" \"bifocal " BF_VERSION "\" \"User Commands\"\n"
+        ".SH NAME\nbifocal \\- sampling and tracing profiler workbench for CPython\n"
+        ".SH SYNOPSIS\n.B bifocal\n[\\fB\\-\\-db\\fR \\fIDB\\fR] \\fICOMMAND\\fR [\\fIARGS\\fR]\n.br\n"
+        ".B bifocal\n[\\fB\\-\\-db\\fR \\fIDB\\fR]\n"
+        ".SH DESCRIPTION\nbifocal looks at a Python program through two lenses and keeps what both see in "
+        "one SQLite file: an external sampler that reads a live process's memory (record, top, live, dump) "
+        "and an exact in-process tracer (trace). Lua scripts (run) join the two. Without a command it starts "
+        "an interactive REPL.\n.PP\nThe short options of record, top and dump are py-spy's: "
+        "a py-spy command line works as typed.\n"
+        ".SH OPTIONS\n",
+        f);
+  for (size_t i = 0; i < NDOCS; i++) {
+    if (docs[i].cmd) continue;
+    fputs(".TP\n.B ", f);
+    roff(f, docs[i].spelling);
+    fputc('\n', f);
+    roff(f, docs[i].help);
+    fputc('\n', f);
+  }
+  fputs(".SH COMMANDS\n", f);
+  for (const bf_cmd *c = bf_cmds; c->name; c++) {
+    fputs(".SS ", f);
+    roff(f, c->name);
+    fputs("\n.B bifocal ", f);
+    roff(f, c->usage);
+    fputs("\n.PP\n", f);
+    roff(f, c->summary);
+    fputs(".\n", f);
+    if (c->help) {
+      fputs(".PP\n", f);
+      for (const char *p = c->help; *p;) { /* one roff line per help line */
+        size_t n = strcspn(p, "\n");
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), p);
+        roff(f, line);
+        fputc('\n', f);
+        p += n;
+        if (*p) p++;
+      }
+    }
+    for (size_t i = 0; i < NDOCS; i++) {
+      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0) continue;
+      fputs(".TP\n.B ", f);
+      roff(f, docs[i].spelling);
+      fputc('\n', f);
+      roff(f, docs[i].help);
+      if (docs[i].values && docs[i].values[0] != '@') {
+        fputs(" (", f);
+        roff(f, docs[i].values);
+        fputc(')', f);
+      }
+      fputc('\n', f);
+    }
+  }
+  fputs(".SH ENVIRONMENT\n.TP\n.B BIFOCAL_DB\nthe database when \\-\\-db is not given.\n"
+        ".TP\n.B XDG_STATE_HOME\ndump, top and live audit into $XDG_STATE_HOME/bifocal/audit.db "
+        "(~/.local/state/bifocal/audit.db) when no \\-\\-db is named.\n"
+        ".TP\n.B NO_COLOR\nno colour on terminals.\n"
+        ".SH EXIT STATUS\n0 success; 1 failure (one line on stderr says why); 2 bad usage. "
+        "bifocal run: 0 all checks held, 1 one failed, 2 script error.\n"
+        ".SH SEE ALSO\n.BR py\\-spy (1),\n.BR austin (1)\n",
+        f);
+}
+
+static void bash_completion(FILE *f) {
+  fputs("# bash completion for bifocal (generated by `bifocal help --completion bash`)\n"
+        "_bifocal() {\n"
+        "  local cur prev cmd i\n"
+        "  cur=${COMP_WORDS[COMP_CWORD]}\n"
+        "  prev=${COMP_WORDS[COMP_CWORD-1]}\n"
+        "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
+        "    case ${COMP_WORDS[i]} in\n"
+        "      -D|--db) ((i++)) ;;\n"
+        "      -*) ;;\n"
+        "      *) cmd=${COMP_WORDS[i]}; break ;;\n"
+        "    esac\n"
+        "  done\n"
+        "  case $prev in\n"
+        "    -D|--db) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+        "  esac\n"
+        "  if [[ -z $cmd ]]; then\n"
+        "    COMPREPLY=($(compgen -W \"help",
+        f);
+  for (const bf_cmd *c = bf_cmds; c->name; c++) fprintf(f, " %s", c->name);
+  option_words(NULL, f);
+  fputs("\" -- \"$cur\"))\n    return\n  fi\n  case $cmd in\n", f);
+  for (const bf_cmd *c = bf_cmds; c->name; c++) {
+    fprintf(f, "    %s)\n      case $prev in\n", c->name);
+    for (size_t i = 0; i < NDOCS; i++) {
+      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0 || !docs[i].values) continue;
+      const char *s = docs[i].spelling;
+      fputs("        ", f);
+      int first = 1;
+      while (*s) {
+        while (*s == ' ' || *s == ',') s++;
+        if (*s != '-') break;
+        size_t n = strcspn(s, " ,|=");
+        fprintf(f, "%s%.*s", first ? "" : "|", (int)n, s);
+        first = 0;
+        s += n;
+      }
+      const char *v = docs[i].values;
+      if (strcmp(v, "@file") == 0)
+        fputs(") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n", f);
+      else if (strcmp(v, "@dir") == 0)
+        fputs(") COMPREPLY=($(compgen -d -- \"$cur\")); return ;;\n", f);
+      else
+        fprintf(f, ") COMPREPLY=($(compgen -W \"%s\" -- \"$cur\")); return ;;\n", v);
+    }
+    fputs("      esac\n      COMPREPLY=($(compgen -W \"", f);
+    option_words(c->name, f);
+    fputs("\" -- \"$cur\"))\n", f);
+    /* arguments that are files */
+    if (!strcmp(c->name, "import") || !strcmp(c->name, "run"))
+      fputs("      [[ $cur != -* ]] && COMPREPLY+=($(compgen -f -- \"$cur\"))\n", f);
+    fputs("      ;;\n", f);
+  }
+  fputs("    help) COMPREPLY=($(compgen -W \"", f);
+  for (const bf_cmd *c = bf_cmds; c->name; c++) fprintf(f, " %s", c->name);
+  fputs("\" -- \"$cur\")) ;;\n  esac\n}\ncomplete -F _bifocal bifocal\n", f);
+}
+
+/* zsh: a single-quoted word (help text) with ' escaped and [ ] : inert. */
+static void zsh_word(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '\'')
+      fputs("'\\''", f);
+    else if (*s == '[' || *s == ']')
+      fputc(*s == '[' ? '(' : ')', f);
+    else if (*s == ':')
+      fputs("\\:", f);
+    else
+      fputc(*s, f);
+  }
+}
+
+static void zsh_completion(FILE *f) {
+  fputs("#compdef bifocal\n# zsh completion for bifocal (generated by `bifocal help --completion zsh`)\n"
+        "_bifocal() {\n  local curcontext=\"$curcontext\" state line\n  typeset -A opt_args\n"
+        "  _arguments -C \\\n    '(-D --db)'{-D,--db}'[the database]:database:_files' \\\n"
+        "    '(-)'{-h,--help}'[list the commands]' \\\n    '(-)'{-V,--version}'[print the version]' \\\n"
+        "    '1:command:->cmd' \\\n    '*::arg:->args'\n  case $state in\n    cmd)\n"
+        "      local -a cmds\n      cmds=(\n        'help:help on a command'\n",
+        f);
+  for (const bf_cmd *c = bf_cmds; c->name; c++) {
+    fprintf(f, "        '%s:", c->name);
+    zsh_word(f, c->summary);
+    fputs("'\n", f);
+  }
+  fputs("      )\n      _describe command cmds ;;\n    args)\n      case $line[1] in\n", f);
+  for (const bf_cmd *c = bf_cmds; c->name; c++) {
+    fprintf(f, "        %s)\n          _arguments \\\n", c->name);
+    for (size_t i = 0; i < NDOCS; i++) {
+      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0) continue;
+      const char *s = docs[i].spelling;
+      char words[4][48];
+      int nw = 0;
+      while (*s && nw < 4) {
+        while (*s == ' ' || *s == ',') s++;
+        if (*s != '-') break;
+        size_t n = strcspn(s, " ,|=");
+        snprintf(words[nw++], sizeof words[0], "%.*s", (int)(n < 47 ? n : 47), s);
+        s += n;
+      }
+      int takes = *s && *s != '-'; /* a value name follows */
+      for (int k = 0; k < nw; k++) {
+        fprintf(f, "            '%s[", words[k]);
+        zsh_word(f, docs[i].help);
+        fputc(']', f);
+        if (takes) {
+          const char *v = docs[i].values;
+          if (!v)
+            fputs(":value: ", f);
+          else if (strcmp(v, "@file") == 0)
+            fputs(":file:_files", f);
+          else if (strcmp(v, "@dir") == 0)
+            fputs(":directory:_files -/", f);
+          else
+            fprintf(f, ":value:(%s)", v);
+        }
+        fputs("' \\\n", f);
+      }
+    }
+    fputs("            '(-h --help)'{-h,--help}'[this help]' \\\n            '*: :_files' ;;\n", f);
+  }
+  fputs("        help) _describe command cmds 2>/dev/null || _values command", f);
+  for (const bf_cmd *c = bf_cmds; c->name; c++) fprintf(f, " %s", c->name);
+  fputs(" ;;\n      esac ;;\n  esac\n}\n_bifocal \"$@\"\n", f);
+}
+
+int bf_cli_help(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--man") == 0) {
+    man_page(stdout);
+    return fflush(stdout) ? 1 : 0;
+  }
+  if (argc > 2 && strcmp(argv[1], "--completion") == 0) {
+    if (strcmp(argv[2], "bash") == 0)
+      bash_completion(stdout);
+    else if (strcmp(argv[2], "zsh") == 0)
+      zsh_completion(stdout);
+    else {
+      bf_cli_error("no completion for shell '%s' (bash or zsh)", argv[2]);
+      return 2;
+    }
+    return fflush(stdout) ? 1 : 0;
+  }
+  if (argc > 1) {
+    const bf_cmd *c = bf_cli_find(argv[1]);
+    if (!c) {
+      bf_cli_error("unknown command '%s' (try `bifocal --help`)", argv[1]);
+      return 2;
+    }
+    bf_cli_usage(c, stdout);
+    return 0;
+  }
+  return -1;
+}
