@@ -61,6 +61,9 @@ void bf_cli_usage(const bf_cmd *cmd, FILE *f);
  * bash|zsh`. Returns the exit status, or -1 for plain `help` (the command list). */
 int bf_cli_help(int argc, char **argv);
 
+/* Call fn with each long option of cmd (from the help table). */
+void bf_cli_option_names(const char *cmd, void (*fn)(void *ud, const char *opt), void *ud);
+
 /* The completion values of option opt ("--view") of cmd: a space list of
  * words, "@file", "@dir", or NULL (free value or none). Static. */
 const char *bf_cli_option_values(const char *cmd, const char *opt);

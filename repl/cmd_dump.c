@@ -150,12 +150,17 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
                                        {"native-threads", required_argument, NULL, 'N'},
                                        {"subprocesses", no_argument, NULL, 's'},
                                        {"nonblocking", no_argument, NULL, 'B'},
+                                       {"locals", no_argument, NULL, 'l'},
                                        {NULL, 0, NULL, 0}};
   int c, pid = 0, nonblocking = 0;
   bf_look_opts lo = {0};
   dump_out d = {0};
-  while ((c = getopt_long(argc, argv, "p:jnsh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "p:jnslh", opts, NULL)) != -1) {
     switch (c) {
+      case 'l': /* py-spy's -l: said plainly rather than "unrecognized option" */
+        bf_cli_error("dump --locals is not available yet: bifocal does not read local variables "
+                     "(drop -l; py-spy dump --locals can)");
+        return 2;
       case 'p':
         if (bf_smp_cli_pid(optarg, &pid)) return 2;
         break;

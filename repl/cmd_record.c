@@ -236,7 +236,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
     sigaction(SIGTSTP, &tstp, &old_tstp);
     o.suspend = &suspend_flag;
   }
-  int tty = isatty(2) && cli->stdout_tty;
+  int tty = isatty(2); /* progress on a terminal stderr, also under ID=$(bifocal record ...) */
   if (tty) o.progress = progress;
   int64_t sid = 0;
   int wst = -1;

@@ -170,6 +170,22 @@ static void option_words(const char *cmd, FILE *f) {
   fputs(" --help", f);
 }
 
+void bf_cli_option_names(const char *cmd, void (*fn)(void *ud, const char *opt), void *ud) {
+  for (size_t i = 0; i < NDOCS; i++) {
+    if (!docs[i].cmd || strcmp(docs[i].cmd, cmd) != 0) continue;
+    for (const char *s = docs[i].spelling; *s;) {
+      while (*s == ' ' || *s == ',') s++;
+      if (*s != '-') break;
+      size_t n = strcspn(s, " ,|=");
+      char w[64];
+      snprintf(w, sizeof w, "%.*s", (int)(n < 63 ? n : 63), s);
+      if (w[1] == '-') fn(ud, w); /* long spellings only: they say what they do */
+      s += n;
+    }
+  }
+  fn(ud, "--help");
+}
+
 const char *bf_cli_option_values(const char *cmd, const char *opt) {
   for (size_t i = 0; i < NDOCS; i++) {
     if (!docs[i].values || !docs[i].cmd || strcmp(docs[i].cmd, cmd) != 0) continue;

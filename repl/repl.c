@@ -308,18 +308,23 @@ static void sl_clear(strlist *l) {
 static strlist g_cands;
 static size_t g_cand_i;
 
+static void add_option(void *ud, const char *opt) {
+  (void)ud;
+  sl_add(&g_cands, opt);
+}
+
 static void add_options(const char *cmd) {
-  const bf_cmd *c = bf_cli_find(cmd);
-  if (!c) return;
-  for (const char *p = c->usage; (p = strstr(p, "--")) != NULL;) {
-    const char *e = p + 2;
-    while ((*e >= 'a' && *e <= 'z') || *e == '-' || (*e >= '0' && *e <= '9')) e++;
-    char opt[64];
-    snprintf(opt, sizeof opt, "%.*s", (int)(e - p), p);
-    if (e - p > 2) sl_add(&g_cands, opt);
-    p = e;
-  }
-  sl_add(&g_cands, "--help");
+  if (!bf_cli_find(cmd)) return;
+  bf_cli_option_names(cmd, add_option, NULL);
+}
+
+/* The word before the one being completed (ends before start). */
+static void word_before(int start, char *out, size_t len) {
+  int e = start;
+  while (e > 0 && (rl_line_buffer[e - 1] == ' ' || rl_line_buffer[e - 1] == '\t')) e--;
+  int b = e;
+  while (b > 0 && rl_line_buffer[b - 1] != ' ' && rl_line_buffer[b - 1] != '\t') b--;
+  snprintf(out, len, "%.*s", e - b, rl_line_buffer + b);
 }
 
 static void add_sessions_and_functions(int functions) {
@@ -422,8 +427,10 @@ static char **complete(const char *text, int start, int end) {
   int first = 1;
   for (int i = 0; i < start; i++)
     if (rl_line_buffer[i] != ' ' && rl_line_buffer[i] != '\t') first = 0;
-  char cmd[64] = "";
+  char cmd[64] = "", prev[64] = "";
   sscanf(rl_line_buffer, "%63s", cmd);
+  word_before(start, prev, sizeof prev);
+  const char *prev_values = !first && prev[0] == '-' ? bf_cli_option_values(cmd, prev) : NULL;
   if (first) {
     for (const bf_cmd *c = bf_cmds; c->name; c++) sl_add(&g_cands, c->name);
     for (int i = 0; builtins[i]; i++) sl_add(&g_cands, builtins[i]);
@@ -433,6 +440,19 @@ static char **complete(const char *text, int start, int end) {
   } else if (strcmp(cmd, "help") == 0) {
     for (const bf_cmd *c = bf_cmds; c->name; c++) sl_add(&g_cands, c->name);
     for (int i = 0; builtins[i]; i++) sl_add(&g_cands, builtins[i]);
+  } else if (prev_values) { /* the value of an option: --view fl<TAB> */
+    if (prev_values[0] == '@') {
+      rl_attempted_completion_over = 0; /* file and directory names */
+      return NULL;
+    }
+    char w[128];
+    for (const char *v = prev_values; *v;) {
+      size_t n = strcspn(v, " ");
+      snprintf(w, sizeof w, "%.*s", (int)(n < 127 ? n : 127), v);
+      sl_add(&g_cands, w);
+      v += n;
+      while (*v == ' ') v++;
+    }
   } else if (text[0] == '-') {
     add_options(cmd);
     if (strcmp(cmd, "run") == 0) add_script_options(rl_line_buffer);

@@ -320,3 +320,64 @@ def test_man_page_and_completions(installed, tmp_path):
              "print -r -- ${_comps[bifocal]}" % (zdir, tmp_path))
     r = subprocess.run([zsh, "-f", "-c", probe], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stdout.strip() == "_bifocal" and r.stderr == "", (r.stdout, r.stderr)
+
+
+def test_repl_completes_option_values(tmp_path):
+    import shutil
+    tmux = shutil.which("tmux")
+    if not tmux:
+        pytest.skip("tmux is not installed")
+    sock = "bfcli-%d" % os.getpid()
+    cmd = "env HOME=%s NO_COLOR=1 TERM=xterm %s --db %s" % (tmp_path, bifocal_bin(), tmp_path / "none.db")
+    subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "120", "-y", "20",
+                    cmd], check=True, env=dict(os.environ, TERM="xterm"))
+    try:
+        def screen():
+            return subprocess.run([tmux, "-L", sock, "capture-pane", "-p", "-t", "t"], capture_output=True,
+                                  text=True).stdout
+
+        def wait_for(text):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if text in screen():
+                    return True
+                time.sleep(0.1)
+            return False
+        assert wait_for("bifocal>"), screen()
+        for keys, want in ((["replay --view fl", "Tab"], "replay --view flame"),
+                           ([" --sort t", "Tab"], "--sort total"),
+                           (["C-u", "record --clock c", "Tab"], "record --clock cpu"),
+                           (["C-u", "export 1 -f spe", "Tab"], "export 1 -f speedscope")):
+            subprocess.run([tmux, "-L", sock, "send-keys", "-t", "t"] + keys, check=True)
+            assert wait_for(want), (want, screen())
+    finally:
+        subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True)
+
+
+def test_progress_on_a_terminal_stderr_with_stdout_captured(newest, tmp_path):
+    """ID=$(bifocal record ...) in a terminal: the id on the pipe, progress on the tty."""
+    import pty
+    target, _ = start(newest, tmp_path)
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen([bifocal_bin(), "--db", str(tmp_path / "p.db"), "record", "-p", str(target.pid),
+                              "-d", "1"], stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL,
+                             text=True, env=env_for(tmp_path))
+        os.close(slave)
+        out, _ = p.communicate(timeout=60)
+        tty = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            tty += chunk
+    finally:
+        os.close(master)
+        target.kill()
+        target.wait()
+    assert p.returncode == 0
+    assert int(out.strip()) > 0  # only the id on stdout
+    assert b"recording:" in tty and b"samples" in tty, tty
