@@ -11,6 +11,7 @@
 #include "audit.h"
 #include "cli.h"
 #include "native.h"
+#include "locals.h"
 #include "look.h"
 #include "sampler.h"
 #include "text.h"
@@ -75,12 +76,58 @@ static void json_str(FILE *f, const char *s) {
 /* What a dump prints, per process. */
 typedef struct dump_out {
   int json;
+  int locals; /* --locals */
+  char err[512];
   int nproc; /* processes printed so far */
   FILE *f;   /* all of it, printed once complete */
 } dump_out;
 
-static int print_process(void *ud, int pid, const char *version, const char *build, const bf_smp_thread *t,
-                         size_t n) {
+/* --locals of frame f: JSON ("locals": [...]) or text lines under the frame.
+ * Returns 0, or -ENOTSUP (this Python; d->err says why). */
+static int print_locals(dump_out *d, bf_smp *h, const bf_smp_frame *f) {
+  bf_smp_local *v = NULL;
+  size_t nv = 0;
+  int rc = h ? bf_smp_locals(h, f, &v, &nv) : -EINVAL;
+  if (rc == -ENOTSUP) {
+    snprintf(d->err, sizeof d->err, "%s", bf_smp_errmsg(h));
+    return rc;
+  }
+  if (d->json) {
+    if (rc < 0) {
+      fputs(",\"locals\":null,\"locals_error\":", d->f);
+      json_str(d->f, h ? bf_smp_errmsg(h) : "no locals with --native");
+      return 0;
+    }
+    fputs(",\"locals\":[", d->f);
+    for (size_t i = 0; i < nv; i++) {
+      fputs(i ? ",{\"name\":" : "{\"name\":", d->f);
+      json_str(d->f, v[i].name);
+      fputs(",\"type\":", d->f);
+      json_str(d->f, v[i].type);
+      fputs(",\"repr\":", d->f);
+      json_str(d->f, v[i].repr);
+      fputc('}', d->f);
+    }
+    fputc(']', d->f);
+  } else if (rc < 0) {
+    fprintf(d->f, "      (locals not read: %s)\n", h ? bf_smp_errmsg(h) : "not with --native");
+  } else {
+    for (size_t i = 0; i < nv; i++) { /* names and values come from the target: inert */
+      char name[256], type[160], repr[1024];
+      if (v[i].repr)
+        fprintf(d->f, "      %s = %s\n", bf_inert(v[i].name, name, sizeof name),
+                bf_inert(v[i].repr, repr, sizeof repr));
+      else
+        fprintf(d->f, "      %s: %s (not shown)\n", bf_inert(v[i].name, name, sizeof name),
+                bf_inert(v[i].type, type, sizeof type));
+    }
+  }
+  bf_smp_locals_free(v, nv);
+  return 0;
+}
+
+static int print_process(void *ud, bf_smp *h, int pid, const char *version, const char *build,
+                         const bf_smp_thread *t, size_t n) {
   dump_out *d = ud;
   if (d->json) {
     fputs(d->nproc++ ? ",\n{" : "{", d->f);
@@ -105,8 +152,10 @@ static int print_process(void *ud, int pid, const char *version, const char *bui
         json_str(d->f, f->code->qualname);
         fputs(",\"file\":", d->f);
         json_str(d->f, f->code->filename);
-        fprintf(d->f, ",\"line\":%d,\"firstlineno\":%lld,\"native\":%s}", (int)f->line,
+        fprintf(d->f, ",\"line\":%d,\"firstlineno\":%lld,\"native\":%s", (int)f->line,
                 (long long)f->code->firstlineno, (f->flags & BF_SMP_FRAME_NATIVE) ? "true" : "false");
+        if (d->locals && !(f->flags & BF_SMP_FRAME_NATIVE) && print_locals(d, h, f) < 0) return -ENOTSUP;
+        fputc('}', d->f);
       }
       fputs("]}", d->f);
     }
@@ -136,6 +185,7 @@ static int print_process(void *ud, int pid, const char *version, const char *bui
       }
       fprintf(d->f, "  File \"%s\", line %d, in %s\n", bf_inert(f->code->filename, b4, sizeof b4), (int)f->line,
               bf_inert(f->code->qualname, b3, sizeof b3));
+      if (d->locals && print_locals(d, h, f) < 0) return -ENOTSUP;
     }
   }
   return 0;
@@ -157,10 +207,7 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   dump_out d = {0};
   while ((c = getopt_long(argc, argv, "p:jnslh", opts, NULL)) != -1) {
     switch (c) {
-      case 'l': /* py-spy's -l: said plainly rather than "unrecognized option" */
-        bf_cli_error("dump --locals is not available yet: bifocal does not read local variables "
-                     "(drop -l; py-spy dump --locals can)");
-        return 2;
+      case 'l': d.locals = 1; break;
       case 'p':
         if (bf_smp_cli_pid(optarg, &pid)) return 2;
         break;
@@ -182,6 +229,10 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   }
   if (nonblocking && lo.native) {
     bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
+    return 2;
+  }
+  if (d.locals && lo.native) {
+    bf_cli_error("--locals and --native do not go together yet: drop one of them");
     return 2;
   }
   if (optind < argc && pid) {
@@ -226,9 +277,10 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
              "could not read a consistent stack of process %d: it kept changing while being "
              "read (%d tries); run dump again, or dump --native, which stops the target",
              pid, DUMP_TRIES);
-  const char *fail = rc == -ESRCH                  ? "the process exited"
-                     : rc == -EIO && !lo.native ? torn_msg
-                                                 : bf_look_errmsg(l);
+  const char *fail = rc == -ESRCH                    ? "the process exited"
+                     : rc == -ENOTSUP && d.err[0] ? d.err
+                     : rc == -EIO && !lo.native   ? torn_msg
+                                                   : bf_look_errmsg(l);
   bf_audit_end(au, rc < 0 ? fail : NULL, 0);
   if (rc < 0) bf_cli_error("%s", fail);
   bf_look_free(l); /* threads were resumed already; this detaches */

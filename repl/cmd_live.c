@@ -52,8 +52,9 @@ static int64_t mono(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int live_add(void *ud, int pid, const char *version, const char *build, const bf_smp_thread *th,
+static int live_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
                     size_t n) {
+  (void)h;
   (void)version;
   (void)build;
   return bf_top_add_pid(ud, pid, th, n);

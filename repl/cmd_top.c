@@ -274,8 +274,9 @@ int bf_top_cli_opts(const char *cmd, int argc, char **argv, int *pid, bf_look_op
   return -1;
 }
 
-static int top_add(void *ud, int pid, const char *version, const char *build, const bf_smp_thread *th,
+static int top_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
                    size_t n) {
+  (void)h;
   (void)version;
   (void)build;
   return bf_top_add_pid(ud, pid, th, n);

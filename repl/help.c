@@ -83,6 +83,8 @@ static const bf_opt_doc docs[] = {
     {"dump", "-p, --pid PID", NULL, "the process (also accepted as the only argument)"},
     {"dump", "-j, --json", NULL, "one JSON object: pid, python_version, threads with name and frames "
                                  "(function, file, line; innermost first)"},
+    {"dump", "-l, --locals", NULL, "each Python frame's local variables: int, bool, float, str, bytes and None "
+                                   "shown (capped), other objects by type (py-spy -l)"},
     {"dump", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
     {"dump", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
     {"dump", "-s, --subprocesses", NULL, "the Python child processes too ({\"processes\": [...]} with --json)"},

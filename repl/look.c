@@ -175,7 +175,7 @@ int bf_look_sample(bf_look *l, int tries, bf_look_fn fn, void *ud, int *invalid)
       return rc;
     } else {
       good++;
-      int frc = fn(ud, t->pid, bf_smp_python_version(t->h), bf_smp_python_build(t->h), th, n);
+      int frc = fn(ud, t->nat ? NULL : t->h, t->pid, bf_smp_python_version(t->h), bf_smp_python_build(t->h), th, n);
       if (frc < 0) return frc;
     }
     i++;

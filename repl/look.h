@@ -29,8 +29,9 @@ void bf_look_free(bf_look *l);
 /* Python version of the first target (borrowed). */
 const char *bf_look_python_version(const bf_look *l);
 
-/* Called once per target per sample: pid, its version and build, threads. */
-typedef int (*bf_look_fn)(void *ud, int pid, const char *version, const char *build,
+/* Called once per target per sample: its handle (for bf_smp_locals; NULL
+ * with --native), pid, version and build, threads. */
+typedef int (*bf_look_fn)(void *ud, bf_smp *h, int pid, const char *version, const char *build,
                           const bf_smp_thread *th, size_t n);
 
 /* Sample every target once (torn reads retried up to tries times; 1 = no

@@ -239,6 +239,7 @@ struct bf_smp {
   size_t nthreads, cap_threads;
   bf_smp_frame *frames;
   size_t nframes, cap_frames;
+  uint64_t *frame_addr; /* remote address of frames[i] (locals.c), cap_frames long */
   smp_tslot *slots;
   size_t nslots, cap_slots;
   int gen;

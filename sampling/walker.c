@@ -116,6 +116,7 @@ void bf_smp_free(bf_smp *h) {
   smp_ns_reset(h);
   free(h->threads);
   free(h->frames);
+  free(h->frame_addr);
   free(h->pref);
   free(h->pref_next);
   free(h->pool);
@@ -819,14 +820,18 @@ static void thread_status(bf_smp *h, smp_tslot *s, unsigned want, bf_smp_thread 
     t->cpu_ns = strtoll(buf, NULL, 10);
 }
 
-static int push_frame(bf_smp *h, const smp_code *c, int32_t line) {
+static int push_frame(bf_smp *h, const smp_code *c, int32_t line, uint64_t fa) {
   if (h->nframes == h->cap_frames) {
     size_t nc = h->cap_frames ? h->cap_frames * 2 : 256;
     bf_smp_frame *nf = realloc(h->frames, nc * sizeof *nf);
     if (!nf) return -ENOMEM;
     h->frames = nf;
+    uint64_t *na = realloc(h->frame_addr, nc * sizeof *na);
+    if (!na) return -ENOMEM;
+    h->frame_addr = na;
     h->cap_frames = nc;
   }
+  h->frame_addr[h->nframes] = fa;
   h->frames[h->nframes++] = (bf_smp_frame){&c->pub, line, 0};
   return 0;
 }
@@ -863,7 +868,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     }
     if (h->nframes - first == SMP_MAX_DEPTH - 1) { /* one more real frame: cut here */
       h->truncated++;
-      return push_frame(h, &h->trunc, 0);
+      return push_frame(h, &h->trunc, 0, 0); /* no frame behind it */
     }
     /* A cached code object's identity is re-checked (its address may now hold
      * another one) at most once per sample and once per SMP_CODE_TRUST_NS:
@@ -893,7 +898,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     else if (h->nframes > first && (l->frames_are_objects || !child_entry) &&
              !caller_ok(l, c, code, instr)) /* a caller: stopped where a child can run? */
       torn(h, "a caller frame is not at a call");
-    int rc = push_frame(h, c, code_line(l, c, code, instr));
+    int rc = push_frame(h, c, code_line(l, c, code, instr), fa);
     if (rc < 0) return rc;
     int entry = l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]);
     if (entry) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY; /* for native.c */

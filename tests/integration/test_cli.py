@@ -403,3 +403,50 @@ def test_every_option_in_help_is_accepted_by_its_command(tmp_path):
             assert "unrecognized option" not in r.stderr and "invalid option" not in r.stderr, (args, r.stderr)
             checked += 1
     assert checked >= 60, checked
+
+
+LOCALS = """\
+import json, sys, time
+class K:
+    pass
+def f(a, b=2.5):
+    s = "h\\u00e9llo 'q'\\n\\t"
+    long_s = "x" * 500
+    by = b"\\x00ab\\xff\\r"
+    n = None; t = True; small = -12345678901; neg_f = -0.1
+    lst = [1, 2]; k = K()
+    shown = {n: repr(v) for n, v in locals().items() if n in
+             ("a", "b", "s", "by", "n", "t", "small", "neg_f")}
+    print(json.dumps(shown), flush=True)
+    while True:
+        time.sleep(0.05)
+f(7)
+"""
+
+
+def test_dump_locals_match_the_targets_own_repr(python, tmp_path):
+    """dump --locals reads simple values out of the frame: the target's own
+    repr() of each is the oracle; other objects are named by type only."""
+    src = tmp_path / "loc.py"
+    src.write_text(LOCALS)
+    p = subprocess.Popen([python, str(src)], stdout=subprocess.PIPE, text=True)
+    try:
+        want = json.loads(p.stdout.readline())
+        env = env_for(tmp_path)
+        r = bf(["dump", "-p", str(p.pid), "--locals", "--json"], env)
+        t = bf(["dump", str(p.pid), "-l"], env)
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    main = next(th for th in json.loads(r.stdout)["threads"] if th["native_tid"] == p.pid)
+    fr = next(x for x in main["frames"] if x["function"] == "f")
+    got = {v["name"]: v for v in fr["locals"]}
+    for name, rep in want.items():
+        assert got[name]["repr"] == rep, (name, got[name], rep)
+    assert got["long_s"]["type"] == "str" and got["long_s"]["repr"].startswith("'xxx")
+    assert got["long_s"]["repr"].endswith("...") and len(got["long_s"]["repr"]) < 200
+    assert got["lst"] == {"name": "lst", "type": "list", "repr": None}
+    assert got["k"]["type"] == "K" and got["k"]["repr"] is None
+    assert got["shown"]["type"] == "dict" and got["shown"]["repr"] is None
+    assert t.returncode == 0 and "      lst: list (not shown)" in t.stdout and "      a = 7" in t.stdout, t.stdout
