@@ -1400,11 +1400,19 @@ int bf_store_samples_foreach(bf_store *s, int64_t session_id, const bf_sample_fi
   int rc = bf_store_flush(s);
   if (rc) return rc;
   sqlite3_stmt *st = NULL;
-  const char *sql = (f && f->thread_id)
+  /* tree: the session and every descendant (record --subprocesses) as one */
+#define TREE_SQL                                                                                  \
+  "WITH RECURSIVE tree(id) AS (SELECT ?1 UNION SELECT s.id FROM sessions s JOIN tree ON s.parent_id=tree.id) " \
+  "SELECT thread_id, first_ts_ns, last_ts_ns, data FROM sample_chunks WHERE session_id IN (SELECT id FROM tree) "
+  const char *sql = (f && f->tree)
+                        ? ((f->thread_id) ? TREE_SQL "AND thread_id=?2 ORDER BY thread_id, first_ts_ns, id"
+                                          : TREE_SQL "ORDER BY thread_id, first_ts_ns, id")
+                    : (f && f->thread_id)
                         ? "SELECT thread_id, first_ts_ns, last_ts_ns, data FROM sample_chunks WHERE session_id=?1 "
                           "AND thread_id=?2 ORDER BY thread_id, first_ts_ns, id"
                         : "SELECT thread_id, first_ts_ns, last_ts_ns, data FROM sample_chunks WHERE session_id=?1 "
                           "ORDER BY thread_id, first_ts_ns, id";
+#undef TREE_SQL
   if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return fail_sql(s, "prepare");
   sqlite3_bind_int64(st, 1, session_id);
   if (f && f->thread_id) sqlite3_bind_int64(st, 2, f->thread_id);

@@ -169,6 +169,7 @@ typedef struct bf_sample_filter {
   int64_t thread_id;     /* 0 = every thread */
   int64_t since_ns;      /* ts_ns >= since_ns */
   int64_t until_ns;      /* ts_ns < until_ns when until_ns > 0 */
+  int tree;              /* also the sessions of its subprocesses (parent_id), at any depth */
 } bf_sample_filter;
 
 /* Call fn for every sample of a session in (thread, time) order. fn returning

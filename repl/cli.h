@@ -89,9 +89,10 @@ typedef enum bf_cli_out_kind {
 int bf_cli_out_kind_of(const char *path, const char *format, bf_cli_out_kind *kind);
 /* "flame graph", "pprof profile", ... (static). */
 const char *bf_cli_out_kind_name(bf_cli_out_kind kind);
-/* Write session_id of s as kind to path ("-" = stdout) atomically; on failure
- * prints one line, leaves any old file, returns 1. */
-int bf_cli_write_output(bf_store *s, int64_t session_id, bf_cli_out_kind kind, const char *path);
+/* Write session_id of s (tree: with its subprocesses' sessions) as kind to
+ * path ("-" = stdout) atomically; on failure prints one line, leaves any old
+ * file, returns 1. */
+int bf_cli_write_output(bf_store *s, int64_t session_id, bf_cli_out_kind kind, const char *path, int tree);
 
 /* Run one command line (argv[0] = command) — used by main and the REPL. */
 int bf_cli_dispatch(bf_cli *cli, int argc, char **argv);

@@ -30,6 +30,7 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
                                        {"since", required_argument, NULL, 'S'},
                                        {"until", required_argument, NULL, 'U'},
                                        {"encrypt-to", required_argument, NULL, 'e'},
+                                       {"tree", no_argument, NULL, 'R'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   const char *format = NULL, *outp = NULL, *thread = NULL, *pub = NULL;
@@ -55,6 +56,7 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
         break;
       }
       case 'e': pub = optarg; break;
+      case 'R': filter.tree = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("export"), stdout); return 0;
       default: return 2;
     }

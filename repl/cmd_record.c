@@ -299,7 +299,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   bf_smp_free(h);
   int rec_ok = !status; /* the capture itself (the id is printed for it alone) */
   if (sid > 0 && outp) { /* what was captured, also when interrupted */
-    if (bf_cli_write_output(st, sid, out_kind, outp))
+    if (bf_cli_write_output(st, sid, out_kind, outp, o.subprocesses)) /* -s: the whole tree */
       status = 1;
     else if (strcmp(outp, "-") != 0)
       fprintf(stderr, "wrote %s to %s\n", bf_cli_out_kind_name(out_kind), outp);

@@ -41,6 +41,7 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
                                        {"output", required_argument, NULL, 'o'},
                                        {"html", no_argument, NULL, 'H'},
                                        {"buckets", required_argument, NULL, 'b'},
+                                       {"tree", no_argument, NULL, 'R'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   const char *view = "functions", *thread = NULL, *outp = NULL;
@@ -103,6 +104,7 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
         vo.buckets = (int)v;
         break;
       }
+      case 'R': vo.filter.tree = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("replay"), stdout); return 0;
       default: return 2;
     }

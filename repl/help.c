@@ -52,6 +52,8 @@ static const bf_opt_doc docs[] = {
     {"replay", "-o, --output FILE", "@file", "write to FILE (atomically) instead of stdout"},
     {"replay", "--html", NULL, "heatmap as an HTML page"},
     {"replay", "--buckets N", NULL, "heatmap time buckets (2 to 1000)"},
+    {"replay", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one; "
+                               "a child's own id shows that process alone"},
 
     {"export", "-f, --format F", "collapsed speedscope pstats pprof chrome bifocal", "the output format"},
     {"export", "-o, --output FILE", "@file", "the file to write ('-' for stdout)"},
@@ -59,6 +61,7 @@ static const bf_opt_doc docs[] = {
     {"export", "--since S", NULL, "only samples from S seconds after the session start"},
     {"export", "--until S", NULL, "only samples until S seconds after the session start"},
     {"export", "--encrypt-to PUBKEY", "@file", "with --format bifocal: sealed for the owner of PUBKEY"},
+    {"export", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one"},
 
     {"record", "-p, --pid PID", NULL, "attach to a running process (py-spy -p)"},
     {"record", "-r, --rate HZ", NULL, "samples per second, 1 to 1000000 (default 1000; 100 with --native)"},
@@ -74,7 +77,8 @@ static const bf_opt_doc docs[] = {
     {"record", "--no-idle", NULL, "wall clock: leave out threads found idle"},
     {"record", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
     {"record", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
-    {"record", "-s, --subprocesses", NULL, "follow Python children, one session each (py-spy -s)"},
+    {"record", "-s, --subprocesses", NULL, "follow Python children, one session each (py-spy -s); "
+                                           "-o FILE holds the whole tree (replay/export --tree)"},
     {"record", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},
     {"record", "--label L", NULL, "a free label for the load window; usable as the session id"},
     {"record", "--commit SHA", NULL, "the code version (default: git rev-parse HEAD in the target's cwd)"},

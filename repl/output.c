@@ -80,11 +80,12 @@ const char *bf_cli_out_kind_name(bf_cli_out_kind kind) {
   return "?";
 }
 
-int bf_cli_write_output(bf_store *s, int64_t session_id, bf_cli_out_kind kind, const char *path) {
+int bf_cli_write_output(bf_store *s, int64_t session_id, bf_cli_out_kind kind, const char *path, int tree) {
   bf_out_file of;
   if (bf_out_open(path, &of)) return 1;
   bf_sample_filter filter = {0};
   bf_view_opts vo = {0};
+  filter.tree = vo.filter.tree = tree;
   int rc;
   switch (kind) {
     case BF_CLI_OUT_FLAME: rc = bf_view_flame(s, session_id, &vo, of.f); break;

@@ -450,3 +450,44 @@ def test_dump_locals_match_the_targets_own_repr(python, tmp_path):
     assert got["k"]["type"] == "K" and got["k"]["repr"] is None
     assert got["shown"]["type"] == "dict" and got["shown"]["repr"] is None
     assert t.returncode == 0 and "      lst: list (not shown)" in t.stdout and "      a = 7" in t.stdout, t.stdout
+
+
+TREE = '''\
+import subprocess, sys
+CHILD = """
+import time
+def child_busy():
+    end = time.time() + 0.8
+    while time.time() < end:
+        pass
+child_busy()
+"""
+def parent_wait():
+    subprocess.run([sys.executable, "-c", CHILD], check=True)
+parent_wait()
+'''
+
+
+def test_subprocess_tree_viewed_and_written_as_one(newest, tmp_path):
+    src = tmp_path / "parent.py"
+    src.write_text(TREE)
+    env = env_for(tmp_path)
+    db = str(tmp_path / "t.db")
+    r = bf(["--db", db, "record", "-s", "-r", "500", "-o", str(tmp_path / "tree.txt"), "--", newest, str(src)], env)
+    assert r.returncode == 0, r.stderr
+    parent = int(r.stdout.strip().splitlines()[-1])
+    rows = json.loads(bf(["--db", db, "sessions", "--json"], env).stdout)
+    kid = [x["id"] for x in rows if x.get("parent_id") == parent]
+    assert len(kid) == 1, rows
+
+    def samples(args):
+        out = json.loads(bf(["--db", db, "replay"] + args + ["--json", "--limit", "1000"], env).stdout)
+        return {f["qualname"]: f["self_samples"] for f in out["functions"]}
+    alone, child, tree = samples([str(parent)]), samples([str(kid[0])]), samples([str(parent), "--tree"])
+    assert "child_busy" not in alone and child["child_busy"] > 50
+    # the tree is exactly the union of the processes' samples
+    assert tree["child_busy"] == child["child_busy"] and tree["parent_wait"] == alone.get("parent_wait", 0)
+    text = (tmp_path / "tree.txt").read_text()  # record -s -o: the whole tree in the file
+    assert "child_busy" in text and "parent_wait" in text
+    exp = bf(["--db", db, "export", str(parent), "--tree", "-f", "collapsed", "-o", "-"], env)
+    assert exp.returncode == 0 and "child_busy" in exp.stdout
