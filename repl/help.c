@@ -67,7 +67,7 @@ static const bf_opt_doc docs[] = {
     {"record", "-r, --rate HZ", NULL, "samples per second, 1 to 1000000 (default 1000; 100 with --native)"},
     {"record", "-d, --duration S", NULL, "stop after S (10, 10s, 2m); default: until the target exits or Ctrl-C"},
     {"record", "-o, --output FILE", "@file",
-     "also write FILE; without --db only FILE is written (no database is kept)"},
+     "also write FILE; without --db (or $BIFOCAL_DB) only FILE is written, no database is kept"},
     {"record", "-f, --format F", "flame speedscope pprof collapsed chrome pstats flamegraph raw chrometrace",
      "format of -o FILE (default: from the extension: .html .speedscope.json .json .pb.gz .txt .prof "
      ".trace.json)"},
