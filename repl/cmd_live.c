@@ -136,7 +136,7 @@ int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
       if (threads)
         bf_top_print_threads(&t, stdout, lo.subprocesses, cols, "\033[K\n");
       else
-        bf_top_print(&t, stdout, sort_total, rows - 5, cols, "\033[K\n");
+        bf_top_print(&t, stdout, sort_total, limit > 0 && limit < rows - 5 ? limit : rows - 5, cols, "\033[K\n");
       fputs("\033[J", stdout);
       fflush(stdout);
       /* a sliding picture: start a fresh window every 10 s */

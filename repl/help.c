@@ -99,6 +99,7 @@ static const bf_opt_doc docs[] = {
     {"top", "--limit N", NULL, "at most N function rows (default 20)"},
 
     SAMPLE_OPTS("live"),
+    {"live", "--limit N", NULL, "at most N function rows (default: what fits the terminal)"},
 
     {"trace", "--clock C", "wall cpu", "time calls by wall or CPU clock"},
     {"trace", "--focus GLOB", NULL, "record every call (timeline) of functions matching GLOB"},
