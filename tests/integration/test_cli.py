@@ -491,3 +491,42 @@ def test_subprocess_tree_viewed_and_written_as_one(newest, tmp_path):
     assert "child_busy" in text and "parent_wait" in text
     exp = bf(["--db", db, "export", str(parent), "--tree", "-f", "collapsed", "-o", "-"], env)
     assert exp.returncode == 0 and "child_busy" in exp.stdout
+
+
+def test_live_fits_60_columns_and_follows_a_resize(newest, tmp_path):
+    import shutil
+    tmux = shutil.which("tmux")
+    if not tmux:
+        pytest.skip("tmux is not installed")
+    target, _ = start(newest, tmp_path)
+    sock = "bflive-%d" % os.getpid()
+    cmd = "env XDG_STATE_HOME=%s NO_COLOR=1 TERM=xterm %s live -p %d" % (tmp_path / "state", bifocal_bin(), target.pid)
+    subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "60", "-y", "20", cmd],
+                   check=True, env=dict(os.environ, TERM="xterm"))
+
+    def screen():
+        return subprocess.run([tmux, "-L", sock, "capture-pane", "-p", "-t", "t"], capture_output=True,
+                              text=True).stdout
+
+    def wait_for(pred):
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            s = screen()
+            if pred(s):
+                return s
+            time.sleep(0.1)
+        return screen()
+    try:
+        s = wait_for(lambda s: "hot (work.py" in s)
+        lines = s.splitlines()
+        assert lines[0].startswith("bifocal live  pid %d" % target.pid), s  # the header's start stays on screen
+        assert "hot (work.py" in s and all(len(l) <= 60 for l in lines), s
+        assert "[t]hreads" not in lines[1]  # cut to the width, not wrapped
+        subprocess.run([tmux, "-L", sock, "resize-window", "-t", "t", "-x", "100", "-y", "20"], check=True)
+        s = wait_for(lambda s: "[q]uit [s]ort [t]hreads" in s)
+        assert "[q]uit [s]ort [t]hreads" in s.splitlines()[1], s
+        subprocess.run([tmux, "-L", sock, "send-keys", "-t", "t", "q"], check=True)
+    finally:
+        subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True)
+        target.kill()
+        target.wait()
