@@ -42,11 +42,12 @@ static const bf_opt_doc docs[] = {
     {"import", "-t, --ttl T", NULL, "expire the session after T (90s, 30m, 12h, 7d; see gc)"},
     {"import", "-k, --key SECRET.key", "@file", "open a sealed export with this secret key (see keygen)"},
 
-    {"replay", "-v, --view V", "functions flame heatmap gil stack", "the view (default functions)"},
+    {"replay", "-v, --view V", "functions flame heatmap gil stack tasks", "the view (default functions)"},
     {"replay", "-j, --json", NULL, "machine-readable output (functions view)"},
     {"replay", "-n, --limit N", NULL, "at most N rows"},
     {"replay", "-s, --sort K", "self total", "order rows by self or total share"},
     {"replay", "-t, --thread T", NULL, "only this thread (native id or name)"},
+    {"replay", "--task NAME", NULL, "only this asyncio task (record --async)"},
     {"replay", "--since S", NULL, "only samples from S seconds after the session start"},
     {"replay", "--until S", NULL, "only samples until S seconds after the session start"},
     {"replay", "-o, --output FILE", "@file", "write to FILE (atomically) instead of stdout"},
@@ -77,6 +78,7 @@ static const bf_opt_doc docs[] = {
     {"record", "--no-idle", NULL, "wall clock: leave out threads found idle"},
     {"record", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
     {"record", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
+    {"record", "--async", NULL, "asyncio tasks as task:NAME threads (wall clock, not with --native)"},
     {"record", "-s, --subprocesses", NULL, "follow Python children, one session each (py-spy -s); "
                                            "-o FILE holds the whole tree (replay/export --tree)"},
     {"record", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},
