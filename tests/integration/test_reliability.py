@@ -106,12 +106,24 @@ def leftovers(d):
 # ---- output files -----------------------------------------------------------------------------
 
 
+def _private_null(tmp_path):
+    """A null device node of the test's own, so a regression replaces it and
+    not the machine's /dev/null (which every later test needs)."""
+    dev = tmp_path / "null"
+    try:
+        os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except OSError as e:
+        pytest.skip("cannot make a device node here (%s)" % e)
+    return str(dev)
+
+
 def test_output_into_devices_fifos_and_symlinks(recorded, tmp_path):
     db, a, _ = recorded
-    # /dev/null stays the character device it is (as root this used to be replaced)
-    before = os.stat("/dev/null")
-    run(["export", str(a), "--format", "collapsed", "-o", "/dev/null"], db=db)
-    after = os.stat("/dev/null")
+    # a character device stays the device it is (as root this used to be replaced)
+    null = _private_null(tmp_path)
+    before = os.stat(null)
+    run(["export", str(a), "--format", "collapsed", "-o", null], db=db)
+    after = os.stat(null)
     assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev and after.st_ino == before.st_ino
     # a FIFO is written into, not replaced
     fifo = tmp_path / "fifo"
@@ -146,9 +158,10 @@ def test_sealed_export_output(recorded, tmp_path):
     keys = tmp_path / "k"
     run(["keygen", "-o", str(keys)])
     seal = ["export", str(a), "--format", "bifocal", "--encrypt-to", str(keys) + ".pub", "-o"]
-    before = os.stat("/dev/null")
-    run(seal + ["/dev/null"], db=db)
-    after = os.stat("/dev/null")
+    null = _private_null(tmp_path)
+    before = os.stat(null)
+    run(seal + [null], db=db)
+    after = os.stat(null)
     assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
     link = tmp_path / "link.bfs"
     os.symlink("real.bfs", link)
