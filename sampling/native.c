@@ -36,7 +36,7 @@
 #define NAT_SNAP_MAX (1024 * 1024)      /* never copy more than this per stop */
 #define NAT_SNAP_SLACK 512              /* past the deepest address the last unwind used */
 #define NAT_HIST 1024                   /* log-linear stop-time buckets */
-#define NAT_DETACH_WAIT_NS 200000000LL  /* bounded wait for a stop when detaching */
+#define NAT_DETACH_WAIT_NS 1000000000LL /* bounded wait for a stop when detaching (a loaded host may take that long to run the tracee) */
 #define NAT_MAX_IPS 200000              /* symbol cache bound: past it start over */
 #define NAT_STOP_WAIT_NS 2000000LL      /* longest a stopped thread waits for the others */
 #define NAT_FIRST_STOP_NS 100000000LL   /* longest a sample waits for its first stop */
@@ -884,6 +884,10 @@ void bf_smp_native_free(bf_smp_native *n) {
       if (t->state != NT_PENDING) continue;
       int st;
       pid_t r = waitpid(t->tid, &st, WNOHANG | __WALL);
+      if (r < 0 && errno == EINTR) {
+        pending++;
+        continue;
+      }
       if (r < 0) {
         t->state = NT_GONE;
         continue;
