@@ -548,17 +548,24 @@ def test_sigtstp_releases_native_target(tmp_path):
     try:
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native", "--rate", "1000",
                                 "--pid", str(target.pid), "--duration", "8"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+                               # its own process group under ours, as a shell's job: in an
+                               # orphaned group (a CI runner's) the kernel discards a stop
+                               # by SIGTSTP, so bifocal would rightly go on sampling
+                               preexec_fn=lambda: os.setpgid(0, 0))
         _wait_session(db, rec)
         for _ in range(3):
             time.sleep(0.4)
             rec.send_signal(signal.SIGTSTP)
             deadline = time.time() + 5
+            stopped = False
             while time.time() < deadline:  # wait until bifocal itself is stopped
                 with open("/proc/%d/stat" % rec.pid) as f:
                     if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                        stopped = True
                         break
                 time.sleep(0.01)
+            assert stopped, "bifocal did not stop on SIGTSTP"
             time.sleep(0.2)
             assert _traced_or_stopped(target.pid) == []
             rec.send_signal(signal.SIGCONT)
