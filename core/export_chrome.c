@@ -14,47 +14,17 @@
 #include "views.h"
 #include "views_int.h"
 
-typedef struct recs {
-  bf_call_record *v;
-  size_t n, cap;
-  const bf_sample_filter *f;
-} recs;
 
-static int add_rec(void *ud, const bf_call_record *r) {
-  recs *a = ud;
-  if (a->f) {
-    if (a->f->thread_id && r->thread_id != a->f->thread_id) return 0;
-    if (r->start_ns < a->f->since_ns) return 0;
-    if (a->f->until_ns > 0 && r->start_ns >= a->f->until_ns) return 0;
-  }
-  if (a->n == a->cap) {
-    size_t nc = a->cap ? a->cap * 2 : 1024;
-    bf_call_record *nv = realloc(a->v, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    a->v = nv;
-    a->cap = nc;
-  }
-  a->v[a->n++] = *r;
-  return 0;
-}
 
-static int cmp_rec(const void *a, const void *b) {
-  const bf_call_record *x = a, *y = b;
-  if (x->thread_id != y->thread_id) return x->thread_id < y->thread_id ? -1 : 1;
-  if (x->start_ns != y->start_ns) return x->start_ns < y->start_ns ? -1 : 1;
-  /* enclosing call first when two start together */
-  if (x->duration_ns != y->duration_ns) return x->duration_ns > y->duration_ns ? -1 : 1;
-  return (x->depth > y->depth) - (x->depth < y->depth);
-}
 
 static int export_records(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
   bf_session_info *info = NULL;
   int rc = bf_store_session_get(s, session_id, &info);
   if (rc) return rc;
-  recs a = {.f = f};
+  bf_q_records a = {0};
   bf_thread_ref *th = NULL;
   size_t nth = 0;
-  if ((rc = bf_q_call_records(s, session_id, add_rec, &a))) goto out;
+  if ((rc = bf_q_call_records_sorted(s, session_id, f, &a))) goto out;
   if (a.n == 0) {
     rc = bf_store_fail(s, -ENODATA,
                        "session %lld (%s) has no call records: the chrome export of a traced session needs it "
@@ -63,7 +33,6 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
     goto out;
   }
   if ((rc = bf_store_threads(s, session_id, &th, &nth))) goto out;
-  qsort(a.v, a.n, sizeof *a.v, cmp_rec);
   long long pid = info->pid > 0 ? (long long)info->pid : 1;
   fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"bifocal " BF_VERSION "\",\"session\":", out);
   fprintf(out, "%lld,\"kind\":", (long long)session_id);

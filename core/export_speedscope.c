@@ -276,41 +276,12 @@ out:
 
 /* ---- traced with call records: evented, per thread -------------------------- */
 
-typedef struct recs {
-  bf_call_record *v;
-  size_t n, cap;
-  const bf_sample_filter *f;
-} recs;
 
-static int add_rec(void *ud, const bf_call_record *r) {
-  recs *a = ud;
-  if (a->f) {
-    if (a->f->thread_id && r->thread_id != a->f->thread_id) return 0;
-    if (r->start_ns < a->f->since_ns) return 0;
-    if (a->f->until_ns > 0 && r->start_ns >= a->f->until_ns) return 0;
-  }
-  if (a->n == a->cap) {
-    size_t nc = a->cap ? a->cap * 2 : 1024;
-    bf_call_record *nv = realloc(a->v, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    a->v = nv;
-    a->cap = nc;
-  }
-  a->v[a->n++] = *r;
-  return 0;
-}
 
-static int cmp_rec(const void *a, const void *b) {
-  const bf_call_record *x = a, *y = b;
-  if (x->thread_id != y->thread_id) return x->thread_id < y->thread_id ? -1 : 1;
-  if (x->start_ns != y->start_ns) return x->start_ns < y->start_ns ? -1 : 1;
-  if (x->duration_ns != y->duration_ns) return x->duration_ns > y->duration_ns ? -1 : 1;
-  return (x->depth > y->depth) - (x->depth < y->depth);
-}
 
 #define EV_MAX_DEPTH 4096
 
-static int export_evented(bf_store *s, int64_t session_id, const bf_session_info *info, recs *a, FILE *out) {
+static int export_evented(bf_store *s, int64_t session_id, const bf_session_info *info, const bf_q_records *a, FILE *out) {
   bf_thread_ref *th = NULL;
   size_t nth = 0;
   frames fr = {0};
@@ -323,7 +294,6 @@ static int export_evented(bf_store *s, int64_t session_id, const bf_session_info
     rc = -ENOMEM;
     goto out;
   }
-  qsort(a->v, a->n, sizeof *a->v, cmp_rec);
   write_head(out, session_id, info);
   int nprof = 0;
   for (size_t i = 0; i < a->n;) {
@@ -384,8 +354,8 @@ int bf_export_speedscope(bf_store *s, int64_t session_id, const bf_sample_filter
   if (bf_q_kind_of(info) != BF_Q_TRACED) {
     rc = export_timeline(s, session_id, info, f, out);
   } else {
-    recs a = {.f = f};
-    rc = bf_q_call_records(s, session_id, add_rec, &a);
+    bf_q_records a = {0};
+    rc = bf_q_call_records_sorted(s, session_id, f, &a);
     if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
     if (!rc) rc = a.n ? export_evented(s, session_id, info, &a, out) : export_paths(s, session_id, f, out);
     free(a.v);

@@ -280,3 +280,43 @@ int bf_q_trace_edges(bf_store *s, int64_t session_id, bf_trace_edge_fn fn, void 
 int bf_q_call_records(bf_store *s, int64_t session_id, bf_call_record_fn fn, void *ud) {
   return bf_store_call_records_foreach(s, session_id, fn, ud);
 }
+
+static int add_rec(void *ud, const bf_call_record *r) {
+  bf_q_records *a = ud;
+  if (a->f) {
+    if (a->f->thread_id && r->thread_id != a->f->thread_id) return 0;
+    if (r->start_ns < a->f->since_ns) return 0;
+    if (a->f->until_ns > 0 && r->start_ns >= a->f->until_ns) return 0;
+  }
+  if (a->n == a->cap) {
+    size_t nc = a->cap ? a->cap * 2 : 1024;
+    bf_call_record *nv = realloc(a->v, nc * sizeof *nv);
+    if (!nv) return -ENOMEM;
+    a->v = nv;
+    a->cap = nc;
+  }
+  a->v[a->n++] = *r;
+  return 0;
+}
+
+static int cmp_rec(const void *a, const void *b) {
+  const bf_call_record *x = a, *y = b;
+  if (x->thread_id != y->thread_id) return x->thread_id < y->thread_id ? -1 : 1;
+  if (x->start_ns != y->start_ns) return x->start_ns < y->start_ns ? -1 : 1;
+  /* enclosing call first when two start together */
+  if (x->duration_ns != y->duration_ns) return x->duration_ns > y->duration_ns ? -1 : 1;
+  return (x->depth > y->depth) - (x->depth < y->depth);
+}
+
+int bf_q_call_records_sorted(bf_store *s, int64_t session_id, const bf_sample_filter *f,
+                             bf_q_records *out) {
+  bf_q_records a = {.f = f};
+  int rc = bf_store_call_records_foreach(s, session_id, add_rec, &a);
+  if (rc) {
+    free(a.v);
+    return rc;
+  }
+  if (a.n) qsort(a.v, a.n, sizeof *a.v, cmp_rec);
+  *out = a;
+  return 0;
+}

@@ -81,4 +81,15 @@ int bf_q_trace_funcs(bf_store *s, int64_t session_id, bf_trace_func_fn fn, void 
 int bf_q_trace_edges(bf_store *s, int64_t session_id, bf_trace_edge_fn fn, void *ud);
 int bf_q_call_records(bf_store *s, int64_t session_id, bf_call_record_fn fn, void *ud);
 
+/* Call records of a session kept by f (thread; start within since/until; f may
+ * be NULL), sorted by thread, then start, the enclosing call first when two
+ * start together. OUT: *out (caller frees out->v); untouched on failure. */
+typedef struct bf_q_records {
+  bf_call_record *v;
+  size_t n, cap;
+  const bf_sample_filter *f;
+} bf_q_records;
+int bf_q_call_records_sorted(bf_store *s, int64_t session_id, const bf_sample_filter *f,
+                             bf_q_records *out);
+
 #endif
