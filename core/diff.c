@@ -95,32 +95,19 @@ static const char *stars(double p) {
   return p < 0 ? "   " : p < 0.001 ? "***" : p < 0.01 ? "** " : p < 0.05 ? "*  " : "   ";
 }
 
-int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, FILE *out) {
-  bf_diff_opts def = {0};
-  if (!o) o = &def;
-  bf_profile *pa = NULL, *pb = NULL;
-  bf_session_info *ia = NULL, *ib = NULL;
-  drow *rows = NULL;
+/* Joins the two profiles on function id into rows sorted by change.
+ * OUT: *rows_out (caller frees), *n_out. */
+static int diff_rows(const bf_profile *pa, const bf_profile *pb, drow **rows_out, size_t *n_out) {
   bf_map3 idx = {0};
-  char why[512];
-  int incompatible = bf_diff_compatible(s, a, b, why, sizeof why);
-  int rc = incompatible < 0 ? incompatible : 0;
-  if (!rc) rc = bf_profile_functions(s, a, &o->filter_a, BF_SORT_SELF, &pa);
-  if (!rc) rc = bf_profile_functions(s, b, &o->filter_b, BF_SORT_SELF, &pb);
-  if (!rc) rc = bf_store_session_get(s, a, &ia);
-  if (!rc) rc = bf_store_session_get(s, b, &ib);
-  if (rc) goto out;
-  rows = calloc(pa->n + pb->n + 1, sizeof *rows);
-  if (!rows) {
-    rc = -ENOMEM;
-    goto out;
-  }
+  drow *rows = calloc(pa->n + pb->n + 1, sizeof *rows);
+  if (!rows) return -ENOMEM;
   size_t n = 0;
   for (size_t i = 0; i < pa->n; i++) {
     rows[n].a = &pa->rows[i];
     if (bf_map3_put(&idx, pa->rows[i].function_id, 0, 0, (int64_t)n)) {
-      rc = -ENOMEM;
-      goto out;
+      bf_map3_free(&idx);
+      free(rows);
+      return -ENOMEM;
     }
     n++;
   }
@@ -131,6 +118,7 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
     else
       rows[n++].b = &pb->rows[i];
   }
+  bf_map3_free(&idx);
   int tested = !pa->traced && !pb->traced;
   double na = (double)pa->total_samples, nb = (double)pb->total_samples;
   for (size_t i = 0; i < n; i++) {
@@ -147,99 +135,126 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
     r->key = ds * 1000 + dt; /* self change first, total breaks ties */
   }
   qsort(rows, n, sizeof *rows, cmp_drow);
+  *rows_out = rows;
+  *n_out = n;
+  return 0;
+}
+
+/* What the two sides are, before the rows. */
+typedef struct diff_head {
+  const bf_session_info *ia, *ib;
+  const bf_profile *pa, *pb;
+  int incompatible, tested;
+  const char *why;
+} diff_head;
+
+static void diff_head_json(FILE *out, const bf_diff_opts *o, const diff_head *h) {
+  fputs("{\"a\":", out);
+  bf_json_session(out, h->ia);
+  fputs(",\"b\":", out);
+  bf_json_session(out, h->ib);
+  fprintf(out, ",\"comparable\":%s,\"why\":", h->incompatible ? "false" : "true");
+  bf_json_str(out, h->incompatible ? h->why : NULL);
+  fputs(",\"threshold_pp\":", out);
+  bf_json_num(out, o->threshold_pp);
+  fprintf(out, ",\"test\":\"%s\",\"functions\":[",
+          h->tested ? "two-proportion z-test on self share, two-sided" : "none (traced figures are exact)");
+}
+
+static void diff_head_text(FILE *out, const bf_diff_opts *o, const diff_head *h) {
+  const char *dim = o->color ? "\033[2m" : "";
+  const char *bo = o->color ? "\033[1m" : "", *rst = o->color ? "\033[0m" : "";
+  char la[512], lb[512];
+  bf_session_line(h->ia, 0, la, sizeof la);
+  bf_session_line(h->ib, 0, lb, sizeof lb);
+  bf_session_line_add_exe(h->ia, h->ib, la, sizeof la);
+  bf_session_line_add_exe(h->ib, h->ia, lb, sizeof lb);
+  int width = o->width > 40 ? o->width : 80;
+  fprintf(out, "%sA%s ", bo, rst);
+  bf_put_fit(out, la, width - 2);
+  fprintf(out, "\n%sB%s ", bo, rst);
+  bf_put_fit(out, lb, width - 2);
+  fputc('\n', out);
+  if (h->tested)
+    fprintf(out, "A: %lld samples, B: %lld samples\n", (long long)h->pa->total_samples,
+            (long long)h->pb->total_samples);
+  else
+    fprintf(out, "A: traced %.3f s, B: traced %.3f s (exact figures, no test)\n", (double)h->pa->total_ns / 1e9,
+            (double)h->pb->total_ns / 1e9);
+  if (h->incompatible) fprintf(out, "warning: not comparable: %s\n", h->why);
+  fprintf(out, "%s SELF A  SELF B    Δ SELF               p   Δ TOTAL  FUNCTION%s\n", dim, rst);
+}
+
+static void diff_row_json(FILE *out, const drow *r, int first) {
+  const bf_func_row *f = r->b ? r->b : r->a;
+  double ds = r->sb - r->sa, dt = r->tb - r->ta;
+  fputs(first ? "{\"qualname\":" : ",{\"qualname\":", out);
+  bf_json_str(out, f->qualname);
+  fputs(",\"file\":", out);
+  bf_json_str(out, f->file);
+  fprintf(out, ",\"firstlineno\":%lld,\"a\":", (long long)f->firstlineno);
+  json_side(out, r->a, r->sa, r->ta);
+  fputs(",\"b\":", out);
+  json_side(out, r->b, r->sb, r->tb);
+  fputs(",\"self_delta_pp\":", out);
+  bf_json_num(out, ds * 100);
+  fputs(",\"total_delta_pp\":", out);
+  bf_json_num(out, dt * 100);
+  fputs(",\"z\":", out);
+  bf_json_num(out, r->p < 0 ? NAN : r->z);
+  fputs(",\"p_value\":", out);
+  bf_json_num(out, r->p < 0 ? NAN : r->p);
+  fprintf(out, ",\"significant\":%s}", r->p < 0 ? "null" : r->p < 0.05 ? "true" : "false");
+}
+
+/* A share cell: the percentage, "0.0%" when present but never seen, "—" when absent. */
+static void share_cell(char *buf, size_t len, const bf_func_row *f, double share) {
+  if (f && f->total_samples != 0)
+    snprintf(buf, len, "%.1f%%", share * 100);
+  else
+    snprintf(buf, len, "%s", f ? "0.0%" : "—");
+}
+
+static void diff_row_text(FILE *out, const bf_diff_opts *o, const drow *r, double thr) {
+  const bf_func_row *f = r->b ? r->b : r->a;
+  double ds = r->sb - r->sa, dt = r->tb - r->ta;
+  char ca[16], cb[16], pv[16];
+  share_cell(ca, sizeof ca, r->a, r->sa);
+  share_cell(cb, sizeof cb, r->b, r->sb);
+  if (r->p < 0)
+    snprintf(pv, sizeof pv, "exact");
+  else if (r->p < 0.001)
+    snprintf(pv, sizeof pv, "<0.001");
+  else
+    snprintf(pv, sizeof pv, "%.3f", r->p);
+  const char *col = "", *rst = "";
+  if (o->color && (r->p < 0 ? fabs(ds) >= thr : r->p < 0.05) && ds != 0) {
+    col = ds > 0 ? "\033[31m" : "\033[34m";
+    rst = "\033[0m";
+  }
+  int fw = (o->width > 40 ? o->width : 80) - 51;
+  if (fw < 16) fw = 16;
+  char loc[1024];
+  bf_fit_func(loc, sizeof loc, f->qualname, f->file, f->firstlineno, fw);
+  fprintf(out, "%7s %7s %s%+7.1fpp %s%s %7s %+7.1fpp  %s\n", ca, cb, col, ds * 100, stars(r->p), rst, pv,
+          dt * 100, loc);
+}
+
+/* The rows past the threshold, up to the limit, then the footer. */
+static void diff_body(FILE *out, const bf_diff_opts *o, const drow *rows, size_t n) {
   size_t limit = o->limit > 0 ? (size_t)o->limit : o->json ? n : 25, shown = 0, hidden = 0;
   double thr = o->threshold_pp / 100.0;
-  if (o->json) {
-    fputs("{\"a\":", out);
-    bf_json_session(out, ia);
-    fputs(",\"b\":", out);
-    bf_json_session(out, ib);
-    fprintf(out, ",\"comparable\":%s,\"why\":", incompatible ? "false" : "true");
-    bf_json_str(out, incompatible ? why : NULL);
-    fputs(",\"threshold_pp\":", out);
-    bf_json_num(out, o->threshold_pp);
-    fprintf(out, ",\"test\":\"%s\",\"functions\":[",
-            tested ? "two-proportion z-test on self share, two-sided" : "none (traced figures are exact)");
-  } else {
-    const char *dim = o->color ? "\033[2m" : "";
-    const char *bo = o->color ? "\033[1m" : "", *rst = o->color ? "\033[0m" : "";
-    char la[512], lb[512];
-    bf_session_line(ia, 0, la, sizeof la);
-    bf_session_line(ib, 0, lb, sizeof lb);
-    bf_session_line_add_exe(ia, ib, la, sizeof la);
-    bf_session_line_add_exe(ib, ia, lb, sizeof lb);
-    int width = o->width > 40 ? o->width : 80;
-    fprintf(out, "%sA%s ", bo, rst);
-    bf_put_fit(out, la, width - 2);
-    fprintf(out, "\n%sB%s ", bo, rst);
-    bf_put_fit(out, lb, width - 2);
-    fputc('\n', out);
-    if (tested)
-      fprintf(out, "A: %lld samples, B: %lld samples\n", (long long)pa->total_samples, (long long)pb->total_samples);
-    else
-      fprintf(out, "A: traced %.3f s, B: traced %.3f s (exact figures, no test)\n", (double)pa->total_ns / 1e9,
-              (double)pb->total_ns / 1e9);
-    if (incompatible) fprintf(out, "warning: not comparable: %s\n", why);
-    fprintf(out, "%s SELF A  SELF B    Δ SELF               p   Δ TOTAL  FUNCTION%s\n", dim, rst);
-  }
   for (size_t i = 0; i < n; i++) {
-    drow *r = &rows[i];
+    const drow *r = &rows[i];
     double ds = r->sb - r->sa, dt = r->tb - r->ta;
-    if (fabs(ds) < thr && fabs(dt) < thr && !(thr == 0)) {
+    if ((fabs(ds) < thr && fabs(dt) < thr && !(thr == 0)) || shown >= limit) {
       hidden++;
       continue;
     }
-    if (shown >= limit) {
-      hidden++;
-      continue;
-    }
-    const bf_func_row *f = r->b ? r->b : r->a;
-    if (o->json) {
-      fputs(shown ? ",{\"qualname\":" : "{\"qualname\":", out);
-      bf_json_str(out, f->qualname);
-      fputs(",\"file\":", out);
-      bf_json_str(out, f->file);
-      fprintf(out, ",\"firstlineno\":%lld,\"a\":", (long long)f->firstlineno);
-      json_side(out, r->a, r->sa, r->ta);
-      fputs(",\"b\":", out);
-      json_side(out, r->b, r->sb, r->tb);
-      fputs(",\"self_delta_pp\":", out);
-      bf_json_num(out, ds * 100);
-      fputs(",\"total_delta_pp\":", out);
-      bf_json_num(out, dt * 100);
-      fputs(",\"z\":", out);
-      bf_json_num(out, r->p < 0 ? NAN : r->z);
-      fputs(",\"p_value\":", out);
-      bf_json_num(out, r->p < 0 ? NAN : r->p);
-      fprintf(out, ",\"significant\":%s}", r->p < 0 ? "null" : r->p < 0.05 ? "true" : "false");
-    } else {
-      char ca[16], cb[16], pv[16];
-      if (r->a && (r->a->total_samples != 0))
-        snprintf(ca, sizeof ca, "%.1f%%", r->sa * 100);
-      else
-        snprintf(ca, sizeof ca, "%s", r->a ? "0.0%" : "—");
-      if (r->b && (r->b->total_samples != 0))
-        snprintf(cb, sizeof cb, "%.1f%%", r->sb * 100);
-      else
-        snprintf(cb, sizeof cb, "%s", r->b ? "0.0%" : "—");
-      if (r->p < 0)
-        snprintf(pv, sizeof pv, "exact");
-      else if (r->p < 0.001)
-        snprintf(pv, sizeof pv, "<0.001");
-      else
-        snprintf(pv, sizeof pv, "%.3f", r->p);
-      const char *col = "", *rst = "";
-      if (o->color && (r->p < 0 ? fabs(ds) >= thr : r->p < 0.05) && ds != 0) {
-        col = ds > 0 ? "\033[31m" : "\033[34m";
-        rst = "\033[0m";
-      }
-      int fw = (o->width > 40 ? o->width : 80) - 51;
-      if (fw < 16) fw = 16;
-      char loc[1024];
-      bf_fit_func(loc, sizeof loc, f->qualname, f->file, f->firstlineno, fw);
-      fprintf(out, "%7s %7s %s%+7.1fpp %s%s %7s %+7.1fpp  %s\n", ca, cb, col, ds * 100, stars(r->p), rst, pv,
-              dt * 100, loc);
-    }
+    if (o->json)
+      diff_row_json(out, r, shown == 0);
+    else
+      diff_row_text(out, o, r, thr);
     shown++;
   }
   if (o->json) {
@@ -250,9 +265,32 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
       fprintf(out, "%zu more below %.1f pp or past --limit\n", hidden, o->threshold_pp);
     fputs("— = not observed; * p<0.05 ** p<0.01 *** p<0.001 (two-proportion z-test)\n", out);
   }
+}
+
+int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, FILE *out) {
+  bf_diff_opts def = {0};
+  if (!o) o = &def;
+  bf_profile *pa = NULL, *pb = NULL;
+  bf_session_info *ia = NULL, *ib = NULL;
+  drow *rows = NULL;
+  size_t n = 0;
+  char why[512];
+  int incompatible = bf_diff_compatible(s, a, b, why, sizeof why);
+  int rc = incompatible < 0 ? incompatible : 0;
+  if (!rc) rc = bf_profile_functions(s, a, &o->filter_a, BF_SORT_SELF, &pa);
+  if (!rc) rc = bf_profile_functions(s, b, &o->filter_b, BF_SORT_SELF, &pb);
+  if (!rc) rc = bf_store_session_get(s, a, &ia);
+  if (!rc) rc = bf_store_session_get(s, b, &ib);
+  if (!rc) rc = diff_rows(pa, pb, &rows, &n);
+  if (rc) goto out;
+  diff_head h = {ia, ib, pa, pb, incompatible, !pa->traced && !pb->traced, why};
+  if (o->json)
+    diff_head_json(out, o, &h);
+  else
+    diff_head_text(out, o, &h);
+  diff_body(out, o, rows, n);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
-  bf_map3_free(&idx);
   free(rows);
   bf_profile_free(pa);
   bf_profile_free(pb);
