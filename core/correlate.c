@@ -244,6 +244,73 @@ void bf_session_line_add_exe(const bf_session_info *in, const bf_session_info *o
 
 static int is_kind(const bf_session_info *in, const char *k) { return in->kind && strcmp(in->kind, k) == 0; }
 
+/* The wall or CPU time the sampled session's shares are fractions of. */
+static double join_budget(const bf_join *j, const bf_session_info *si, const bf_profile *sp, size_t nth) {
+  int cpu = strcmp(j->clock, "cpu") == 0;
+  if (cpu && sp->total_weight > (double)sp->total_samples) return sp->total_weight; /* weights are CPU ns */
+  if (is_kind(si, "sampled") && si->achieved_rate_hz > 0)
+    /* one sample per thread per tick: each stands for one tick interval of
+     * that thread's wall time, whatever the thread's lifetime */
+    return (double)sp->total_samples * 1e9 / si->achieved_rate_hz;
+  return (double)j->sampled_duration_ns * (double)(nth ? nth : 1);
+}
+
+/* The exact figures of traced row t on joined row o. */
+static void join_traced_figures(bf_join_row *o, const bf_func_row *t) {
+  o->traced = 1;
+  o->calls = t->calls;
+  o->primitive_calls = t->primitive_calls;
+  o->self_ns = t->self_ns;
+  o->total_ns = t->total_ns;
+  o->traced_self_share = t->self_share;
+  int64_t pc = t->primitive_calls > 0 ? t->primitive_calls : t->calls;
+  o->per_call_ns = pc > 0 && t->total_ns > 0 ? (double)t->total_ns / (double)pc : NAN;
+}
+
+/* Row o from sampled row r and, when traced too, traced row t (else NULL).
+ * A function seen by both adds its (sampled self share, traced self ns)
+ * pair to xs/ys for the rank correlation. */
+static void join_sampled_row(bf_join *j, bf_join_row *o, const bf_func_row *r, const bf_func_row *t, double *xs,
+                             double *ys) {
+  o->file = r->file;
+  o->qualname = r->qualname;
+  o->firstlineno = r->firstlineno;
+  o->observed = r->total_samples > 0 || r->total_weight > 0;
+  o->self_samples = r->self_samples;
+  o->total_samples = r->total_samples;
+  o->self_share = r->self_share;
+  o->total_share = r->total_share;
+  o->self_lo = r->self_lo;
+  o->self_hi = r->self_hi;
+  o->total_lo = r->total_lo;
+  o->total_hi = r->total_hi;
+  o->sampled_ns = r->total_share * j->budget_ns;
+  o->calls = o->primitive_calls = o->self_ns = o->total_ns = -1;
+  o->per_call_ns = o->calls_per_s = o->traced_self_share = NAN;
+  if (!t) return;
+  join_traced_figures(o, t);
+  if (o->observed && isfinite(o->per_call_ns) && j->sampled_duration_ns > 0)
+    o->calls_per_s = (o->sampled_ns / o->per_call_ns) / ((double)j->sampled_duration_ns / 1e9);
+  if (o->observed) {
+    xs[j->n_both] = o->self_share;
+    ys[j->n_both] = (double)t->self_ns;
+    j->n_both++;
+  }
+}
+
+/* Row o from a traced function the sampler never saw. */
+static void join_traced_row(bf_join_row *o, const bf_func_row *t) {
+  o->file = t->file;
+  o->qualname = t->qualname;
+  o->firstlineno = t->firstlineno;
+  o->observed = 0;
+  o->self_samples = o->total_samples = -1;
+  o->self_share = o->total_share = o->self_lo = o->self_hi = o->total_lo = o->total_hi = NAN;
+  o->sampled_ns = NAN;
+  join_traced_figures(o, t);
+  o->calls_per_s = NAN;
+}
+
 int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join **out) {
   *out = NULL;
   bf_session_info *si = NULL, *ti = NULL;
@@ -285,15 +352,7 @@ int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join
   j->traced_ns = tp->total_ns;
   snprintf(j->clock_buf, sizeof j->clock_buf, "%s", si->clock ? si->clock : "wall");
   j->clock = j->clock_buf;
-  int cpu = strcmp(j->clock, "cpu") == 0;
-  if (cpu && sp->total_weight > (double)sp->total_samples)
-    j->budget_ns = sp->total_weight; /* weights are CPU ns */
-  else if (is_kind(si, "sampled") && si->achieved_rate_hz > 0)
-    /* one sample per thread per tick: each stands for one tick interval of
-     * that thread's wall time, whatever the thread's lifetime */
-    j->budget_ns = (double)sp->total_samples * 1e9 / si->achieved_rate_hz;
-  else
-    j->budget_ns = (double)j->sampled_duration_ns * (double)(nth ? nth : 1);
+  j->budget_ns = join_budget(j, si, sp, nth);
 
   /* function ids are interned once per database, so they are the identity */
   bf_map3 tmap = {0};
@@ -307,64 +366,13 @@ int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join
   }
   size_t n = 0;
   for (size_t i = 0; i < sp->n; i++) {
-    const bf_func_row *r = &sp->rows[i];
-    bf_join_row *o = &j->rows[n++];
-    o->file = r->file;
-    o->qualname = r->qualname;
-    o->firstlineno = r->firstlineno;
-    o->observed = r->total_samples > 0 || r->total_weight > 0;
-    o->self_samples = r->self_samples;
-    o->total_samples = r->total_samples;
-    o->self_share = r->self_share;
-    o->total_share = r->total_share;
-    o->self_lo = r->self_lo;
-    o->self_hi = r->self_hi;
-    o->total_lo = r->total_lo;
-    o->total_hi = r->total_hi;
-    o->sampled_ns = r->total_share * j->budget_ns;
-    o->calls = o->primitive_calls = o->self_ns = o->total_ns = -1;
-    o->per_call_ns = o->calls_per_s = o->traced_self_share = NAN;
-    int64_t *hit = bf_map3_get(&tmap, r->function_id, 0, 0);
-    if (hit) {
-      const bf_func_row *t = &tp->rows[*hit];
-      tidx[*hit] = 1;
-      o->traced = 1;
-      o->calls = t->calls;
-      o->primitive_calls = t->primitive_calls;
-      o->self_ns = t->self_ns;
-      o->total_ns = t->total_ns;
-      o->traced_self_share = t->self_share;
-      int64_t pc = t->primitive_calls > 0 ? t->primitive_calls : t->calls;
-      if (pc > 0 && t->total_ns > 0) o->per_call_ns = (double)t->total_ns / (double)pc;
-      if (o->observed && isfinite(o->per_call_ns) && j->sampled_duration_ns > 0)
-        o->calls_per_s = (o->sampled_ns / o->per_call_ns) / ((double)j->sampled_duration_ns / 1e9);
-      if (o->observed) {
-        xs[j->n_both] = o->self_share;
-        ys[j->n_both] = (double)t->self_ns;
-        j->n_both++;
-      }
-    }
+    int64_t *hit = bf_map3_get(&tmap, sp->rows[i].function_id, 0, 0);
+    if (hit) tidx[*hit] = 1;
+    join_sampled_row(j, &j->rows[n++], &sp->rows[i], hit ? &tp->rows[*hit] : NULL, xs, ys);
   }
   for (size_t i = 0; i < tp->n; i++) {
     if (tidx[i]) continue;
-    const bf_func_row *t = &tp->rows[i];
-    bf_join_row *o = &j->rows[n++];
-    o->file = t->file;
-    o->qualname = t->qualname;
-    o->firstlineno = t->firstlineno;
-    o->observed = 0;
-    o->self_samples = o->total_samples = -1;
-    o->self_share = o->total_share = o->self_lo = o->self_hi = o->total_lo = o->total_hi = NAN;
-    o->sampled_ns = NAN;
-    o->traced = 1;
-    o->calls = t->calls;
-    o->primitive_calls = t->primitive_calls;
-    o->self_ns = t->self_ns;
-    o->total_ns = t->total_ns;
-    o->traced_self_share = t->self_share;
-    int64_t pc = t->primitive_calls > 0 ? t->primitive_calls : t->calls;
-    o->per_call_ns = pc > 0 && t->total_ns > 0 ? (double)t->total_ns / (double)pc : NAN;
-    o->calls_per_s = NAN;
+    join_traced_row(&j->rows[n++], &tp->rows[i]);
   }
   bf_map3_free(&tmap);
   j->n = n;
