@@ -26,6 +26,12 @@ typedef struct hm {
   int64_t *bcount;
   int64_t nsamples;
   int err;
+  /* the ranking, once filled */
+  struct rank *rk;
+  size_t top;            /* rows shown */
+  double all, hottest;   /* all value; hottest cell relative to its bucket */
+  double bucket_s, t0_s;
+  int label_w, width;
 } hm;
 
 static int range_pass(void *ud, const bf_sample *smp) {
@@ -110,6 +116,137 @@ static void shade(FILE *out, double x, int color) {
   fputs(ch[k > 4 ? 4 : k], out);
 }
 
+static int hm_json(hm *h, const bf_session_info *info, FILE *out) {
+  int rc = 0;
+  fputs("{\"session\":", out);
+  bf_json_session(out, info);
+  fprintf(out, ",\"value\":\"%s\",\"start_s\":", h->by_weight ? "weight" : "samples");
+  bf_json_num(out, h->t0_s);
+  fputs(",\"bucket_s\":", out);
+  bf_json_num(out, h->bucket_s);
+  fputs(",\"bucket_samples\":[", out);
+  for (int b = 0; b < h->nb; b++) fprintf(out, b ? ",%lld" : "%lld", (long long)h->bcount[b]);
+  fputs("],\"functions\":[", out);
+  for (size_t r = 0; r < h->top; r++) {
+    bf_function_ref ref;
+    if ((rc = bf_store_function_get(h->s, h->fids[h->rk[r].idx], &ref))) return rc;
+    fputs(r ? ",{\"qualname\":" : "{\"qualname\":", out);
+    bf_json_str(out, ref.qualname);
+    fputs(",\"file\":", out);
+    bf_json_str(out, ref.file);
+    fprintf(out, ",\"firstlineno\":%lld,\"self_share\":", (long long)ref.firstlineno);
+    bf_json_num(out, h->all > 0 ? h->rk[r].sum / h->all : 0);
+    fputs(",\"cells\":[", out);
+    for (int b = 0; b < h->nb; b++) {
+      if (b) fputc(',', out);
+      bf_json_num(out, h->btot[b] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)b] / h->btot[b] : 0);
+    }
+    fputs("]}", out);
+  }
+  fputs("]}\n", out);
+  return rc;
+}
+
+static int hm_html(hm *h, const bf_session_info *info, int64_t session_id, FILE *out) {
+  int rc = 0;
+  char sub[1024];
+  bf_session_line(info, 1, sub, sizeof sub);
+  fputs("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+        "<title>bifocal heatmap</title><style>"
+        "body{font:13px/1.4 system-ui,sans-serif;margin:14px;color:#222}h1{font-size:16px;margin:0}"
+        ".sub{color:#555;font-size:12px;margin-bottom:10px}table{border-collapse:collapse}"
+        "td{padding:0;height:20px}td.c{width:14px;border:1px solid #fff}"
+        "td.n{padding:0 10px 0 0;font:12px ui-monospace,Menlo,monospace;white-space:nowrap;text-align:right}"
+        "td.s{padding:0 0 0 8px;font:12px ui-monospace,monospace;color:#555}"
+        ".axis td{font-size:11px;color:#666;height:auto}.legend{margin-top:10px;font-size:12px;color:#555}"
+        "</style></head><body><h1>bifocal heatmap — session ",
+        out);
+  fprintf(out, "%lld</h1><div class=\"sub\">", (long long)session_id);
+  bf_html_str(out, sub);
+  fprintf(out, " · %lld samples · %d buckets of %.3g s · cell = the function's self share of the bucket</div><table>",
+          (long long)h->nsamples, h->nb, h->bucket_s);
+  for (size_t r = 0; r < h->top; r++) {
+    bf_function_ref ref;
+    if ((rc = bf_store_function_get(h->s, h->fids[h->rk[r].idx], &ref))) return rc;
+    fputs("<tr><td class=\"n\" title=\"", out);
+    bf_html_str(out, ref.file);
+    fprintf(out, ":%lld\">", (long long)ref.firstlineno);
+    bf_html_str(out, ref.qualname);
+    fputs("</td>", out);
+    for (int b = 0; b < h->nb; b++) {
+      double x = h->btot[b] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)b] / h->btot[b] : 0;
+      double a = h->hottest > 0 ? x / h->hottest : 0;
+      fprintf(out, "<td class=\"c\" style=\"background:rgba(214,39,40,%.3f)\" title=\"", a < 0.03 && x > 0 ? 0.03 : a);
+      bf_html_str(out, ref.qualname);
+      fprintf(out, " · %.2f–%.2f s · %.1f%% of %lld samples\"></td>", h->t0_s + b * h->bucket_s, h->t0_s + (b + 1) * h->bucket_s,
+              x * 100, (long long)h->bcount[b]);
+    }
+    fprintf(out, "<td class=\"s\">%.1f%%</td></tr>\n", h->all > 0 ? 100 * h->rk[r].sum / h->all : 0);
+  }
+  fprintf(out, "<tr class=\"axis\"><td></td><td colspan=\"%d\">%.1f s</td><td colspan=\"%d\" style=\"text-align:right\">"
+               "%.1f s</td><td></td></tr></table>",
+          h->nb / 2, h->t0_s, h->nb - h->nb / 2, h->t0_s + h->nb * h->bucket_s);
+  fprintf(out, "<div class=\"legend\">Darkest cell = %.1f%% of its bucket. Right column: self share over the whole "
+               "window.</div></body></html>\n", h->hottest * 100);
+  return rc;
+}
+
+static int hm_text(hm *h, const bf_view_opts *o, const bf_session_info *info, FILE *out) {
+  int rc = 0;
+  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+  char sub[1024];
+  bf_session_line(info, 0, sub, sizeof sub);
+  char head[1100];
+  snprintf(head, sizeof head, "heatmap · %s", sub);
+  fputs(b, out);
+  bf_put_fit(out, head, h->width);
+  fprintf(out, "%s\n", rst);
+  fprintf(out, "%s%lld samples; cell = self share of its %.3g s bucket, darkest %.1f%%%s\n", dim,
+          (long long)h->nsamples, h->bucket_s, h->hottest * 100, rst);
+  for (size_t r = 0; r < h->top; r++) {
+    bf_function_ref ref;
+    if ((rc = bf_store_function_get(h->s, h->fids[h->rk[r].idx], &ref))) return rc;
+    size_t ql = strlen(ref.qualname);
+    const char *q = ql > (size_t)h->label_w ? ref.qualname + ql - h->label_w + 1 : ref.qualname;
+    fprintf(out, "%s%*s ", ql > (size_t)h->label_w ? "…" : "", ql > (size_t)h->label_w ? h->label_w - 1 : h->label_w, q);
+    for (int k = 0; k < h->nb; k++) {
+      double x = h->btot[k] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)k] / h->btot[k] : 0;
+      shade(out, h->hottest > 0 ? x / h->hottest : 0, o->color);
+    }
+    fprintf(out, " %5.1f%%\n", h->all > 0 ? 100 * h->rk[r].sum / h->all : 0);
+  }
+  char l[32], rgt[32];
+  snprintf(l, sizeof l, "%.1fs", h->t0_s);
+  snprintf(rgt, sizeof rgt, "%.1fs", h->t0_s + h->nb * h->bucket_s);
+  fprintf(out, "%s%*s %-*s%s%s\n", dim, h->label_w, "", h->nb - (int)strlen(rgt), l, rgt, rst);
+  if (h->top < h->nfn) fprintf(out, "%s… %zu more functions (use --limit)%s\n", dim, h->nfn - h->top, rst);
+  return rc;
+}
+
+/* Ranks the functions by self value over the window and finds the hottest
+ * cell among the shown rows. */
+static int hm_rank(hm *h, const bf_view_opts *o) {
+  for (int b = 0; b < h->nb; b++) h->all += h->btot[b];
+  h->rk = calloc(h->nfn ? h->nfn : 1, sizeof *h->rk);
+  if (!h->rk) return -ENOMEM;
+  for (size_t i = 0; i < h->nfn; i++) {
+    h->rk[i].idx = i;
+    for (int b = 0; b < h->nb; b++) h->rk[i].sum += h->cells[i * (size_t)h->nb + (size_t)b];
+  }
+  qsort(h->rk, h->nfn, sizeof *h->rk, cmp_rank);
+  h->top = o->limit > 0 ? (size_t)o->limit : 12;
+  if (h->top > h->nfn) h->top = h->nfn;
+  for (size_t r = 0; r < h->top; r++)
+    for (int b = 0; b < h->nb; b++) {
+      double x = h->btot[b] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)b] / h->btot[b] : 0;
+      if (x > h->hottest) h->hottest = x;
+    }
+  h->bucket_s = (double)h->bucket_ns / 1e9;
+  h->t0_s = (double)h->t0 / 1e9;
+  return 0;
+}
+
 int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_view_opts def = {0};
   if (!o) o = &def;
@@ -117,7 +254,6 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
   int rc = bf_store_session_get(s, session_id, &info);
   if (rc) return rc;
   hm h = {.s = s};
-  rank *rk = NULL;
   if ((bf_q_kind_of(info) == BF_Q_TRACED)) {
     rc = bf_store_fail(s, -ENODATA,
                        "session %lld is traced: it has no samples over time for a heatmap (see --view functions, "
@@ -137,9 +273,9 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
                        (bf_q_kind_of(info) == BF_Q_IMPORTED) ? " (collapsed imports carry none)" : "");
     goto out;
   }
-  int width = o->width > 40 ? o->width : 80;
-  int label_w = width >= 100 ? 32 : 22;
-  h.nb = o->buckets ? o->buckets : o->html || o->json ? 60 : width - label_w - 9;
+  h.width = o->width > 40 ? o->width : 80;
+  h.label_w = h.width >= 100 ? 32 : 22;
+  h.nb = o->buckets ? o->buckets : o->html || o->json ? 60 : h.width - h.label_w - 9;
   if (h.nb > 200 && !o->buckets) h.nb = 200;
   if (h.nb < 2) h.nb = 2;
   h.by_weight = bf_q_by_weight(info);
@@ -151,127 +287,16 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
     goto out;
   }
   if ((rc = bf_q_timeline_foreach(s, session_id, &o->filter, fill_pass, &h))) goto out;
-  double all = 0;
-  for (int b = 0; b < h.nb; b++) all += h.btot[b];
-  rk = calloc(h.nfn ? h.nfn : 1, sizeof *rk);
-  if (!rk) {
-    rc = -ENOMEM;
-    goto out;
-  }
-  for (size_t i = 0; i < h.nfn; i++) {
-    rk[i].idx = i;
-    for (int b = 0; b < h.nb; b++) rk[i].sum += h.cells[i * (size_t)h.nb + (size_t)b];
-  }
-  qsort(rk, h.nfn, sizeof *rk, cmp_rank);
-  size_t top = o->limit > 0 ? (size_t)o->limit : 12;
-  if (top > h.nfn) top = h.nfn;
-  double hottest = 0;
-  for (size_t r = 0; r < top; r++)
-    for (int b = 0; b < h.nb; b++) {
-      double x = h.btot[b] > 0 ? h.cells[rk[r].idx * (size_t)h.nb + (size_t)b] / h.btot[b] : 0;
-      if (x > hottest) hottest = x;
-    }
-  double bucket_s = (double)h.bucket_ns / 1e9, t0_s = (double)h.t0 / 1e9;
-  if (o->json) {
-    fputs("{\"session\":", out);
-    bf_json_session(out, info);
-    fprintf(out, ",\"value\":\"%s\",\"start_s\":", h.by_weight ? "weight" : "samples");
-    bf_json_num(out, t0_s);
-    fputs(",\"bucket_s\":", out);
-    bf_json_num(out, bucket_s);
-    fputs(",\"bucket_samples\":[", out);
-    for (int b = 0; b < h.nb; b++) fprintf(out, b ? ",%lld" : "%lld", (long long)h.bcount[b]);
-    fputs("],\"functions\":[", out);
-    for (size_t r = 0; r < top; r++) {
-      bf_function_ref ref;
-      if ((rc = bf_store_function_get(s, h.fids[rk[r].idx], &ref))) goto out;
-      fputs(r ? ",{\"qualname\":" : "{\"qualname\":", out);
-      bf_json_str(out, ref.qualname);
-      fputs(",\"file\":", out);
-      bf_json_str(out, ref.file);
-      fprintf(out, ",\"firstlineno\":%lld,\"self_share\":", (long long)ref.firstlineno);
-      bf_json_num(out, all > 0 ? rk[r].sum / all : 0);
-      fputs(",\"cells\":[", out);
-      for (int b = 0; b < h.nb; b++) {
-        if (b) fputc(',', out);
-        bf_json_num(out, h.btot[b] > 0 ? h.cells[rk[r].idx * (size_t)h.nb + (size_t)b] / h.btot[b] : 0);
-      }
-      fputs("]}", out);
-    }
-    fputs("]}\n", out);
-  } else if (o->html) {
-    char sub[1024];
-    bf_session_line(info, 1, sub, sizeof sub);
-    fputs("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-          "<title>bifocal heatmap</title><style>"
-          "body{font:13px/1.4 system-ui,sans-serif;margin:14px;color:#222}h1{font-size:16px;margin:0}"
-          ".sub{color:#555;font-size:12px;margin-bottom:10px}table{border-collapse:collapse}"
-          "td{padding:0;height:20px}td.c{width:14px;border:1px solid #fff}"
-          "td.n{padding:0 10px 0 0;font:12px ui-monospace,Menlo,monospace;white-space:nowrap;text-align:right}"
-          "td.s{padding:0 0 0 8px;font:12px ui-monospace,monospace;color:#555}"
-          ".axis td{font-size:11px;color:#666;height:auto}.legend{margin-top:10px;font-size:12px;color:#555}"
-          "</style></head><body><h1>bifocal heatmap — session ",
-          out);
-    fprintf(out, "%lld</h1><div class=\"sub\">", (long long)session_id);
-    bf_html_str(out, sub);
-    fprintf(out, " · %lld samples · %d buckets of %.3g s · cell = the function's self share of the bucket</div><table>",
-            (long long)h.nsamples, h.nb, bucket_s);
-    for (size_t r = 0; r < top; r++) {
-      bf_function_ref ref;
-      if ((rc = bf_store_function_get(s, h.fids[rk[r].idx], &ref))) goto out;
-      fputs("<tr><td class=\"n\" title=\"", out);
-      bf_html_str(out, ref.file);
-      fprintf(out, ":%lld\">", (long long)ref.firstlineno);
-      bf_html_str(out, ref.qualname);
-      fputs("</td>", out);
-      for (int b = 0; b < h.nb; b++) {
-        double x = h.btot[b] > 0 ? h.cells[rk[r].idx * (size_t)h.nb + (size_t)b] / h.btot[b] : 0;
-        double a = hottest > 0 ? x / hottest : 0;
-        fprintf(out, "<td class=\"c\" style=\"background:rgba(214,39,40,%.3f)\" title=\"", a < 0.03 && x > 0 ? 0.03 : a);
-        bf_html_str(out, ref.qualname);
-        fprintf(out, " · %.2f–%.2f s · %.1f%% of %lld samples\"></td>", t0_s + b * bucket_s, t0_s + (b + 1) * bucket_s,
-                x * 100, (long long)h.bcount[b]);
-      }
-      fprintf(out, "<td class=\"s\">%.1f%%</td></tr>\n", all > 0 ? 100 * rk[r].sum / all : 0);
-    }
-    fprintf(out, "<tr class=\"axis\"><td></td><td colspan=\"%d\">%.1f s</td><td colspan=\"%d\" style=\"text-align:right\">"
-                 "%.1f s</td><td></td></tr></table>",
-            h.nb / 2, t0_s, h.nb - h.nb / 2, t0_s + h.nb * bucket_s);
-    fprintf(out, "<div class=\"legend\">Darkest cell = %.1f%% of its bucket. Right column: self share over the whole "
-                 "window.</div></body></html>\n", hottest * 100);
-  } else {
-    const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
-    char sub[1024];
-    bf_session_line(info, 0, sub, sizeof sub);
-    char head[1100];
-    snprintf(head, sizeof head, "heatmap · %s", sub);
-    fputs(b, out);
-    bf_put_fit(out, head, width);
-    fprintf(out, "%s\n", rst);
-    fprintf(out, "%s%lld samples; cell = self share of its %.3g s bucket, darkest %.1f%%%s\n", dim,
-            (long long)h.nsamples, bucket_s, hottest * 100, rst);
-    for (size_t r = 0; r < top; r++) {
-      bf_function_ref ref;
-      if ((rc = bf_store_function_get(s, h.fids[rk[r].idx], &ref))) goto out;
-      size_t ql = strlen(ref.qualname);
-      const char *q = ql > (size_t)label_w ? ref.qualname + ql - label_w + 1 : ref.qualname;
-      fprintf(out, "%s%*s ", ql > (size_t)label_w ? "…" : "", ql > (size_t)label_w ? label_w - 1 : label_w, q);
-      for (int k = 0; k < h.nb; k++) {
-        double x = h.btot[k] > 0 ? h.cells[rk[r].idx * (size_t)h.nb + (size_t)k] / h.btot[k] : 0;
-        shade(out, hottest > 0 ? x / hottest : 0, o->color);
-      }
-      fprintf(out, " %5.1f%%\n", all > 0 ? 100 * rk[r].sum / all : 0);
-    }
-    char l[32], rgt[32];
-    snprintf(l, sizeof l, "%.1fs", t0_s);
-    snprintf(rgt, sizeof rgt, "%.1fs", t0_s + h.nb * bucket_s);
-    fprintf(out, "%s%*s %-*s%s%s\n", dim, label_w, "", h.nb - (int)strlen(rgt), l, rgt, rst);
-    if (top < h.nfn) fprintf(out, "%s… %zu more functions (use --limit)%s\n", dim, h.nfn - top, rst);
-  }
+  if ((rc = hm_rank(&h, o))) goto out;
+  if (o->json)
+    rc = hm_json(&h, info, out);
+  else if (o->html)
+    rc = hm_html(&h, info, session_id, out);
+  else
+    rc = hm_text(&h, o, info, out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
-  free(rk);
+  free(h.rk);
   free(h.fids);
   free(h.cells);
   free(h.btot);
