@@ -98,6 +98,93 @@ static void json_tstat(FILE *out, const tstat *t) {
   bf_json_num(out, t->samples ? (double)t->gc / (double)t->samples : 0);
 }
 
+/* The view as JSON. th: the session's threads (g->t is parallel to it). */
+static int gil_json(gil *g, const bf_thread_ref *th, const tstat *all, size_t top, const bf_session_info *info,
+                    FILE *out) {
+  int rc = 0;
+  fputs("{\"session\":", out);
+  bf_json_session(out, info);
+  fputs(",\"definitions\":{\"gil\":\"thread held the GIL\",\"waiting\":\"neither holding the GIL nor idle\","
+        "\"on_cpu\":\"running on a CPU\",\"idle\":\"blocked, sleeping or waiting on I/O\"},\"threads\":[",
+        out);
+  int first = 1;
+  for (size_t i = 0; i < g->nt; i++) {
+    if (!g->t[i].samples) continue;
+    fputs(first ? "{\"native_tid\":" : ",{\"native_tid\":", out);
+    first = 0;
+    fprintf(out, "%lld,\"name\":", (long long)th[i].native_tid);
+    bf_json_str(out, th[i].name);
+    json_tstat(out, &g->t[i]);
+    fputc('}', out);
+  }
+  fputs("],\"all\":{\"name\":\"all threads\"", out);
+  json_tstat(out, all);
+  fprintf(out, "},\"gil_samples\":%lld,\"gil_holders\":[", (long long)g->gil_total);
+  for (size_t i = 0; i < top; i++) {
+    bf_function_ref ref;
+    if ((rc = bf_store_function_get(g->s, g->fn[i][0], &ref))) return rc;
+    fputs(i ? ",{\"qualname\":" : "{\"qualname\":", out);
+    bf_json_str(out, ref.qualname);
+    fputs(",\"file\":", out);
+    bf_json_str(out, ref.file);
+    fprintf(out, ",\"firstlineno\":%lld,\"samples\":%lld,\"share\":", (long long)ref.firstlineno,
+            (long long)g->fn[i][1]);
+    bf_json_num(out, g->gil_total ? (double)g->fn[i][1] / (double)g->gil_total : 0);
+    fputc('}', out);
+  }
+  fputs("]}\n", out);
+  return rc;
+}
+
+/* The view as a table for the terminal. */
+static int gil_text(gil *g, const bf_thread_ref *th, const tstat *all, size_t top, const bf_session_info *info,
+                    const bf_view_opts *o, FILE *out) {
+  int rc = 0;
+  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+  char sub[1024];
+  bf_session_line(info, 0, sub, sizeof sub);
+  char head[1100];
+  snprintf(head, sizeof head, "GIL · %s", sub);
+  fputs(b, out);
+  bf_put_fit(out, head, o->width > 40 ? o->width : 80);
+  fprintf(out, "%s\n%s%lld samples%s\n", rst, dim, (long long)all->samples, rst);
+  fprintf(out, "%s%-26s %8s %6s %8s %7s %6s %5s%s\n", dim, "THREAD", "SAMPLES", "GIL", "WAITING", "ON CPU", "IDLE",
+          "GC", rst);
+  for (size_t i = 0; i <= g->nt; i++) {
+    const tstat *t = i < g->nt ? &g->t[i] : all;
+    if (i < g->nt && !t->samples) continue;
+    char lb[256];
+    if (i < g->nt) {
+      bf_wthread lt = {.id = th[i].id, .native_tid = th[i].native_tid, .name = th[i].name};
+      bf_wthread_label(&lt, lb, sizeof lb);
+    } else {
+      snprintf(lb, sizeof lb, "all threads");
+    }
+    fprintf(out, "%s%-26.26s %8lld %5.1f%% %7.1f%% %6.1f%% %5.1f%% %4.1f%%%s\n", i == g->nt ? b : "", lb,
+            (long long)t->samples, pc(t->gil, t->samples), pc(t->waiting, t->samples), pc(t->on_cpu, t->samples),
+            pc(t->idle, t->samples), pc(t->gc, t->samples), i == g->nt ? rst : "");
+  }
+  fprintf(out, "%swaiting = neither holding the GIL nor idle; %s%s\n", dim,
+          bf_q_clock_of(info) == BF_Q_CPU ? "cpu clock: idle threads are not sampled"
+                                                         : "shares of each thread's samples",
+          rst);
+  fprintf(out, "\n%sFunctions holding the GIL most%s (leaf frame, %lld GIL samples)\n", b, rst,
+          (long long)g->gil_total);
+  for (size_t i = 0; i < top; i++) {
+    bf_function_ref ref;
+    if ((rc = bf_store_function_get(g->s, g->fn[i][0], &ref))) return rc;
+    double lo, hi;
+    bf_wilson((double)g->fn[i][1], (double)g->gil_total, &lo, &hi);
+    char ci[32];
+    snprintf(ci, sizeof ci, "[%.1f-%.1f]", lo * 100, hi * 100);
+    char loc[1024];
+    bf_fit_func(loc, sizeof loc, ref.qualname, ref.file, ref.firstlineno, (o->width > 40 ? o->width : 80) - 32);
+    fprintf(out, "%5.1f%% %-13s %8lld  %s\n", pc(g->fn[i][1], g->gil_total), ci, (long long)g->fn[i][1], loc);
+  }
+  if (!top) fputs("  (no sample held the GIL)\n", out);
+  return rc;
+}
+
 int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_view_opts def = {0};
   if (!o) o = &def;
@@ -142,82 +229,10 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
   }
   size_t top = o->limit > 0 ? (size_t)o->limit : 10;
   if (top > g.nfn) top = g.nfn;
-  if (o->json) {
-    fputs("{\"session\":", out);
-    bf_json_session(out, info);
-    fputs(",\"definitions\":{\"gil\":\"thread held the GIL\",\"waiting\":\"neither holding the GIL nor idle\","
-          "\"on_cpu\":\"running on a CPU\",\"idle\":\"blocked, sleeping or waiting on I/O\"},\"threads\":[",
-          out);
-    int first = 1;
-    for (size_t i = 0; i < g.nt; i++) {
-      if (!g.t[i].samples) continue;
-      fputs(first ? "{\"native_tid\":" : ",{\"native_tid\":", out);
-      first = 0;
-      fprintf(out, "%lld,\"name\":", (long long)th[i].native_tid);
-      bf_json_str(out, th[i].name);
-      json_tstat(out, &g.t[i]);
-      fputc('}', out);
-    }
-    fputs("],\"all\":{\"name\":\"all threads\"", out);
-    json_tstat(out, &all);
-    fprintf(out, "},\"gil_samples\":%lld,\"gil_holders\":[", (long long)g.gil_total);
-    for (size_t i = 0; i < top; i++) {
-      bf_function_ref ref;
-      if ((rc = bf_store_function_get(s, g.fn[i][0], &ref))) goto out;
-      fputs(i ? ",{\"qualname\":" : "{\"qualname\":", out);
-      bf_json_str(out, ref.qualname);
-      fputs(",\"file\":", out);
-      bf_json_str(out, ref.file);
-      fprintf(out, ",\"firstlineno\":%lld,\"samples\":%lld,\"share\":", (long long)ref.firstlineno,
-              (long long)g.fn[i][1]);
-      bf_json_num(out, g.gil_total ? (double)g.fn[i][1] / (double)g.gil_total : 0);
-      fputc('}', out);
-    }
-    fputs("]}\n", out);
-    goto out;
-  }
-  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
-  char sub[1024];
-  bf_session_line(info, 0, sub, sizeof sub);
-  char head[1100];
-  snprintf(head, sizeof head, "GIL · %s", sub);
-  fputs(b, out);
-  bf_put_fit(out, head, o->width > 40 ? o->width : 80);
-  fprintf(out, "%s\n%s%lld samples%s\n", rst, dim, (long long)all.samples, rst);
-  fprintf(out, "%s%-26s %8s %6s %8s %7s %6s %5s%s\n", dim, "THREAD", "SAMPLES", "GIL", "WAITING", "ON CPU", "IDLE",
-          "GC", rst);
-  for (size_t i = 0; i <= g.nt; i++) {
-    const tstat *t = i < g.nt ? &g.t[i] : &all;
-    if (i < g.nt && !t->samples) continue;
-    char lb[256];
-    if (i < g.nt) {
-      bf_wthread lt = {.id = th[i].id, .native_tid = th[i].native_tid, .name = th[i].name};
-      bf_wthread_label(&lt, lb, sizeof lb);
-    } else {
-      snprintf(lb, sizeof lb, "all threads");
-    }
-    fprintf(out, "%s%-26.26s %8lld %5.1f%% %7.1f%% %6.1f%% %5.1f%% %4.1f%%%s\n", i == g.nt ? b : "", lb,
-            (long long)t->samples, pc(t->gil, t->samples), pc(t->waiting, t->samples), pc(t->on_cpu, t->samples),
-            pc(t->idle, t->samples), pc(t->gc, t->samples), i == g.nt ? rst : "");
-  }
-  fprintf(out, "%swaiting = neither holding the GIL nor idle; %s%s\n", dim,
-          bf_q_clock_of(info) == BF_Q_CPU ? "cpu clock: idle threads are not sampled"
-                                                         : "shares of each thread's samples",
-          rst);
-  fprintf(out, "\n%sFunctions holding the GIL most%s (leaf frame, %lld GIL samples)\n", b, rst,
-          (long long)g.gil_total);
-  for (size_t i = 0; i < top; i++) {
-    bf_function_ref ref;
-    if ((rc = bf_store_function_get(s, g.fn[i][0], &ref))) goto out;
-    double lo, hi;
-    bf_wilson((double)g.fn[i][1], (double)g.gil_total, &lo, &hi);
-    char ci[32];
-    snprintf(ci, sizeof ci, "[%.1f-%.1f]", lo * 100, hi * 100);
-    char loc[1024];
-    bf_fit_func(loc, sizeof loc, ref.qualname, ref.file, ref.firstlineno, (o->width > 40 ? o->width : 80) - 32);
-    fprintf(out, "%5.1f%% %-13s %8lld  %s\n", pc(g.fn[i][1], g.gil_total), ci, (long long)g.fn[i][1], loc);
-  }
-  if (!top) fputs("  (no sample held the GIL)\n", out);
+  if (o->json)
+    rc = gil_json(&g, th, &all, top, info, out);
+  else
+    rc = gil_text(&g, th, &all, top, info, o, out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   bf_thread_refs_free(th, nth);
