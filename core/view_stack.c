@@ -80,12 +80,72 @@ static int cmp_count(const void *a, const void *b, void *w) {
   return x->count < y->count ? 1 : x->count > y->count ? -1 : 0;
 }
 
+/* Thread t's most frequent stacks, up to top (w->v sorted by count). */
+static int stack_top(bf_store *s, const bf_wstacks *w, int32_t t, size_t top, const bf_view_opts *o, FILE *out) {
+  int64_t n = w->threads[t].count;
+  size_t shown = 0;
+  for (size_t i = 0; i < w->n && shown < top; i++) {
+    const bf_wstack *st = &w->v[i];
+    if (st->thread != t) continue;
+    double lo, hi;
+    bf_wilson((double)st->count, (double)n, &lo, &hi);
+    if (o->json) {
+      fprintf(out, "%s{\"samples\":%lld,\"share\":", shown ? "," : "", (long long)st->count);
+      bf_json_num(out, (double)st->count / (double)n);
+      fputs(",\"ci\":[", out);
+      bf_json_num(out, lo);
+      fputc(',', out);
+      bf_json_num(out, hi);
+      fputs("],\"frames\":", out);
+    } else {
+      fprintf(out, "  #%zu  %5.1f%% [%.1f-%.1f] · %lld samples\n", shown + 1, 100.0 * (double)st->count / (double)n,
+              lo * 100, hi * 100, (long long)st->count);
+    }
+    int rc = print_frames(s, out, w->fids + st->off, w->lines + st->off, st->depth, o->json,
+                          o->width > 40 ? o->width : 80);
+    if (rc) return rc;
+    if (o->json) fputc('}', out);
+    shown++;
+  }
+  return 0;
+}
+
+/* The last stack a thread was seen in, with its state flags. */
+static int stack_last(bf_store *s, const last *l, const bf_view_opts *o, FILE *out) {
+  char fl[64];
+  flag_names(l->flags, fl, sizeof fl);
+  if (o->json) {
+    fputs("],\"last\":{\"ts_s\":", out);
+    bf_json_num(out, (double)l->ts_ns / 1e9);
+    fputs(",\"state\":", out);
+    bf_json_str(out, fl);
+    fputs(",\"frames\":", out);
+  } else {
+    fprintf(out, "  last seen at %.3f s%s%s%s\n", (double)l->ts_ns / 1e9, *fl ? " [" : "", fl, *fl ? "]" : "");
+  }
+  size_t nf = 0;
+  int64_t *frames = NULL, *fids = NULL, *lines = NULL;
+  int rc = l->stack_id > 0 ? bf_store_stack_frames(s, l->stack_id, &frames, &nf) : 0;
+  if (rc) return rc;
+  fids = malloc((nf ? nf : 1) * sizeof *fids);
+  lines = malloc((nf ? nf : 1) * sizeof *lines);
+  if (!fids || !lines) rc = -ENOMEM;
+  for (size_t k = 0; !rc && k < nf; k++) rc = bf_store_frame_get(s, frames[k], &fids[k], &lines[k]);
+  if (!rc) {
+    if (!o->json && nf == 0) fputs("      (empty stack)\n", out);
+    rc = print_frames(s, out, fids, lines, nf, o->json, o->width > 40 ? o->width : 80);
+  }
+  free(frames);
+  free(fids);
+  free(lines);
+  return rc;
+}
+
 int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_view_opts def = {0};
   if (!o) o = &def;
   bf_wstacks *w = NULL;
   lastset ls = {0};
-  int64_t *fids = NULL, *lines = NULL;
   int rc = bf_wstacks_load(s, session_id, &o->filter, &w);
   if (rc) return rc;
   if (w->traced) {
@@ -133,69 +193,13 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
       fprintf(out, "\n%s%s%s · %lld samples\n", b, lb, rst, (long long)n);
     }
     firstt = 0;
-    size_t shown = 0;
-    for (size_t i = 0; i < w->n && shown < top; i++) {
-      const bf_wstack *st = &w->v[i];
-      if (st->thread != (int32_t)t) continue;
-      double lo, hi;
-      bf_wilson((double)st->count, (double)n, &lo, &hi);
-      if (o->json) {
-        fprintf(out, "%s{\"samples\":%lld,\"share\":", shown ? "," : "", (long long)st->count);
-        bf_json_num(out, (double)st->count / (double)n);
-        fputs(",\"ci\":[", out);
-        bf_json_num(out, lo);
-        fputc(',', out);
-        bf_json_num(out, hi);
-        fputs("],\"frames\":", out);
-      } else {
-        fprintf(out, "  #%zu  %5.1f%% [%.1f-%.1f] · %lld samples\n", shown + 1, 100.0 * (double)st->count / (double)n,
-                lo * 100, hi * 100, (long long)st->count);
-      }
-      if ((rc = print_frames(s, out, w->fids + st->off, w->lines + st->off, st->depth, o->json, o->width > 40 ? o->width : 80))) goto out;
-      if (o->json) fputc('}', out);
-      shown++;
-    }
-    /* last stack seen */
-    const last *l = &ls.v[t];
-    char fl[64];
-    flag_names(l->flags, fl, sizeof fl);
-    if (o->json) {
-      fputs("],\"last\":{\"ts_s\":", out);
-      bf_json_num(out, (double)l->ts_ns / 1e9);
-      fputs(",\"state\":", out);
-      bf_json_str(out, fl);
-      fputs(",\"frames\":", out);
-    } else {
-      fprintf(out, "  last seen at %.3f s%s%s%s\n", (double)l->ts_ns / 1e9, *fl ? " [" : "", fl, *fl ? "]" : "");
-    }
-    size_t nf = 0;
-    int64_t *frames = NULL;
-    if (l->stack_id > 0 && (rc = bf_store_stack_frames(s, l->stack_id, &frames, &nf))) goto out;
-    free(fids);
-    free(lines);
-    fids = malloc((nf ? nf : 1) * sizeof *fids);
-    lines = malloc((nf ? nf : 1) * sizeof *lines);
-    if (!fids || !lines) {
-      free(frames);
-      rc = -ENOMEM;
-      goto out;
-    }
-    for (size_t k = 0; k < nf; k++)
-      if ((rc = bf_store_frame_get(s, frames[k], &fids[k], &lines[k]))) {
-        free(frames);
-        goto out;
-      }
-    free(frames);
-    if (!o->json && nf == 0) fputs("      (empty stack)\n", out);
-    if ((rc = print_frames(s, out, fids, lines, nf, o->json, o->width > 40 ? o->width : 80))) goto out;
+    if ((rc = stack_top(s, w, (int32_t)t, top, o, out)) || (rc = stack_last(s, &ls.v[t], o, out))) goto out;
     if (o->json) fputs("}}", out);
   }
   if (o->json) fputs("]}\n", out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   free(ls.v);
-  free(fids);
-  free(lines);
   bf_wstacks_free(w);
   return rc;
 }
