@@ -105,74 +105,61 @@ static const char *is_database(const struct stat *st) {
   return NULL;
 }
 
-int bf_out_open(const char *path, bf_out_file *o) {
-  memset(o, 0, sizeof *o);
-  o->arg = path;
-  if (!path || strcmp(path, "-") == 0) {
-    o->f = stdout;
-    o->direct = 1;
-    return 0;
-  }
-  struct stat st;
-  int exists = 0;
-  /* /dev/stdout, /dev/fd/N, /proc/self/fd/N name a descriptor we hold (a
-   * pipe or socket behind it has no path): write to it as it is */
-  int fdn = -1;
-  char tail;
-  if (strcmp(path, "/dev/stdout") == 0) fdn = 1;
-  else if (strcmp(path, "/dev/stderr") == 0) fdn = 2;
-  else if (sscanf(path, "/dev/fd/%d%c", &fdn, &tail) != 1 && sscanf(path, "/proc/self/fd/%d%c", &fdn, &tail) != 1)
-    fdn = -1;
-  if ((fdn >= 0 && fcntl(fdn, F_GETFD) >= 0) ||
-      (stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))) {
-    int fd = fdn >= 0 ? fcntl(fdn, F_DUPFD_CLOEXEC, 3) : open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
-      bf_cli_error("cannot write '%s': %m", path);
-      if (fd >= 0) close(fd);
-      return 1;
-    }
-    o->direct = 1;
-    return 0;
-  }
-  int rc = resolve(path, &o->path, &st, &exists);
-  if (rc < 0) {
-    bf_cli_error("cannot write '%s': %s; choose another output path", path, strerror(-rc));
+/* Opens fd for writing as o->f, written into directly. 0, or 1 after the error. */
+static int open_direct(bf_out_file *o, int fd, const char *path) {
+  if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
+    bf_cli_error("cannot write '%s': %m", path);
+    if (fd >= 0) close(fd);
     return 1;
   }
-  if (exists) {
-    const char *sfx;
-    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) { /* /dev/null, a tty, a pipe: write into it */
-      int fd = open(o->path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
-      if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
-        bf_cli_error("cannot write '%s': %m", path);
-        if (fd >= 0) close(fd);
-        goto fail;
-      }
-      o->direct = 1;
-      return 0;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      bf_cli_error("cannot write '%s': it is a directory; give a file name", path);
-      goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-      bf_cli_error("refusing to write '%s': it is a %s, not a regular file; choose another output path",
-                   path, S_ISBLK(st.st_mode) ? "block device" : S_ISSOCK(st.st_mode) ? "socket" : "special file");
-      goto fail;
-    }
-    if ((sfx = is_database(&st))) {
-      bf_cli_error("refusing to write '%s': it is the open database%s%s ('%s'); choose another output path",
-                   path, *sfx ? "'s " : "", *sfx ? sfx + 1 : "", protected_db);
-      goto fail;
-    }
+  o->direct = 1;
+  return 0;
+}
+
+/* /dev/stdout, /dev/fd/N, /proc/self/fd/N name a descriptor we hold (a pipe
+ * or socket behind it has no path): its number, else -1. */
+static int named_fd(const char *path) {
+  int fdn = -1;
+  char tail;
+  if (strcmp(path, "/dev/stdout") == 0) return 1;
+  if (strcmp(path, "/dev/stderr") == 0) return 2;
+  if (sscanf(path, "/dev/fd/%d%c", &fdn, &tail) != 1 && sscanf(path, "/proc/self/fd/%d%c", &fdn, &tail) != 1)
+    return -1;
+  return fdn;
+}
+
+/* An existing target that is not a character device or FIFO: 0 when it may
+ * be replaced (a regular file other than the database), else 1 after the error. */
+static int check_replaceable(const char *path, const struct stat *st) {
+  const char *sfx;
+  if (S_ISDIR(st->st_mode)) {
+    bf_cli_error("cannot write '%s': it is a directory; give a file name", path);
+    return 1;
   }
+  if (!S_ISREG(st->st_mode)) {
+    bf_cli_error("refusing to write '%s': it is a %s, not a regular file; choose another output path",
+                 path, S_ISBLK(st->st_mode) ? "block device" : S_ISSOCK(st->st_mode) ? "socket" : "special file");
+    return 1;
+  }
+  if ((sfx = is_database(st))) {
+    bf_cli_error("refusing to write '%s': it is the open database%s%s ('%s'); choose another output path",
+                 path, *sfx ? "'s " : "", *sfx ? sfx + 1 : "", protected_db);
+    return 1;
+  }
+  return 0;
+}
+
+/* The new file beside o->path: unnamed (O_TMPFILE) where the file system
+ * allows, else a hidden temporary removed on a fatal signal. 0, or 1 after
+ * the error. */
+static int open_temporary(bf_out_file *o, const char *path) {
   /* a hidden temporary in the target's directory, so rename() is atomic */
   const char *slash = strrchr(o->path, '/');
   int dl = slash ? (int)(slash - o->path + 1) : 0;
   if (asprintf(&o->tmp, "%.*s.%s.bifocal-XXXXXX", dl, o->path, slash ? slash + 1 : o->path) < 0) {
     o->tmp = NULL;
     bf_cli_error("out of memory");
-    goto fail;
+    return 1;
   }
   /* an unnamed file first (O_TMPFILE): killed while writing, even by
    * SIGKILL, it leaves nothing; it gets the temporary name only when done */
@@ -189,7 +176,7 @@ int bf_out_open(const char *path, bf_out_file *o) {
     bf_cli_error("cannot write '%s': %m; check the directory exists and is writable", path);
     free(o->tmp);
     o->tmp = NULL;
-    goto fail;
+    return 1;
   }
   if (!o->anon) arm(o->tmp);
   if (!(o->f = fdopen(fd, "w"))) {
@@ -199,13 +186,41 @@ int bf_out_open(const char *path, bf_out_file *o) {
     disarm();
     free(o->tmp);
     o->tmp = NULL;
-    goto fail;
+    return 1;
   }
   return 0;
-fail:
-  free(o->path);
-  o->path = NULL;
-  return 1;
+}
+
+int bf_out_open(const char *path, bf_out_file *o) {
+  memset(o, 0, sizeof *o);
+  o->arg = path;
+  if (!path || strcmp(path, "-") == 0) {
+    o->f = stdout;
+    o->direct = 1;
+    return 0;
+  }
+  struct stat st;
+  int exists = 0, fdn = named_fd(path);
+  if ((fdn >= 0 && fcntl(fdn, F_GETFD) >= 0) ||
+      (stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))))
+    return open_direct(o, fdn >= 0 ? fcntl(fdn, F_DUPFD_CLOEXEC, 3) : open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY),
+                       path);
+  int rc = resolve(path, &o->path, &st, &exists);
+  if (rc < 0) {
+    bf_cli_error("cannot write '%s': %s; choose another output path", path, strerror(-rc));
+    return 1;
+  }
+  if (exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) /* /dev/null, a tty, a pipe: write into it */
+    rc = open_direct(o, open(o->path, O_WRONLY | O_CLOEXEC | O_NOCTTY), path);
+  else if (exists && check_replaceable(path, &st))
+    rc = 1;
+  else
+    rc = open_temporary(o, path);
+  if (rc) {
+    free(o->path);
+    o->path = NULL;
+  }
+  return rc;
 }
 
 int bf_out_close(bf_out_file *o, int ok) {
