@@ -174,47 +174,42 @@ static int parse_thread_token(const char *t, size_t n, int64_t *tid) {
 }
 
 /* One sample line. */
-static int import_line(imp *m, char *line) {
-  size_t n = strlen(line);
-  /* metric: last whitespace-separated token */
-  size_t sp = n;
-  while (sp > 0 && !isspace((unsigned char)line[sp - 1])) sp--;
-  if (sp == 0) return fail_line(m, "expected 'frame;frame;... COUNT' (no count at the end of the line)");
-  char *metric = line + sp;
-  line[sp - 1] = 0;
-  char *stack = trim(line);
-  int64_t count = 1, weight = 0;
-  int idle = 0;
+/* The metric at the end of a line. OUT: *count, *weight, *idle.
+ * 0; 1 when the line counts nothing (count 0); else the error. */
+static int parse_metric(imp *m, char *metric, int64_t *count, int64_t *weight, int *idle) {
+  *count = 1;
+  *weight = 0;
+  *idle = 0;
   if (m->d == D_AUSTIN) {
     /* "time" or "time,idle,mem..." (full mode) */
     char *comma = strchr(metric, ',');
     size_t l = comma ? (size_t)(comma - metric) : strlen(metric);
-    if (parse_i64(metric, l, &weight)) return fail_line(m, "bad austin metric (expected microseconds)");
+    if (parse_i64(metric, l, weight)) return fail_line(m, "bad austin metric (expected microseconds)");
     if (comma) {
       char *c2 = strchr(comma + 1, ',');
       size_t l2 = c2 ? (size_t)(c2 - comma - 1) : strlen(comma + 1);
       int64_t iv;
-      if (parse_i64(comma + 1, l2, &iv) == 0) idle = iv != 0;
+      if (parse_i64(comma + 1, l2, &iv) == 0) *idle = iv != 0;
     }
-    weight *= 1000; /* µs → ns */
+    *weight *= 1000; /* µs → ns */
   } else {
-    if (parse_i64(metric, strlen(metric), &count) || count < 0)
+    if (parse_i64(metric, strlen(metric), count) || *count < 0)
       return fail_line(m, "bad sample count (expected a non-negative integer at the end of the line)");
-    if (count == 0) {
+    if (*count == 0) {
       m->zero_lines++;
-      return 0;
+      return 1;
     }
-    weight = count;
+    *weight = *count;
   }
-  if (count > MAX_TOTAL_COUNT - m->samples)
+  if (*count > MAX_TOTAL_COUNT - m->samples)
     return fail_line(m, "sample counts add up to more than 10^15, more than any capture holds (the count is "
                         "corrupt or not a sample count)");
-  if (!*stack) return fail_line(m, "empty stack");
-  if (m->d == D_AUSTIN && strstr(stack, ":INVALID:")) { /* austin's mark of a sample it could not read */
-    m->invalid++;
-    return 0;
-  }
-  for (const char *q = stack; q;) { /* never misparse austin's old layout into functions named "L13" */
+  return 0;
+}
+
+/* Never misparse austin's old layout into functions named "L13". */
+static int refuse_old_austin(imp *m, const char *stack) {
+  for (const char *q = stack; q;) {
     const char *e = strchr(q, ';');
     size_t ql = e ? (size_t)(e - q) : strlen(q);
     if (ql > 1 && q[0] == 'L' && strspn(q + 1, "0123456789") == ql - 1)
@@ -222,49 +217,43 @@ static int import_line(imp *m, char *line) {
                           "not supported; record with austin 3 or convert to 'a;b;c COUNT' lines");
     q = e ? e + 1 : NULL;
   }
-  int gc = 0;
-  if (strcmp(stack, BF_NO_PYTHON_FRAME) == 0) stack += strlen(stack); /* bifocal's own: no frame */
-  int64_t tid = 0, parent = 0;
-  int depth = 0;
-  char *p = stack;
-  int first_tok = 1, tok = 0, seen_p = 0;
-  while (p) {
+  return 0;
+}
+
+/* A token that is not a frame: austin's process/thread/GC marks, py-spy's
+ * process/thread roots. 1 when skipped (OUT: *tid, *gc), 0 for a frame,
+ * else the error. */
+static int meta_token(imp *m, const char *p, size_t fl, int tok, int depth, int *seen_p, int64_t *tid, int *gc) {
+  if (m->d == D_AUSTIN && tok == 1 && p[0] == 'P' && fl > 1 && isdigit((unsigned char)p[1])) {
+    *seen_p = 1;
+    return 1; /* process token */
+  }
+  if (m->d == D_AUSTIN && tok == 1 + *seen_p && p[0] == 'T' && fl > 1)
+    return parse_thread_token(p + 1, fl - 1, tid) ? fail_line(m, "bad austin thread token") : 1;
+  if (m->d == D_PYSPY && depth == 0 && fl > 8 && strncmp(p, "process ", 8) == 0) return 1;
+  if (m->d == D_AUSTIN && fl == 4 && strncmp(p, ":GC:", 4) == 0) {
+    *gc = 1;
+    return 1;
+  }
+  if (m->d == D_PYSPY && depth == 0 && fl > 8 && strncmp(p, "thread (", 8) == 0)
+    return parse_thread_token(p + 8, fl - 8, tid) ? fail_line(m, "bad py-spy thread frame") : 1;
+  return 0;
+}
+
+/* Interns the ';'-separated frames of stack, outermost first.
+ * OUT: *leaf (stack id, 0 when empty), *depth, *tid, *gc. */
+static int parse_frames(imp *m, char *stack, int64_t *leaf, int *depth, int64_t *tid, int *gc) {
+  int64_t parent = 0;
+  int tok = 0, seen_p = 0;
+  for (char *p = stack; p;) {
     tok++;
     char *semi = strchr(p, ';');
     size_t fl = semi ? (size_t)(semi - p) : strlen(p);
     char *next = semi ? semi + 1 : NULL;
-    if (fl == 0) {
+    int rc = fl ? meta_token(m, p, fl, tok, *depth, &seen_p, tid, gc) : 1;
+    if (rc < 0) return rc;
+    if (rc) {
       p = next;
-      first_tok = 0;
-      continue;
-    }
-    if (m->d == D_AUSTIN && first_tok && p[0] == 'P' && fl > 1 && isdigit((unsigned char)p[1])) {
-      p = next;
-      seen_p = 1;
-      first_tok = 0;
-      continue; /* process token */
-    }
-    if (m->d == D_AUSTIN && tok == 1 + seen_p && p[0] == 'T' && fl > 1) {
-      if (parse_thread_token(p + 1, fl - 1, &tid)) return fail_line(m, "bad austin thread token");
-      p = next;
-      first_tok = 0;
-      continue;
-    }
-    if (m->d == D_PYSPY && depth == 0 && fl > 8 && strncmp(p, "process ", 8) == 0) {
-      p = next;
-      first_tok = 0;
-      continue;
-    }
-    if (m->d == D_AUSTIN && fl == 4 && strncmp(p, ":GC:", 4) == 0) {
-      gc = 1;
-      p = next;
-      first_tok = 0;
-      continue;
-    }
-    if (m->d == D_PYSPY && depth == 0 && fl > 8 && strncmp(p, "thread (", 8) == 0) {
-      if (parse_thread_token(p + 8, fl - 8, &tid)) return fail_line(m, "bad py-spy thread frame");
-      p = next;
-      first_tok = 0;
       continue;
     }
     frame_id fr;
@@ -276,18 +265,41 @@ static int import_line(imp *m, char *line) {
       fr = (frame_id){"<unknown>", p, 9, fl, 0, 0};
     }
     int64_t frame, stk;
-    int rc = intern_frame(m, &fr, &frame);
-    if (rc) return rc;
+    if ((rc = intern_frame(m, &fr, &frame))) return rc;
     if ((rc = bf_store_intern_stack(m->s, parent, frame, &stk))) return rc;
     parent = stk;
-    if (++depth > MAX_DEPTH) return fail_line(m, "stack deeper than 4096 frames");
+    if (++*depth > MAX_DEPTH) return fail_line(m, "stack deeper than 4096 frames");
     p = next;
-    first_tok = 0;
   }
+  *leaf = parent;
+  return 0;
+}
+
+static int import_line(imp *m, char *line) {
+  size_t n = strlen(line);
+  /* metric: last whitespace-separated token */
+  size_t sp = n;
+  while (sp > 0 && !isspace((unsigned char)line[sp - 1])) sp--;
+  if (sp == 0) return fail_line(m, "expected 'frame;frame;... COUNT' (no count at the end of the line)");
+  char *metric = line + sp;
+  line[sp - 1] = 0;
+  char *stack = trim(line);
+  int64_t count, weight;
+  int idle, rc = parse_metric(m, metric, &count, &weight, &idle);
+  if (rc) return rc > 0 ? 0 : rc;
+  if (!*stack) return fail_line(m, "empty stack");
+  if (m->d == D_AUSTIN && strstr(stack, ":INVALID:")) { /* austin's mark of a sample it could not read */
+    m->invalid++;
+    return 0;
+  }
+  if ((rc = refuse_old_austin(m, stack))) return rc;
+  int gc = 0, depth = 0;
+  if (strcmp(stack, BF_NO_PYTHON_FRAME) == 0) stack += strlen(stack); /* bifocal's own: no frame */
+  int64_t tid = 0, parent = 0;
+  if ((rc = parse_frames(m, stack, &parent, &depth, &tid, &gc))) return rc;
   if (depth == 0 && m->d != D_AUSTIN && *stack) return fail_line(m, "no frames before the count");
   int64_t thread;
-  int rc = bf_store_intern_thread(m->s, m->session, tid, NULL, &thread);
-  if (rc) return rc;
+  if ((rc = bf_store_intern_thread(m->s, m->session, tid, NULL, &thread))) return rc;
   /* counts above 32 bits (e.g. re-imported cpu-ns weights) split into records */
   for (int64_t left = count, wleft = weight; left > 0;) {
     uint32_t c = left > 0xffffffffLL ? 0xffffffffu : (uint32_t)left;
@@ -304,9 +316,6 @@ static int import_line(imp *m, char *line) {
   return 0;
 }
 
-/* One line of at most max bytes (newline dropped) into *buf: its length, -1
- * at end of file, or -2 when the line is longer (the rest is not read).
- * Memory never exceeds max + 1 whatever the input (/dev/zero included). */
 static ssize_t read_line(FILE *f, char **buf, size_t *cap, size_t max) {
   size_t n = 0;
   int c;
