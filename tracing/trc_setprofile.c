@@ -1,0 +1,183 @@
+/* trc_setprofile.c — the collector's 3.8–3.11 backend: PyEval_SetProfile.
+ *
+ * One C profile function on every thread (threads started later install it
+ * through threading.setprofile) turns call/return and c_call/c_return events
+ * into shadow-stack pushes and pops.
+ */
+#include "trc_module.h"
+
+#if !BF_TRC_MONITORING
+#include <frameobject.h>
+
+
+/* Focus subtrees need no second event source here: every event is seen. */
+void trc_backend_on_focus(void *ctx, int on) {
+  (void)ctx;
+  (void)on;
+}
+
+void trc_backend_reset(ProfileObject *p) { (void)p; }
+
+static inline PyCodeObject *trc_frame_code(PyFrameObject *f) {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyCodeObject *co = PyFrame_GetCode(f);
+  Py_DECREF(co); /* the frame keeps it alive for this event */
+  return co;
+#else
+  return f->f_code;
+#endif
+}
+
+static inline PyObject *trc_frame_globals(PyFrameObject *f) {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject *g = PyFrame_GetGlobals(f);
+  Py_XDECREF(g); /* borrowed from the frame for this event */
+  return g;
+#else
+  return f->f_globals;
+#endif
+}
+
+static inline int trc_frame_lasti(PyFrameObject *f) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return PyFrame_GetLasti(f);
+#else
+  return f->f_lasti;
+#endif
+}
+
+/* Is this 'call' of a generator frame a resume (not its first start)? */
+static inline int trc_gen_resumed(PyCodeObject *co, int lasti) {
+#if PY_VERSION_HEX >= 0x030B0000
+  /* 3.11 reports the call on a RESUME instruction whose oparg says why:
+   * 0 = function start, 1..3 = after yield / yield from / await */
+  if (lasti < 0) return 0;
+  return (unsigned char)co->co_code_adaptive[lasti + 1] != 0;
+#else
+  (void)co;
+  return lasti >= 0;
+#endif
+}
+
+static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
+  (void)obj;
+  ProfileObject *p = trc_active;
+  if (!p || !p->running) return 0;
+  trc_thread *t = trc_thread_get(p);
+  if (!t || t->paused) return 0;
+  int64_t now;
+  switch (what) {
+  case PyTrace_CALL: {
+    PyCodeObject *co = trc_frame_code(frame);
+    now = trc_now(p);
+    uint32_t flags = 0;
+    /* a generator/coroutine frame that already ran is being resumed */
+    if ((co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) &&
+        trc_gen_resumed(co, trc_frame_lasti(frame)))
+      flags = TRC_FR_RESUME;
+    uint32_t fi = trc_code_lookup(p, co) & ~TRC_FI_SITES;
+    if (!fi) fi = trc_code_func(p, co, trc_frame_globals(frame));
+    trc_push(&p->acct, t, fi, co, flags, now);
+    break;
+  }
+  case PyTrace_RETURN:
+    if (t->depth == 0) break;
+    trc_leave(&p->acct, t, trc_frame_code(frame), trc_now(p));
+    break;
+  case PyTrace_C_CALL: {
+    if (!p->builtins) break;
+    PyMethodDef *def = trc_builtin_def(arg);
+    if (!def) break;
+    if (p->focus_glob && t->focus_depth == 0) break;
+    trc_push_c(p, t, arg, def, trc_now(p));
+    break;
+  }
+  case PyTrace_C_RETURN:
+  case PyTrace_C_EXCEPTION: {
+    if (!p->builtins || t->depth == 0) break;
+    now = trc_now(p);
+    const trc_frame *top = &t->stack[t->depth - 1];
+    if ((top->flags & TRC_FR_C) && top->callable == arg) {
+      trc_pop(&p->acct, t, now);
+      break;
+    }
+    PyMethodDef *def = trc_builtin_def(arg);
+    if (def) trc_leave(&p->acct, t, def, now);
+    break;
+  }
+  default:
+    break;
+  }
+  return 0;
+}
+
+static int trc_set_profile(PyThreadState *ts, Py_tracefunc fn) {
+#if PY_VERSION_HEX >= 0x03090000
+  return _PyEval_SetProfile(ts, fn, NULL);
+#else
+  PyObject *old = ts->c_profileobj;
+  ts->c_profilefunc = NULL;
+  ts->c_profileobj = NULL;
+  ts->use_tracing = ts->c_tracefunc != NULL;
+  Py_XDECREF(old);
+  ts->c_profilefunc = fn;
+  ts->c_profileobj = NULL;
+  ts->use_tracing = (fn != NULL) || (ts->c_tracefunc != NULL);
+  return 0;
+#endif
+}
+
+/* threading.setprofile hook: the first event of a new thread installs the C
+ * profile function on that thread, then counts that event if it is a call. */
+static PyObject *trc_thread_hook(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *frame, *event, *arg;
+  if (!PyArg_ParseTuple(args, "OOO", &frame, &event, &arg)) return NULL;
+  if (trc_set_profile(PyThreadState_Get(), trc_profile_fn) < 0) return NULL;
+  if (PyFrame_Check(frame) && PyUnicode_Check(event) &&
+      PyUnicode_CompareWithASCIIString(event, "call") == 0)
+    trc_profile_fn(NULL, (PyFrameObject *)frame, PyTrace_CALL, arg);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef trc_hook_def = {"_thread_hook", trc_thread_hook, METH_VARARGS, NULL};
+static PyObject *trc_thread_hook_obj;
+
+static int trc_threading_setprofile(PyObject *hook) {
+  PyObject *threading = PyImport_ImportModule("threading");
+  if (!threading) return -1;
+  PyObject *r = PyObject_CallMethod(threading, "setprofile", "O", hook);
+  Py_DECREF(threading);
+  Py_XDECREF(r);
+  return r ? 0 : -1;
+}
+
+int trc_backend_start(ProfileObject *p) {
+  if (!trc_thread_hook_obj) {
+    trc_thread_hook_obj = PyCFunction_NewEx(&trc_hook_def, NULL, NULL);
+    if (!trc_thread_hook_obj) return -1;
+  }
+  if (trc_threading_setprofile(trc_thread_hook_obj) < 0) return -1;
+  PyThreadState *me = PyThreadState_Get();
+  for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts;
+       ts = PyThreadState_Next(ts)) {
+    if (trc_set_profile(ts, trc_profile_fn) < 0) return -1;
+  }
+  (void)p;
+  return 0;
+}
+
+void trc_backend_stop(ProfileObject *p) {
+  (void)p;
+  PyObject *exc_type, *exc_val, *exc_tb;
+  PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
+  PyThreadState *me = PyThreadState_Get();
+  for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts;
+       ts = PyThreadState_Next(ts))
+    trc_set_profile(ts, NULL);
+  trc_threading_setprofile(Py_None);
+  PyErr_Clear();
+  PyErr_Restore(exc_type, exc_val, exc_tb);
+}
+
+#endif
