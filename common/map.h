@@ -20,7 +20,8 @@ int64_t *bf_map3_get(const bf_map3 *m, int64_t a, int64_t b, int64_t c);
 /* Insert or overwrite. Returns 0 or -ENOMEM (the map is unchanged then). */
 int bf_map3_put(bf_map3 *m, int64_t a, int64_t b, int64_t c, int64_t v);
 
-/* FNV-1a of n bytes. */
+/* FNV-1a of n bytes (offset basis 1469598103934665603, not the published
+ * one: only in-memory tables use it, so it stays). */
 uint64_t bf_hash_str(const char *s, size_t n);
 /* Mix of three int64 (the map's hash). */
 uint64_t bf_hash3(int64_t a, int64_t b, int64_t c);

@@ -8,9 +8,9 @@
 
 int bf_store_audit_add(bf_store *s, const bf_audit_entry *e, int64_t *id) {
   if (s->readonly) return bf_store_fail(s, -EACCES, "database '%s' is open read-only", s->path);
-  int was_open = s->txn_open;
-  int rc = 0;
-  if (!was_open && (rc = bfs_exec(s, "BEGIN IMMEDIATE"))) return rc;
+  int was_open;
+  int rc = bfs_own_begin(s, &was_open);
+  if (rc) return rc;
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(s->db,
                          "INSERT INTO audit(time_ns,user,uid,target_pid,target_uid,command,argv,outcome,"
@@ -35,19 +35,13 @@ int bf_store_audit_add(bf_store *s, const bf_audit_entry *e, int64_t *id) {
   if (id) *id = sqlite3_last_insert_rowid(s->db);
 out:
   sqlite3_finalize(st);
-  if (!was_open) {
-    if (rc)
-      bfs_exec(s, "ROLLBACK");
-    else
-      rc = bfs_exec(s, "COMMIT");
-  }
-  return rc;
+  return bfs_own_end(s, was_open, rc);
 }
 
 int bf_store_audit_update(bf_store *s, int64_t id, const char *outcome, int64_t session_id) {
-  int was_open = s->txn_open;
-  int rc = 0;
-  if (!was_open && (rc = bfs_exec(s, "BEGIN IMMEDIATE"))) return rc;
+  int was_open;
+  int rc = bfs_own_begin(s, &was_open);
+  if (rc) return rc;
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(s->db, "UPDATE audit SET outcome=?2, session_id=?3 WHERE id=?1", -1, &st, NULL) !=
       SQLITE_OK) {
@@ -60,13 +54,7 @@ int bf_store_audit_update(bf_store *s, int64_t id, const char *outcome, int64_t 
   if (sqlite3_step(st) != SQLITE_DONE) rc = bfs_fail_sql(s, "update audit");
 out:
   sqlite3_finalize(st);
-  if (!was_open) {
-    if (rc)
-      bfs_exec(s, "ROLLBACK");
-    else
-      rc = bfs_exec(s, "COMMIT");
-  }
-  return rc;
+  return bfs_own_end(s, was_open, rc);
 }
 
 int bf_store_audit_foreach(bf_store *s, bf_audit_fn fn, void *ud) {

@@ -235,6 +235,20 @@ fail:
   return rc;
 }
 
+/* The common end of opening a memory database or an image: check and
+ * migrate, then hand the handle out (or close it). */
+static int finish_open(bf_store *s, bf_store **out) {
+  sqlite3_extended_result_codes(s->db, 0);
+  int rc = bfs_check_and_migrate(s);
+  if (rc) {
+    snprintf(bfs_open_err, sizeof bfs_open_err, "%s", s->err);
+    bf_store_close(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
 int bf_store_open_memory(bf_store **out, const char **errmsg) {
   *out = NULL;
   if (errmsg) *errmsg = bfs_open_err;
@@ -249,13 +263,7 @@ int bf_store_open_memory(bf_store **out, const char **errmsg) {
              s->db ? sqlite3_errmsg(s->db) : "out of memory");
     goto fail;
   }
-  sqlite3_extended_result_codes(s->db, 0);
-  if ((rc = bfs_check_and_migrate(s))) {
-    snprintf(bfs_open_err, sizeof bfs_open_err, "%s", s->err);
-    goto fail;
-  }
-  *out = s;
-  return 0;
+  return finish_open(s, out);
 fail:
   bf_store_close(s);
   return rc;
@@ -289,13 +297,7 @@ int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_s
              s->db ? sqlite3_errmsg(s->db) : "out of memory");
     goto fail;
   }
-  sqlite3_extended_result_codes(s->db, 0);
-  if ((rc = bfs_check_and_migrate(s))) {
-    snprintf(bfs_open_err, sizeof bfs_open_err, "%s", s->err);
-    goto fail;
-  }
-  *out = s;
-  return 0;
+  return finish_open(s, out);
 fail:
   bf_store_close(s);
   return rc;
@@ -364,4 +366,18 @@ int bf_store_rollback(bf_store *s) {
   }
   bfs_drop_caches(s);
   return rc;
+}
+
+int bfs_own_begin(bf_store *s, int *was_open) {
+  *was_open = s->txn_open;
+  return *was_open ? 0 : bfs_exec(s, "BEGIN IMMEDIATE");
+}
+
+int bfs_own_end(bf_store *s, int was_open, int rc) {
+  if (was_open) return rc;
+  if (rc) {
+    bfs_exec(s, "ROLLBACK");
+    return rc;
+  }
+  return bfs_exec(s, "COMMIT");
 }

@@ -51,13 +51,10 @@ int bf_store_session_begin(bf_store *s, const bf_session_info *info, int64_t *id
   if (s->readonly) return bf_store_fail(s, -EACCES, "database '%s' is open read-only", s->path);
   /* The session row is committed on its own so a crash leaves it visible as
    * "incomplete" rather than missing. */
-  int was_open = s->txn_open;
-  if (!was_open) {
-    int rc = bfs_exec(s, "BEGIN IMMEDIATE");
-    if (rc) return rc;
-  }
+  int was_open;
+  int rc = bfs_own_begin(s, &was_open);
+  if (rc) return rc;
   sqlite3_stmt *st = NULL;
-  int rc = 0;
   if (sqlite3_prepare_v2(s->db, "INSERT INTO sessions(" SESSION_COLS ") VALUES(NULL,?2,?3,?4,?5,?6,?7,?8,?9,?10,"
                                 "?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26)",
                          -1, &st, NULL) != SQLITE_OK) {
@@ -73,20 +70,14 @@ int bf_store_session_begin(bf_store *s, const bf_session_info *info, int64_t *id
   *id = sqlite3_last_insert_rowid(s->db);
 out:
   sqlite3_finalize(st);
-  if (!was_open) {
-    if (rc)
-      bfs_exec(s, "ROLLBACK");
-    else
-      rc = bfs_exec(s, "COMMIT");
-  }
-  return rc;
+  return bfs_own_end(s, was_open, rc);
 }
 
 int bf_store_session_update(bf_store *s, const bf_session_info *info) {
   int rc = bf_store_flush(s);
   if (rc) return rc;
-  int was_open = s->txn_open;
-  if (!was_open && (rc = bfs_exec(s, "BEGIN IMMEDIATE"))) return rc;
+  int was_open;
+  if ((rc = bfs_own_begin(s, &was_open))) return rc;
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(s->db,
                          "UPDATE sessions SET kind=?2,clock=?3,mode=?4,rate_hz=?5,achieved_rate_hz=?6,"
@@ -109,10 +100,7 @@ int bf_store_session_update(bf_store *s, const bf_session_info *info) {
 out:
   sqlite3_finalize(st);
   if (!was_open) {
-    if (rc)
-      bfs_exec(s, "ROLLBACK");
-    else
-      rc = bfs_exec(s, "COMMIT");
+    rc = bfs_own_end(s, was_open, rc);
   } else if (rc == 0 && s->txn_depth == 0) {
     rc = bfs_exec(s, "COMMIT");
     if (rc == 0) s->txn_open = 0;

@@ -98,6 +98,11 @@ sqlite3_stmt *bfs_stmt(bf_store *s, int which);
 int bfs_exec(bf_store *s, const char *sql);
 /* Open the implicit write transaction unless one is open. */
 int bfs_ensure_txn(bf_store *s);
+/* A write committed on its own unless a transaction is already open:
+ * begin (OUT: *was_open), then end with the write's rc (ROLLBACK when it
+ * failed, else COMMIT; nothing when a transaction was open). */
+int bfs_own_begin(bf_store *s, int *was_open);
+int bfs_own_end(bf_store *s, int was_open, int rc);
 /* Bind text, or NULL for a NULL string. */
 void bfs_bind_text(sqlite3_stmt *st, int i, const char *v);
 int64_t bfs_now_ns(void);  /* unix epoch */
