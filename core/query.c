@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "store_int.h"
+#include "vec.h"
 
 bf_q_kind bf_q_kind_of(const bf_session_info *info) {
   if (!info || !info->kind) return BF_Q_UNKNOWN_KIND;
@@ -40,13 +41,7 @@ struct bf_q_cursor {
 
 static int buffer_sample(void *ud, const bf_sample *smp) {
   bf_q_cursor *c = ud;
-  if (c->n == c->cap) {
-    size_t nc = c->cap ? c->cap * 2 : 4096;
-    bf_sample *nv = realloc(c->buf, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    c->buf = nv;
-    c->cap = nc;
-  }
+  if (bf_vec_grow((void **)&c->buf, &c->cap, c->n + 1, sizeof *c->buf, 4096)) return -ENOMEM;
   c->buf[c->n++] = *smp;
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "store_impl.h"
+#include "vec.h"
 
 /* Chunk encoding, per record:
  *   ctrl byte: bit0 same stack as previous, bit1 same flags, bit2 count==1,
@@ -164,13 +165,8 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
       }
     if (!b) {
       if (s->readonly) return bf_store_fail(s, -EACCES, "database '%s' is open read-only", s->path);
-      if (s->nbufs == s->bufs_cap) {
-        size_t nc = s->bufs_cap ? s->bufs_cap * 2 : 8;
-        thread_buf *nb = realloc(s->bufs, nc * sizeof *nb);
-        if (!nb) return bf_store_fail(s, -ENOMEM, "out of memory");
-        s->bufs = nb;
-        s->bufs_cap = nc;
-      }
+      if (bf_vec_grow((void **)&s->bufs, &s->bufs_cap, s->nbufs + 1, sizeof *s->bufs, 8))
+        return bf_store_fail(s, -ENOMEM, "out of memory");
       b = &s->bufs[s->nbufs];
       *b = (thread_buf){.session_id = session_id, .thread_id = smp->thread_id};
       s->last_buf = s->nbufs++;
@@ -182,14 +178,10 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
     int rc = write_chunk(s, b);
     if (rc) return rc; /* this sample was not added */
   }
-  if (b->n == b->cap) {
-    size_t nc = b->cap ? b->cap * 2 : 16; /* small at first: short-lived threads are common */
-    if (nc > CHUNK_RECORDS) nc = CHUNK_RECORDS;
-    bf_sample *nr = realloc(b->recs, nc * sizeof *nr);
-    if (!nr) return bf_store_fail(s, -ENOMEM, "out of memory");
-    b->recs = nr;
-    b->cap = nc;
-  }
+  /* small at first (short-lived threads are common); doubling from 16 ends
+   * at CHUNK_RECORDS, a power of two */
+  if (b->n == b->cap && bf_vec_grow((void **)&b->recs, &b->cap, b->n + 1, sizeof *b->recs, 16))
+    return bf_store_fail(s, -ENOMEM, "out of memory");
   b->recs[b->n++] = *smp;
   b->idle_flushes = 0;
   /* from here on the sample is kept: a locked database only delays it */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "store_impl.h"
+#include "vec.h"
 
 static int step_id(bf_store *s, sqlite3_stmt *st, int64_t *id, int *found) {
   int rc = sqlite3_step(st);
@@ -202,17 +203,9 @@ static int load_strings(bf_store *s, int64_t need) {
     int64_t id = sqlite3_column_int64(st, 0);
     if (id < 0) continue;
     if (id > s->str_max) s->str_max = id;
-    if ((size_t)id >= s->str_by_id_cap) {
-      size_t nc = s->str_by_id_cap ? s->str_by_id_cap : 256;
-      while (nc <= (size_t)id) nc *= 2;
-      char **na = realloc(s->str_by_id, nc * sizeof *na);
-      if (!na) {
-        sqlite3_finalize(st);
-        return bf_store_fail(s, -ENOMEM, "out of memory");
-      }
-      memset(na + s->str_by_id_cap, 0, (nc - s->str_by_id_cap) * sizeof *na);
-      s->str_by_id = na;
-      s->str_by_id_cap = nc;
+    if (bf_vec_grow_zero((void **)&s->str_by_id, &s->str_by_id_cap, (size_t)id + 1, sizeof *s->str_by_id, 256)) {
+      sqlite3_finalize(st);
+      return bf_store_fail(s, -ENOMEM, "out of memory");
     }
     if (!s->str_by_id[id]) {
       /* Intern into the forward cache too so both share one copy. */
@@ -275,17 +268,9 @@ static int load_rows(bf_store *s, const char *sql, int64_t *maxid, void **arr, s
     int64_t id = sqlite3_column_int64(st, 0);
     if (id < 0) continue;
     if (id > *maxid) *maxid = id;
-    if ((size_t)id >= *cap) {
-      size_t nc = *cap ? *cap : 256;
-      while (nc <= (size_t)id) nc *= 2;
-      char *na = realloc(*arr, nc * elem);
-      if (!na) {
-        sqlite3_finalize(st);
-        return bf_store_fail(s, -ENOMEM, "out of memory");
-      }
-      memset(na + *cap * elem, 0, (nc - *cap) * elem);
-      *arr = na;
-      *cap = nc;
+    if (bf_vec_grow_zero(arr, cap, (size_t)id + 1, elem, 256)) {
+      sqlite3_finalize(st);
+      return bf_store_fail(s, -ENOMEM, "out of memory");
     }
     if (ncols == 3) {
       fn_row *r = (fn_row *)*arr + id;
@@ -356,9 +341,9 @@ int bf_store_stack_get(bf_store *s, int64_t stack_id, int64_t *parent, int64_t *
 int bf_store_stack_frames(bf_store *s, int64_t stack_id, int64_t **frames, size_t *n) {
   *frames = NULL;
   *n = 0;
-  size_t len = 0, cap = 32;
-  int64_t *arr = malloc(cap * sizeof *arr);
-  if (!arr) return bf_store_fail(s, -ENOMEM, "out of memory");
+  size_t len = 0, cap = 0;
+  int64_t *arr = NULL;
+  if (bf_vec_grow((void **)&arr, &cap, 1, sizeof *arr, 32)) return bf_store_fail(s, -ENOMEM, "out of memory");
   int64_t cur = stack_id;
   while (cur > 0) {
     int64_t parent, frame;
@@ -367,14 +352,9 @@ int bf_store_stack_frames(bf_store *s, int64_t stack_id, int64_t **frames, size_
       free(arr);
       return rc;
     }
-    if (len == cap) {
-      cap *= 2;
-      int64_t *na = realloc(arr, cap * sizeof *na);
-      if (!na) {
-        free(arr);
-        return bf_store_fail(s, -ENOMEM, "out of memory");
-      }
-      arr = na;
+    if (bf_vec_grow((void **)&arr, &cap, len + 1, sizeof *arr, 32)) {
+      free(arr);
+      return bf_store_fail(s, -ENOMEM, "out of memory");
     }
     arr[len++] = frame;
     if (len > 100000 || parent >= cur) { /* parents are interned first: a loop is corruption */
@@ -406,15 +386,10 @@ int bf_store_threads(bf_store *s, int64_t session_id, bf_thread_ref **out, size_
   bf_thread_ref *arr = NULL;
   size_t len = 0, cap = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 8;
-      bf_thread_ref *na = realloc(arr, cap * sizeof *na);
-      if (!na) {
-        sqlite3_finalize(st);
-        bf_thread_refs_free(arr, len);
-        return bf_store_fail(s, -ENOMEM, "out of memory");
-      }
-      arr = na;
+    if (bf_vec_grow((void **)&arr, &cap, len + 1, sizeof *arr, 8)) {
+      sqlite3_finalize(st);
+      bf_thread_refs_free(arr, len);
+      return bf_store_fail(s, -ENOMEM, "out of memory");
     }
     arr[len].id = sqlite3_column_int64(st, 0);
     arr[len].native_tid = sqlite3_column_int64(st, 1);

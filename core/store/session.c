@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "store_impl.h"
+#include "vec.h"
 
 #define SESSION_COLS                                                                       \
   "id,kind,clock,mode,rate_hz,achieved_rate_hz,start_ns,duration_ns,host,pid,command,"     \
@@ -219,12 +220,7 @@ int bf_store_session_list(bf_store *s, bf_session_info ***out, size_t *n) {
   size_t len = 0, cap = 0;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 16;
-      bf_session_info **na = realloc(arr, cap * sizeof *na);
-      if (!na) goto oom;
-      arr = na;
-    }
+    if (bf_vec_grow((void **)&arr, &cap, len + 1, sizeof *arr, 16)) goto oom;
     if (!(arr[len] = session_from_row(st))) goto oom;
     len++;
   }
