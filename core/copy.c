@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -220,16 +219,6 @@ static void unlink_db(const char *path) {
   }
 }
 
-static int exec_dst(bf_store *s, const char *sql) {
-  char *msg = NULL;
-  if (sqlite3_exec(bf_store_db(s), sql, NULL, NULL, &msg) != SQLITE_OK) {
-    int rc = bf_store_fail(s, -EIO, "database '%s': %s", bf_store_path(s), msg ? msg : "exec failed");
-    sqlite3_free(msg);
-    return rc;
-  }
-  return 0;
-}
-
 int bf_session_extract(bf_store *src, int64_t session_id, const char *out_path, const bf_copy_opts *o,
                        int64_t *new_id) {
   if (access(out_path, F_OK) == 0)
@@ -248,14 +237,13 @@ int bf_session_extract(bf_store *src, int64_t session_id, const char *out_path, 
   }
   /* secure_delete: pages freed by rollbacks or VACUUM are zeroed, so no byte of
    * anything dropped survives in the file. */
-  if ((rc = exec_dst(dst, "PRAGMA secure_delete=ON"))) goto fail_dst;
+  if ((rc = bf_store_secure_delete(dst))) goto fail_dst;
   if ((rc = bf_session_copy(src, session_id, dst, o, &id))) goto fail_dst;
   if (o && o->mark_redacted &&
-      (rc = exec_dst(dst, "INSERT OR REPLACE INTO meta(key,value) VALUES('redacted','1')")))
+      (rc = bf_store_mark_redacted(dst)))
     goto fail_dst;
   if ((rc = bf_store_flush(dst))) goto fail_dst;
-  if ((rc = exec_dst(dst, "VACUUM; PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE")))
-    goto fail_dst;
+  if ((rc = bf_store_compact(dst, BF_STORE_COMPACT_STANDALONE))) goto fail_dst;
   bf_store_close(dst);
   dst = NULL;
   /* link() refuses an existing target atomically, unlike rename(). */

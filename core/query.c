@@ -4,11 +4,11 @@
 #include "query.h"
 
 #include <errno.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store_int.h"
+#include "vec.h"
 
 bf_q_kind bf_q_kind_of(const bf_session_info *info) {
   if (!info || !info->kind) return BF_Q_UNKNOWN_KIND;
@@ -31,7 +31,7 @@ int bf_q_by_weight(const bf_session_info *info) {
 struct bf_q_cursor {
   bf_store *s;
   int64_t session_id;
-  sqlite3_stmt *st;
+  bf_store_chunks *chunks;
   bf_sample_filter f;
   int has_f;
   bf_sample *buf; /* the current chunk's samples that pass the filter */
@@ -41,13 +41,7 @@ struct bf_q_cursor {
 
 static int buffer_sample(void *ud, const bf_sample *smp) {
   bf_q_cursor *c = ud;
-  if (c->n == c->cap) {
-    size_t nc = c->cap ? c->cap * 2 : 4096;
-    bf_sample *nv = realloc(c->buf, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    c->buf = nv;
-    c->cap = nc;
-  }
+  if (bf_vec_grow((void **)&c->buf, &c->cap, c->n + 1, sizeof *c->buf, 4096)) return -ENOMEM;
   c->buf[c->n++] = *smp;
   return 0;
 }
@@ -64,19 +58,10 @@ int bf_q_timeline_open(bf_store *s, int64_t session_id, const bf_sample_filter *
     c->f = *f;
     c->has_f = 1;
   }
-  const char *sql = (f && f->thread_id)
-                        ? "SELECT thread_id, first_ts_ns, last_ts_ns, data FROM sample_chunks WHERE session_id=?1 "
-                          "AND thread_id=?2 ORDER BY thread_id, first_ts_ns, id"
-                        : "SELECT thread_id, first_ts_ns, last_ts_ns, data FROM sample_chunks WHERE session_id=?1 "
-                          "ORDER BY thread_id, first_ts_ns, id";
-  sqlite3 *db = bf_store_db(s);
-  if (sqlite3_prepare_v2(db, sql, -1, &c->st, NULL) != SQLITE_OK) {
-    rc = bf_store_fail(s, -EIO, "database '%s': cannot read samples: %s", bf_store_path(s), sqlite3_errmsg(db));
+  if ((rc = bf_store_chunks_open(s, session_id, f, &c->chunks))) {
     free(c);
     return rc;
   }
-  sqlite3_bind_int64(c->st, 1, session_id);
-  if (f && f->thread_id) sqlite3_bind_int64(c->st, 2, f->thread_id);
   *out = c;
   return 0;
 }
@@ -85,20 +70,17 @@ int bf_q_timeline_next(bf_q_cursor *c, const bf_sample **smp) {
   while (c->i >= c->n) {
     if (c->done) return 0;
     c->n = c->i = 0;
-    int rc = sqlite3_step(c->st);
-    if (rc == SQLITE_DONE) {
+    int64_t tid, first, last;
+    const uint8_t *d;
+    size_t len;
+    int rc = bf_store_chunks_next(c->chunks, &tid, &first, &last, &d, &len);
+    if (rc == 0) {
       c->done = 1;
       return 0;
     }
-    if (rc != SQLITE_ROW)
-      return bf_store_fail(c->s, -EIO, "database '%s': cannot read samples: %s", bf_store_path(c->s),
-                           sqlite3_errmsg(bf_store_db(c->s)));
-    int64_t tid = sqlite3_column_int64(c->st, 0);
-    int64_t first = sqlite3_column_int64(c->st, 1), last = sqlite3_column_int64(c->st, 2);
+    if (rc < 0) return rc;
     if (c->has_f && c->f.until_ns > 0 && first >= c->f.until_ns) continue;
     if (c->has_f && c->f.since_ns && last < c->f.since_ns) continue;
-    const uint8_t *d = sqlite3_column_blob(c->st, 3);
-    size_t len = (size_t)sqlite3_column_bytes(c->st, 3);
     rc = bf_chunk_decode(d, len, tid, first, c->has_f ? &c->f : NULL, buffer_sample, c);
     if (rc == -EBADMSG)
       return bf_store_fail(c->s, -EBADMSG, "database '%s': corrupt sample chunk in session %lld", bf_store_path(c->s),
@@ -112,7 +94,7 @@ int bf_q_timeline_next(bf_q_cursor *c, const bf_sample **smp) {
 
 void bf_q_timeline_close(bf_q_cursor *c) {
   if (!c) return;
-  sqlite3_finalize(c->st);
+  bf_store_chunks_close(c->chunks);
   free(c->buf);
   free(c);
 }

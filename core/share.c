@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,21 +244,13 @@ int bf_share_export(bf_store *src, int64_t session_id, const char *pub, const ch
     bf_store_close(mem);
     goto out;
   }
-  sqlite3_int64 sz = 0;
-  unsigned char *img = sqlite3_exec(bf_store_db(mem), "VACUUM", NULL, NULL, NULL) == SQLITE_OK
-                           ? sqlite3_serialize(bf_store_db(mem), "main", &sz, 0)
-                           : NULL;
+  rc = bf_store_image(mem, BF_SHARE_MAX_BYTES, &db, &db_len);
   bf_store_close(mem);
-  if (!img || sz <= 0 || sz > BF_SHARE_MAX_BYTES || !(db = malloc((size_t)sz))) {
-    rc = bf_store_fail(src, img && sz > BF_SHARE_MAX_BYTES ? -EFBIG : -ENOMEM,
-                       img && sz > BF_SHARE_MAX_BYTES ? "the session is too large to seal" : "out of memory");
-    sqlite3_free(img);
+  if (rc) {
+    rc = bf_store_fail(src, rc == -EFBIG ? -EFBIG : -ENOMEM,
+                       rc == -EFBIG ? "the session is too large to seal" : "out of memory");
     goto out;
   }
-  memcpy(db, img, (size_t)sz);
-  sodium_memzero(img, (size_t)sz);
-  sqlite3_free(img);
-  db_len = (size_t)sz;
   uLongf zlen = compressBound((uLong)db_len);
   if (!(plain = malloc(INNER_HDR + zlen))) {
     rc = bf_store_fail(src, -ENOMEM, "out of memory");
@@ -326,18 +317,7 @@ static int load_secret(bf_store *s, const char *key_path, unsigned char sk[32]) 
 /* Check the decrypted database before trusting anything in it: anyone who has
  * the public key can make a sealed file, so its content is untrusted input. */
 static int verify_db(bf_store *dst, bf_store *in, const char *path, int64_t *session_id) {
-  sqlite3 *db = bf_store_db(in);
-  sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-  sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-  sqlite3_stmt *st = NULL;
-  int ok = 0;
-  if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL) == SQLITE_OK &&
-      sqlite3_step(st) == SQLITE_ROW) {
-    const char *r = (const char *)sqlite3_column_text(st, 0);
-    ok = r && strcmp(r, "ok") == 0;
-  }
-  sqlite3_finalize(st);
-  if (!ok) return bf_store_fail(dst, -EBADMSG, "'%s': the enclosed database is damaged; nothing imported", path);
+  if (bf_store_check_untrusted(in)) return bf_store_fail(dst, -EBADMSG, "'%s': the enclosed database is damaged; nothing imported", path);
   bf_session_info **list = NULL;
   size_t n = 0;
   if (bf_store_session_list(in, &list, &n))
@@ -409,7 +389,7 @@ int bf_share_import(bf_store *dst, const char *path, const char *key_path, const
   /* decrypted only into memory: nothing readable is ever on disk, so no
    * kill (even SIGKILL) can leave plaintext behind */
   uLongf got = (uLongf)want_len;
-  if (!(db = sqlite3_malloc64(want_len)) ||
+  if (!(db = bf_store_image_buf_alloc(want_len)) ||
       uncompress(db, &got, plain + INNER_HDR, (uLong)(plain_len - INNER_HDR)) != Z_OK || got != want_len) {
     rc = bf_store_fail(dst, db ? -EBADMSG : -ENOMEM, "'%s': enclosed data does not decompress; nothing imported", path);
     goto out;
@@ -438,6 +418,6 @@ out:
   if (db) sodium_memzero(db, db_len);
   free(file);
   free(plain);
-  sqlite3_free(db);
+  bf_store_image_buf_free(db);
   return rc;
 }

@@ -29,7 +29,7 @@ int bf_store_open(const char *path, int flags, bf_store **out, const char **errm
 
 /* Open a read-only database from an image in memory (nothing touches the
  * disk: e.g. a decrypted sealed export). Takes ownership of image, which must
- * come from sqlite3_malloc64. name is used in messages only.
+ * come from bf_store_image_buf_alloc. name is used in messages only.
  * OUT and errors: as bf_store_open. */
 int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_store **out,
                         const char **errmsg);
@@ -270,8 +270,42 @@ int bf_store_audit_update(bf_store *s, int64_t id, const char *outcome, int64_t 
 typedef int (*bf_audit_fn)(void *ud, const bf_audit_entry *e);
 int bf_store_audit_foreach(bf_store *s, bf_audit_fn fn, void *ud);
 
-/* ---- escape hatch for core/ modules only (views, exports, lua binding) ---- */
-struct sqlite3;
-struct sqlite3 *bf_store_db(bf_store *s);
+/* ---- maintenance (gc, extract, share); the SQLite handle is never handed out ---- */
+
+/* Zero the pages of deleted rows from now on (PRAGMA secure_delete) on this
+ * handle. */
+int bf_store_secure_delete(bf_store *s);
+
+/* Record that the database holds redacted data (the meta table). */
+int bf_store_mark_redacted(bf_store *s);
+
+#define BF_STORE_COMPACT_STANDALONE 0x1 /* also leave WAL mode: one file to hand out */
+/* VACUUM (rewrite without the freed pages), then move it all into the main
+ * file and empty the WAL (wal_checkpoint(TRUNCATE)). Nothing may be pending. */
+int bf_store_compact(bf_store *s, int flags);
+
+typedef struct bf_store_sweep_counts {
+  int64_t strings, functions, frames, stacks; /* orphan rows deleted */
+} bf_store_sweep_counts;
+/* Inside a transaction: delete the rows of sessions that no longer exist,
+ * then every stack no sample of the sessions live[0..n) uses (nor is an
+ * ancestor of one), and the frames, functions and strings nothing refers to.
+ * The interning caches are NOT dropped (a begin/rollback pair does that).
+ * OUT: *out, the counts added to it. */
+int bf_store_sweep(bf_store *s, const int64_t *live, size_t n, bf_store_sweep_counts *out);
+
+/* The whole database as one SQLite image after a VACUUM (a memory database
+ * to seal). OUT: *image (malloc'd; the caller wipes and frees it), *len.
+ * -EFBIG when it is larger than max_len, -ENOMEM when it cannot be made. */
+int bf_store_image(bf_store *s, size_t max_len, unsigned char **image, size_t *len);
+/* A buffer bf_store_open_image can take ownership of; NULL when out of
+ * memory. Free one it was not given to with bf_store_image_buf_free. */
+unsigned char *bf_store_image_buf_alloc(size_t len);
+void bf_store_image_buf_free(unsigned char *buf);
+
+/* For a database from outside: turn on SQLite's defensive mode, trust
+ * nothing in its schema, and run PRAGMA integrity_check. 0 when it reports
+ * "ok", else -EBADMSG (no message set: the caller names the file). */
+int bf_store_check_untrusted(bf_store *s);
 
 #endif

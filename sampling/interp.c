@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "procmaps.h"
 #include "smp_int.h"
 
 typedef struct jbuf {
@@ -99,24 +100,28 @@ static void jbool(jbuf *b, const char *key, int v) {
   jraw(b, v ? "\":true" : "\":false");
 }
 
+typedef struct libpython_find {
+  char *buf;
+  size_t len;
+} libpython_find;
+
+static int libpython_map(void *ud, const bf_procmap *m) {
+  libpython_find *lf = ud;
+  const char *p = strchr(m->name, '/');
+  if (!p) return 0;
+  const char *base = strrchr(p, '/') + 1;
+  if (strncmp(base, "libpython3.", 11) == 0 && strstr(base, ".so") && strlen(p) < lf->len) {
+    memcpy(lf->buf, p, strlen(p) + 1);
+    return 1;
+  }
+  return 0;
+}
+
 /* Path of the first libpython3.* object mapped by pid, or "" (OUT: buf). */
 static void find_libpython(int pid, char *buf, size_t len) {
-  char path[64], line[1024];
   buf[0] = 0;
-  snprintf(path, sizeof path, "/proc/%d/maps", pid);
-  FILE *f = fopen(path, "re");
-  if (!f) return;
-  while (fgets(line, sizeof line, f)) {
-    char *p = strchr(line, '/');
-    if (!p) continue;
-    p[strcspn(p, "\n")] = 0;
-    const char *base = strrchr(p, '/') + 1;
-    if (strncmp(base, "libpython3.", 11) == 0 && strstr(base, ".so") && strlen(p) < len) {
-      memcpy(buf, p, strlen(p) + 1);
-      break;
-    }
-  }
-  fclose(f);
+  libpython_find lf = {buf, len};
+  bf_procmaps_foreach(pid, libpython_map, &lf);
 }
 
 /* The "." SOABI ".so" string CPython's importer keeps in .rodata

@@ -27,8 +27,11 @@
 #include <libunwind-ptrace.h>
 #include <libunwind.h>
 
-#include "json.h"
+#include "jsonw.h"
+#include "map.h"
 #include "native.h"
+#include "procmaps.h"
+#include "vec.h"
 #include "smp_int.h" /* smp_forget_tid */
 
 #define NAT_MAX_DEPTH 256               /* C frames unwound per thread */
@@ -188,16 +191,6 @@ static int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t nc = *cap ? *cap : 16;
-  while (nc < need) nc *= 2;
-  void *np = realloc(*p, nc * elem);
-  if (!np) return -ENOMEM;
-  *p = np;
-  *cap = nc;
-  return 0;
-}
 
 const char *bf_smp_native_errmsg(const bf_smp_native *n) { return n ? n->err : "out of memory"; }
 
@@ -303,38 +296,37 @@ static int acc_dyn_list(unw_addr_space_t as, unw_word_t *addr, void *arg) {
 static const char *intern_path(bf_smp_native *n, const char *p) {
   for (size_t i = 0; i < n->npaths; i++)
     if (strcmp(n->paths[i], p) == 0) return n->paths[i];
-  if (grow((void **)&n->paths, &n->cap_paths, n->npaths + 1, sizeof *n->paths) < 0) return NULL;
+  if (bf_vec_grow((void **)&n->paths, &n->cap_paths, n->npaths + 1, sizeof *n->paths, 16) < 0) return NULL;
   char *s = strdup(p);
   if (!s) return NULL;
   n->paths[n->npaths++] = s;
   return s;
 }
 
+static int add_map(void *ud, const bf_procmap *pm) {
+  bf_smp_native *n = ud;
+  if (bf_vec_grow((void **)&n->maps, &n->cap_maps, n->nmaps + 1, sizeof *n->maps, 16) < 0) return 1;
+  nat_map *m = &n->maps[n->nmaps++];
+  m->lo = pm->lo;
+  m->hi = pm->hi;
+  m->off = pm->off;
+  m->exec = pm->perms[2] == 'x';
+  m->writable = pm->perms[1] == 'w';
+  m->path = *pm->name == '/' ? intern_path(n, pm->name) : NULL;
+  return 0;
+}
+
 static int maps_refresh(bf_smp_native *n) {
-  char path[64], line[1024];
-  snprintf(path, sizeof path, "/proc/%d/maps", n->pid);
-  FILE *f = fopen(path, "re");
-  if (!f) return errno == ENOENT ? -ESRCH : -errno;
+  size_t had = n->nmaps;
+  int64_t had_sample = n->maps_sample;
   n->nmaps = 0;
   n->maps_sample = n->samples;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long long lo, hi, off;
-    char perms[8];
-    int k = 0;
-    if (sscanf(line, "%llx-%llx %7s %llx %*s %*s %n", &lo, &hi, perms, &off, &k) < 4 || k <= 0)
-      continue;
-    char *p = line + k;
-    p[strcspn(p, "\n")] = 0;
-    if (grow((void **)&n->maps, &n->cap_maps, n->nmaps + 1, sizeof *n->maps) < 0) break;
-    nat_map *m = &n->maps[n->nmaps++];
-    m->lo = lo;
-    m->hi = hi;
-    m->off = off;
-    m->exec = perms[2] == 'x';
-    m->writable = perms[1] == 'w';
-    m->path = *p == '/' ? intern_path(n, p) : NULL;
+  int rc = bf_procmaps_foreach(n->pid, add_map, n);
+  if (rc < 0) { /* not opened (add_map never fails with < 0): the table is as it was */
+    n->nmaps = had;
+    n->maps_sample = had_sample;
+    return rc == -ENOENT ? -ESRCH : rc;
   }
-  fclose(f);
   /* code may have moved (dlclose/dlopen): cached unwind rules are stale */
   unw_flush_cache(n->as, 0, 0);
   for (size_t i = 0; n->pages && i < NAT_PAGES; i++) n->pages[i].addr = 0;
@@ -361,17 +353,12 @@ static const nat_map *maps_find(bf_smp_native *n, uint64_t addr) {
 
 /* ---- symbols ------------------------------------------------------------ */
 
-static uint64_t hash_str(const char *s, uint64_t h) {
-  while (*s) h = (h ^ (unsigned char)*s++) * 0x100000001b3ull;
-  return h;
-}
-
 static nat_code *code_intern(bf_smp_native *n, const char *path, const char *name) {
   if (!n->codes) {
     n->cap_codes = 4096;
     if (!(n->codes = calloc(n->cap_codes, sizeof *n->codes))) return NULL;
   }
-  size_t b = (size_t)(hash_str(name, (uint64_t)(uintptr_t)path * 0x9E3779B97F4A7C15ull) &
+  size_t b = (size_t)(bf_hash3((int64_t)(uintptr_t)path, (int64_t)bf_hash_str(name, strlen(name)), 0) &
                       (n->cap_codes - 1));
   for (nat_code *c = n->codes[b]; c; c = c->next)
     if (c->pub.filename == path && strcmp(c->pub.qualname, name) == 0) return c;
@@ -496,7 +483,7 @@ static void read_run_state(bf_smp_native *n, nat_thread *t) {
 static void thread_drop(bf_smp_native *n, nat_thread *t) {
   if (t->stops) {
     if (n->nretired < NAT_MAX_TSTATS &&
-        grow((void **)&n->retired, &n->cap_retired, n->nretired + 1, sizeof *n->retired) == 0) {
+        bf_vec_grow((void **)&n->retired, &n->cap_retired, n->nretired + 1, sizeof *n->retired, 16) == 0) {
       nat_tstat *r = &n->retired[n->nretired++];
       r->tid = t->tid;
       memcpy(r->name, t->name, sizeof r->name);
@@ -562,7 +549,7 @@ static void snapshot(bf_smp_native *n, nat_thread *t) {
   uint64_t want = t->deepest > sp ? t->deepest - sp + NAT_SNAP_SLACK : NAT_SNAP_FIRST;
   if (want > NAT_SNAP_MAX) want = NAT_SNAP_MAX;
   if (want > t->map_hi - sp) want = t->map_hi - sp;
-  if (grow((void **)&t->stack, &t->stack_cap, (size_t)want, 1) < 0) return;
+  if (bf_vec_grow((void **)&t->stack, &t->stack_cap, (size_t)want, 1, 16) < 0) return;
   struct iovec l = {t->stack, (size_t)want}, r = {(void *)(uintptr_t)sp, (size_t)want};
   ssize_t got = process_vm_readv(n->pid, &l, 1, &r, 1, 0);
   t->stack_lo = sp;
@@ -690,11 +677,11 @@ static int parse_filter(bf_smp_native *n, const char *spec) {
     char *end;
     long v = strtol(tok, &end, 10);
     if (*end == 0 && v > 0) {
-      if (grow((void **)&n->ftids, &cap_tids, n->nftids + 1, sizeof *n->ftids) < 0) return -ENOMEM;
+      if (bf_vec_grow((void **)&n->ftids, &cap_tids, n->nftids + 1, sizeof *n->ftids, 16) < 0) return -ENOMEM;
       n->ftids[n->nftids++] = v;
       continue;
     }
-    if (grow((void **)&n->globs, &cap_globs, n->nglobs + 1, sizeof *n->globs) < 0) return -ENOMEM;
+    if (bf_vec_grow((void **)&n->globs, &cap_globs, n->nglobs + 1, sizeof *n->globs, 16) < 0) return -ENOMEM;
     n->globs[n->nglobs++] = tok;
   }
   if (!n->nftids && !n->nglobs) return -EINVAL;
@@ -720,7 +707,7 @@ static nat_tname *tinfo(bf_smp_native *n, int tid) {
       if (n->names[k].sched_fd >= 0) close(n->names[k].sched_fd);
     }
     n->nnames = o;
-    if (grow((void **)&n->names, &n->cap_names, n->nnames + 1, sizeof *n->names) < 0) return NULL;
+    if (bf_vec_grow((void **)&n->names, &n->cap_names, n->nnames + 1, sizeof *n->names, 16) < 0) return NULL;
     i = n->nnames++;
     memset(&n->names[i], 0, sizeof n->names[i]);
     n->names[i].tid = tid;
@@ -982,7 +969,7 @@ static nat_thread *thread_seize(bf_smp_native *n, int tid, const char *name, int
   for (size_t i = 0; i < n->nth && !t; i++)
     if (n->th[i].state == NT_GONE && !n->th[i].tid) t = &n->th[i];
   if (!t) {
-    if (grow((void **)&n->th, &n->cap_th, n->nth + 1, sizeof *n->th) < 0) {
+    if (bf_vec_grow((void **)&n->th, &n->cap_th, n->nth + 1, sizeof *n->th, 16) < 0) {
       ptrace(PTRACE_DETACH, tid, 0, 0); /* fails while running; our exit detaches */
       *err = -ENOMEM;
       return NULL;
@@ -1035,7 +1022,7 @@ static size_t unwind(bf_smp_native *n, nat_thread *t) {
   n->cur = t;
   n->unwind_complete = 0;
   t->deepest = 0;
-  if (grow((void **)&n->cf, &n->cap_cf, NAT_MAX_DEPTH, sizeof *n->cf) < 0 ||
+  if (bf_vec_grow((void **)&n->cf, &n->cap_cf, NAT_MAX_DEPTH, sizeof *n->cf, 16) < 0 ||
       unw_init_remote(&c, n->as, t->upt) < 0) {
     n->unwind_failed++;
     goto out;
@@ -1063,7 +1050,7 @@ out:
 }
 
 static int push_out_frame(bf_smp_native *n, const bf_smp_code *code, int32_t line, uint32_t fl) {
-  if (grow((void **)&n->frames, &n->cap_frames, n->nframes + 1, sizeof *n->frames) < 0)
+  if (bf_vec_grow((void **)&n->frames, &n->cap_frames, n->nframes + 1, sizeof *n->frames, 16) < 0)
     return -ENOMEM;
   n->frames[n->nframes++] = (bf_smp_frame){code, line, fl};
   return 0;
@@ -1162,7 +1149,7 @@ static int prime(bf_smp_native *n) {
   n->nwant = 0;
   for (size_t i = 0; i < npt; i++) {
     if (pt[i].native_tid <= 0 || !selected(n, &pt[i])) continue;
-    if (grow((void **)&n->want, &n->cap_want, n->nwant + 1, sizeof *n->want) < 0)
+    if (bf_vec_grow((void **)&n->want, &n->cap_want, n->nwant + 1, sizeof *n->want, 16) < 0)
       return seterr(n, -ENOMEM, "out of memory");
     n->want[n->nwant++] = (int)pt[i].native_tid;
   }
@@ -1218,14 +1205,14 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
   /* unwind (threads running again) and merge */
   n->nout = n->nframes = 0;
   n->nwant = 0;
-  if (grow((void **)&n->out, &n->cap_out, npt ? npt : 1, sizeof *n->out) < 0) return -ENOMEM;
+  if (bf_vec_grow((void **)&n->out, &n->cap_out, npt ? npt : 1, sizeof *n->out, 16) < 0) return -ENOMEM;
   for (size_t i = 0; i < npt; i++) {
     bf_smp_thread *o = &n->out[n->nout++];
     *o = pt[i];
     size_t first = n->nframes;
     nat_thread *t = pt[i].native_tid > 0 ? thread_find(n, (int)pt[i].native_tid) : NULL;
     if (pt[i].native_tid > 0 && selected(n, &pt[i])) {
-      if (grow((void **)&n->want, &n->cap_want, n->nwant + 1, sizeof *n->want) < 0) return -ENOMEM;
+      if (bf_vec_grow((void **)&n->want, &n->cap_want, n->nwant + 1, sizeof *n->want, 16) < 0) return -ENOMEM;
       n->want[n->nwant++] = (int)pt[i].native_tid;
     }
     size_t nc = t && t->snap_ok && t->state != NT_GONE ? unwind(n, t) : 0;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "smp_int.h"
+#include "vec.h"
 
 #define POOL_MAX (1u << 20)
 #define PREF_MAX 8192
@@ -90,7 +91,8 @@ void smp_prefetch_reset(bf_smp *h) {
   hash_clear(h);
 }
 
-static int grow(bf_smp *h) {
+/* On first use: the prefetch arrays, pool and hash (remember() grows them). */
+static int pref_alloc(bf_smp *h) {
   if (!h->pref) {
     h->cap_pref = 1024;
     h->pref = calloc(h->cap_pref, sizeof *h->pref);
@@ -110,14 +112,11 @@ static int grow(bf_smp *h) {
 static void remember(bf_smp *h, uint64_t addr, size_t len) {
   if (h->npref_next >= h->cap_pref) {
     if (h->cap_pref >= PREF_MAX) return;
-    size_t nc = h->cap_pref * 2;
-    smp_pref *a = realloc(h->pref_next, nc * sizeof *a);
-    if (!a) return;
-    h->pref_next = a;
-    smp_pref *b = realloc(h->pref, nc * sizeof *b);
-    if (!b) return;
-    h->pref = b;
-    h->cap_pref = nc;
+    /* the two arrays swap roles every sample: they keep one capacity */
+    size_t ca = h->cap_pref, cb = h->cap_pref;
+    if (bf_vec_grow((void **)&h->pref_next, &ca, h->cap_pref + 1, sizeof *h->pref_next, 0) < 0) return;
+    if (bf_vec_grow((void **)&h->pref, &cb, h->cap_pref + 1, sizeof *h->pref, 0) < 0) return;
+    h->cap_pref = ca;
   }
   h->pref_next[h->npref_next++] = (smp_pref){addr, (uint32_t)len, 0, 0, 0, 0};
 }
@@ -229,7 +228,7 @@ static void carry_over(bf_smp *h) {
 
 void smp_prefetch(bf_smp *h) {
   h->read_ns = mono_ns();
-  if (grow(h) < 0) return;
+  if (pref_alloc(h) < 0) return;
   carry_over(h);
   /* the hot set recorded during the previous samples becomes the pool */
   smp_pref *t = h->pref;

@@ -1,0 +1,378 @@
+/* jsonw.c — the JSON writer of every machine-readable output, and the strict
+ * checker of JSON that comes from outside (see jsonw.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonw.h"
+#include "text.h"
+
+static size_t replaced; /* invalid UTF-8 bytes written as U+FFFD */
+
+size_t bf_json_replaced(void) { return replaced; }
+
+/* Calls put for the escaped inside of string s. */
+static void escape_walk(const char *s, void (*put)(void *, const char *, size_t), void *ud) {
+  static const char hexd[] = "0123456789abcdef";
+  const unsigned char *p = (const unsigned char *)s;
+  size_t left = strlen(s);
+  while (left) {
+    const unsigned char *run = p;
+    /* the plain bytes, written in one go */
+    while (left && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\' && *p != '<' && *p != '>' && *p != '&' &&
+           *p != 0x7f) {
+      p++;
+      left--;
+    }
+    if (p > run) put(ud, (const char *)run, (size_t)(p - run));
+    if (!left) break;
+    uint32_t cp = 0;
+    size_t n = bf_utf8_seq(p, left, &cp);
+    char e[8];
+    if (!n) {
+      replaced++;
+      put(ud, "\xEF\xBF\xBD", 3);
+      n = 1;
+    } else if (cp == '"') {
+      put(ud, "\\\"", 2);
+    } else if (cp == '\\') {
+      put(ud, "\\\\", 2);
+    } else if (cp == '\n') {
+      put(ud, "\\n", 2);
+    } else if (cp == '\r') {
+      put(ud, "\\r", 2);
+    } else if (cp == '\t') {
+      put(ud, "\\t", 2);
+    } else if (cp < 0x80 || cp == 0x2028 || cp == 0x2029) {
+      e[0] = '\\', e[1] = 'u';
+      for (int i = 0; i < 4; i++) e[2 + i] = hexd[(cp >> (12 - 4 * i)) & 15];
+      put(ud, e, 6);
+    } else {
+      put(ud, (const char *)p, n);
+    }
+    p += n;
+    left -= n;
+  }
+}
+
+static void file_put(void *ud, const char *b, size_t n) { fwrite(b, 1, n, (FILE *)ud); }
+
+void bf_json_str(FILE *f, const char *s) {
+  if (!s) {
+    fputs("null", f);
+    return;
+  }
+  fputc('"', f);
+  escape_walk(s, file_put, f);
+  fputc('"', f);
+}
+
+typedef struct growbuf {
+  char *b;
+  size_t n, cap;
+  int oom;
+} growbuf;
+
+static void grow_put(void *ud, const char *b, size_t n) {
+  growbuf *g = ud;
+  if (g->oom) return;
+  if (g->n + n + 1 > g->cap) {
+    size_t cap = (g->cap ? g->cap * 2 : 64) + n;
+    char *nb = realloc(g->b, cap);
+    if (!nb) {
+      g->oom = 1;
+      return;
+    }
+    g->b = nb, g->cap = cap;
+  }
+  memcpy(g->b + g->n, b, n);
+  g->n += n;
+  g->b[g->n] = 0;
+}
+
+char *bf_json_escape(const char *s) {
+  growbuf g = {0};
+  grow_put(&g, "", 0);
+  if (s) escape_walk(s, grow_put, &g);
+  if (g.oom) {
+    free(g.b);
+    return NULL;
+  }
+  return g.b;
+}
+
+void bf_json_num(FILE *f, double v) {
+  if (!isfinite(v))
+    fputs("null", f);
+  else if (v == floor(v) && fabs(v) < 9e15)
+    fprintf(f, "%.0f", v);
+  else
+    fprintf(f, "%.9g", v);
+}
+
+/* ---- the checker ---------------------------------------------------------- */
+
+#define MAX_DEPTH 64
+
+typedef struct jp {
+  const unsigned char *s, *p, *end;
+  char *why;
+  size_t why_len;
+  int failed;
+} jp;
+
+static int jfail(jp *j, const char *fmt, ...) {
+  if (j->failed) return -1;
+  j->failed = 1;
+  char m[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m, sizeof m, fmt, ap);
+  va_end(ap);
+  snprintf(j->why, j->why_len, "not JSON at byte %zu: %s", (size_t)(j->p - j->s), m);
+  return -1;
+}
+
+static void ws(jp *j) {
+  while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+static int hex4(const unsigned char *p, uint32_t *v) {
+  *v = 0;
+  for (int i = 0; i < 4; i++) {
+    unsigned c = p[i];
+    int d = c >= '0' && c <= '9' ? (int)(c - '0') : c >= 'a' && c <= 'f' ? (int)(c - 'a' + 10)
+          : c >= 'A' && c <= 'F' ? (int)(c - 'A' + 10) : -1;
+    if (d < 0) return -1;
+    *v = (*v << 4) | (uint32_t)d;
+  }
+  return 0;
+}
+
+/* A string at j->p ('"'); OUT: its raw span (between the quotes). */
+static int jstring(jp *j, const unsigned char **a, const unsigned char **b) {
+  j->p++;
+  *a = j->p;
+  while (j->p < j->end && *j->p != '"') {
+    unsigned c = *j->p;
+    if (c < 0x20) return jfail(j, "a control character inside a string");
+    if (c == '\\') {
+      if (j->end - j->p < 2) return jfail(j, "unfinished escape");
+      c = j->p[1];
+      if (c == 'u') {
+        uint32_t v, lo;
+        if (j->end - j->p < 6 || hex4(j->p + 2, &v)) return jfail(j, "bad \\u escape");
+        j->p += 6;
+        if (v >= 0xD800 && v <= 0xDBFF) {
+          if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || hex4(j->p + 2, &lo) || lo < 0xDC00 ||
+              lo > 0xDFFF)
+            return jfail(j, "unpaired surrogate escape");
+          j->p += 6;
+        } else if (v >= 0xDC00 && v <= 0xDFFF) {
+          return jfail(j, "unpaired surrogate escape");
+        }
+        continue;
+      }
+      if (!strchr("\"\\/bfnrt", (int)c) || !c) return jfail(j, "bad escape \\%c", c >= 0x20 && c < 0x7f ? c : '?');
+      j->p += 2;
+      continue;
+    }
+    uint32_t cp;
+    size_t n = bf_utf8_seq(j->p, (size_t)(j->end - j->p), &cp);
+    if (!n) return jfail(j, "invalid UTF-8");
+    j->p += n;
+  }
+  if (j->p >= j->end) return jfail(j, "unterminated string");
+  *b = j->p;
+  j->p++;
+  return 0;
+}
+
+static int jdigits(jp *j) {
+  const unsigned char *a = j->p;
+  while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+  return j->p > a ? 0 : jfail(j, "expected a digit");
+}
+
+static int jnumber(jp *j) {
+  if (*j->p == '-') j->p++;
+  if (j->p < j->end && *j->p == '0')
+    j->p++;
+  else if (jdigits(j))
+    return -1;
+  if (j->p < j->end && *j->p == '.') {
+    j->p++;
+    if (jdigits(j)) return -1;
+  }
+  if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+    j->p++;
+    if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
+    if (jdigits(j)) return -1;
+  }
+  return 0;
+}
+
+static int jvalue(jp *j, int depth);
+
+static int jword(jp *j, const char *w) {
+  size_t n = strlen(w);
+  if ((size_t)(j->end - j->p) < n || memcmp(j->p, w, n) != 0) return jfail(j, "unexpected character");
+  j->p += n;
+  return 0;
+}
+
+typedef struct keyspan {
+  const unsigned char *a, *b;
+} keyspan;
+
+/* An object at j->p; top-level objects (keys != NULL) report their keys. */
+static int jobject(jp *j, int depth, keyspan **keys, size_t *nkeys) {
+  j->p++;
+  ws(j);
+  if (j->p < j->end && *j->p == '}') {
+    j->p++;
+    return 0;
+  }
+  for (;;) {
+    ws(j);
+    if (j->p >= j->end || *j->p != '"') return jfail(j, "expected a string key");
+    const unsigned char *a, *b;
+    if (jstring(j, &a, &b)) return -1;
+    if (keys) {
+      keyspan *nk = realloc(*keys, (*nkeys + 1) * sizeof **keys);
+      if (!nk) return jfail(j, "out of memory");
+      *keys = nk;
+      nk[(*nkeys)++] = (keyspan){a, b};
+    }
+    ws(j);
+    if (j->p >= j->end || *j->p != ':') return jfail(j, "expected ':'");
+    j->p++;
+    if (jvalue(j, depth + 1)) return -1;
+    ws(j);
+    if (j->p < j->end && *j->p == ',') {
+      j->p++;
+      continue;
+    }
+    if (j->p < j->end && *j->p == '}') {
+      j->p++;
+      return 0;
+    }
+    return jfail(j, "expected ',' or '}'");
+  }
+}
+
+static int jvalue(jp *j, int depth) {
+  if (depth > MAX_DEPTH) return jfail(j, "nested deeper than %d", MAX_DEPTH);
+  ws(j);
+  if (j->p >= j->end) return jfail(j, "expected a value");
+  const unsigned char *a, *b;
+  switch (*j->p) {
+    case '{': return jobject(j, depth, NULL, NULL);
+    case '[':
+      j->p++;
+      ws(j);
+      if (j->p < j->end && *j->p == ']') {
+        j->p++;
+        return 0;
+      }
+      for (;;) {
+        if (jvalue(j, depth + 1)) return -1;
+        ws(j);
+        if (j->p < j->end && *j->p == ',') {
+          j->p++;
+          continue;
+        }
+        if (j->p < j->end && *j->p == ']') {
+          j->p++;
+          return 0;
+        }
+        return jfail(j, "expected ',' or ']'");
+      }
+    case '"': return jstring(j, &a, &b);
+    case 't': return jword(j, "true");
+    case 'f': return jword(j, "false");
+    case 'n': return jword(j, "null");
+    default:
+      if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return jnumber(j);
+      return jfail(j, "unexpected character");
+  }
+}
+
+/* 1 when the raw (escaped) key span spells name exactly. Keys with escapes
+ * are compared after a simple decode of \uXXXX ASCII and \" \\ \/. */
+static int key_is(const keyspan *k, const char *name) {
+  const unsigned char *p = k->a;
+  size_t i = 0, n = strlen(name);
+  while (p < k->b) {
+    unsigned c = *p++;
+    if (c == '\\' && p < k->b) {
+      unsigned e = *p++;
+      if (e == 'u' && k->b - p >= 4) {
+        uint32_t v;
+        if (hex4(p, &v)) return 0;
+        p += 4;
+        c = v < 0x80 ? v : 0x100; /* non-ASCII never equals a key of ours */
+      } else {
+        c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e;
+      }
+    }
+    if (i >= n || (unsigned char)name[i] != c) return 0;
+    i++;
+  }
+  return i == n;
+}
+
+static int key_eq(const keyspan *x, const keyspan *y) {
+  return x->b - x->a == y->b - y->a && memcmp(x->a, y->a, (size_t)(x->b - x->a)) == 0;
+}
+
+int bf_json_check_object(const char *text, const char *const *reserved, char *why, size_t why_len) {
+  char dummy[4];
+  if (!why || !why_len) why = dummy, why_len = sizeof dummy;
+  why[0] = 0;
+  if (!text) {
+    snprintf(why, why_len, "no value");
+    return -EINVAL;
+  }
+  jp j = {(const unsigned char *)text, (const unsigned char *)text, (const unsigned char *)text + strlen(text),
+          why, why_len, 0};
+  keyspan *keys = NULL;
+  size_t nkeys = 0;
+  int rc = 0;
+  ws(&j);
+  if (j.p >= j.end || *j.p != '{') {
+    jfail(&j, "expected an object '{'");
+    rc = -EINVAL;
+    goto out;
+  }
+  if (jobject(&j, 1, &keys, &nkeys)) {
+    rc = -EINVAL;
+    goto out;
+  }
+  ws(&j);
+  if (j.p != j.end) {
+    jfail(&j, "text after the object");
+    rc = -EINVAL;
+    goto out;
+  }
+  for (size_t i = 0; i < nkeys && !rc; i++) {
+    for (size_t k = 0; reserved && reserved[k]; k++)
+      if (key_is(&keys[i], reserved[k])) {
+        snprintf(why, why_len, "key \"%s\" is one of bifocal's own session fields", reserved[k]);
+        rc = -EINVAL;
+        break;
+      }
+    for (size_t k = 0; k < i && !rc; k++)
+      if (key_eq(&keys[i], &keys[k])) {
+        snprintf(why, why_len, "key \"%.*s\" appears twice", (int)(keys[i].b - keys[i].a > 40 ? 40 : keys[i].b - keys[i].a),
+                 (const char *)keys[i].a);
+        rc = -EINVAL;
+      }
+  }
+out:
+  free(keys);
+  return rc;
+}

@@ -1,0 +1,125 @@
+/* schema.c — the schema, its version in PRAGMA user_version, migrations,
+ * and the registry of per-session tables. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_impl.h"
+
+static const char schema_v1[] =
+    "CREATE TABLE sessions(id INTEGER PRIMARY KEY, kind TEXT NOT NULL, clock TEXT, mode TEXT,"
+    " rate_hz REAL, achieved_rate_hz REAL, start_ns INTEGER, duration_ns INTEGER, host TEXT,"
+    " pid INTEGER, command TEXT, python_version TEXT, python_build TEXT, profiler_version TEXT,"
+    " commit_id TEXT, label TEXT, samples INTEGER DEFAULT 0, missed INTEGER DEFAULT 0,"
+    " invalid INTEGER DEFAULT 0, profiler_cpu_ns INTEGER DEFAULT 0, status TEXT NOT NULL,"
+    " expires_at_ns INTEGER DEFAULT 0, parent_id INTEGER DEFAULT 0, redacted INTEGER DEFAULT 0,"
+    " created_ns INTEGER NOT NULL, extra_json TEXT);"
+    "CREATE INDEX sessions_label ON sessions(label);"
+    "CREATE TABLE strings(id INTEGER PRIMARY KEY, s TEXT NOT NULL UNIQUE);"
+    "CREATE TABLE functions(id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL,"
+    " qualname_id INTEGER NOT NULL, firstlineno INTEGER NOT NULL,"
+    " UNIQUE(file_id, qualname_id, firstlineno));"
+    "CREATE TABLE frames(id INTEGER PRIMARY KEY, function_id INTEGER NOT NULL, line INTEGER NOT NULL,"
+    " UNIQUE(function_id, line));"
+    "CREATE TABLE stacks(id INTEGER PRIMARY KEY, parent_id INTEGER NOT NULL, frame_id INTEGER NOT NULL,"
+    " UNIQUE(parent_id, frame_id));"
+    "CREATE TABLE threads(id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL,"
+    " native_tid INTEGER NOT NULL, name TEXT, UNIQUE(session_id, native_tid));"
+    /* Samples: one row per chunk of up to CHUNK_RECORDS records of one thread,
+     * varint-encoded (see encode_chunk). */
+    "CREATE TABLE sample_chunks(id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL,"
+    " thread_id INTEGER NOT NULL, first_ts_ns INTEGER NOT NULL, last_ts_ns INTEGER NOT NULL,"
+    " n_records INTEGER NOT NULL, n_samples INTEGER NOT NULL, data BLOB NOT NULL);"
+    "CREATE INDEX sample_chunks_session ON sample_chunks(session_id, thread_id, first_ts_ns);"
+    "CREATE TABLE trace_functions(session_id INTEGER NOT NULL, function_id INTEGER NOT NULL,"
+    " calls INTEGER, primitive_calls INTEGER, resumes INTEGER, self_ns INTEGER, total_ns INTEGER,"
+    " p50_ns INTEGER, p90_ns INTEGER, p99_ns INTEGER, max_ns INTEGER, records_kept INTEGER,"
+    " records_dropped INTEGER, PRIMARY KEY(session_id, function_id)) WITHOUT ROWID;"
+    "CREATE TABLE trace_edges(session_id INTEGER NOT NULL, caller_id INTEGER NOT NULL,"
+    " callee_id INTEGER NOT NULL, calls INTEGER, primitive_calls INTEGER, self_ns INTEGER,"
+    " total_ns INTEGER, PRIMARY KEY(session_id, caller_id, callee_id)) WITHOUT ROWID;"
+    "CREATE TABLE call_records(id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL,"
+    " function_id INTEGER NOT NULL, thread_id INTEGER, start_ns INTEGER, duration_ns INTEGER,"
+    " depth INTEGER, parent_function_id INTEGER);"
+    "CREATE INDEX call_records_session ON call_records(session_id, function_id);"
+    "CREATE TABLE audit(id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, user TEXT, uid INTEGER,"
+    " target_pid INTEGER, target_uid INTEGER, command TEXT, argv TEXT, outcome TEXT,"
+    " session_id INTEGER);"
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);";
+
+/* Migrations: migrations[v] upgrades from user_version v to v+1. */
+static const char *const migrations[] = {schema_v1};
+#define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
+
+static int pragma_int(bf_store *s, const char *sql, int64_t *out) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return bfs_fail_sql(s, "read header");
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *out = sqlite3_column_int64(st, 0);
+    rc = 0;
+  } else {
+    rc = bfs_fail_sql(s, "read header");
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+int bfs_check_and_migrate(bf_store *s) {
+  int64_t appid = 0, ver = 0, ntables = 0;
+  int rc;
+  if ((rc = pragma_int(s, "PRAGMA application_id", &appid))) return rc;
+  if ((rc = pragma_int(s, "PRAGMA user_version", &ver))) return rc;
+  if ((rc = pragma_int(s, "SELECT count(*) FROM sqlite_master", &ntables))) return rc;
+  if (appid != BF_APP_ID) {
+    if (appid != 0 || ntables != 0 || ver != 0)
+      return bf_store_fail(s, -EINVAL,
+                           "'%s' is a SQLite database but not a bifocal one; choose another file with --db",
+                           s->path);
+    if (s->readonly)
+      return bf_store_fail(s, -EINVAL, "'%s' is an empty database, not a bifocal one", s->path);
+  }
+  /* version 0 means "no tables yet": with tables (or below 0) it was changed
+   * by hand, and migrating would fail half-way */
+  if (ver < 0 || (ver == 0 && ntables > 0))
+    return bf_store_fail(s, -EINVAL,
+                         "'%s' has schema version %lld but holds bifocal tables (the version was changed "
+                         "outside bifocal); if it is intact, restore it with: sqlite3 '%s' 'PRAGMA "
+                         "user_version=%d'",
+                         s->path, (long long)ver, s->path, BF_STORE_SCHEMA_VERSION);
+  if (ver > BF_STORE_SCHEMA_VERSION)
+    return bf_store_fail(s, -EPROTO,
+                         "'%s' has schema version %lld, newer than this bifocal (%d); upgrade bifocal",
+                         s->path, (long long)ver, BF_STORE_SCHEMA_VERSION);
+  if (ver == BF_STORE_SCHEMA_VERSION) return 0;
+  if (s->readonly)
+    return bf_store_fail(s, -EPROTO, "'%s' has old schema %lld; open it writable once to migrate", s->path,
+                         (long long)ver);
+  if ((rc = bfs_exec(s, "BEGIN IMMEDIATE"))) return rc;
+  /* another process may have migrated while we waited for the write lock */
+  if ((rc = pragma_int(s, "PRAGMA user_version", &ver))) {
+    bfs_exec(s, "ROLLBACK");
+    return rc;
+  }
+  if (ver == BF_STORE_SCHEMA_VERSION) return bfs_exec(s, "COMMIT");
+  for (int v = (int)ver; v < N_MIGRATIONS; v++) {
+    if ((rc = bfs_exec(s, migrations[v]))) {
+      bfs_exec(s, "ROLLBACK");
+      return rc;
+    }
+  }
+  char sql[128];
+  snprintf(sql, sizeof sql, "PRAGMA application_id=%d; PRAGMA user_version=%d", BF_APP_ID,
+           BF_STORE_SCHEMA_VERSION);
+  if ((rc = bfs_exec(s, sql))) {
+    bfs_exec(s, "ROLLBACK");
+    return rc;
+  }
+  return bfs_exec(s, "COMMIT");
+}
+
+/* The tables that hold rows of one session, by session_id (delete and gc). */
+const char *const bfs_session_tables[] = {"sample_chunks", "threads", "trace_functions", "trace_edges",
+                                          "call_records"};
+const size_t bfs_n_session_tables = sizeof bfs_session_tables / sizeof bfs_session_tables[0];
