@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "correlate.h"
-#include "lua_bifocal.h"
+#include "lua_host.h"
 #include "store.h"
 
 static int64_t fn(bf_store *s, const char *q, int line) {
