@@ -5,9 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lua_int.h"
 #include "correlate.h"
-#include "profile.h"
+#include "lua_int.h"
 
 static const char DEFDB_KEY = 'd'; /* registry: default bifocal.db of bifocal.session() */
 
