@@ -328,8 +328,8 @@ int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join
     goto out;
   }
   if (!is_kind(ti, "traced")) {
-    rc = bf_store_fail(s, -EINVAL, "session %lld is %s, not traced (see `bifocal sessions`)", (long long)traced_id,
-                       ti->kind ? ti->kind : "of unknown kind");
+    rc = bf_store_fail(s, -EINVAL, "session %lld is %s, not traced", /* remedy: repl/cli_hints.c */
+                       (long long)traced_id, ti->kind ? ti->kind : "of unknown kind");
     goto out;
   }
   if ((rc = bf_profile_functions(s, sampled_id, NULL, BF_SORT_SELF, &sp)) ||

@@ -8,7 +8,7 @@
 
 #include "cli.h"
 
-/* A message containing `says` gets " (hint)". Each `says` is quoted from the
+/* A message ending with `says` gets " (hint)". Each `says` is quoted from the
  * library (the file is named); change both together. */
 static const struct {
   const char *says;
@@ -24,11 +24,17 @@ static const struct {
     {"its samples carry no times, so there is no timeline to export", "try --format speedscope or collapsed"},
     /* core/view_tasks.c */
     {"the tasks view needs a sampled session", "record one with `bifocal record --async`"},
+    /* core/view_gil.c */
+    {"is traced: the GIL view needs a sampled session", "bifocal record samples each thread's GIL and CPU state"},
+    /* core/correlate.c (bf_join_sessions) */
+    {", not traced", "see `bifocal sessions`"},
 };
 
 const char *bf_cli_hint(const char *msg) {
-  if (!msg) return NULL;
-  for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
-    if (strstr(msg, hints[i].says)) return hints[i].hint;
+  size_t n = msg ? strlen(msg) : 0;
+  for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++) {
+    size_t k = strlen(hints[i].says);
+    if (n >= k && strcmp(msg + n - k, hints[i].says) == 0) return hints[i].hint;
+  }
   return NULL;
 }
