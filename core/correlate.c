@@ -328,8 +328,8 @@ int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join
     goto out;
   }
   if (!is_kind(ti, "traced")) {
-    rc = bf_store_fail(s, -EINVAL, "session %lld is %s, not traced (see `bifocal sessions`)", (long long)traced_id,
-                       ti->kind ? ti->kind : "of unknown kind");
+    rc = bf_store_fail(s, -EINVAL, "session %lld is %s, not traced", /* remedy: repl/cli_hints.c */
+                       (long long)traced_id, ti->kind ? ti->kind : "of unknown kind");
     goto out;
   }
   if ((rc = bf_profile_functions(s, sampled_id, NULL, BF_SORT_SELF, &sp)) ||
@@ -411,7 +411,7 @@ static void fmt_rate(double v, char *buf, size_t len) {
     snprintf(buf, len, "%.1f/s", v);
 }
 
-void bf_join_print(const bf_join *j, FILE *out, int limit, int color) {
+void bf_join_print(const bf_join *j, FILE *out, int limit, const char *limit_option, int color) {
   const char *dim = color ? "\033[2m" : "", *rst = color ? "\033[0m" : "", *b = color ? "\033[1m" : "";
   size_t lim = limit <= 0 || (size_t)limit > j->n ? j->n : (size_t)limit;
   fprintf(out, "%ssampled %lld × traced %lld%s · %lld samples · %s clock · %zu functions in both", b,
@@ -452,7 +452,11 @@ void bf_join_print(const bf_join *j, FILE *out, int limit, int color) {
     fprintf(out, "%-6s %-13s %6s %7s %9s %9s %9s %9s  %s  %s:%lld\n", self, ci, tot, smp, calls, pc, ts, rate,
             bf_inert(r->qualname, qb, sizeof qb), bf_inert(r->file, fb, sizeof fb), (long long)r->firstlineno);
   }
-  if (lim < j->n) fprintf(out, "%s… %zu more (use --limit)%s\n", dim, j->n - lim, rst);
+  if (lim < j->n) {
+    char how[64] = ""; /* the option is the caller's */
+    if (limit_option) snprintf(how, sizeof how, " (use %s)", limit_option);
+    fprintf(out, "%s… %zu more%s%s\n", dim, j->n - lim, how, rst);
+  }
 }
 
 static void num_or_null(FILE *out, int ok, double v) {

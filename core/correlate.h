@@ -79,8 +79,10 @@ int bf_sessions_interp_differ(const bf_session_info *a, const bf_session_info *b
  * interpreters and in recorded its own. */
 void bf_session_line_add_exe(const bf_session_info *in, const bf_session_info *other, char *buf, size_t len);
 
-/* Print the join as a terminal table (limit rows, <= 0 = all) or as JSON. */
-void bf_join_print(const bf_join *j, FILE *out, int limit, int color);
+/* Print the join as a terminal table (limit rows, <= 0 = all) or as JSON.
+ * limit_option: how the caller's user asks for more rows (e.g. "--limit"),
+ * named in the "… N more" line; NULL: not named. */
+void bf_join_print(const bf_join *j, FILE *out, int limit, const char *limit_option, int color);
 void bf_join_json(const bf_join *j, FILE *out);
 
 #endif

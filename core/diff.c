@@ -262,7 +262,8 @@ static void diff_body(FILE *out, const bf_diff_opts *o, const drow *rows, size_t
   } else {
     if (!shown) fprintf(out, "  no function changed by %.1f pp or more\n", o->threshold_pp);
     if (hidden)
-      fprintf(out, "%zu more below %.1f pp or past --limit\n", hidden, o->threshold_pp);
+      fprintf(out, "%zu more below %.1f pp or past %s\n", hidden, o->threshold_pp,
+              o->limit_option ? o->limit_option : "the row limit");
     fputs("— = not observed; * p<0.05 ** p<0.01 *** p<0.001 (two-proportion z-test)\n", out);
   }
 }

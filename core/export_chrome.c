@@ -28,7 +28,7 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
   if (a.n == 0) {
     rc = bf_store_fail(s, -ENODATA,
                        "session %lld (%s) has no call records: the chrome export of a traced session needs it "
-                       "recorded in focus mode (try --format speedscope or pstats)",
+                       "recorded in focus mode", /* remedy: repl/cli_hints.c */
                        (long long)session_id, info->kind ? info->kind : "?");
     goto out;
   }
@@ -134,9 +134,8 @@ static int close_to(chtl *t, size_t keep, int64_t at) {
 static int export_samples(bf_store *s, int64_t session_id, const bf_session_info *info, const bf_sample_filter *f,
                           FILE *out) {
   if (bf_q_kind_of(info) == BF_Q_IMPORTED)
-    return bf_store_fail(s, -ENODATA,
-                         "session %lld is imported: its samples carry no times, so there is no timeline to export "
-                         "(try --format speedscope or collapsed)",
+    return bf_store_fail(s, -ENODATA, /* remedy: repl/cli_hints.c */
+                         "session %lld is imported: its samples carry no times, so there is no timeline to export",
                          (long long)session_id);
   bf_thread_ref *th = NULL;
   size_t nth = 0;

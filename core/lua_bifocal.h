@@ -1,63 +1,43 @@
-/* lua_bifocal.h — the embedded Lua 5.4 side of bifocal: the `bifocal` module
- * (database, sessions, functions, samples, edges, call records, join,
- * statistics, checks/verdict) and the interpreter setup shared by `bifocal run`
- * and the REPL (sandbox, timeout, Ctrl-C). Follows lauxlib/liolib conventions:
- * misuse raises, expected failure returns nil, message.
+/* lua_bifocal.h — the `bifocal` Lua 5.4 module (core/lua/): database,
+ * sessions, functions, samples, edges, call records, join, statistics,
+ * checks and their verdict, plus the string library with a work budget.
+ * Follows lauxlib/liolib conventions: misuse raises, expected failure returns
+ * nil, message. The library never prints: the host (repl/lua_host.h) shows
+ * the verdict and decides when a running chunk must stop.
  */
 #ifndef BF_LUA_BIFOCAL_H
 #define BF_LUA_BIFOCAL_H
 
-#include <stddef.h>
-
 #include <lua.h>
 
-typedef struct bf_lua_opts {
-  const char *db_path; /* database of bifocal.open() with no argument; borrowed, must outlive the state */
-  int sandbox;         /* 1: no os.execute/io.popen/package.loadlib/C modules/debug hooks, no
-                          binary chunks by any loader (load, loadfile, dofile, require); files
-                          may be written only under out_dir */
-  const char *out_dir; /* where a sandboxed script may write (NULL: nowhere); must exist */
-  double timeout_s;    /* stop a running chunk after this many seconds; 0 = never */
-  size_t memory_bytes; /* cap on the interpreter's memory; 0 = BF_LUA_DEFAULT_MEMORY */
-} bf_lua_opts;
+typedef struct bf_lua_module_opts {
+  const char *db_path;                /* bifocal.open() with no argument (NULL: "bifocal.db"); copied */
+  const char *out_dir;                /* bifocal.out_dir, a resolved directory (NULL: absent); copied */
+  void (*show_verdict)(lua_State *L); /* bifocal.verdict() calls it to show the checks; NULL: shows nothing */
+} bf_lua_module_opts;
 
-#define BF_LUA_DEFAULT_MEMORY ((size_t)1 << 30) /* 1 GiB */
+/* Settings of the module in L; call before luaopen_bifocal (luaL_requiref).
+ * Without it the module opens "bifocal.db" and bifocal.verdict() shows
+ * nothing. Raises only on out of memory. */
+void bf_lua_module_setup(lua_State *L, const bf_lua_module_opts *o);
 
 /* Open the `bifocal` module (also used as luaL_requiref's openf). */
 int luaopen_bifocal(lua_State *L);
 
-/* A fresh interpreter with the standard libraries, `bifocal` as a global and
- * the sandbox applied as o says. Whatever the sandbox, the string matcher,
- * string.rep, table.sort and table.move check the deadline and Ctrl-C while
- * a chunk runs, and the state's memory is capped (o->memory_bytes). Returns NULL and writes a one-line reason to
- * err on failure (out of memory, --out not a directory). Caller closes with
- * lua_close. */
-lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen);
+/* The number of checks bifocal.check made so far. OUT: *n_failed (may be NULL). */
+int bf_lua_checks(lua_State *L, int *n_failed);
 
-/* Run a script file with arg[0] = path and arg[1..argc] = argv (also passed as
- * `...`), then print the verdict table when checks were made and not printed.
- * Returns 0 when every check held, 1 when one failed, 2 on a script error.
- * OUT: *errmsg on 2, one line "file:line: message" (caller frees). */
-int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg);
+/* Check i, 1 <= i <= bf_lua_checks(L). OUT: *name, *ok, *detail (NULL when
+ * none); the strings are borrowed from L until it is closed. */
+void bf_lua_check_at(lua_State *L, int i, const char **name, int *ok, const char **detail);
 
-/* Load and run one chunk of source (chunkname e.g. "=repl"); when print_results
- * is set, the chunk is first tried as "return CHUNK" and its values printed.
- * Returns 0 ok, 1 incomplete chunk (ends at <eof>: read more and call again),
- * 2 error. OUT: *errmsg on 2 (caller frees). */
-int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, char **errmsg);
-
-/* Where `bifocal run NAME` finds a script: NAME itself when readable or when it
- * has a '/', else $BIFOCAL_SCRIPTS/NAME, then the installed scripts directory
- * (beside the executable) — or, for a binary inside the build tree only, the
- * source tree's scripts/. OUT: buf (the path to use, possibly NAME). */
-const char *bf_lua_find_script(const char *name, char *buf, size_t len);
-
-/* Call fn with the name of every shipped script (NAME.lua) in the directories
- * bf_lua_find_script searches (a name may repeat across directories). */
-void bf_lua_script_names(void (*fn)(void *ud, const char *name), void *ud);
-
-/* Async-signal-safe: make the running chunk fail at its next instruction
- * check with "interrupted". bf_lua_exec/bf_lua_run_file clear it on entry. */
-void bf_lua_interrupt(void);
+/* Replace string.find, match, gmatch, gsub and rep (also reached as string
+ * methods) with versions of the same semantics (Lua 5.4 manual §6.4.1) that
+ * call budget(L) every few thousand steps, so a pathological pattern or a huge
+ * rep stops on the host's deadline or Ctrl-C: budget raises (lua_error) to
+ * stop the chunk, returns to let it go on. table.sort without a comparator
+ * gets a checked comparator, and table.move counts its steps, for the same
+ * reason. Call after luaL_openlibs. */
+void bf_lua_bounded_strlib(lua_State *L, void (*budget)(lua_State *L));
 
 #endif

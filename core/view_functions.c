@@ -134,7 +134,11 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
       }
       if (p->n == 0) fputs("  (no samples)\n", out);
     }
-    if (limit < p->n) fprintf(out, "%s… %zu more (use --limit)%s\n", dim, p->n - limit, rst);
+    if (limit < p->n) {
+      char how[64] = ""; /* the option is the caller's */
+      if (o->limit_option) snprintf(how, sizeof how, " (use %s)", o->limit_option);
+      fprintf(out, "%s… %zu more%s%s\n", dim, p->n - limit, how, rst);
+    }
   }
   bf_session_info_free(info);
   bf_profile_free(p);

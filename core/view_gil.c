@@ -196,8 +196,7 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
   size_t nth = 0;
   if ((bf_q_kind_of(info) == BF_Q_TRACED)) {
     rc = bf_store_fail(s, -ENODATA,
-                       "session %lld is traced: the GIL view needs a sampled session (bifocal record samples "
-                       "each thread's GIL and CPU state)",
+                       "session %lld is traced: the GIL view needs a sampled session", /* remedy: repl/cli_hints.c */
                        (long long)session_id);
     goto out;
   }

@@ -220,7 +220,11 @@ static int hm_text(hm *h, const bf_view_opts *o, const bf_session_info *info, FI
   snprintf(l, sizeof l, "%.1fs", h->t0_s);
   snprintf(rgt, sizeof rgt, "%.1fs", h->t0_s + h->nb * h->bucket_s);
   fprintf(out, "%s%*s %-*s%s%s\n", dim, h->label_w, "", h->nb - (int)strlen(rgt), l, rgt, rst);
-  if (h->top < h->nfn) fprintf(out, "%s… %zu more functions (use --limit)%s\n", dim, h->nfn - h->top, rst);
+  if (h->top < h->nfn) {
+    char how[64] = ""; /* the option is the caller's */
+    if (o->limit_option) snprintf(how, sizeof how, " (use %s)", o->limit_option);
+    fprintf(out, "%s… %zu more functions%s%s\n", dim, h->nfn - h->top, how, rst);
+  }
   return rc;
 }
 
@@ -256,8 +260,7 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
   hm h = {.s = s};
   if ((bf_q_kind_of(info) == BF_Q_TRACED)) {
     rc = bf_store_fail(s, -ENODATA,
-                       "session %lld is traced: it has no samples over time for a heatmap (see --view functions, "
-                       "--view flame, or export --format chrome for the call timeline)",
+                       "session %lld is traced: it has no samples over time for a heatmap", /* remedy: repl/cli_hints.c */
                        (long long)session_id);
     goto out;
   }

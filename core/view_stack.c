@@ -150,7 +150,7 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   if (rc) return rc;
   if (w->traced) {
     rc = bf_store_fail(s, -ENODATA,
-                       "session %lld is traced: it has no sampled stacks (see --view flame for caller→callee paths)",
+                       "session %lld is traced: it has no sampled stacks", /* remedy: repl/cli_hints.c */
                        (long long)session_id);
     goto out;
   }

@@ -223,8 +223,7 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   size_t nth = 0;
   if (bf_q_kind_of(info) != BF_Q_SAMPLED) {
     rc = bf_store_fail(s, -ENODATA,
-                       "session %lld is %s: the tasks view needs a session sampled with "
-                       "`bifocal record --async`",
+                       "session %lld is %s: the tasks view needs a sampled session", /* remedy: repl/cli_hints.c */
                        (long long)session_id, info->kind);
     goto out;
   }
@@ -333,7 +332,11 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
       fprintf(out, "  %-7s%5.1f%% %-13s  %s\n", k ? "" : "awaits", pc(t->ap[k].n, t->n), c1, loc);
     }
   }
-  if (ntask > shown) fprintf(out, "%s… %zu more tasks (--limit N shows more)%s\n", dim, ntask - shown, rst);
+  if (ntask > shown) {
+    char how[64] = ""; /* the option is the caller's */
+    if (o->limit_option) snprintf(how, sizeof how, " (%s N shows more)", o->limit_option);
+    fprintf(out, "%s… %zu more tasks%s%s\n", dim, ntask - shown, how, rst);
+  }
   int any_loop = 0;
   for (size_t i = 0; i < v.nt; i++) {
     const tstat *t = &v.t[i];

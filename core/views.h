@@ -18,6 +18,8 @@ typedef struct bf_view_opts {
   int width;                /* terminal width (0 = 80) */
   int html;                 /* heatmap: HTML page instead of terminal text */
   int buckets;              /* heatmap: time buckets (0 = fit the width / 60) */
+  const char *limit_option; /* how the caller's user asks for more rows (e.g. "--limit"), named in
+                               "… N more" lines; NULL: not named */
 } bf_view_opts;
 
 /* Function table with shares, 95% intervals and samples (sampled/imported) or
@@ -61,6 +63,7 @@ typedef struct bf_diff_opts {
   int json, color, width;
   int limit;            /* rows (0 = 25) */
   double threshold_pp;  /* hide rows whose |change| is below this (percentage points) */
+  const char *limit_option; /* as bf_view_opts.limit_option */
   bf_sample_filter filter_a, filter_b;
 } bf_diff_opts;
 

@@ -41,6 +41,10 @@ const bf_cmd *bf_cli_find(const char *name);
 void bf_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void bf_cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The command-line remedy for a library message (cli_hints.c), which
+ * bf_cli_error and bf_cli_warn add as " (hint)"; NULL when none. Static. */
+const char *bf_cli_hint(const char *msg);
+
 /* Open cli->db_path with flags; on failure prints one line and returns non-zero
  * (the exit status to use). OUT: *out. */
 int bf_cli_open_store(bf_cli *cli, int flags, bf_store **out);

@@ -52,7 +52,7 @@ int bf_cmd_correlate(bf_cli *cli, int argc, char **argv) {
   if (json)
     bf_join_json(j, stdout);
   else
-    bf_join_print(j, stdout, limit, cli->color);
+    bf_join_print(j, stdout, limit, "--limit", cli->color);
   bf_join_free(j);
   bf_store_close(s);
   return 0;

@@ -19,8 +19,8 @@
 
 #include "cli.h"
 #include "correlate.h"
+#include "lua_host.h"
 #include "profile.h"
-#include "lua_bifocal.h"
 #include "util.h"
 
 typedef struct demo {

@@ -19,7 +19,7 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
                                        {"output", required_argument, NULL, 'o'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
-  bf_diff_opts o = {0};
+  bf_diff_opts o = {.limit_option = "--limit"};
   o.color = cli->color;
   o.threshold_pp = 0.5;
   int force = 0;

@@ -46,7 +46,7 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
                                        {0}};
   const char *view = "functions", *thread = NULL, *outp = NULL;
   char task_arg[512];
-  bf_view_opts vo = {0};
+  bf_view_opts vo = {.limit_option = "--limit"};
   vo.color = cli->color;
   int c;
   while ((c = getopt_long(argc, argv, "v:jn:s:t:o:h", opts, NULL)) != -1) {

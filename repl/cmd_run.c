@@ -12,7 +12,7 @@
 #include <lua.h>
 
 #include "cli.h"
-#include "lua_bifocal.h"
+#include "lua_host.h"
 #include "text.h"
 
 /* "512M", "1G", "1.5GiB", "65536" (bytes) -> bytes; 0 when malformed. */

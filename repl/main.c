@@ -38,6 +38,8 @@ static void say(const char *prefix, const char *fmt, va_list ap) {
   fputs(prefix, stderr);
   if (vasprintf(&m, fmt, ap) >= 0) {
     bf_fputs_inert(stderr, m);
+    const char *hint = bf_cli_hint(m); /* the options that help, which the libraries do not know */
+    if (hint) fprintf(stderr, " (%s)", hint);
     free(m);
   }
   fputc('\n', stderr);

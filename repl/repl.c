@@ -14,7 +14,7 @@
 #include <readline/readline.h>
 
 #include "cli.h"
-#include "lua_bifocal.h"
+#include "lua_host.h"
 #include "profile.h"
 #include "text.h"
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build and run the sampler's libFuzzer target (clang): line tables, ELF,
 # _Py_DebugOffsets and the frame walker over fake memory, under ASan+UBSan.
-# With "lua" first: the script-entry target fuzz_lua.c over all of core/
-# (mutated sources and bytecode, budgeted string library against Lua's own).
+# With "lua" first: the script-entry target fuzz_lua.c over all of core/ and
+# the Lua host repl/lua_host.c (mutated sources and bytecode, budgeted string
+# library against Lua's own).
 # usage: tests/fuzz/build_libfuzzer.sh [SECONDS] | tests/fuzz/build_libfuzzer.sh lua [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,8 +14,10 @@ if [ "${1:-}" = lua ]; then
   python3 core/embed.py core/flame.html "$out/flame_html.c" bf_flame_html
   # shellcheck disable=SC2046
   clang -g -O1 -fsanitize=fuzzer,address,undefined -DBF_LIBFUZZER -D_GNU_SOURCE -std=c11 -DBF_VERSION='"fuzz"' \
-    -DBF_SCRIPTS_SRC_DIR='"scripts"' -DBF_SCRIPTS_INSTALL_DIR='"scripts"' -Icore $(pkg-config --cflags lua5.4) \
-    tests/fuzz/fuzz_lua.c core/*.c "$out/flame_html.c" $(pkg-config --libs lua5.4 sqlite3 libsodium zlib) -lm \
+    -DBF_SCRIPTS_SRC_DIR='"scripts"' -DBF_SCRIPTS_INSTALL_DIR='"scripts"' -DBF_SCRIPTS_EXE_REL='"scripts"' \
+    -DBF_BUILD_ROOT='"build-fuzz"' -Icore -Irepl $(pkg-config --cflags lua5.4) \
+    tests/fuzz/fuzz_lua.c core/*.c core/lua/*.c repl/lua_host.c "$out/flame_html.c" \
+    $(pkg-config --libs lua5.4 sqlite3 libsodium zlib) -lm \
     -o "$out/fuzz_lua_lf"
   exec "$out/fuzz_lua_lf" -max_total_time="${2:-60}" -max_len=4096 -timeout=10 "$out/corpus-lua"
 fi

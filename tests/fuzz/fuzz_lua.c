@@ -23,8 +23,7 @@
 #include <lualib.h>
 
 #include "import.h"
-#include "lua_bifocal.h"
-#include "lua_sandbox.h"
+#include "lua_host.h"
 #include "store.h"
 
 static char dir[64];     /* scratch directory: database, bytecode files */

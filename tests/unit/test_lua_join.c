@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "correlate.h"
-#include "lua_bifocal.h"
+#include "lua_host.h"
 #include "store.h"
 
 static int64_t fn(bf_store *s, const char *q, int line) {
@@ -93,7 +93,7 @@ static void test_join(const char *path) {
     CHECK(strcmp(last->qualname, "tiny") == 0 && !last->observed && last->traced);
     CHECK(isnan(last->calls_per_s) && isnan(last->self_share));
     FILE *devnull = fopen("/dev/null", "w");
-    bf_join_print(j, devnull, 0, 0);
+    bf_join_print(j, devnull, 0, NULL, 0);
     bf_join_json(j, devnull);
     fclose(devnull);
     bf_join_free(j);

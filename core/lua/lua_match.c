@@ -1,10 +1,10 @@
 /* lua_match.c — string.find/match/gmatch/gsub/rep with a work budget.
  * Lua's own matcher runs a whole search inside one C call, where no
  * instruction hook fires: ("a"):rep(3e5):find(".-.-.-.-.-b") would run for
- * hours past --timeout and Ctrl-C. These implement the same pattern language
+ * hours past the deadline and Ctrl-C. These implement the same pattern language
  * (Lua 5.4 manual §6.4.1, results and errors alike; the fuzz target compares
- * them with the stock functions) and count their steps, calling
- * bf_lua_budget every BUDGET_STEPS steps.
+ * them with the stock functions) and count their steps, calling the host's
+ * budget function (bf_lua_bounded_strlib) every BUDGET_STEPS steps.
  */
 #include <ctype.h>
 #include <limits.h>
@@ -13,7 +13,7 @@
 
 #include <lauxlib.h>
 
-#include "lua_sandbox.h"
+#include "lua_bifocal.h"
 
 #define BUDGET_STEPS 0x3fffu /* check the clock every 16k steps (~0.1 ms) */
 #define MAX_CAPTURES 32
@@ -21,6 +21,20 @@
 #define CAP_OPEN (-1) /* capture started, not closed yet */
 #define CAP_POS (-2)  /* position capture "()" */
 #define ESC '%'
+
+static const char BUDGET_KEY = 'b'; /* registry: budget_box of the host */
+
+typedef struct budget_box {
+  void (*fn)(lua_State *L);
+} budget_box;
+
+/* The host's budget: raises when the running chunk must stop. */
+static void check_budget(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &BUDGET_KEY);
+  budget_box *b = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (b && b->fn) b->fn(L);
+}
 
 typedef struct mstate {
   const char *src, *src_end; /* subject */
@@ -36,7 +50,7 @@ typedef struct mstate {
 } mstate;
 
 static inline void step(mstate *m) {
-  if ((++m->steps & BUDGET_STEPS) == 0) bf_lua_budget(m->L);
+  if ((++m->steps & BUDGET_STEPS) == 0) check_budget(m->L);
 }
 
 static const char *do_match(mstate *m, const char *s, const char *p);
@@ -514,7 +528,7 @@ static int b_rep(lua_State *L) {
     since += l + lsep + 1;
     if (since > (1u << 22)) {
       since = 0;
-      bf_lua_budget(L);
+      check_budget(L);
     }
   }
   memcpy(w, s, l);
@@ -525,7 +539,7 @@ static int b_rep(lua_State *L) {
 /* table.sort's default order, as a C comparator that counts its calls. */
 static int checked_lt(lua_State *L) {
   lua_Integer *calls = lua_touserdata(L, lua_upvalueindex(1));
-  if ((++*calls & BUDGET_STEPS) == 0) bf_lua_budget(L);
+  if ((++*calls & BUDGET_STEPS) == 0) check_budget(L);
   lua_pushboolean(L, lua_compare(L, 1, 2, LUA_OPLT));
   return 1;
 }
@@ -559,13 +573,13 @@ static int b_move(lua_State *L) {
     luaL_argcheck(L, t <= LUA_MAXINTEGER - n + 1, 4, "destination wrap around");
     if (t > e || t <= f || (tt != 1 && !lua_compare(L, 1, tt, LUA_OPEQ))) {
       for (lua_Integer i = 0; i < n; i++) {
-        if ((i & BUDGET_STEPS) == BUDGET_STEPS) bf_lua_budget(L);
+        if ((i & BUDGET_STEPS) == BUDGET_STEPS) check_budget(L);
         lua_geti(L, 1, f + i);
         lua_seti(L, tt, t + i);
       }
     } else {
       for (lua_Integer i = n - 1; i >= 0; i--) {
-        if ((i & BUDGET_STEPS) == BUDGET_STEPS) bf_lua_budget(L);
+        if ((i & BUDGET_STEPS) == BUDGET_STEPS) check_budget(L);
         lua_geti(L, 1, f + i);
         lua_seti(L, tt, t + i);
       }
@@ -575,7 +589,10 @@ static int b_move(lua_State *L) {
   return 1;
 }
 
-void bf_lua_bounded_strlib(lua_State *L) {
+void bf_lua_bounded_strlib(lua_State *L, void (*budget)(lua_State *L)) {
+  budget_box *box = lua_newuserdatauv(L, sizeof *box, 0);
+  box->fn = budget;
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &BUDGET_KEY);
   static const luaL_Reg fns[] = {{"find", b_find}, {"match", b_match}, {"gmatch", b_gmatch},
                                  {"gsub", b_gsub}, {"rep", b_rep}, {NULL, NULL}};
   if (lua_getglobal(L, "string") == LUA_TTABLE) luaL_setfuncs(L, fns, 0);

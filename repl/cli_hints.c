@@ -1,0 +1,40 @@
+/* cli_hints.c — the command line's advice on library errors. The libraries
+ * (core/, sampling/, tracing/) say what is wrong with which thing and know no
+ * option names; when one of their messages has a remedy on the command line,
+ * this table names it, and bf_cli_error/bf_cli_warn add it to the line.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* A message ending with `says` gets " (hint)". Each `says` is quoted from the
+ * library (the file is named); change both together. */
+static const struct {
+  const char *says;
+  const char *hint;
+} hints[] = {
+    /* core/view_heatmap.c */
+    {"is traced: it has no samples over time for a heatmap",
+     "see --view functions, --view flame, or export --format chrome for the call timeline"},
+    /* core/view_stack.c */
+    {"is traced: it has no sampled stacks", "see --view flame for caller→callee paths"},
+    /* core/export_chrome.c */
+    {"the chrome export of a traced session needs it recorded in focus mode", "try --format speedscope or pstats"},
+    {"its samples carry no times, so there is no timeline to export", "try --format speedscope or collapsed"},
+    /* core/view_tasks.c */
+    {"the tasks view needs a sampled session", "record one with `bifocal record --async`"},
+    /* core/view_gil.c */
+    {"is traced: the GIL view needs a sampled session", "bifocal record samples each thread's GIL and CPU state"},
+    /* core/correlate.c (bf_join_sessions) */
+    {", not traced", "see `bifocal sessions`"},
+};
+
+const char *bf_cli_hint(const char *msg) {
+  size_t n = msg ? strlen(msg) : 0;
+  for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++) {
+    size_t k = strlen(hints[i].says);
+    if (n >= k && strcmp(msg + n - k, hints[i].says) == 0) return hints[i].hint;
+  }
+  return NULL;
+}

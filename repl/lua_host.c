@@ -1,0 +1,735 @@
+/* lua_host.c — the host of the `bifocal` Lua module, for `bifocal run` and
+ * the REPL (as lua.c is Lua's): the sandbox (restricted base library, text
+ * chunks only, writes under --out only), the memory cap, the deadline and
+ * Ctrl-C, where scripts are found, running chunks, and all printing (values,
+ * the verdict table). The module itself lives in core/lua/ and never prints.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "lua_bifocal.h"
+#include "lua_host.h"
+#include "text.h"
+
+/* Per-state context of the host, a userdata in the registry under HOST_KEY. */
+typedef struct host_ctx {
+  int sandbox;
+  char out_real[PATH_MAX];  /* realpath of --out, "" = none */
+  double timeout_s;
+  struct timespec deadline; /* valid when timeout_s > 0 */
+  int armed;                /* a chunk is running: deadline and Ctrl-C apply */
+  int printed;              /* checks already shown in a verdict table */
+} host_ctx;
+
+/* The allocator's accounting (lua_setallocf ud). Freed by the allocator itself
+ * when Lua frees its last block at lua_close (used back to 0), so a plain
+ * lua_close needs no companion call. */
+typedef struct lua_mem {
+  size_t used, limit, peak;
+  int refused; /* an allocation was refused for the cap */
+} lua_mem;
+
+static const char HOST_KEY = 'h'; /* registry: host_ctx userdata */
+
+static volatile sig_atomic_t interrupted;
+
+void bf_lua_interrupt(void) { interrupted = 1; }
+
+static host_ctx *getctx(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &HOST_KEY);
+  host_ctx *c = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return c;
+}
+
+/* ---- sandbox ------------------------------------------------------------------- */
+
+static int refused(lua_State *L) {
+  return luaL_error(L, "%s is refused by the sandbox (run with --unsafe to allow it)",
+                    lua_tostring(L, lua_upvalueindex(1)));
+}
+
+static void refuse(lua_State *L, const char *lib, const char *fn) {
+  if (lua_getglobal(L, lib) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushfstring(L, "%s.%s", lib, fn);
+  lua_pushcclosure(L, refused, 1);
+  lua_setfield(L, -2, fn);
+  lua_pop(L, 1);
+}
+
+/* 0 when path lies under the --out directory; else raises with a clear message. */
+static void check_write_path(lua_State *L, const char *path, const char *what) {
+  host_ctx *c = getctx(L);
+  if (!c->sandbox) return;
+  if (!c->out_real[0])
+    luaL_error(L, "%s '%s' is refused by the sandbox: give --out DIR and write under it (or run with --unsafe)",
+               what, path);
+  char resolved[PATH_MAX];
+  struct stat st;
+  int ok = 0;
+  if (realpath(path, resolved)) {
+    ok = 1;
+  } else if (lstat(path, &st) != 0) { /* a new file: resolve its directory */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *base = path;
+    if (slash) {
+      *slash = 0;
+      base = slash + 1;
+      if (!dir[0]) snprintf(dir, sizeof dir, "/");
+    } else {
+      snprintf(dir, sizeof dir, ".");
+    }
+    char rdir[PATH_MAX];
+    if (*base && strcmp(base, ".") && strcmp(base, "..") && realpath(dir, rdir) &&
+        (size_t)snprintf(resolved, sizeof resolved, "%s/%s", rdir, base) < sizeof resolved)
+      ok = 1;
+  }
+  size_t lo = strlen(c->out_real);
+  if (!ok || strncmp(resolved, c->out_real, lo) != 0 || (resolved[lo] != '/' && !(lo == 1 && c->out_real[0] == '/')))
+    luaL_error(L, "%s '%s' is refused by the sandbox: only files under --out %s may be written (or run with --unsafe)",
+               what, path, c->out_real);
+}
+
+static int sb_io_open(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  const char *mode = luaL_optstring(L, 2, "r");
+  int w = strpbrk(mode, "wa+") != NULL;
+  if (w) check_write_path(L, path, "writing");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  mode_t um = w ? umask(077) : 0; /* files a script creates are 0600, like every output */
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  if (w) umask(um);
+  return lua_gettop(L);
+}
+
+static int sb_io_output(lua_State *L) {
+  int w = lua_type(L, 1) == LUA_TSTRING;
+  if (w) check_write_path(L, lua_tostring(L, 1), "writing");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  mode_t um = w ? umask(077) : 0; /* 0600, like every output */
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  if (w) umask(um);
+  return lua_gettop(L);
+}
+
+static int sb_os_remove(lua_State *L) {
+  check_write_path(L, luaL_checkstring(L, 1), "removing");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+static int sb_os_rename(lua_State *L) {
+  check_write_path(L, luaL_checkstring(L, 1), "renaming");
+  check_write_path(L, luaL_checkstring(L, 2), "renaming to");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* Lua's "attempt to load a binary chunk (mode is 't')" on top of the stack,
+ * said as the sandbox's refusal (other messages are left alone). */
+static void say_refused(lua_State *L) {
+  const char *m = lua_tostring(L, -1);
+  const char *hit = m ? strstr(m, "attempt to load a binary chunk") : NULL;
+  if (!hit) return;
+  lua_pushfstring(L, "%sbinary chunks are refused by the sandbox (run with --unsafe to allow them)",
+                  lua_pushlstring(L, m, (size_t)(hit - m)));
+  lua_remove(L, -2);
+  lua_remove(L, -2);
+}
+
+/* load/loadfile with text chunks only: precompiled bytecode is not verified by
+ * Lua and can break memory safety. */
+static int sb_load(lua_State *L) {
+  /* an absent env stays absent: load then uses the sandbox's globals as _ENV
+   * (an explicit nil would leave the chunk without any) */
+  int n = lua_gettop(L) > 4 ? 4 : lua_gettop(L) < 3 ? 3 : lua_gettop(L);
+  lua_settop(L, n);
+  if (!lua_isnil(L, 3) && strcmp(luaL_checkstring(L, 3), "t") != 0)
+    return luaL_error(L, "binary chunks are refused by the sandbox (run with --unsafe to allow them)");
+  lua_pushliteral(L, "t");
+  lua_replace(L, 3);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, n, LUA_MULTRET);
+  if (lua_gettop(L) == 2 && lua_isnil(L, 1)) say_refused(L);
+  return lua_gettop(L);
+}
+
+static int sb_loadfile(lua_State *L) {
+  int env = !lua_isnone(L, 3); /* as loadfile: an explicit nil env is an env */
+  lua_settop(L, 3);
+  if (!lua_isnil(L, 2) && strcmp(luaL_checkstring(L, 2), "t") != 0)
+    return luaL_error(L, "binary chunks are refused by the sandbox (run with --unsafe to allow them)");
+  const char *fname = luaL_optstring(L, 1, NULL);
+  if (luaL_loadfilex(L, fname, "t") == LUA_OK) {
+    if (env) {
+      lua_pushvalue(L, 3);
+      if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1);
+    }
+    return 1;
+  }
+  say_refused(L);
+  luaL_pushfail(L);
+  lua_insert(L, -2);
+  return 2;
+}
+
+static int sb_dofile(lua_State *L) {
+  const char *fname = luaL_optstring(L, 1, NULL);
+  lua_settop(L, 1);
+  if (luaL_loadfilex(L, fname, "t") != LUA_OK) {
+    say_refused(L);
+    return lua_error(L);
+  }
+  lua_call(L, 0, LUA_MULTRET);
+  return lua_gettop(L) - 1;
+}
+
+/* package.searchers[2] of the sandbox: Lua files on package.path, loaded as
+ * text only (the stock searcher accepts precompiled chunks). */
+static int sb_lua_searcher(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  lua_getglobal(L, "package");
+  if (!lua_istable(L, -1)) return 0;
+  lua_getfield(L, -1, "searchpath");
+  lua_pushvalue(L, 1);
+  lua_getfield(L, -3, "path");
+  if (!lua_isstring(L, -1)) return luaL_error(L, "'package.path' must be a string");
+  lua_call(L, 2, 2); /* searchpath(name, path) -> filename | nil, msg */
+  if (lua_isnil(L, -2)) return 1; /* the "no file ..." message */
+  const char *file = lua_tostring(L, -2);
+  if (!file) return 0;
+  if (luaL_loadfilex(L, file, "t") != LUA_OK) {
+    say_refused(L);
+    return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, file, lua_tostring(L, -1));
+  }
+  lua_pushvalue(L, -3); /* loader data: the file name */
+  return 2;
+}
+
+static int sb_c_searcher(lua_State *L) {
+  lua_pushfstring(L, "\n\tC module '%s' is refused by the sandbox (run with --unsafe to allow it)",
+                  luaL_checkstring(L, 1));
+  return 1;
+}
+
+static void wrap(lua_State *L, const char *lib, const char *fn, lua_CFunction w) {
+  if (lib) {
+    lua_getglobal(L, lib);
+    lua_getfield(L, -1, fn);
+  } else {
+    lua_getglobal(L, fn);
+  }
+  lua_pushcclosure(L, w, 1);
+  if (lib) {
+    lua_setfield(L, -2, fn);
+    lua_pop(L, 1);
+  } else {
+    lua_setglobal(L, fn);
+  }
+}
+
+static void apply_sandbox(lua_State *L) {
+  refuse(L, "os", "execute");
+  refuse(L, "os", "tmpname");
+  refuse(L, "io", "popen");
+  refuse(L, "package", "loadlib");
+  wrap(L, "io", "open", sb_io_open);
+  wrap(L, "io", "output", sb_io_output);
+  wrap(L, "os", "remove", sb_os_remove);
+  wrap(L, "os", "rename", sb_os_rename);
+  wrap(L, NULL, "load", sb_load);
+  lua_pushcfunction(L, sb_loadfile);
+  lua_setglobal(L, "loadfile");
+  lua_pushcfunction(L, sb_dofile);
+  lua_setglobal(L, "dofile");
+  /* package: Lua modules as text only, no C searchers (3: cpath, 4:
+   * all-in-one), an empty cpath and no loadlib */
+  lua_getglobal(L, "package");
+  lua_pushliteral(L, "");
+  lua_setfield(L, -2, "cpath");
+  lua_getfield(L, -1, "searchers");
+  lua_pushcfunction(L, sb_lua_searcher);
+  lua_rawseti(L, -2, 2);
+  lua_pushcfunction(L, sb_c_searcher);
+  lua_rawseti(L, -2, 3);
+  lua_pushnil(L);
+  lua_rawseti(L, -2, 4);
+  lua_pop(L, 1);
+  /* debug: keep traceback only (sethook would lift the timeout, getregistry
+   * would reach the sandbox's own state) */
+  lua_getfield(L, -1, "loaded");
+  lua_createtable(L, 0, 1);
+  lua_getglobal(L, "debug");
+  lua_getfield(L, -1, "traceback");
+  lua_setfield(L, -3, "traceback");
+  lua_pop(L, 1);
+  lua_pushvalue(L, -1);
+  lua_setglobal(L, "debug");
+  lua_setfield(L, -2, "debug");
+  lua_pop(L, 2);
+}
+
+/* ---- timeout, Ctrl-C and the memory cap --------------------------------------- */
+
+/* lua_Alloc with a cap: a growth past the limit is refused (Lua then raises
+ * "not enough memory" after an emergency collection). */
+static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  lua_mem *m = ud;
+  if (!ptr) osize = 0; /* then osize is a type tag, not a size */
+  if (nsize == 0) {
+    free(ptr);
+    m->used -= osize;
+    if (m->used == 0) free(m); /* lua_close freed the state's last block */
+    return NULL;
+  }
+  if (nsize > osize && (nsize - osize > m->limit || m->used + (nsize - osize) > m->limit)) {
+    m->refused = 1;
+    return NULL;
+  }
+  void *r = realloc(ptr, nsize);
+  if (r) {
+    m->used = m->used - osize + nsize;
+    if (m->used > m->peak) m->peak = m->used;
+  }
+  return r;
+}
+
+static lua_mem *getmem(lua_State *L) {
+  void *ud = NULL;
+  return lua_getallocf(L, &ud) == capped_alloc ? ud : NULL;
+}
+
+/* Why the running chunk must stop (into buf), or NULL to go on. */
+static const char *stop_reason(host_ctx *c, char *buf, size_t len) {
+  if (!c || !c->armed) return NULL;
+  if (interrupted) return "interrupted";
+  if (c->timeout_s > 0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec > c->deadline.tv_sec || (now.tv_sec == c->deadline.tv_sec && now.tv_nsec >= c->deadline.tv_nsec)) {
+      snprintf(buf, len, "timed out after %g s (--timeout)", c->timeout_s);
+      return buf;
+    }
+  }
+  return NULL;
+}
+
+static void stop(lua_State *L, const char *why) {
+  /* every instruction from now on fails, so a pcall loop cannot swallow it */
+  lua_sethook(L, lua_gethook(L), LUA_MASKCOUNT, 1);
+  lua_Debug d;
+  for (int level = 0; lua_getstack(L, level, &d); level++)
+    if (lua_getinfo(L, "Sl", &d) && d.currentline > 0) {
+      lua_pushfstring(L, "%s:%d: %s", d.short_src, d.currentline, why);
+      lua_error(L);
+    }
+  lua_pushstring(L, why);
+  lua_error(L);
+}
+
+/* The budget of the running chunk (bf_lua_bounded_strlib and the hook):
+ * raise "timed out after S s (--timeout)" or "interrupted" when it is over
+ * its deadline or Ctrl-C was pressed; return otherwise. */
+static void budget(lua_State *L) {
+  char buf[96];
+  const char *why = stop_reason(getctx(L), buf, sizeof buf);
+  if (why) stop(L, why);
+}
+
+/* Installed for the state's whole life (coroutines inherit it when created);
+ * it only acts while a chunk runs. */
+static void stop_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  budget(L);
+}
+
+static void arm(lua_State *L) {
+  host_ctx *c = getctx(L);
+  interrupted = 0;
+  if (c->timeout_s > 0) {
+    clock_gettime(CLOCK_MONOTONIC, &c->deadline);
+    double whole = floor(c->timeout_s);
+    c->deadline.tv_sec += (time_t)whole;
+    c->deadline.tv_nsec += (long)((c->timeout_s - whole) * 1e9);
+    if (c->deadline.tv_nsec >= 1000000000L) {
+      c->deadline.tv_sec++;
+      c->deadline.tv_nsec -= 1000000000L;
+    }
+  }
+  c->armed = 1;
+  lua_mem *m = getmem(L);
+  if (m) m->refused = 0;
+  lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1000);
+}
+
+static void disarm(lua_State *L) {
+  getctx(L)->armed = 0;
+  lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1000);
+}
+
+static char *take_msg(lua_State *L);
+
+/* The message of a failed chunk; an allocation refused for the cap becomes a
+ * clear line instead of Lua's "not enough memory". */
+static char *fail_msg(lua_State *L, int st) {
+  lua_mem *m = getmem(L);
+  const char *orig = lua_tostring(L, -1);
+  if (st == LUA_ERRMEM || (orig && strstr(orig, "not enough memory"))) {
+    if (m && m->refused) {
+      char *r = NULL;
+      /* keep "file:line: " when the message has one */
+      const char *pos = orig ? strstr(orig, ": not enough memory") : NULL;
+      int plen = pos ? (int)(pos - orig) : 0;
+      if (asprintf(&r, "%.*s%sscript exceeded the memory cap of %.0f MiB (raise it with --memory, e.g. --memory 4G)",
+                   plen, pos ? orig : "", pos ? ": " : "", (double)m->limit / 1048576.0) < 0)
+        r = NULL;
+      m->refused = 0;
+      lua_pop(L, 1);
+      return r ? r : strdup("script exceeded the memory cap (raise it with --memory)");
+    }
+  }
+  return take_msg(L);
+}
+
+/* ---- the verdict table ---------------------------------------------------------- */
+
+/* Display width of UTF-8 text (code points; good enough for the names here). */
+static size_t u8width(const char *s) {
+  size_t w = 0;
+  for (; *s; s++)
+    if (((unsigned char)*s & 0xC0) != 0x80) w++;
+  return w;
+}
+
+static void pad(FILE *out, const char *s, size_t width) {
+  fputs(s, out);
+  for (size_t w = u8width(s); w < width; w++) fputc(' ', out);
+}
+
+static void print_verdict(lua_State *L, FILE *out) {
+  int n_failed = 0, n_checks = bf_lua_checks(L, &n_failed);
+  const char *name, *detail;
+  int ok;
+  size_t w = 5;
+  for (int i = 1; i <= n_checks; i++) {
+    bf_lua_check_at(L, i, &name, &ok, &detail);
+    char nb[512];
+    size_t l = u8width(bf_inert(name, nb, sizeof nb));
+    if (l > w) w = l;
+  }
+  int tty = isatty(fileno(out)) && !getenv("NO_COLOR");
+  pad(out, "CHECK", w);
+  fputs("  RESULT  DETAIL\n", out);
+  for (int i = 1; i <= n_checks; i++) {
+    bf_lua_check_at(L, i, &name, &ok, &detail);
+    char nb[512], db[2048]; /* names in checks come from profiles: shown inert */
+    pad(out, bf_inert(name, nb, sizeof nb), w);
+    fputs(ok ? (tty ? "  \033[32mok\033[0m    " : "  ok    ") : (tty ? "  \033[31mFAILED\033[0m" : "  FAILED"), out);
+    fprintf(out, "  %s\n", detail ? bf_inert(detail, db, sizeof db) : "");
+  }
+  fprintf(out, "verdict: %s (%d check%s, %d failed)\n", n_failed ? "FAIL" : "PASS", n_checks,
+          n_checks == 1 ? "" : "s", n_failed);
+  fflush(out);
+  getctx(L)->printed = n_checks;
+}
+
+/* bifocal.verdict() shows the table on stdout, after what the script wrote. */
+static void show_verdict(lua_State *L) {
+  fflush(stdout);
+  print_verdict(L, stdout);
+}
+
+lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    snprintf(err, errlen, "not enough memory for the Lua interpreter");
+    return NULL;
+  }
+  lua_mem *m = calloc(1, sizeof *m);
+  if (!m) {
+    lua_close(L);
+    snprintf(err, errlen, "not enough memory for the Lua interpreter");
+    return NULL;
+  }
+  /* count from what the state already holds, so used returns to exactly 0
+   * when lua_close frees the last block */
+  m->used = (size_t)lua_gc(L, LUA_GCCOUNT) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB);
+  m->limit = o && o->memory_bytes ? o->memory_bytes : BF_LUA_DEFAULT_MEMORY;
+  if (m->limit < m->used + (1u << 20)) m->limit = m->used + (1u << 20);
+  lua_setallocf(L, capped_alloc, m);
+  host_ctx *c = lua_newuserdatauv(L, sizeof *c, 0);
+  memset(c, 0, sizeof *c);
+  c->sandbox = o ? o->sandbox : 1;
+  c->timeout_s = o ? o->timeout_s : 0;
+  if (o && o->out_dir) {
+    struct stat st;
+    if (!realpath(o->out_dir, c->out_real) || stat(c->out_real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      snprintf(err, errlen, "--out '%s' is not a directory (create it first)", o->out_dir);
+      lua_close(L);
+      return NULL;
+    }
+  }
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &HOST_KEY);
+  bf_lua_module_opts mo = {.db_path = o && o->db_path ? o->db_path : "bifocal.db",
+                           .out_dir = c->out_real[0] ? c->out_real : NULL,
+                           .show_verdict = show_verdict};
+  bf_lua_module_setup(L, &mo);
+  luaL_openlibs(L);
+  bf_lua_bounded_strlib(L, budget);
+  if (c->sandbox) apply_sandbox(L);
+  luaL_requiref(L, "bifocal", luaopen_bifocal, 1);
+  lua_pop(L, 1);
+  lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1000);
+  return L;
+}
+
+/* ---- finding scripts ------------------------------------------------------------ */
+
+/* $BIFOCAL_SCRIPTS, then: a binary inside the build tree reads the source
+ * tree's scripts/; any other (installed) binary only its own data directory,
+ * found relative to the executable (so --destdir installs work), else the
+ * configured install path. */
+static void script_dirs(const char *dirs[3]) {
+  static char exe_rel[PATH_MAX];
+  const char *env = getenv("BIFOCAL_SCRIPTS");
+  dirs[0] = env && *env ? env : NULL;
+  dirs[1] = BF_SCRIPTS_INSTALL_DIR;
+  dirs[2] = NULL;
+  char exe[PATH_MAX], root[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return;
+  exe[n] = 0;
+  size_t rl = realpath(BF_BUILD_ROOT, root) ? strlen(root) : 0;
+  if (rl && strncmp(exe, root, rl) == 0 && exe[rl] == '/') {
+    dirs[1] = BF_SCRIPTS_SRC_DIR;
+    return;
+  }
+  char *slash = strrchr(exe, '/');
+  if (BF_SCRIPTS_EXE_REL[0] != '/' && slash) {
+    *slash = 0;
+    if ((size_t)snprintf(exe_rel, sizeof exe_rel, "%s/%s", exe, BF_SCRIPTS_EXE_REL) < sizeof exe_rel &&
+        access(exe_rel, R_OK) == 0)
+      dirs[1] = exe_rel;
+  }
+}
+
+void bf_lua_script_names(void (*fn)(void *ud, const char *name), void *ud) {
+  const char *dirs[3];
+  script_dirs(dirs);
+  for (size_t i = 0; i < 3; i++) {
+    DIR *d = dirs[i] ? opendir(dirs[i]) : NULL;
+    if (!d) continue;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      size_t l = strlen(e->d_name);
+      if (l > 4 && strcmp(e->d_name + l - 4, ".lua") == 0) fn(ud, e->d_name);
+    }
+    closedir(d);
+  }
+}
+
+const char *bf_lua_find_script(const char *name, char *buf, size_t len) {
+  if (access(name, R_OK) == 0 || strchr(name, '/')) return name;
+  const char *dirs[3];
+  script_dirs(dirs);
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+    if (!dirs[i]) continue;
+    char cand[PATH_MAX];
+    if ((size_t)snprintf(cand, sizeof cand, "%s/%s", dirs[i], name) >= sizeof cand) continue;
+    if (access(cand, R_OK) == 0 && len >= PATH_MAX && realpath(cand, buf)) return buf;
+  }
+  return name;
+}
+
+/* ---- running chunks ------------------------------------------------------------- */
+
+/* Message handler: make sure the message reads "file:line: message". */
+static int msgh(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      msg = lua_tostring(L, -1);
+    else
+      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  /* has a position already? "something:123: " */
+  const char *colon = strchr(msg, ':');
+  int has_pos = 0;
+  if (colon && colon > msg) {
+    const char *p = colon + 1;
+    while (*p >= '0' && *p <= '9') p++;
+    has_pos = p > colon + 1 && *p == ':' && memchr(msg, '\n', (size_t)(colon - msg)) == NULL;
+  }
+  if (!has_pos) {
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+      lua_getinfo(L, "Sl", &ar);
+      if (ar.currentline > 0) {
+        msg = lua_pushfstring(L, "%s:%d: %s", ar.short_src, ar.currentline, msg);
+        break;
+      }
+    }
+  }
+  lua_pushstring(L, msg);
+  return 1;
+}
+
+static int docall(lua_State *L, int narg, int nres) {
+  int base = lua_gettop(L) - narg;
+  lua_pushcfunction(L, msgh);
+  lua_insert(L, base);
+  int st = lua_pcall(L, narg, nres, base);
+  lua_remove(L, base);
+  return st;
+}
+
+static char *take_msg(lua_State *L) {
+  const char *m = lua_tostring(L, -1);
+  char *r = strdup(m ? m : "(error object is not a string)");
+  lua_pop(L, 1);
+  return r;
+}
+
+/* Lua shortens long chunk names to "...tail"; give the script's full path back
+ * so the message reads "path:line: message". */
+static char *full_path_msg(char *msg, const char *path) {
+  if (!msg || strncmp(msg, "...", 3) != 0) return msg;
+  const char *tail = msg + 3, *colon = strchr(tail, ':');
+  while (colon) {
+    const char *p = colon + 1;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p > colon + 1 && *p == ':') break;
+    colon = strchr(colon + 1, ':');
+  }
+  if (!colon) return msg;
+  size_t tl = (size_t)(colon - tail), pl = strlen(path);
+  if (tl > pl || strncmp(path + pl - tl, tail, tl) != 0) return msg;
+  size_t n = pl + strlen(colon) + 1;
+  char *r = malloc(n);
+  if (!r) return msg;
+  snprintf(r, n, "%s%s", path, colon);
+  free(msg);
+  return r;
+}
+
+int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg) {
+  *errmsg = NULL;
+  arm(L);
+  lua_createtable(L, argc, 1);
+  lua_pushstring(L, path);
+  lua_rawseti(L, -2, 0);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setglobal(L, "arg");
+  int st = luaL_loadfilex(L, path, "t");
+  if (st != LUA_OK) {
+    disarm(L);
+    *errmsg = full_path_msg(fail_msg(L, st), path);
+    return 2;
+  }
+  if (!lua_checkstack(L, argc + 4)) {
+    disarm(L);
+    *errmsg = strdup("too many script arguments");
+    return 2;
+  }
+  for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
+  st = docall(L, argc, 0);
+  disarm(L);
+  fflush(stdout);
+  if (st != LUA_OK) {
+    *errmsg = full_path_msg(fail_msg(L, st), path);
+    return 2;
+  }
+  int n_failed = 0, n_checks = bf_lua_checks(L, &n_failed);
+  if (n_checks > getctx(L)->printed) print_verdict(L, stdout);
+  return n_failed ? 1 : 0;
+}
+
+static void print_values(lua_State *L, int n) {
+  if (n <= 0) return;
+  int base = lua_gettop(L) - n;
+  lua_getglobal(L, "bifocal");
+  lua_getfield(L, -1, "repr");
+  lua_remove(L, -2);
+  for (int i = 1; i <= n; i++) {
+    lua_pushvalue(L, -1);
+    lua_pushvalue(L, base + i);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
+      lua_pop(L, 1);
+      luaL_tolstring(L, base + i, NULL);
+    }
+    bf_fputs_inert(stdout, lua_tostring(L, -1)); /* values may hold names from profiles */
+    fputs(i < n ? "\t" : "\n", stdout);
+    lua_pop(L, 1);
+  }
+  fflush(stdout);
+  lua_settop(L, base);
+}
+
+static int incomplete(lua_State *L, int st) {
+  if (st != LUA_ERRSYNTAX) return 0;
+  size_t l;
+  const char *m = lua_tolstring(L, -1, &l);
+  static const char eof[] = "<eof>";
+  return m && l >= sizeof eof - 1 && strcmp(m + l - (sizeof eof - 1), eof) == 0;
+}
+
+int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, char **errmsg) {
+  *errmsg = NULL;
+  int top = lua_gettop(L);
+  int st = LUA_ERRSYNTAX;
+  if (print_results) {
+    const char *ret = lua_pushfstring(L, "return %s;", chunk);
+    st = luaL_loadbufferx(L, ret, strlen(ret), chunkname, "t");
+    lua_remove(L, -2);
+    if (st != LUA_OK) lua_pop(L, 1);
+  }
+  if (st != LUA_OK) st = luaL_loadbufferx(L, chunk, strlen(chunk), chunkname, "t");
+  if (incomplete(L, st)) {
+    lua_settop(L, top);
+    return 1;
+  }
+  if (st != LUA_OK) {
+    *errmsg = take_msg(L);
+    lua_settop(L, top);
+    return 2;
+  }
+  arm(L);
+  st = docall(L, 0, LUA_MULTRET);
+  disarm(L);
+  fflush(stdout);
+  if (st != LUA_OK) {
+    *errmsg = fail_msg(L, st);
+    lua_settop(L, top);
+    return 2;
+  }
+  print_values(L, lua_gettop(L) - top);
+  lua_settop(L, top);
+  return 0;
+}

@@ -1,0 +1,60 @@
+/* lua_host.h — the host of the embedded Lua 5.4 interpreter, shared by
+ * `bifocal run` and the REPL: a state with the standard libraries and the
+ * `bifocal` module (core/lua_bifocal.h), the sandbox, the memory cap, the
+ * deadline and Ctrl-C, script search, and the printing of values and of the
+ * verdict table.
+ */
+#ifndef BF_LUA_HOST_H
+#define BF_LUA_HOST_H
+
+#include <stddef.h>
+
+#include <lua.h>
+
+typedef struct bf_lua_opts {
+  const char *db_path; /* database of bifocal.open() with no argument; borrowed, must outlive the state */
+  int sandbox;         /* 1: no os.execute/io.popen/package.loadlib/C modules/debug hooks, no
+                          binary chunks by any loader (load, loadfile, dofile, require); files
+                          may be written only under out_dir */
+  const char *out_dir; /* where a sandboxed script may write (NULL: nowhere); must exist */
+  double timeout_s;    /* stop a running chunk after this many seconds; 0 = never */
+  size_t memory_bytes; /* cap on the interpreter's memory; 0 = BF_LUA_DEFAULT_MEMORY */
+} bf_lua_opts;
+
+#define BF_LUA_DEFAULT_MEMORY ((size_t)1 << 30) /* 1 GiB */
+
+/* A fresh interpreter with the standard libraries, `bifocal` as a global and
+ * the sandbox applied as o says. Whatever the sandbox, the string matcher,
+ * string.rep, table.sort and table.move check the deadline and Ctrl-C while
+ * a chunk runs, and the state's memory is capped (o->memory_bytes). Returns NULL and writes a one-line reason to
+ * err on failure (out of memory, --out not a directory). Caller closes with
+ * lua_close. */
+lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen);
+
+/* Run a script file with arg[0] = path and arg[1..argc] = argv (also passed as
+ * `...`), then print the verdict table when checks were made and not printed.
+ * Returns 0 when every check held, 1 when one failed, 2 on a script error.
+ * OUT: *errmsg on 2, one line "file:line: message" (caller frees). */
+int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg);
+
+/* Load and run one chunk of source (chunkname e.g. "=repl"); when print_results
+ * is set, the chunk is first tried as "return CHUNK" and its values printed.
+ * Returns 0 ok, 1 incomplete chunk (ends at <eof>: read more and call again),
+ * 2 error. OUT: *errmsg on 2 (caller frees). */
+int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, char **errmsg);
+
+/* Where `bifocal run NAME` finds a script: NAME itself when readable or when it
+ * has a '/', else $BIFOCAL_SCRIPTS/NAME, then the installed scripts directory
+ * (beside the executable) — or, for a binary inside the build tree only, the
+ * source tree's scripts/. OUT: buf (the path to use, possibly NAME). */
+const char *bf_lua_find_script(const char *name, char *buf, size_t len);
+
+/* Call fn with the name of every shipped script (NAME.lua) in the directories
+ * bf_lua_find_script searches (a name may repeat across directories). */
+void bf_lua_script_names(void (*fn)(void *ud, const char *name), void *ud);
+
+/* Async-signal-safe: make the running chunk fail at its next instruction
+ * check with "interrupted". bf_lua_exec/bf_lua_run_file clear it on entry. */
+void bf_lua_interrupt(void);
+
+#endif

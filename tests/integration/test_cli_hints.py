@@ -1,0 +1,72 @@
+"""The libraries say what is wrong with which session and name no option;
+the command line adds the option that helps (repl/cli_hints.c). The lines a
+user sees are pinned here word for word, so a library message edited without
+its hint (or the other way round) fails, and a Lua script sees the library's
+message without the command-line advice. No interpreter is needed: sessions
+come from tests/tools/gen_sessions and `bifocal import`."""
+import pytest
+
+from conftest import run
+from views_helpers import COLLAPSED, gen, last_line_id
+
+
+@pytest.fixture(scope="module")
+def hdb(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hints")
+    path = str(d / "h.db")
+    s = {"traced": gen(path, "traced"), "sampled": gen(path, "sampled", "--samples", "2000")}
+    coll = d / "c.txt"
+    coll.write_text(COLLAPSED)
+    s["imported"] = last_line_id(run(["import", str(coll)], db=path))
+    return path, s, d
+
+
+def err_line(path, args):
+    r = run(args, db=path, check=False)
+    assert r.returncode == 1, (args, r.returncode, r.stderr)
+    return r.stderr
+
+
+def test_view_errors_carry_the_option_that_helps(hdb):
+    path, s, _ = hdb
+    t = s["traced"]
+    assert err_line(path, ["replay", str(t), "--view", "heatmap"]) == (
+        "bifocal: session %d is traced: it has no samples over time for a heatmap (see --view functions, "
+        "--view flame, or export --format chrome for the call timeline)\n" % t)
+    assert err_line(path, ["replay", str(t), "--view", "stack"]) == (
+        "bifocal: session %d is traced: it has no sampled stacks (see --view flame for caller→callee paths)\n" % t)
+    assert err_line(path, ["replay", str(t), "--view", "gil"]) == (
+        "bifocal: session %d is traced: the GIL view needs a sampled session (bifocal record samples each "
+        "thread's GIL and CPU state)\n" % t)
+    assert err_line(path, ["replay", str(t), "--view", "tasks"]) == (
+        "bifocal: session %d is traced: the tasks view needs a sampled session (record one with "
+        "`bifocal record --async`)\n" % t)
+
+
+def test_export_and_correlate_errors_carry_the_advice(hdb):
+    path, s, d = hdb
+    i = s["imported"]
+    assert err_line(path, ["export", str(i), "--format", "chrome", "-o", str(d / "x.json")]) == (
+        "bifocal: session %d is imported: its samples carry no times, so there is no timeline to export "
+        "(try --format speedscope or collapsed)\n" % i)
+    assert err_line(path, ["correlate", str(s["sampled"]), str(i)]) == (
+        "bifocal: session %d is imported, not traced (see `bifocal sessions`)\n" % i)
+
+
+def test_more_rows_footers_name_limit(hdb):
+    path, s, _ = hdb
+    r = run(["replay", str(s["imported"]), "--view", "functions", "--limit", "1"], db=path)
+    assert "… 5 more (use --limit)\n" in r.stdout
+    r = run(["replay", str(s["sampled"]), "--view", "heatmap", "--limit", "1"], db=path)
+    assert " more functions (use --limit)\n" in r.stdout
+    r = run(["diff", str(s["sampled"]), str(s["sampled"]), "--threshold", "0", "--limit", "1"], db=path)
+    assert " more below 0.0 pp or past --limit\n" in r.stdout
+
+
+def test_lua_sees_the_library_message_without_cli_advice(hdb):
+    path, s, d = hdb
+    script = d / "join.lua"
+    script.write_text("local a, b = bifocal.session(%d), bifocal.session(%d)\n"
+                      "print(select(2, bifocal.join(a, b)))\n" % (s["sampled"], s["imported"]))
+    r = run(["run", str(script)], db=path)
+    assert r.stdout == "session %d is imported, not traced\n" % s["imported"]
