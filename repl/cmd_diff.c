@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "correlate.h"
 #include "out_file.h"
 #include "views.h"
@@ -39,16 +40,9 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
       }
       case 'j': o.json = 1; break;
       case 'F': force = 1; break;
-      case 'n': {
-        char *end;
-        long v = strtol(optarg, &end, 10);
-        if (*end || v <= 0 || v > 1000000) {
-          bf_cli_error("bad --limit '%s' (a positive number)", optarg);
-          return 2;
-        }
-        o.limit = (int)v;
+      case 'n':
+        if (bf_opt_limit(optarg, &o.limit)) return 2;
         break;
-      }
       case 'v': view = optarg; break;
       case 'o': outp = optarg; break;
       case 'h': bf_cli_usage(bf_cli_find("diff"), stdout); return 0;

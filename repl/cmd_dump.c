@@ -10,25 +10,12 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "opts.h"
 #include "native.h"
 #include "locals.h"
 #include "look.h"
 #include "sampler.h"
 #include "text.h"
-
-int bf_smp_cli_pid(const char *arg, int *pid); /* cmd_top.c */
-
-int bf_smp_cli_pid(const char *arg, int *pid) {
-  char *end;
-  errno = 0;
-  long v = arg ? strtol(arg, &end, 10) : 0;
-  if (!arg || errno || *end || v <= 0 || v > 4194304) {
-    bf_cli_error("'%s' is not a process id (expected a positive integer)", arg ? arg : "");
-    return 2;
-  }
-  *pid = (int)v;
-  return 0;
-}
 
 static void status_words(uint32_t f, char *buf, size_t len) {
   snprintf(buf, len, "%s%s%s%s", (f & BF_SMP_GIL) ? "holds GIL, " : "",
@@ -209,7 +196,7 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
     switch (c) {
       case 'l': d.locals = 1; break;
       case 'p':
-        if (bf_smp_cli_pid(optarg, &pid)) return 2;
+        if (bf_opt_pid(optarg, &pid)) return 2;
         break;
       case 'j': d.json = 1; break;
       case 'n': lo.native = 1; break;
@@ -235,16 +222,8 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("--locals and --native do not go together yet: drop one of them");
     return 2;
   }
-  if (optind < argc && pid) {
-    bf_cli_error("give the process once: -p PID or PID, not both");
-    return 2;
-  }
-  if (optind + (pid ? 0 : 1) != argc) {
-    bf_cli_error("dump needs one process id (usage: bifocal dump -p PID)");
-    return 2;
-  }
   int rc;
-  if (!pid && (rc = bf_smp_cli_pid(argv[optind], &pid))) return rc;
+  if ((rc = bf_opt_pid_once("dump", argc, argv, optind, &pid))) return rc;
   bf_audit *au = NULL; /* audited before the target is touched */
   if ((rc = bf_audit_begin_look(cli, "dump", pid, &au))) return rc;
   lo.native_stop_wait_ns = 1000000000; /* one sample: wait for every thread */

@@ -20,7 +20,6 @@
 #include "sampler.h"
 #include "top.h"
 
-int bf_smp_cli_pid(const char *arg, int *pid);
 
 int bf_top_cli_opts(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *o, double *rate,
                     int64_t *dur, int *with_idle, int *limit); /* cmd_top.c */

@@ -13,12 +13,12 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "opts.h"
 #include "correlate.h"
 #include "native.h"
 #include "sampler.h"
 #include "util.h"
 
-int bf_smp_cli_pid(const char *arg, int *pid);
 
 static volatile int stop_flag;
 static volatile int child_pid;
@@ -94,7 +94,7 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnh", opts, NULL)) != -1) {
     switch (c) {
       case 'p':
-        if (bf_smp_cli_pid(optarg, &pid)) return 2;
+        if (bf_opt_pid(optarg, &pid)) return 2;
         break;
       case 'c':
         if (strcmp(optarg, "wall") == 0) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "out_file.h"
 #include "util.h"
 #include "views.h"
@@ -34,10 +35,8 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
                                        {"json", no_argument, NULL, 'j'},
                                        {"limit", required_argument, NULL, 'n'},
                                        {"sort", required_argument, NULL, 's'},
-                                       {"thread", required_argument, NULL, 't'},
+                                       BF_OPTS_FILTER,
                                        {"task", required_argument, NULL, 'T'},
-                                       {"since", required_argument, NULL, 'S'},
-                                       {"until", required_argument, NULL, 'U'},
                                        {"output", required_argument, NULL, 'o'},
                                        {"html", no_argument, NULL, 'H'},
                                        {"buckets", required_argument, NULL, 'b'},
@@ -53,16 +52,9 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
     switch (c) {
       case 'v': view = optarg; break;
       case 'j': vo.json = 1; break;
-      case 'n': {
-        char *end;
-        long v = strtol(optarg, &end, 10);
-        if (*end || v <= 0 || v > 1000000) {
-          bf_cli_error("bad --limit '%s' (a positive number)", optarg);
-          return 2;
-        }
-        vo.limit = (int)v;
+      case 'n':
+        if (bf_opt_limit(optarg, &vo.limit)) return 2;
         break;
-      }
       case 's':
         if (strcmp(optarg, "self") == 0)
           vo.sort = BF_SORT_SELF;
@@ -79,19 +71,9 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
         thread = task_arg;
         break;
       case 'S':
-      case 'U': {
-        int64_t ns;
-        if (bf_parse_duration_ns(optarg, &ns) < 0) {
-          bf_cli_error("bad --%s '%s' (seconds from the session start, e.g. 2.5 or 500ms)",
-                       c == 'S' ? "since" : "until", optarg);
-          return 2;
-        }
-        if (c == 'S')
-          vo.filter.since_ns = ns;
-        else
-          vo.filter.until_ns = ns;
+      case 'U':
+        if (bf_opt_window(c, optarg, &vo.filter)) return 2;
         break;
-      }
       case 'o': outp = optarg; break;
       case 'H': vo.html = 1; break;
       case 'b': {

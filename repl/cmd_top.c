@@ -11,13 +11,13 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "opts.h"
 #include "sampler.h"
 #include "look.h"
 #include "text.h"
 #include "top.h"
 #include "util.h"
 
-int bf_smp_cli_pid(const char *arg, int *pid);
 
 /* ---- aggregation shared with cmd_live.c (top.h) ------------------------ */
 
@@ -211,7 +211,7 @@ int bf_top_cli_opts(const char *cmd, int argc, char **argv, int *pid, bf_look_op
   while ((c = getopt_long(argc, argv, dur ? "p:d:r:ginsh" : "p:r:ginsh", opts, NULL)) != -1) {
     switch (c) {
       case 'p':
-        if (bf_smp_cli_pid(optarg, pid)) return 2;
+        if (bf_opt_pid(optarg, pid)) return 2;
         break;
       case 'd':
         if (!dur) {
@@ -262,15 +262,7 @@ int bf_top_cli_opts(const char *cmd, int argc, char **argv, int *pid, bf_look_op
     bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
     return 2;
   }
-  if (optind < argc && *pid) {
-    bf_cli_error("give the process once: -p PID or PID, not both");
-    return 2;
-  }
-  if (optind + (*pid ? 0 : 1) != argc) {
-    bf_cli_error("%s needs one process id (usage: bifocal %s -p PID)", cmd, cmd);
-    return 2;
-  }
-  if (!*pid && bf_smp_cli_pid(argv[optind], pid)) return 2;
+  if (bf_opt_pid_once(cmd, argc, argv, optind, pid)) return 2;
   return -1;
 }
 

@@ -19,6 +19,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "opts.h"
 #include "util.h"
 
 /* The runner bootstrap: import bifocal_trace from the directory given as the
@@ -121,19 +122,6 @@ static int trc_find_ext(const char *suffix, char *dir, size_t len, char *tried, 
     snprintf(tried + used, tlen - used, "%s%s", used ? ", " : "", cands[i]);
   }
   return -ENOENT;
-}
-
-static char *trc_join(int argc, char **argv) {
-  size_t len = 1;
-  for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
-  char *s = malloc(len);
-  if (!s) return NULL;
-  s[0] = 0;
-  for (int i = 0; i < argc; i++) {
-    if (i) strcat(s, " ");
-    strcat(s, argv[i]);
-  }
-  return s;
 }
 
 /* git rev-parse HEAD of the current directory, or "" (quietly). */
@@ -249,7 +237,7 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
     trc_git_head(head, sizeof head);
     if (head[0]) commit = head;
   }
-  char *command = trc_join(ncmd, cmd);
+  char *command = bf_opt_join_argv(ncmd, cmd);
   if (!command) return 1;
 
   /* The session exists (status "incomplete") before the program starts, so a

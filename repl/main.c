@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "json.h"
 #include "text.h"
 #include "out_file.h"
@@ -182,19 +183,6 @@ int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
   return rc;
 }
 
-static char *join_args(int argc, char **argv) {
-  size_t len = 1;
-  for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
-  char *s = malloc(len);
-  if (!s) return NULL;
-  s[0] = 0;
-  for (int i = 0; i < argc; i++) {
-    if (i) strcat(s, " ");
-    strcat(s, argv[i]);
-  }
-  return s;
-}
-
 int main(int argc, char **argv) {
   bf_cli cli = {0};
   cli.db_path = getenv("BIFOCAL_DB");
@@ -203,7 +191,7 @@ int main(int argc, char **argv) {
   cli.stdout_tty = isatty(1);
   const char *nc = getenv("NO_COLOR");
   cli.color = cli.stdout_tty && !(nc && *nc);
-  char *cmdline = join_args(argc, argv);
+  char *cmdline = bf_opt_join_argv(argc, argv);
   cli.cmdline = cmdline ? cmdline : "bifocal";
 
   /* Global options come before the command; `--db DB` (-D DB) is also accepted

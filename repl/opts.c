@@ -1,0 +1,72 @@
+/* opts.c — option values shared by several commands (see opts.h). */
+#include "opts.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util.h"
+
+int bf_opt_pid(const char *arg, int *pid) {
+  char *end;
+  errno = 0;
+  long v = arg ? strtol(arg, &end, 10) : 0;
+  if (!arg || errno || *end || v <= 0 || v > 4194304) {
+    bf_cli_error("'%s' is not a process id (expected a positive integer)", arg ? arg : "");
+    return 2;
+  }
+  *pid = (int)v;
+  return 0;
+}
+
+int bf_opt_pid_once(const char *cmd, int argc, char **argv, int optind_, int *pid) {
+  if (optind_ < argc && *pid) {
+    bf_cli_error("give the process once: -p PID or PID, not both");
+    return 2;
+  }
+  if (optind_ + (*pid ? 0 : 1) != argc) {
+    bf_cli_error("%s needs one process id (usage: bifocal %s -p PID)", cmd, cmd);
+    return 2;
+  }
+  return *pid ? 0 : bf_opt_pid(argv[optind_], pid);
+}
+
+int bf_opt_limit(const char *arg, int *limit) {
+  char *end;
+  long v = strtol(arg, &end, 10);
+  if (*end || v <= 0 || v > 1000000) {
+    bf_cli_error("bad --limit '%s' (a positive number)", arg);
+    return 2;
+  }
+  *limit = (int)v;
+  return 0;
+}
+
+int bf_opt_window(int which, const char *arg, bf_sample_filter *f) {
+  int64_t ns;
+  if (bf_parse_duration_ns(arg, &ns) < 0) {
+    bf_cli_error("bad --%s '%s' (seconds from the session start, e.g. 2.5 or 500ms)",
+                 which == 'S' ? "since" : "until", arg);
+    return 2;
+  }
+  if (which == 'S') f->since_ns = ns;
+  else f->until_ns = ns;
+  return 0;
+}
+
+char *bf_opt_join_argv(int argc, char **argv) {
+  size_t len = 1;
+  for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
+  char *s = malloc(len);
+  if (!s) return NULL;
+  char *p = s;
+  for (int i = 0; i < argc; i++) {
+    size_t n = strlen(argv[i]);
+    if (i) *p++ = ' ';
+    memcpy(p, argv[i], n);
+    p += n;
+  }
+  *p = 0;
+  return s;
+}
