@@ -19,7 +19,7 @@
 
 #include "audit.h"
 #include "cli.h"
-#include "opts.h"
+#include "session_meta.h"
 #include "util.h"
 
 /* The runner bootstrap: import bifocal_trace from the directory given as the
@@ -237,7 +237,7 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
     trc_git_head(head, sizeof head);
     if (head[0]) commit = head;
   }
-  char *command = bf_opt_join_argv(ncmd, cmd);
+  char *command = bf_meta_join_argv(ncmd, cmd);
   if (!command) return 1;
 
   /* The session exists (status "incomplete") before the program starts, so a

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "opts.h"
+#include "session_meta.h"
 #include "json.h"
 #include "text.h"
 #include "out_file.h"
@@ -191,7 +191,7 @@ int main(int argc, char **argv) {
   cli.stdout_tty = isatty(1);
   const char *nc = getenv("NO_COLOR");
   cli.color = cli.stdout_tty && !(nc && *nc);
-  char *cmdline = bf_opt_join_argv(argc, argv);
+  char *cmdline = bf_meta_join_argv(argc, argv);
   cli.cmdline = cmdline ? cmdline : "bifocal";
 
   /* Global options come before the command; `--db DB` (-D DB) is also accepted

@@ -54,19 +54,3 @@ int bf_opt_window(int which, const char *arg, bf_sample_filter *f) {
   else f->until_ns = ns;
   return 0;
 }
-
-char *bf_opt_join_argv(int argc, char **argv) {
-  size_t len = 1;
-  for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
-  char *s = malloc(len);
-  if (!s) return NULL;
-  char *p = s;
-  for (int i = 0; i < argc; i++) {
-    size_t n = strlen(argv[i]);
-    if (i) *p++ = ' ';
-    memcpy(p, argv[i], n);
-    p += n;
-  }
-  *p = 0;
-  return s;
-}

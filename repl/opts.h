@@ -1,6 +1,5 @@
 /* opts.h — option values that several commands parse the same way: a process
- * id (-p PID or a PID operand), --limit N, --since/--until, and the command
- * line joined for metadata. Each helper says what is wrong in one line on
+ * id (-p PID or a PID operand), --limit N, --thread/--since/--until. Each helper says what is wrong in one line on
  * stderr (bf_cli_error) and returns the exit status 2; 0 when the value is good.
  */
 #ifndef BF_REPL_OPTS_H
@@ -28,8 +27,5 @@ int bf_opt_limit(const char *arg, int *limit);
 /* --since (which 'S') or --until (which 'U') as a time from the session start
  * ("2.5", "500ms"). OUT: f->since_ns or f->until_ns. */
 int bf_opt_window(int which, const char *arg, bf_sample_filter *f);
-
-/* argv[0..argc) joined by single spaces (malloc'd; NULL when out of memory). */
-char *bf_opt_join_argv(int argc, char **argv);
 
 #endif
