@@ -82,13 +82,10 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     return 2;
   }
   bf_store *s;
-  int rc = bf_cli_open_store(cli, sealed ? 0 : BF_STORE_READONLY, &s);
-  if (rc) return rc;
   int64_t id;
-  if ((rc = bf_cli_session_arg(cli, s, optind < argc ? argv[optind] : NULL, &id))) {
-    bf_store_close(s);
-    return rc;
-  }
+  int rc = bf_opt_session_open(cli, sealed ? 0 : BF_STORE_READONLY, optind < argc ? argv[optind] : NULL,
+                               sealed ? NULL : thread, &filter, &s, &id);
+  if (rc) return rc;
   if (sealed) {
     bf_audit *au = NULL;
     if (!(rc = bf_audit_begin(cli, s, "export", 0, &au))) {
@@ -99,18 +96,10 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return rc;
   }
-  if (thread && (rc = bf_cli_thread_arg(s, id, thread, &filter.thread_id))) {
-    bf_store_close(s);
-    return rc;
-  }
   bf_out_file of;
   if (bf_out_open(outp, &of)) {
     bf_store_close(s);
     return 1;
   }
-  int erc = formats[fi].fn(s, id, &filter, of.f);
-  if (erc < 0) bf_cli_error("%s", bf_store_errmsg(s));
-  int crc = bf_out_close(&of, erc >= 0);
-  bf_store_close(s);
-  return erc < 0 || crc ? 1 : 0;
+  return bf_opt_output_done(s, &of, formats[fi].fn(s, id, &filter, of.f));
 }

@@ -54,3 +54,22 @@ int bf_opt_window(int which, const char *arg, bf_sample_filter *f) {
   else f->until_ns = ns;
   return 0;
 }
+
+int bf_opt_session_open(bf_cli *cli, int flags, const char *arg, const char *thread, bf_sample_filter *f,
+                        bf_store **s, int64_t *id) {
+  int rc = bf_cli_open_store(cli, flags, s);
+  if (rc) return rc;
+  if ((rc = bf_cli_session_arg(cli, *s, arg, id)) ||
+      (thread && (rc = bf_cli_thread_arg(*s, *id, thread, &f->thread_id)))) {
+    bf_store_close(*s);
+    *s = NULL;
+  }
+  return rc;
+}
+
+int bf_opt_output_done(bf_store *s, bf_out_file *of, int rc) {
+  if (rc < 0) bf_cli_error("%s", bf_store_errmsg(s));
+  int crc = bf_out_close(of, rc >= 0);
+  bf_store_close(s);
+  return rc < 0 || crc ? 1 : 0;
+}

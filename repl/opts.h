@@ -1,10 +1,13 @@
 /* opts.h — option values that several commands parse the same way: a process
- * id (-p PID or a PID operand), --limit N, --thread/--since/--until. Each helper says what is wrong in one line on
+ * id (-p PID or a PID operand), --limit N, --thread/--since/--until, the
+ * session a reading command works on and the end of its output. Each helper says what is wrong in one line on
  * stderr (bf_cli_error) and returns the exit status 2; 0 when the value is good.
  */
 #ifndef BF_REPL_OPTS_H
 #define BF_REPL_OPTS_H
 
+#include "cli.h"
+#include "out_file.h"
 #include "store.h"
 
 /* A process id: a positive integer up to the kernel's pid_max limit. OUT: *pid. */
@@ -27,5 +30,17 @@ int bf_opt_limit(const char *arg, int *limit);
 /* --since (which 'S') or --until (which 'U') as a time from the session start
  * ("2.5", "500ms"). OUT: f->since_ns or f->until_ns. */
 int bf_opt_window(int which, const char *arg, bf_sample_filter *f);
+
+/* The session a reading command works on: cli's store opened with flags, the
+ * session argument arg (NULL: the REPL's current one) resolved into *id and,
+ * when thread is not NULL, --thread resolved into f->thread_id. 0, or the exit
+ * status (said on stderr, the store closed). OUT: *s, *id. */
+int bf_opt_session_open(bf_cli *cli, int flags, const char *arg, const char *thread, bf_sample_filter *f,
+                        bf_store **s, int64_t *id);
+
+/* The end of a command that wrote to of: rc < 0 says the store's error; the
+ * output is finished (kept only when rc >= 0) and s closed. Returns the exit
+ * status (0 or 1). */
+int bf_opt_output_done(bf_store *s, bf_out_file *of, int rc);
 
 #endif
