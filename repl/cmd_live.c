@@ -17,12 +17,11 @@
 #include "audit.h"
 #include "cli.h"
 #include "look.h"
+#include "opts.h"
 #include "sampler.h"
 #include "top.h"
 
 
-int bf_top_cli_opts(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *o, double *rate,
-                    int64_t *dur, int *with_idle, int *limit); /* cmd_top.c */
 
 static volatile int live_stop;
 static void on_sig(int s) {
@@ -146,7 +145,7 @@ static const char *live_loop(live *v, int *gone) {
 int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
   live v = {.rate = 200};
   int c;
-  if ((c = bf_top_cli_opts("live", argc, argv, &v.pid, &v.lo, &v.rate, NULL, &v.with_idle, &v.limit)) >= 0) return c;
+  if ((c = bf_opt_look("live", argc, argv, &v.pid, &v.lo, &v.rate, NULL, &v.with_idle, &v.limit)) >= 0) return c;
   if (v.lo.native && v.rate > 100) v.rate = 100; /* every sample stops the threads: gentler */
   if (!isatty(0) || !isatty(1)) {
     bf_cli_error("live needs a terminal (use `bifocal top -p PID` or `bifocal record -p PID`)");

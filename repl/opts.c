@@ -2,6 +2,8 @@
 #include "opts.h"
 
 #include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,4 +74,82 @@ int bf_opt_output_done(bf_store *s, bf_out_file *of, int rc) {
   int crc = bf_out_close(of, rc >= 0);
   bf_store_close(s);
   return rc < 0 || crc ? 1 : 0;
+}
+
+/* Options shared by top and live: py-spy's letters. Returns -1 to go on, else
+ * the exit status. OUT: *pid, *o, *rate, *dur (top only, NULL for live),
+ * *with_idle, *limit. */
+int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *o, double *rate,
+                    int64_t *dur, int *with_idle, int *limit) {
+  static const struct option opts[] = {{"pid", required_argument, NULL, 'p'},
+                                       {"duration", required_argument, NULL, 'd'},
+                                       {"rate", required_argument, NULL, 'r'},
+                                       {"limit", required_argument, NULL, 'L'},
+                                       {"gil", no_argument, NULL, 'g'},
+                                       {"idle", no_argument, NULL, 'i'},
+                                       {"native", no_argument, NULL, 'n'},
+                                       {"native-threads", required_argument, NULL, 'N'},
+                                       {"subprocesses", no_argument, NULL, 's'},
+                                       {"nonblocking", no_argument, NULL, 'B'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  int c, nonblocking = 0;
+  char *end;
+  *pid = 0;
+  while ((c = getopt_long(argc, argv, dur ? "p:d:r:ginsh" : "p:r:ginsh", opts, NULL)) != -1) {
+    switch (c) {
+      case 'p':
+        if (bf_opt_pid(optarg, pid)) return 2;
+        break;
+      case 'd':
+        if (!dur) {
+          bf_cli_error("%s runs until q or Ctrl-C and takes no --duration (use `bifocal top -d S`)", cmd);
+          return 2;
+        }
+        if (bf_parse_duration_ns(optarg, dur) < 0 || *dur <= 0) {
+          bf_cli_error("bad --duration '%s' (use e.g. 5, 5s, 1m; the database option is --db)", optarg);
+          return 2;
+        }
+        break;
+      case 'r':
+        errno = 0;
+        *rate = strtod(optarg, &end);
+        if (errno || *end || !(*rate >= 1 && *rate <= 100000)) {
+          bf_cli_error("bad --rate '%s' (1 to 100000 Hz)", optarg);
+          return 2;
+        }
+        break;
+      case 'L': {
+        errno = 0;
+        long v = strtol(optarg, &end, 10);
+        if (errno || *end || v <= 0 || v > 100000) {
+          bf_cli_error("bad --limit '%s' (a number of rows, 1 or more)", optarg);
+          return 2;
+        }
+        *limit = (int)v;
+        break;
+      }
+      case 'g': o->gil_only = 1; break;
+      case 'i': *with_idle = 1; break;
+      case 'n': o->native = 1; break;
+      case 'N':
+        if (optarg[strspn(optarg, ", ")] == 0) {
+          bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
+          return 2;
+        }
+        o->native = 1;
+        o->native_threads = optarg;
+        break;
+      case 's': o->subprocesses = 1; break;
+      case 'B': nonblocking = 1; break;
+      case 'h': bf_cli_usage(bf_cli_find(cmd), stdout); return 0;
+      default: return 2;
+    }
+  }
+  if (nonblocking && o->native) {
+    bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
+    return 2;
+  }
+  if (bf_opt_pid_once(cmd, argc, argv, optind, pid)) return 2;
+  return -1;
 }

@@ -7,6 +7,7 @@
 #define BF_REPL_OPTS_H
 
 #include "cli.h"
+#include "look.h"
 #include "out_file.h"
 #include "store.h"
 
@@ -42,5 +43,12 @@ int bf_opt_session_open(bf_cli *cli, int flags, const char *arg, const char *thr
  * output is finished (kept only when rc >= 0) and s closed. Returns the exit
  * status (0 or 1). */
 int bf_opt_output_done(bf_store *s, bf_out_file *of, int rc);
+
+/* Options of the commands that look at a live process (top, live): py-spy's
+ * letters. cmd names the command; dur is NULL for live (no --duration).
+ * Returns -1 to go on, else the exit status. OUT: *pid, *o, *rate, *dur,
+ * *with_idle, *limit. */
+int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *o, double *rate, int64_t *dur,
+                int *with_idle, int *limit);
 
 #endif
