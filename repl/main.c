@@ -183,6 +183,61 @@ int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
   return rc;
 }
 
+/* Global options come before the command; `--db DB` (-D DB) is also accepted
+ * anywhere before a `--` so `bifocal sessions --db x.db` works too. The
+ * command line without them goes to rest. Returns -1 to go on, else the exit
+ * status. OUT: *nrest. */
+static int global_opts(bf_cli *cli, int argc, char **argv, char **rest, int *nrest) {
+  int out = 1;
+  int i = 1;
+  int seen_cmd = 0, seen_dashdash = 0;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (!seen_dashdash && strcmp(a, "--") == 0) seen_dashdash = 1;
+    if (!seen_dashdash && (strcmp(a, "-D") == 0 || strcmp(a, "--db") == 0)) {
+      if (i + 1 >= argc) {
+        bf_cli_error("option %s needs a database path", a);
+        return 2;
+      }
+      cli->db_path = argv[++i];
+      cli->db_named = 1;
+      continue;
+    }
+    if (!seen_dashdash && strncmp(a, "--db=", 5) == 0) {
+      cli->db_path = a + 5;
+      cli->db_named = 1;
+      continue;
+    }
+    if (!seen_dashdash && strncmp(a, "-D", 2) == 0 && a[2]) {
+      cli->db_path = a + 2;
+      cli->db_named = 1;
+      continue;
+    }
+    if (!seen_cmd && !seen_dashdash) {
+      if (dash_d(a)) {
+        refuse_dash_d();
+        return 2;
+      }
+      if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        print_help(stdout);
+        return 0;
+      }
+      if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+        printf("bifocal %s\n", BF_VERSION);
+        return 0;
+      }
+      if (a[0] == '-') {
+        bf_cli_error("unknown option '%s' (try `bifocal --help`)", a);
+        return 2;
+      }
+      seen_cmd = 1;
+    }
+    rest[out++ - 1] = argv[i];
+  }
+  *nrest = out - 1;
+  return -1;
+}
+
 int main(int argc, char **argv) {
   bf_cli cli = {0};
   cli.db_path = getenv("BIFOCAL_DB");
@@ -193,74 +248,11 @@ int main(int argc, char **argv) {
   cli.color = cli.stdout_tty && !(nc && *nc);
   char *cmdline = bf_meta_join_argv(argc, argv);
   cli.cmdline = cmdline ? cmdline : "bifocal";
-
-  /* Global options come before the command; `--db DB` (-D DB) is also accepted
-   * anywhere before a `--` so `bifocal sessions --db x.db` works too. */
-  int out = 1;
-  int i = 1;
-  int seen_cmd = 0, seen_dashdash = 0;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   if (!rest) return 1;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    if (!seen_dashdash && strcmp(a, "--") == 0) seen_dashdash = 1;
-    if (!seen_dashdash && (strcmp(a, "-D") == 0 || strcmp(a, "--db") == 0)) {
-      if (i + 1 >= argc) {
-        bf_cli_error("option %s needs a database path", a);
-        free(rest);
-        free(cmdline);
-        return 2;
-      }
-      cli.db_path = argv[++i];
-      cli.db_named = 1;
-      continue;
-    }
-    if (!seen_dashdash && strncmp(a, "--db=", 5) == 0) {
-      cli.db_path = a + 5;
-      cli.db_named = 1;
-      continue;
-    }
-    if (!seen_dashdash && strncmp(a, "-D", 2) == 0 && a[2]) {
-      cli.db_path = a + 2;
-      cli.db_named = 1;
-      continue;
-    }
-    if (!seen_cmd && !seen_dashdash) {
-      if (dash_d(a)) {
-        refuse_dash_d();
-        free(rest);
-        free(cmdline);
-        return 2;
-      }
-      if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-        print_help(stdout);
-        free(rest);
-        free(cmdline);
-        return 0;
-      }
-      if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-        printf("bifocal %s\n", BF_VERSION);
-        free(rest);
-        free(cmdline);
-        return 0;
-      }
-      if (a[0] == '-') {
-        bf_cli_error("unknown option '%s' (try `bifocal --help`)", a);
-        free(rest);
-        free(cmdline);
-        return 2;
-      }
-      seen_cmd = 1;
-    }
-    rest[out++ - 1] = argv[i];
-  }
-  int nrest = out - 1;
-  int rc;
-  if (nrest == 0) {
-    rc = bf_repl_main(&cli);
-  } else {
-    rc = bf_cli_dispatch(&cli, nrest, rest);
-  }
+  int nrest = 0;
+  int rc = global_opts(&cli, argc, argv, rest, &nrest);
+  if (rc < 0) rc = nrest == 0 ? bf_repl_main(&cli) : bf_cli_dispatch(&cli, nrest, rest);
   free(rest);
   free(cmdline);
   return rc;
