@@ -204,12 +204,7 @@ static int dump_parse(int argc, char **argv, int *pid, bf_look_opts *lo, dump_ou
       case 'j': d->json = 1; break;
       case 'n': lo->native = 1; break;
       case 'N': /* implies --native */
-        if (optarg[strspn(optarg, ", ")] == 0) {
-          bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
-          return 2;
-        }
-        lo->native = 1;
-        lo->native_threads = optarg;
+        if (bf_opt_native_threads(optarg, &lo->native, &lo->native_threads)) return 2;
         break;
       case 's': lo->subprocesses = 1; break;
       case 'B': nonblocking = 1; break;
@@ -217,10 +212,7 @@ static int dump_parse(int argc, char **argv, int *pid, bf_look_opts *lo, dump_ou
       default: return 2;
     }
   }
-  if (nonblocking && lo->native) {
-    bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
-    return 2;
-  }
+  if (bf_opt_native_blocking(nonblocking, lo->native)) return 2;
   if (d->locals && lo->native) {
     bf_cli_error("--locals and --native do not go together yet: drop one of them");
     return 2;

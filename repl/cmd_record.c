@@ -75,10 +75,7 @@ static void scratch_remove(char *path) {
 /* The options' combinations and the target (--pid or a command). */
 static int record_check(int argc, char **argv, bf_smp_record_opts *o, int nonblocking, int rate_given,
                         const char *format, const char **outp, bf_cli_out_kind *kind) {
-  if (nonblocking && o->native) {
-    bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
-    return 2;
-  }
+  if (bf_opt_native_blocking(nonblocking, o->native)) return 2;
   if (format && !*outp) {
     bf_cli_error("--format goes with -o FILE (the file to write)");
     return 2;
@@ -165,12 +162,7 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       case 's': o->subprocesses = 1; break;
       case 'n': o->native = 1; break;
       case 'N': /* implies --native */
-        if (optarg[strspn(optarg, ", ")] == 0) {
-          bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
-          return 2;
-        }
-        o->native = 1;
-        o->native_threads = optarg;
+        if (bf_opt_native_threads(optarg, &o->native, &o->native_threads)) return 2;
         break;
       case 'A': o->async_tasks = 1; break; /* asyncio tasks as task:NAME threads */
       case 'i': o->no_idle = 0; break;

@@ -79,6 +79,24 @@ int bf_opt_output_done(bf_store *s, bf_out_file *of, int rc) {
 /* Options shared by top and live: py-spy's letters. Returns -1 to go on, else
  * the exit status. OUT: *pid, *o, *rate, *dur (top only, NULL for live),
  * *with_idle, *limit. */
+int bf_opt_native_threads(const char *arg, int *native, const char **threads) {
+  if (arg[strspn(arg, ", ")] == 0) {
+    bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", arg);
+    return 2;
+  }
+  *native = 1;
+  *threads = arg;
+  return 0;
+}
+
+int bf_opt_native_blocking(int nonblocking, int native) {
+  if (nonblocking && native) {
+    bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
+    return 2;
+  }
+  return 0;
+}
+
 int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *o, double *rate,
                     int64_t *dur, int *with_idle, int *limit) {
   static const struct option opts[] = {{"pid", required_argument, NULL, 'p'},
@@ -133,12 +151,7 @@ int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *
       case 'i': *with_idle = 1; break;
       case 'n': o->native = 1; break;
       case 'N':
-        if (optarg[strspn(optarg, ", ")] == 0) {
-          bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
-          return 2;
-        }
-        o->native = 1;
-        o->native_threads = optarg;
+        if (bf_opt_native_threads(optarg, &o->native, &o->native_threads)) return 2;
         break;
       case 's': o->subprocesses = 1; break;
       case 'B': nonblocking = 1; break;
@@ -146,10 +159,7 @@ int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *
       default: return 2;
     }
   }
-  if (nonblocking && o->native) {
-    bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
-    return 2;
-  }
+  if (bf_opt_native_blocking(nonblocking, o->native)) return 2;
   if (bf_opt_pid_once(cmd, argc, argv, optind, pid)) return 2;
   return -1;
 }

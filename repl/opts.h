@@ -44,6 +44,13 @@ int bf_opt_session_open(bf_cli *cli, int flags, const char *arg, const char *thr
  * status (0 or 1). */
 int bf_opt_output_done(bf_store *s, bf_out_file *of, int rc);
 
+/* --native-threads LIST (a comma list of thread ids or name globs; implies
+ * --native). OUT: *native = 1, *threads = arg. */
+int bf_opt_native_threads(const char *arg, int *native, const char **threads);
+
+/* --nonblocking and --native together are refused (native stacks stop threads). */
+int bf_opt_native_blocking(int nonblocking, int native);
+
 /* Options of the commands that look at a live process (top, live): py-spy's
  * letters. cmd names the command; dur is NULL for live (no --duration).
  * Returns -1 to go on, else the exit status. OUT: *pid, *o, *rate, *dur,
