@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "import.h"
+#include "session_meta.h"
 #include "query.h"
 #include "store_int.h"
 #include "util.h"
@@ -395,22 +396,14 @@ int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, 
   if (!f) return bf_store_fail(s, -errno, "cannot read '%s': %s", path, strerror(errno));
   imp m = {.s = s, .path = path};
   m.d = detect(f);
-  bf_session_info info = {0};
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  info.kind = "imported";
-  info.clock = "wall";
-  info.mode = dialect_name(m.d);
-  info.status = "incomplete";
-  info.label = o ? o->label : NULL;
-  info.host = host;
-  info.profiler_version = o ? o->profiler_version : NULL;
+  bf_session_info info;
+  bf_meta meta;
   char cmd[1024];
   snprintf(cmd, sizeof cmd, "import %s", path);
-  info.command = cmd;
-  int64_t now = bf_now_ns();
-  info.start_ns = now;
-  if (o && o->ttl_ns > 0) info.expires_at_ns = now + o->ttl_ns;
+  bf_meta_src ms = {.kind = "imported", .clock = "wall", .mode = dialect_name(m.d), .command = cmd,
+                    .profiler_version = o ? o->profiler_version : NULL, .label = o ? o->label : NULL,
+                    .ttl_ns = o ? o->ttl_ns : 0};
+  bf_meta_collect(&ms, &meta, &info);
   char *pyver = NULL, *extra = NULL;
   int rc = bf_store_begin(s);
   if (rc) goto out_close;

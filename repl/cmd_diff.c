@@ -6,11 +6,19 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "correlate.h"
 #include "out_file.h"
 #include "views.h"
 
-int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
+typedef struct diff_args {
+  bf_diff_opts o;
+  int force, flame;
+  const char *view, *outp;
+} diff_args;
+
+/* Options and their checks; -1 to go on, else the exit status. OUT: *d. */
+static int diff_parse(bf_cli *cli, int argc, char **argv, diff_args *d) {
   static const struct option opts[] = {{"threshold", required_argument, NULL, 'T'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"force", no_argument, NULL, 'F'},
@@ -19,11 +27,10 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
                                        {"output", required_argument, NULL, 'o'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
-  bf_diff_opts o = {.limit_option = "--limit"};
-  o.color = cli->color;
-  o.threshold_pp = 0.5;
-  int force = 0;
-  const char *view = "functions", *outp = NULL;
+  d->o.limit_option = "--limit";
+  d->o.color = cli->color;
+  d->o.threshold_pp = 0.5;
+  d->view = "functions";
   int c;
   while ((c = getopt_long(argc, argv, "jn:v:o:h", opts, NULL)) != -1) {
     switch (c) {
@@ -34,23 +41,16 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
           bf_cli_error("bad --threshold '%s' (percentage points, 0 to 100)", optarg);
           return 2;
         }
-        o.threshold_pp = v;
+        d->o.threshold_pp = v;
         break;
       }
-      case 'j': o.json = 1; break;
-      case 'F': force = 1; break;
-      case 'n': {
-        char *end;
-        long v = strtol(optarg, &end, 10);
-        if (*end || v <= 0 || v > 1000000) {
-          bf_cli_error("bad --limit '%s' (a positive number)", optarg);
-          return 2;
-        }
-        o.limit = (int)v;
+      case 'j': d->o.json = 1; break;
+      case 'F': d->force = 1; break;
+      case 'n':
+        if (bf_opt_limit(optarg, &d->o.limit)) return 2;
         break;
-      }
-      case 'v': view = optarg; break;
-      case 'o': outp = optarg; break;
+      case 'v': d->view = optarg; break;
+      case 'o': d->outp = optarg; break;
       case 'h': bf_cli_usage(bf_cli_find("diff"), stdout); return 0;
       default: return 2;
     }
@@ -59,21 +59,28 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("diff takes two sessions: diff A B (A = before, B = after)");
     return 2;
   }
-  int flame = strcmp(view, "flame") == 0;
-  if (!flame && strcmp(view, "functions") != 0) {
-    bf_cli_error("unknown diff view '%s' (known: functions, flame)", view);
+  d->flame = strcmp(d->view, "flame") == 0;
+  if (!d->flame && strcmp(d->view, "functions") != 0) {
+    bf_cli_error("unknown diff view '%s' (known: functions, flame)", d->view);
     return 2;
   }
-  if (flame && !outp && cli->stdout_tty) {
+  if (d->flame && !d->outp && cli->stdout_tty) {
     bf_cli_error("the differential flame graph is an HTML page: give -o FILE.html");
     return 2;
   }
-  if (cli->stdout_tty && !outp) {
+  if (cli->stdout_tty && !d->outp) {
     struct winsize ws;
-    if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) o.width = ws.ws_col;
+    if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) d->o.width = ws.ws_col;
   }
+  return -1;
+}
+
+int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
+  diff_args d = {0};
+  int rc = diff_parse(cli, argc, argv, &d);
+  if (rc >= 0) return rc;
   bf_store *s;
-  int rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
+  rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
   if (rc) return rc;
   int64_t a, b;
   if ((rc = bf_cli_session_arg(cli, s, argv[optind], &a)) || (rc = bf_cli_session_arg(cli, s, argv[optind + 1], &b))) {
@@ -88,7 +95,7 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
     return 1;
   }
   if (cmp > 0) {
-    if (!force) {
+    if (!d.force) {
       bf_cli_error("sessions %lld and %lld are not comparable: %s (use --force to compare anyway)", (long long)a,
                    (long long)b, why);
       bf_store_close(s);
@@ -103,14 +110,10 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
   bf_session_info_free(ia);
   bf_session_info_free(ib);
   bf_out_file of;
-  if (bf_out_open(outp, &of)) {
+  if (bf_out_open(d.outp, &of)) {
     bf_store_close(s);
     return 1;
   }
-  if (of.f != stdout) o.color = 0;
-  rc = flame ? bf_diff_flame(s, a, b, &o, of.f) : bf_diff_functions(s, a, b, &o, of.f);
-  if (rc < 0) bf_cli_error("%s", bf_store_errmsg(s));
-  int crc = bf_out_close(&of, rc >= 0);
-  bf_store_close(s);
-  return rc < 0 || crc ? 1 : 0;
+  if (of.f != stdout) d.o.color = 0;
+  return bf_opt_output_done(s, &of, d.flame ? bf_diff_flame(s, a, b, &d.o, of.f) : bf_diff_functions(s, a, b, &d.o, of.f));
 }

@@ -10,25 +10,12 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "opts.h"
 #include "native.h"
 #include "locals.h"
 #include "look.h"
 #include "sampler.h"
 #include "text.h"
-
-int bf_smp_cli_pid(const char *arg, int *pid); /* cmd_top.c */
-
-int bf_smp_cli_pid(const char *arg, int *pid) {
-  char *end;
-  errno = 0;
-  long v = arg ? strtol(arg, &end, 10) : 0;
-  if (!arg || errno || *end || v <= 0 || v > 4194304) {
-    bf_cli_error("'%s' is not a process id (expected a positive integer)", arg ? arg : "");
-    return 2;
-  }
-  *pid = (int)v;
-  return 0;
-}
 
 static void status_words(uint32_t f, char *buf, size_t len) {
   snprintf(buf, len, "%s%s%s%s", (f & BF_SMP_GIL) ? "holds GIL, " : "",
@@ -74,6 +61,10 @@ static void json_str(FILE *f, const char *s) {
 }
 
 /* What a dump prints, per process. */
+/* a torn read costs a retry, not the dump: each sample is already re-read
+ * until consistent (a few reads); past DUMP_TRIES of those, say so */
+enum { DUMP_TRIES = 20 };
+
 typedef struct dump_out {
   int json;
   int locals; /* --locals */
@@ -191,7 +182,8 @@ static int print_process(void *ud, bf_smp *h, int pid, const char *version, cons
   return 0;
 }
 
-int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
+/* Options and their checks; -1 to go on, else the exit status. OUT: *pid, *lo, *d-> */
+static int dump_parse(int argc, char **argv, int *pid, bf_look_opts *lo, dump_out *d) {
   /* short letters are py-spy's (dump -p PID -j -l -n -s) */
   static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
                                        {"pid", required_argument, NULL, 'p'},
@@ -202,49 +194,56 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
                                        {"nonblocking", no_argument, NULL, 'B'},
                                        {"locals", no_argument, NULL, 'l'},
                                        {NULL, 0, NULL, 0}};
-  int c, pid = 0, nonblocking = 0;
-  bf_look_opts lo = {0};
-  dump_out d = {0};
+  int c, nonblocking = 0;
   while ((c = getopt_long(argc, argv, "p:jnslh", opts, NULL)) != -1) {
     switch (c) {
-      case 'l': d.locals = 1; break;
+      case 'l': d->locals = 1; break;
       case 'p':
-        if (bf_smp_cli_pid(optarg, &pid)) return 2;
+        if (bf_opt_pid(optarg, pid)) return 2;
         break;
-      case 'j': d.json = 1; break;
-      case 'n': lo.native = 1; break;
+      case 'j': d->json = 1; break;
+      case 'n': lo->native = 1; break;
       case 'N': /* implies --native */
-        if (optarg[strspn(optarg, ", ")] == 0) {
-          bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
-          return 2;
-        }
-        lo.native = 1;
-        lo.native_threads = optarg;
+        if (bf_opt_native_threads(optarg, &lo->native, &lo->native_threads)) return 2;
         break;
-      case 's': lo.subprocesses = 1; break;
+      case 's': lo->subprocesses = 1; break;
       case 'B': nonblocking = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("dump"), stdout); return 0;
       default: return 2;
     }
   }
-  if (nonblocking && lo.native) {
-    bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
-    return 2;
-  }
-  if (d.locals && lo.native) {
+  if (bf_opt_native_blocking(nonblocking, lo->native)) return 2;
+  if (d->locals && lo->native) {
     bf_cli_error("--locals and --native do not go together yet: drop one of them");
     return 2;
   }
-  if (optind < argc && pid) {
-    bf_cli_error("give the process once: -p PID or PID, not both");
-    return 2;
-  }
-  if (optind + (pid ? 0 : 1) != argc) {
-    bf_cli_error("dump needs one process id (usage: bifocal dump -p PID)");
-    return 2;
-  }
   int rc;
-  if (!pid && (rc = bf_smp_cli_pid(argv[optind], &pid))) return rc;
+  if ((rc = bf_opt_pid_once("dump", argc, argv, optind, pid))) return rc;
+  return -1;
+}
+
+/* One consistent sample of every thread, printed only once complete.
+ * Returns -1 when out of memory, else 0 and bf_look_sample's result in *rc. */
+static int dump_run(bf_look *l, const bf_look_opts *lo, dump_out *d, int *rc) {
+  char *text = NULL;
+  size_t text_len = 0;
+  d->f = open_memstream(&text, &text_len);
+  if (!d->f) return -1;
+  if (d->json && lo->subprocesses) fputs("{\"processes\":[", d->f);
+  *rc = bf_look_sample(l, DUMP_TRIES, print_process, d, NULL);
+  if (d->json) fputs(lo->subprocesses ? "]}\n" : "\n", d->f);
+  fclose(d->f);
+  if (*rc == 0) fwrite(text, 1, text_len, stdout);
+  free(text);
+  return 0;
+}
+
+int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
+  int pid = 0;
+  bf_look_opts lo = {0};
+  dump_out d = {0};
+  int rc = dump_parse(argc, argv, &pid, &lo, &d);
+  if (rc >= 0) return rc;
   bf_audit *au = NULL; /* audited before the target is touched */
   if ((rc = bf_audit_begin_look(cli, "dump", pid, &au))) return rc;
   lo.native_stop_wait_ns = 1000000000; /* one sample: wait for every thread */
@@ -253,24 +252,12 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
     bf_audit_end(au, "attach failed", 0);
     return rc;
   }
-  char *text = NULL;
-  size_t text_len = 0;
-  d.f = open_memstream(&text, &text_len);
-  if (!d.f) {
+  if (dump_run(l, &lo, &d, &rc) < 0) {
     bf_cli_error("out of memory");
     bf_audit_end(au, "out of memory", 0);
     bf_look_free(l);
     return 1;
   }
-  if (d.json && lo.subprocesses) fputs("{\"processes\":[", d.f);
-  /* a torn read costs a retry, not the dump: each sample is already re-read
-   * until consistent (a few reads); past DUMP_TRIES of those, say so */
-  enum { DUMP_TRIES = 20 };
-  rc = bf_look_sample(l, DUMP_TRIES, print_process, &d, NULL);
-  if (d.json) fputs(lo.subprocesses ? "]}\n" : "\n", d.f);
-  fclose(d.f);
-  if (rc == 0) fwrite(text, 1, text_len, stdout);
-  free(text);
   char torn_msg[256];
   if (rc == -EIO && !lo.native)
     snprintf(torn_msg, sizeof torn_msg,

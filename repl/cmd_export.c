@@ -6,6 +6,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "opts.h"
 #include "out_file.h"
 #include "share.h"
 #include "util.h"
@@ -26,9 +27,7 @@ static const struct {
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
                                        {"output", required_argument, NULL, 'o'},
-                                       {"thread", required_argument, NULL, 't'},
-                                       {"since", required_argument, NULL, 'S'},
-                                       {"until", required_argument, NULL, 'U'},
+                                       BF_OPTS_FILTER,
                                        {"encrypt-to", required_argument, NULL, 'e'},
                                        {"tree", no_argument, NULL, 'R'},
                                        {"help", no_argument, NULL, 'h'},
@@ -42,19 +41,9 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
       case 'o': outp = optarg; break;
       case 't': thread = optarg; break;
       case 'S':
-      case 'U': {
-        int64_t ns;
-        if (bf_parse_duration_ns(optarg, &ns) < 0) {
-          bf_cli_error("bad --%s '%s' (seconds from the session start, e.g. 2.5 or 500ms)",
-                       c == 'S' ? "since" : "until", optarg);
-          return 2;
-        }
-        if (c == 'S')
-          filter.since_ns = ns;
-        else
-          filter.until_ns = ns;
+      case 'U':
+        if (bf_opt_window(c, optarg, &filter)) return 2;
         break;
-      }
       case 'e': pub = optarg; break;
       case 'R': filter.tree = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("export"), stdout); return 0;
@@ -93,13 +82,10 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     return 2;
   }
   bf_store *s;
-  int rc = bf_cli_open_store(cli, sealed ? 0 : BF_STORE_READONLY, &s);
-  if (rc) return rc;
   int64_t id;
-  if ((rc = bf_cli_session_arg(cli, s, optind < argc ? argv[optind] : NULL, &id))) {
-    bf_store_close(s);
-    return rc;
-  }
+  int rc = bf_opt_session_open(cli, sealed ? 0 : BF_STORE_READONLY, optind < argc ? argv[optind] : NULL,
+                               sealed ? NULL : thread, &filter, &s, &id);
+  if (rc) return rc;
   if (sealed) {
     bf_audit *au = NULL;
     if (!(rc = bf_audit_begin(cli, s, "export", 0, &au))) {
@@ -110,18 +96,10 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return rc;
   }
-  if (thread && (rc = bf_cli_thread_arg(s, id, thread, &filter.thread_id))) {
-    bf_store_close(s);
-    return rc;
-  }
   bf_out_file of;
   if (bf_out_open(outp, &of)) {
     bf_store_close(s);
     return 1;
   }
-  int erc = formats[fi].fn(s, id, &filter, of.f);
-  if (erc < 0) bf_cli_error("%s", bf_store_errmsg(s));
-  int crc = bf_out_close(&of, erc >= 0);
-  bf_store_close(s);
-  return erc < 0 || crc ? 1 : 0;
+  return bf_opt_output_done(s, &of, formats[fi].fn(s, id, &filter, of.f));
 }

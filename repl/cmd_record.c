@@ -13,12 +13,12 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "opts.h"
 #include "correlate.h"
 #include "native.h"
 #include "sampler.h"
 #include "util.h"
 
-int bf_smp_cli_pid(const char *arg, int *pid);
 
 static volatile int stop_flag;
 static volatile int child_pid;
@@ -72,7 +72,37 @@ static void scratch_remove(char *path) {
   }
 }
 
-int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
+/* The options' combinations and the target (--pid or a command). */
+static int record_check(int argc, char **argv, bf_smp_record_opts *o, int nonblocking, int rate_given,
+                        const char *format, const char **outp, bf_cli_out_kind *kind) {
+  if (bf_opt_native_blocking(nonblocking, o->native)) return 2;
+  if (format && !*outp) {
+    bf_cli_error("--format goes with -o FILE (the file to write)");
+    return 2;
+  }
+  if (*outp && bf_cli_out_kind_of(*outp, format, kind)) return 2;
+  /* native stacks stop threads at every sample: a gentler default rate */
+  if (o->async_tasks && (o->clock_cpu || o->native)) {
+    bf_cli_error("--async records task stacks on the wall clock without --native (drop --clock cpu / --native)");
+    return 2;
+  }
+  if (o->native && !rate_given) o->rate_hz = 100;
+  char **cmd = argv + optind;
+  int ncmd = argc - optind;
+  if (o->pid && ncmd) {
+    bf_cli_error("give either --pid PID or -- CMD, not both");
+    return 2;
+  }
+  if (!o->pid && !ncmd) {
+    bf_cli_error("record needs --pid PID or -- CMD ... (see `bifocal help record`)");
+    return 2;
+  }
+  o->argv = ncmd ? cmd : NULL;
+  return -1;
+}
+
+/* Options into *o, *outp, *kind; -1 to go on, else the exit status. */
+static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char **outp, bf_cli_out_kind *kind) {
   /* short letters are py-spy's: a py-spy command line works as typed */
   static const struct option opts[] = {
       {"pid", required_argument, NULL, 'p'},      {"clock", required_argument, NULL, 'c'},
@@ -85,33 +115,31 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       {"output", required_argument, NULL, 'o'},   {"format", required_argument, NULL, 'f'},
       {"nonblocking", no_argument, NULL, 'B'},    {"async", no_argument, NULL, 'A'},
       {NULL, 0, NULL, 0}};
-  bf_smp_record_opts o = {0};
-  o.rate_hz = 1000;
-  int c, pid = 0, rate_given = 0, nonblocking = 0;
-  const char *outp = NULL, *format = NULL;
+  int c, rate_given = 0, nonblocking = 0;
+  const char *format = NULL;
   int64_t ns;
   char *end;
   while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnh", opts, NULL)) != -1) {
     switch (c) {
       case 'p':
-        if (bf_smp_cli_pid(optarg, &pid)) return 2;
+        if (bf_opt_pid(optarg, &o->pid)) return 2;
         break;
       case 'c':
         if (strcmp(optarg, "wall") == 0) {
-          o.clock_cpu = 0;
+          o->clock_cpu = 0;
         } else if (strcmp(optarg, "cpu") == 0) {
-          o.clock_cpu = 1;
+          o->clock_cpu = 1;
         } else {
           bf_cli_error("bad --clock '%s' (use wall or cpu)", optarg);
           return 2;
         }
         break;
-      case 'g': o.gil_only = 1; break;
+      case 'g': o->gil_only = 1; break;
       case 'r':
         errno = 0;
-        o.rate_hz = strtod(optarg, &end);
+        o->rate_hz = strtod(optarg, &end);
         rate_given = 1;
-        if (errno || *end || !(o.rate_hz >= 1 && o.rate_hz <= 1e6)) {
+        if (errno || *end || !(o->rate_hz >= 1 && o->rate_hz <= 1e6)) {
           bf_cli_error("bad --rate '%s' (a number of Hz from 1 to 1000000)", optarg);
           return 2;
         }
@@ -121,138 +149,55 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
           bf_cli_error("bad --duration '%s' (use e.g. 10, 10s, 2m; the database option is --db)", optarg);
           return 2;
         }
-        o.duration_s = (double)ns / 1e9;
+        o->duration_s = (double)ns / 1e9;
         break;
-      case 'l': o.label = optarg; break;
-      case 'C': o.commit = optarg; break;
+      case 'l': o->label = optarg; break;
+      case 'C': o->commit = optarg; break;
       case 't':
-        if (bf_parse_duration_ns(optarg, &o.ttl_ns) < 0 || o.ttl_ns <= 0) {
+        if (bf_parse_duration_ns(optarg, &o->ttl_ns) < 0 || o->ttl_ns <= 0) {
           bf_cli_error("bad --ttl '%s' (use e.g. 90s, 30m, 12h, 7d)", optarg);
           return 2;
         }
         break;
-      case 's': o.subprocesses = 1; break;
-      case 'n': o.native = 1; break;
+      case 's': o->subprocesses = 1; break;
+      case 'n': o->native = 1; break;
       case 'N': /* implies --native */
-        if (optarg[strspn(optarg, ", ")] == 0) {
-          bf_cli_error("bad --native-threads '%s' (a comma list of thread ids or name globs)", optarg);
-          return 2;
-        }
-        o.native = 1;
-        o.native_threads = optarg;
+        if (bf_opt_native_threads(optarg, &o->native, &o->native_threads)) return 2;
         break;
-      case 'A': o.async_tasks = 1; break; /* asyncio tasks as task:NAME threads */
-      case 'i': o.no_idle = 0; break;
-      case 'I': o.no_idle = 1; break;
-      case 'o': outp = optarg; break;
+      case 'A': o->async_tasks = 1; break; /* asyncio tasks as task:NAME threads */
+      case 'i': o->no_idle = 0; break;
+      case 'I': o->no_idle = 1; break;
+      case 'o': *outp = optarg; break;
       case 'f': format = optarg; break;
       case 'B': nonblocking = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("record"), stdout); return 0;
       default: return 2;
     }
   }
-  if (nonblocking && o.native) {
-    bf_cli_error("--native stops each thread to unwind its C stack: drop --nonblocking or --native");
-    return 2;
-  }
-  bf_cli_out_kind out_kind = 0;
-  if (format && !outp) {
-    bf_cli_error("--format goes with -o FILE (the file to write)");
-    return 2;
-  }
-  if (outp && bf_cli_out_kind_of(outp, format, &out_kind)) return 2;
-  /* native stacks stop threads at every sample: a gentler default rate */
-  if (o.async_tasks && (o.clock_cpu || o.native)) {
-    bf_cli_error("--async records task stacks on the wall clock without --native (drop --clock cpu / --native)");
-    return 2;
-  }
-  if (o.native && !rate_given) o.rate_hz = 100;
-  char **cmd = argv + optind;
-  int ncmd = argc - optind;
-  if (pid && ncmd) {
-    bf_cli_error("give either --pid PID or -- CMD, not both");
-    return 2;
-  }
-  if (!pid && !ncmd) {
-    bf_cli_error("record needs --pid PID or -- CMD ... (see `bifocal help record`)");
-    return 2;
-  }
-  o.pid = pid;
-  o.argv = ncmd ? cmd : NULL;
-  /* -o FILE without a named database (--db, $BIFOCAL_DB): the samples go to a
-   * private scratch store that is removed afterwards; no ./bifocal.db appears */
-  char scratch[4096] = "";
-  bf_cli scratch_cli = *cli;
-  if (outp && !cli->db_named) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(scratch, sizeof scratch, "%s/bifocal-record.XXXXXX", tmp && *tmp == '/' ? tmp : "/tmp");
-    if (!mkdtemp(scratch)) {
-      bf_cli_error("cannot make a scratch directory '%s': %s (set TMPDIR, or give --db DB)", scratch,
-                   strerror(errno));
-      return 1;
-    }
-    size_t l = strlen(scratch);
-    snprintf(scratch + l, sizeof scratch - l, "/record.db");
-    scratch_cli.db_path = scratch;
-  }
-  bf_store *st;
-  int rc = bf_cli_open_store(&scratch_cli, BF_STORE_CREATE, &st);
-  if (rc) {
-    scratch_remove(scratch);
-    return rc;
-  }
-  bf_smp *h = bf_smp_new();
-  if (!h) {
-    bf_store_close(st);
-    scratch_remove(scratch);
-    bf_cli_error("out of memory");
+  return record_check(argc, argv, o, nonblocking, rate_given, format, outp, kind);
+}
+
+/* -o FILE without a named database (--db, $BIFOCAL_DB): the samples go to a
+ * private scratch store that is removed afterwards; no ./bifocal.db appears.
+ * OUT: scratch (the store's path, "" when not needed). 0 or the exit status. */
+static int scratch_make(const bf_cli *cli, const char *outp, char *scratch, size_t len) {
+  scratch[0] = 0;
+  if (!outp || cli->db_named) return 0;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(scratch, len, "%s/bifocal-record.XXXXXX", tmp && *tmp == '/' ? tmp : "/tmp");
+  if (!mkdtemp(scratch)) {
+    bf_cli_error("cannot make a scratch directory '%s': %s (set TMPDIR, or give --db DB)", scratch, strerror(errno));
     return 1;
   }
-  bf_store_set_busy_timeout(st, 30000); /* another writer's lock: wait to begin (then samples are held) */
-  bf_audit *au = NULL; /* audited before the target is touched */
-  if ((rc = scratch[0] ? bf_audit_begin_look(cli, "record", pid, &au)
-                       : bf_audit_begin(cli, st, "record", pid, &au))) {
-    bf_smp_free(h);
-    bf_store_close(st);
-    scratch_remove(scratch);
-    return rc;
-  }
-  stop_flag = 0;
-  child_pid = 0;
-  struct sigaction sa, old_sa[N_STOP_SIGS];
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_signal;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &sa, &old_sa[i]);
-  o.stop = &stop_flag;
-  o.child_pid = &child_pid;
-  struct sigaction tstp, old_tstp;
-  memset(&tstp, 0, sizeof tstp);
-  tstp.sa_handler = on_tstp;
-  sigemptyset(&tstp.sa_mask);
-  suspend_flag = 0;
-  if (o.native) {
-    sigaction(SIGTSTP, &tstp, &old_tstp);
-    o.suspend = &suspend_flag;
-  }
-  int tty = isatty(2); /* progress on a terminal stderr, also under ID=$(bifocal record ...) */
-  if (tty) o.progress = progress;
-  int64_t sid = 0;
-  int wst = -1;
-  rc = bf_smp_record(h, st, &o, &sid, &wst);
-  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &old_sa[i], NULL);
-  if (o.native) sigaction(SIGTSTP, &old_tstp, NULL);
-  if (tty) fputs("\r\033[K", stderr);
-  int status = 0;
-  if (rc < 0) {
-    if (sid > 0) /* the session keeps what was recorded; no id on stdout for a failure */
-      bf_cli_error("%s (session %lld keeps the samples taken until then)", bf_smp_errmsg(h), (long long)sid);
-    else
-      bf_cli_error("%s", bf_smp_errmsg(h));
-    status = 1;
-  }
-  if (sid > 0 && o.native) { /* the intrusion is always shown, terminal or not */
+  size_t l = strlen(scratch);
+  snprintf(scratch + l, len - l, "/record.db");
+  return 0;
+}
+
+/* What the capture cost and met, on stderr: native intrusion (always),
+ * samples lost to another writer's lock (always), the summary line (tty). */
+static void record_report(bf_store *st, int64_t sid, int native, int tty) {
+  if (sid > 0 && native) { /* the intrusion is always shown, terminal or not */
     bf_session_info *in = NULL;
     char line[256];
     if (bf_store_session_get(st, sid, &in) == 0) {
@@ -295,6 +240,96 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
       bf_session_info_free(in);
     }
   }
+}
+
+/* bf_smp_record with the stop signals (and, for --native, Ctrl-Z) caught
+ * for its duration. OUT: *sid, *wst as bf_smp_record. */
+static int record_capture(bf_smp *h, bf_store *st, bf_smp_record_opts *o, int tty, int64_t *sid, int *wst) {
+  stop_flag = 0;
+  child_pid = 0;
+  struct sigaction sa, old_sa[N_STOP_SIGS];
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &sa, &old_sa[i]);
+  o->stop = &stop_flag;
+  o->child_pid = &child_pid;
+  struct sigaction tstp, old_tstp;
+  memset(&tstp, 0, sizeof tstp);
+  tstp.sa_handler = on_tstp;
+  sigemptyset(&tstp.sa_mask);
+  suspend_flag = 0;
+  if (o->native) {
+    sigaction(SIGTSTP, &tstp, &old_tstp);
+    o->suspend = &suspend_flag;
+  }
+  if (tty) o->progress = progress;
+  int rc = bf_smp_record(h, st, o, sid, wst);
+  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &old_sa[i], NULL);
+  if (o->native) sigaction(SIGTSTP, &old_tstp, NULL);
+  return rc;
+}
+
+/* The exit status: the capture's, else the launched command's (with a warning). */
+static int record_status(int status, int wst) {
+  if (!status && wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) != 0) {
+    bf_cli_warn("command exited with status %d", WEXITSTATUS(wst));
+    status = WEXITSTATUS(wst);
+  } else if (!status && wst != -1 && WIFSIGNALED(wst)) {
+    bf_cli_warn("command was killed by signal %d (%s)", WTERMSIG(wst), strsignal(WTERMSIG(wst)));
+    status = 128 + WTERMSIG(wst);
+  }
+  return status;
+}
+
+int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
+  bf_smp_record_opts o = {0};
+  o.rate_hz = 1000;
+  const char *outp = NULL;
+  bf_cli_out_kind out_kind = 0;
+  int rc = record_parse(argc, argv, &o, &outp, &out_kind);
+  if (rc >= 0) return rc;
+  char scratch[4096];
+  bf_cli scratch_cli = *cli;
+  if ((rc = scratch_make(cli, outp, scratch, sizeof scratch))) return rc;
+  if (scratch[0]) scratch_cli.db_path = scratch;
+  bf_store *st;
+  rc = bf_cli_open_store(&scratch_cli, BF_STORE_CREATE, &st);
+  if (rc) {
+    scratch_remove(scratch);
+    return rc;
+  }
+  bf_smp *h = bf_smp_new();
+  if (!h) {
+    bf_store_close(st);
+    scratch_remove(scratch);
+    bf_cli_error("out of memory");
+    return 1;
+  }
+  bf_store_set_busy_timeout(st, 30000); /* another writer's lock: wait to begin (then samples are held) */
+  bf_audit *au = NULL; /* audited before the target is touched */
+  if ((rc = scratch[0] ? bf_audit_begin_look(cli, "record", o.pid, &au)
+                       : bf_audit_begin(cli, st, "record", o.pid, &au))) {
+    bf_smp_free(h);
+    bf_store_close(st);
+    scratch_remove(scratch);
+    return rc;
+  }
+  int tty = isatty(2); /* progress on a terminal stderr, also under ID=$(bifocal record ...) */
+  int64_t sid = 0;
+  int wst = -1;
+  rc = record_capture(h, st, &o, tty, &sid, &wst);
+  if (tty) fputs("\r\033[K", stderr);
+  int status = 0;
+  if (rc < 0) {
+    if (sid > 0) /* the session keeps what was recorded; no id on stdout for a failure */
+      bf_cli_error("%s (session %lld keeps the samples taken until then)", bf_smp_errmsg(h), (long long)sid);
+    else
+      bf_cli_error("%s", bf_smp_errmsg(h));
+    status = 1;
+  }
+  if (sid > 0) record_report(st, sid, o.native, tty);
   bf_audit_end(au, rc < 0 ? bf_smp_errmsg(h) : NULL, scratch[0] ? 0 : sid);
   bf_smp_free(h);
   int rec_ok = !status; /* the capture itself (the id is printed for it alone) */
@@ -310,12 +345,5 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
     printf("%lld\n", (long long)sid);
     fflush(stdout);
   }
-  if (!status && wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) != 0) {
-    bf_cli_warn("command exited with status %d", WEXITSTATUS(wst));
-    status = WEXITSTATUS(wst);
-  } else if (!status && wst != -1 && WIFSIGNALED(wst)) {
-    bf_cli_warn("command was killed by signal %d (%s)", WTERMSIG(wst), strsignal(WTERMSIG(wst)));
-    status = 128 + WTERMSIG(wst);
-  }
-  return status;
+  return record_status(status, wst);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "out_file.h"
 #include "util.h"
 #include "views.h"
@@ -29,71 +30,59 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && strcasecmp(s + n - m, suffix) == 0;
 }
 
-int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
+typedef struct replay_args {
+  const char *view, *thread, *outp;
+  char task_arg[512];
+  bf_view_opts vo;
+  int vi; /* index in views[] */
+} replay_args;
+
+/* Options and their checks; -1 to go on, else the exit status. OUT: *r. */
+static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
   static const struct option opts[] = {{"view", required_argument, NULL, 'v'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"limit", required_argument, NULL, 'n'},
                                        {"sort", required_argument, NULL, 's'},
-                                       {"thread", required_argument, NULL, 't'},
+                                       BF_OPTS_FILTER,
                                        {"task", required_argument, NULL, 'T'},
-                                       {"since", required_argument, NULL, 'S'},
-                                       {"until", required_argument, NULL, 'U'},
                                        {"output", required_argument, NULL, 'o'},
                                        {"html", no_argument, NULL, 'H'},
                                        {"buckets", required_argument, NULL, 'b'},
                                        {"tree", no_argument, NULL, 'R'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
-  const char *view = "functions", *thread = NULL, *outp = NULL;
-  char task_arg[512];
-  bf_view_opts vo = {.limit_option = "--limit"};
-  vo.color = cli->color;
+  r->view = "functions";
+  r->vo.limit_option = "--limit";
+  r->vo.color = cli->color;
   int c;
   while ((c = getopt_long(argc, argv, "v:jn:s:t:o:h", opts, NULL)) != -1) {
     switch (c) {
-      case 'v': view = optarg; break;
-      case 'j': vo.json = 1; break;
-      case 'n': {
-        char *end;
-        long v = strtol(optarg, &end, 10);
-        if (*end || v <= 0 || v > 1000000) {
-          bf_cli_error("bad --limit '%s' (a positive number)", optarg);
-          return 2;
-        }
-        vo.limit = (int)v;
+      case 'v': r->view = optarg; break;
+      case 'j': r->vo.json = 1; break;
+      case 'n':
+        if (bf_opt_limit(optarg, &r->vo.limit)) return 2;
         break;
-      }
       case 's':
         if (strcmp(optarg, "self") == 0)
-          vo.sort = BF_SORT_SELF;
+          r->vo.sort = BF_SORT_SELF;
         else if (strcmp(optarg, "total") == 0)
-          vo.sort = BF_SORT_TOTAL;
+          r->vo.sort = BF_SORT_TOTAL;
         else {
           bf_cli_error("bad --sort '%s' (self or total)", optarg);
           return 2;
         }
         break;
-      case 't': thread = optarg; break;
+      case 't': r->thread = optarg; break;
       case 'T': /* a task is the synthetic thread task:NAME (or its id) */
-        snprintf(task_arg, sizeof task_arg, "%s%s", optarg[strspn(optarg, "-0123456789")] ? "task:" : "", optarg);
-        thread = task_arg;
+        snprintf(r->task_arg, sizeof r->task_arg, "%s%s", optarg[strspn(optarg, "-0123456789")] ? "task:" : "", optarg);
+        r->thread = r->task_arg;
         break;
       case 'S':
-      case 'U': {
-        int64_t ns;
-        if (bf_parse_duration_ns(optarg, &ns) < 0) {
-          bf_cli_error("bad --%s '%s' (seconds from the session start, e.g. 2.5 or 500ms)",
-                       c == 'S' ? "since" : "until", optarg);
-          return 2;
-        }
-        if (c == 'S')
-          vo.filter.since_ns = ns;
-        else
-          vo.filter.until_ns = ns;
+      case 'U':
+        if (bf_opt_window(c, optarg, &r->vo.filter)) return 2;
         break;
-      }
-      case 'o': outp = optarg; break;
-      case 'H': vo.html = 1; break;
+      case 'o': r->outp = optarg; break;
+      case 'H': r->vo.html = 1; break;
       case 'b': {
         char *end;
         long v = strtol(optarg, &end, 10);
@@ -101,10 +90,10 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
           bf_cli_error("bad --buckets '%s' (2 to 1000)", optarg);
           return 2;
         }
-        vo.buckets = (int)v;
+        r->vo.buckets = (int)v;
         break;
       }
-      case 'R': vo.filter.tree = 1; break;
+      case 'R': r->vo.filter.tree = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("replay"), stdout); return 0;
       default: return 2;
     }
@@ -113,42 +102,37 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("replay takes one session id");
     return 2;
   }
-  int vi = 0;
-  while (views[vi].name && strcmp(views[vi].name, view) != 0) vi++;
-  if (!views[vi].name) {
-    bf_cli_error("unknown view '%s' (known: functions, flame, heatmap, gil, stack, tasks)", view);
+  r->vi = 0;
+  while (views[r->vi].name && strcmp(views[r->vi].name, r->view) != 0) r->vi++;
+  if (!views[r->vi].name) {
+    bf_cli_error("unknown view '%s' (known: functions, flame, heatmap, gil, stack, tasks)", r->view);
     return 2;
   }
-  if (outp && strcmp(view, "heatmap") == 0 && ends_with(outp, ".html")) vo.html = 1;
-  if ((views[vi].html || vo.html) && !outp && cli->stdout_tty) {
-    bf_cli_error("the %s view is an HTML page: give -o FILE.html", view);
+  if (r->outp && strcmp(r->view, "heatmap") == 0 && ends_with(r->outp, ".html")) r->vo.html = 1;
+  if ((views[r->vi].html || r->vo.html) && !r->outp && cli->stdout_tty) {
+    bf_cli_error("the %s view is an HTML page: give -o FILE.html", r->view);
     return 2;
   }
-  if (cli->stdout_tty && !outp) {
+  if (cli->stdout_tty && !r->outp) {
     struct winsize ws;
-    if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) vo.width = ws.ws_col;
+    if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) r->vo.width = ws.ws_col;
   }
+  return -1;
+}
+
+int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
+  replay_args r = {0};
+  int rc = replay_parse(cli, argc, argv, &r);
+  if (rc >= 0) return rc;
   bf_store *s;
-  int rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
-  if (rc) return rc;
   int64_t id;
-  if ((rc = bf_cli_session_arg(cli, s, optind < argc ? argv[optind] : NULL, &id))) {
-    bf_store_close(s);
-    return rc;
-  }
-  if (thread && (rc = bf_cli_thread_arg(s, id, thread, &vo.filter.thread_id))) {
-    bf_store_close(s);
-    return rc;
-  }
+  rc = bf_opt_session_open(cli, BF_STORE_READONLY, optind < argc ? argv[optind] : NULL, r.thread, &r.vo.filter, &s, &id);
+  if (rc) return rc;
   bf_out_file of;
-  if (bf_out_open(outp, &of)) {
+  if (bf_out_open(r.outp, &of)) {
     bf_store_close(s);
     return 1;
   }
-  if (of.f != stdout) vo.color = 0;
-  rc = views[vi].fn(s, id, &vo, of.f);
-  if (rc < 0) bf_cli_error("%s", bf_store_errmsg(s));
-  int crc = bf_out_close(&of, rc >= 0);
-  bf_store_close(s);
-  return rc < 0 || crc ? 1 : 0;
+  if (of.f != stdout) r.vo.color = 0;
+  return bf_opt_output_done(s, &of, views[r.vi].fn(s, id, &r.vo, of.f));
 }

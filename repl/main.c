@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "session_meta.h"
 #include "json.h"
 #include "text.h"
 #include "out_file.h"
@@ -184,17 +185,59 @@ int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
   return rc;
 }
 
-static char *join_args(int argc, char **argv) {
-  size_t len = 1;
-  for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
-  char *s = malloc(len);
-  if (!s) return NULL;
-  s[0] = 0;
-  for (int i = 0; i < argc; i++) {
-    if (i) strcat(s, " ");
-    strcat(s, argv[i]);
+/* Global options come before the command; `--db DB` (-D DB) is also accepted
+ * anywhere before a `--` so `bifocal sessions --db x.db` works too. The
+ * command line without them goes to rest. Returns -1 to go on, else the exit
+ * status. OUT: *nrest. */
+static int global_opts(bf_cli *cli, int argc, char **argv, char **rest, int *nrest) {
+  int out = 1;
+  int i = 1;
+  int seen_cmd = 0, seen_dashdash = 0;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (!seen_dashdash && strcmp(a, "--") == 0) seen_dashdash = 1;
+    if (!seen_dashdash && (strcmp(a, "-D") == 0 || strcmp(a, "--db") == 0)) {
+      if (i + 1 >= argc) {
+        bf_cli_error("option %s needs a database path", a);
+        return 2;
+      }
+      cli->db_path = argv[++i];
+      cli->db_named = 1;
+      continue;
+    }
+    if (!seen_dashdash && strncmp(a, "--db=", 5) == 0) {
+      cli->db_path = a + 5;
+      cli->db_named = 1;
+      continue;
+    }
+    if (!seen_dashdash && strncmp(a, "-D", 2) == 0 && a[2]) {
+      cli->db_path = a + 2;
+      cli->db_named = 1;
+      continue;
+    }
+    if (!seen_cmd && !seen_dashdash) {
+      if (dash_d(a)) {
+        refuse_dash_d();
+        return 2;
+      }
+      if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        print_help(stdout);
+        return 0;
+      }
+      if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+        printf("bifocal %s\n", BF_VERSION);
+        return 0;
+      }
+      if (a[0] == '-') {
+        bf_cli_error("unknown option '%s' (try `bifocal --help`)", a);
+        return 2;
+      }
+      seen_cmd = 1;
+    }
+    rest[out++ - 1] = argv[i];
   }
-  return s;
+  *nrest = out - 1;
+  return -1;
 }
 
 int main(int argc, char **argv) {
@@ -205,76 +248,13 @@ int main(int argc, char **argv) {
   cli.stdout_tty = isatty(1);
   const char *nc = getenv("NO_COLOR");
   cli.color = cli.stdout_tty && !(nc && *nc);
-  char *cmdline = join_args(argc, argv);
+  char *cmdline = bf_meta_join_argv(argc, argv);
   cli.cmdline = cmdline ? cmdline : "bifocal";
-
-  /* Global options come before the command; `--db DB` (-D DB) is also accepted
-   * anywhere before a `--` so `bifocal sessions --db x.db` works too. */
-  int out = 1;
-  int i = 1;
-  int seen_cmd = 0, seen_dashdash = 0;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   if (!rest) return 1;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    if (!seen_dashdash && strcmp(a, "--") == 0) seen_dashdash = 1;
-    if (!seen_dashdash && (strcmp(a, "-D") == 0 || strcmp(a, "--db") == 0)) {
-      if (i + 1 >= argc) {
-        bf_cli_error("option %s needs a database path", a);
-        free(rest);
-        free(cmdline);
-        return 2;
-      }
-      cli.db_path = argv[++i];
-      cli.db_named = 1;
-      continue;
-    }
-    if (!seen_dashdash && strncmp(a, "--db=", 5) == 0) {
-      cli.db_path = a + 5;
-      cli.db_named = 1;
-      continue;
-    }
-    if (!seen_dashdash && strncmp(a, "-D", 2) == 0 && a[2]) {
-      cli.db_path = a + 2;
-      cli.db_named = 1;
-      continue;
-    }
-    if (!seen_cmd && !seen_dashdash) {
-      if (dash_d(a)) {
-        refuse_dash_d();
-        free(rest);
-        free(cmdline);
-        return 2;
-      }
-      if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-        print_help(stdout);
-        free(rest);
-        free(cmdline);
-        return 0;
-      }
-      if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-        printf("bifocal %s\n", BF_VERSION);
-        free(rest);
-        free(cmdline);
-        return 0;
-      }
-      if (a[0] == '-') {
-        bf_cli_error("unknown option '%s' (try `bifocal --help`)", a);
-        free(rest);
-        free(cmdline);
-        return 2;
-      }
-      seen_cmd = 1;
-    }
-    rest[out++ - 1] = argv[i];
-  }
-  int nrest = out - 1;
-  int rc;
-  if (nrest == 0) {
-    rc = bf_repl_main(&cli);
-  } else {
-    rc = bf_cli_dispatch(&cli, nrest, rest);
-  }
+  int nrest = 0;
+  int rc = global_opts(&cli, argc, argv, rest, &nrest);
+  if (rc < 0) rc = nrest == 0 ? bf_repl_main(&cli) : bf_cli_dispatch(&cli, nrest, rest);
   free(rest);
   free(cmdline);
   return rc;

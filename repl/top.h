@@ -1,4 +1,4 @@
-/* top.h — the aggregation behind `top` and `live` (cmd_top.c): per function
+/* top.h — the aggregation behind `top` and `live` (top.c): per function
  * self/total sample counts and per thread status shares. */
 #ifndef BF_TOP_H
 #define BF_TOP_H

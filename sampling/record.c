@@ -21,6 +21,7 @@
 
 #include "cpuclock.h"
 #include "native.h"
+#include "session_meta.h"
 #include "smp_int.h"
 #include "store.h"
 #include "tasks.h"
@@ -36,12 +37,6 @@
 static int64_t mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t real_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -76,7 +71,8 @@ typedef struct target {
   int own;          /* h allocated here (subprocess) */
   int64_t session_id;
   bf_session_info info;
-  char command[1024], host[256], commit[64], version[32];
+  bf_meta meta; /* host, commit, command: the session's strings */
+  char version[32];
   int64_t samples, missed, invalid, ticks;
   int64_t late, max_late_ns; /* ticks sampled over one period behind schedule (caught up) */
   bf_smp_consistency_stats cs0; /* the handle's torn-stack figures at session start */
@@ -126,56 +122,6 @@ static ssize_t read_file(const char *path, char *buf, size_t len) {
   close(fd);
   buf[n < 0 ? 0 : n] = 0;
   return n;
-}
-
-static void proc_cmdline(int pid, char *out, size_t len) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-  ssize_t n = read_file(path, out, len);
-  if (n <= 0) {
-    out[0] = 0;
-    return;
-  }
-  for (ssize_t i = 0; i < n; i++)
-    if (out[i] == 0) out[i] = ' ';
-  while (n > 0 && out[n - 1] == ' ') out[--n] = 0;
-}
-
-/* `git rev-parse HEAD` in the target's working directory, if any. */
-static void git_commit(int pid, char *out, size_t len) {
-  char cwd_link[64], cwd[600];
-  out[0] = 0;
-  snprintf(cwd_link, sizeof cwd_link, "/proc/%d/cwd", pid);
-  ssize_t n = readlink(cwd_link, cwd, sizeof cwd - 1);
-  if (n <= 0) return;
-  cwd[n] = 0;
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) < 0) return;
-  pid_t c = fork();
-  if (c < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return;
-  }
-  if (c == 0) {
-    dup2(fds[1], 1);
-    int nul = open("/dev/null", O_WRONLY);
-    if (nul >= 0) dup2(nul, 2);
-    execlp("git", "git", "-C", cwd, "rev-parse", "HEAD", (char *)NULL);
-    _exit(127);
-  }
-  close(fds[1]);
-  char buf[128];
-  ssize_t got = 0, r;
-  while (got < (ssize_t)sizeof buf - 1 && (r = read(fds[0], buf + got, sizeof buf - 1 - (size_t)got)) > 0)
-    got += r;
-  close(fds[0]);
-  int st;
-  waitpid(c, &st, 0);
-  buf[got > 0 ? got : 0] = 0;
-  buf[strcspn(buf, "\n")] = 0;
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && strlen(buf) >= 7 && strlen(buf) < len)
-    memcpy(out, buf, strlen(buf) + 1);
 }
 
 /* Append ,"python":{...} (read at session start) to the object in t->nat_json. */
@@ -234,33 +180,18 @@ static void cpuclock_json(const target *t, char *out, size_t len) {
 static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_record_opts *o,
                          int64_t parent) {
   bf_session_info *in = &t->info;
-  memset(in, 0, sizeof *in);
-  proc_cmdline(t->pid, t->command, sizeof t->command);
-  gethostname(t->host, sizeof t->host - 1);
-  if (o->commit)
-    snprintf(t->commit, sizeof t->commit, "%s", o->commit);
-  else
-    git_commit(t->pid, t->commit, sizeof t->commit);
   snprintf(t->version, sizeof t->version, "%s", bf_smp_python_version(t->h));
+  bf_meta_src ms = {.kind = "sampled", .clock = o->clock_cpu ? "cpu" : "wall",
+                    .mode = o->native ? "native" : o->gil_only ? "gil" : "all", .pid = t->pid,
+                    .commit = o->commit, .find_commit = 1, .python_version = t->version,
+                    .python_build = bf_smp_python_build(t->h), .profiler_version = BF_VERSION,
+                    .label = o->label, .ttl_ns = o->ttl_ns};
+  bf_meta_collect(&ms, &t->meta, in);
   free(t->py_json);
   if (smp_interp_json(t->h, t->pid, &t->py_json) < 0) t->py_json = NULL;
   extra_add_python(t); /* an incomplete session still says what ran */
   in->extra_json = t->nat_json;
-  in->kind = "sampled";
-  in->clock = o->clock_cpu ? "cpu" : "wall";
-  in->mode = o->native ? "native" : o->gil_only ? "gil" : "all";
   in->rate_hz = o->rate_hz;
-  in->start_ns = real_ns();
-  in->host = t->host;
-  in->pid = t->pid;
-  in->command = t->command[0] ? t->command : NULL;
-  in->python_version = t->version;
-  in->python_build = bf_smp_python_build(t->h);
-  in->profiler_version = BF_VERSION;
-  in->commit = t->commit[0] ? t->commit : NULL;
-  in->label = o->label;
-  in->status = "incomplete";
-  in->expires_at_ns = o->ttl_ns > 0 ? in->start_ns + o->ttl_ns : 0;
   in->parent_id = parent;
   int rc = bf_store_session_begin(st, in, &t->session_id);
   if (rc < 0) return seterr(err_h, rc, "%s", bf_store_errmsg(st));

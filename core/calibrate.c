@@ -1,0 +1,426 @@
+/* calibrate.c — run one reproduction traced and sampled at once, and measure
+ * the sampled estimates against the exact traced shares (see calibrate.h).
+ *
+ * The trace runs with --no-builtins, so time in C functions stays in the
+ * calling Python function on both sides (the sampler sees Python frames only),
+ * and both sides are normalised over the functions the trace knows, so the
+ * runner's bootstrap frames (sampled, never traced) do not dilute estimates.
+ */
+#include "calibrate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "profile.h"
+#include "query.h"
+#include "store_int.h"
+
+/* ---- the run ------------------------------------------------------------- */
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The child of pid running the traced program: bifocal trace may first run
+ * short probes of the interpreter, so pick the child whose command line carries
+ * the tracer's bootstrap arguments. 0 if none yet. */
+static int traced_child(int pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+  fclose(f);
+  for (char *p = buf; *p;) {
+    char *end;
+    long c = strtol(p, &end, 10);
+    if (end == p) break;
+    p = end;
+    char cpath[64], cmd[8192];
+    snprintf(cpath, sizeof cpath, "/proc/%ld/cmdline", c);
+    FILE *cf = fopen(cpath, "r");
+    if (!cf) continue;
+    size_t n = fread(cmd, 1, sizeof cmd - 1, cf);
+    fclose(cf);
+    for (size_t i = 0; i + 9 <= n; i++)
+      if (memcmp(cmd + i, "--session", 9) == 0) return (int)c;
+  }
+  return 0;
+}
+
+/* Start `self --db DB trace --no-builtins --clock C --label L -- argv...` with
+ * its stdout on a pipe. OUT: *pid, *rfd. */
+static int start_trace(const bf_cal_opts *o, pid_t *pid, int *rfd, char *err, size_t errlen) {
+  char tlabel[256];
+  snprintf(tlabel, sizeof tlabel, "%s-traced", o->label ? o->label : "calibrate");
+  size_t ncmd = 0;
+  while (o->argv[ncmd]) ncmd++;
+  char **targv = calloc(ncmd + 16, sizeof *targv);
+  if (!targv) return -ENOMEM;
+  int k = 0;
+  targv[k++] = (char *)o->self_exe;
+  targv[k++] = "--db";
+  targv[k++] = (char *)o->db_path;
+  targv[k++] = "trace";
+  targv[k++] = "--no-builtins";
+  targv[k++] = "--clock";
+  targv[k++] = (char *)o->clock;
+  targv[k++] = "--label";
+  targv[k++] = tlabel;
+  targv[k++] = "--";
+  for (size_t i = 0; i < ncmd; i++) targv[k++] = o->argv[i];
+  targv[k] = NULL;
+  int pfd[2];
+  if (pipe(pfd) < 0) {
+    snprintf(err, errlen, "pipe: %s", strerror(errno));
+    free(targv);
+    return -errno;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t tp = fork();
+  if (tp < 0) {
+    int e = errno;
+    snprintf(err, errlen, "fork: %s", strerror(e));
+    close(pfd[0]);
+    close(pfd[1]);
+    free(targv);
+    return -e;
+  }
+  if (tp == 0) {
+    dup2(pfd[1], 1);
+    close(pfd[0]);
+    close(pfd[1]);
+    execv(o->self_exe, targv);
+    _exit(127);
+  }
+  free(targv);
+  close(pfd[1]);
+  *pid = tp;
+  *rfd = pfd[0];
+  return 0;
+}
+
+/* Find the traced Python process and sample it once its runtime is up.
+ * *tp becomes 0 when the trace ended first. */
+static void sample_traced(const bf_cal_opts *o, pid_t *tp, bf_cal_run_result *out) {
+  int py = 0, rc = -EAGAIN;
+  int64_t give_up = mono_ns() + 20 * 1000000000LL;
+  while (!*o->stop && mono_ns() < give_up) {
+    if (waitpid(*tp, NULL, WNOHANG) == *tp) {
+      *tp = 0;
+      break;
+    }
+    if (!py) py = traced_child(*tp);
+    if (py && (rc = o->sample(o->sample_ud, py, &out->sampled_id, out->err, sizeof out->err)) != -EAGAIN) break;
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  if (rc == -EAGAIN && !*o->stop)
+    snprintf(out->err, sizeof out->err, "the traced program ended or never started a Python runtime in time");
+}
+
+/* Read the trace's stdout to the end; its last line is the traced session id,
+ * the rest is the program's own output. */
+static void collect_output(int rfd, bf_cal_run_result *out) {
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  ssize_t n;
+  while (buf && (n = read(rfd, buf + len, cap - len - 1)) > 0) {
+    len += (size_t)n;
+    if (cap - len < 1024) {
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) break;
+      buf = nb;
+      cap *= 2;
+    }
+  }
+  close(rfd);
+  if (!buf) return;
+  buf[len] = 0;
+  while (len && buf[len - 1] == '\n') buf[--len] = 0;
+  char *last = strrchr(buf, '\n'), *end;
+  char *idline = last ? last + 1 : buf;
+  out->traced_id = strtoll(idline, &end, 10);
+  if (*end) out->traced_id = 0;
+  if (last) *last = 0;
+  else if (out->traced_id) buf[0] = 0;
+  out->output = buf;
+}
+
+int bf_cal_run(const bf_cal_opts *o, bf_cal_run_result *out) {
+  memset(out, 0, sizeof *out);
+  out->exit_status = 1;
+  pid_t tp;
+  int rfd;
+  if (start_trace(o, &tp, &rfd, out->err, sizeof out->err) < 0) return -EIO;
+  *o->child = tp;
+  sample_traced(o, &tp, out);
+  collect_output(rfd, out);
+  int tstatus = 0;
+  if (tp > 0)
+    while (waitpid(tp, &tstatus, 0) < 0 && errno == EINTR) {
+    }
+  *o->child = 0;
+  out->exit_status = WIFEXITED(tstatus) ? WEXITSTATUS(tstatus) : 1;
+  if (!out->sampled_id || !out->traced_id) {
+    if (!out->err[0])
+      snprintf(out->err, sizeof out->err, "%s",
+               !out->traced_id ? "the trace did not produce a session" : "the sampler did not produce a session");
+    return -EIO;
+  }
+  return 0;
+}
+
+void bf_cal_run_clear(bf_cal_run_result *r) {
+  if (!r) return;
+  free(r->output);
+  r->output = NULL;
+}
+
+/* ---- the report ---------------------------------------------------------- */
+
+#define CAL_BLOCKS 20
+#define CAL_MIN_SAMPLES 100 /* fewer samples in traced functions: Wilson only */
+
+/* Two-sided 97.5% Student t quantiles, df 1..19 (df >= 20 uses 19's). */
+static double t975(int df) {
+  static const double t[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                             2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093};
+  if (df < 1) return INFINITY;
+  return t[df > 19 ? 18 : df - 1];
+}
+
+typedef struct fid_row {
+  int64_t fid;
+  int64_t row; /* index in report rows, -1 when not traced */
+} fid_row;
+
+typedef struct bm_walk {
+  bf_store *s;
+  bf_cal_report *r;
+  bf_q_frames *frames;
+  fid_row *map; /* sorted by fid */
+  size_t nmap, capmap;
+  int by_weight;
+  int64_t tmax;   /* pass 1 result; pass 2 cuts [0, tmax] into blocks */
+  int pass;
+  double *y;      /* [block * n + row]: weight of samples whose leaf is row */
+  double *x;      /* [block]: weight of samples in traced functions */
+} bm_walk;
+
+/* Row of function fid (-1 when the trace never saw it), cached. */
+static int row_of(bm_walk *w, int64_t fid, int64_t *row) {
+  size_t lo = 0, hi = w->nmap;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (w->map[mid].fid == fid) {
+      *row = w->map[mid].row;
+      return 0;
+    }
+    if (w->map[mid].fid < fid) lo = mid + 1;
+    else hi = mid;
+  }
+  bf_function_ref ref;
+  int rc = bf_store_function_get(w->s, fid, &ref);
+  if (rc) return rc;
+  *row = -1;
+  for (size_t i = 0; i < w->r->n; i++) {
+    const bf_join_row *j = w->r->rows[i].j;
+    if (j->firstlineno == ref.firstlineno && !strcmp(j->qualname, ref.qualname) && !strcmp(j->file, ref.file)) {
+      *row = (int64_t)i;
+      break;
+    }
+  }
+  if (w->nmap == w->capmap) {
+    size_t nc = w->capmap ? w->capmap * 2 : 64;
+    fid_row *nm = realloc(w->map, nc * sizeof *nm);
+    if (!nm) return -ENOMEM;
+    w->map = nm;
+    w->capmap = nc;
+  }
+  memmove(w->map + lo + 1, w->map + lo, (w->nmap - lo) * sizeof *w->map);
+  w->map[lo] = (fid_row){fid, *row};
+  w->nmap++;
+  return 0;
+}
+
+static int bm_sample(void *ud, const bf_sample *smp) {
+  bm_walk *w = ud;
+  if (w->pass == 1) {
+    if (smp->ts_ns > w->tmax) w->tmax = smp->ts_ns;
+    return 0;
+  }
+  if (smp->stack_id <= 0) return 0;
+  const int64_t *fids, *lines;
+  size_t nf;
+  int64_t row;
+  int rc;
+  if ((rc = bf_q_frames_get(w->s, &w->frames, smp->stack_id, &fids, &lines, &nf))) return rc;
+  if (!nf) return 0;
+  if ((rc = row_of(w, fids[nf - 1], &row))) return rc;
+  if (row < 0) return 0;
+  int64_t ts = smp->ts_ns < 0 ? 0 : smp->ts_ns;
+  size_t b = (size_t)((double)ts / ((double)w->tmax + 1.0) * CAL_BLOCKS);
+  if (b >= CAL_BLOCKS) b = CAL_BLOCKS - 1;
+  double v = w->by_weight ? (double)smp->weight : (double)smp->count;
+  w->y[b * w->r->n + (size_t)row] += v;
+  w->x[b] += v;
+  return 0;
+}
+
+/* Widen each row's interval to the batch-means one where that is wider:
+ * var(p) = B/(B-1) · Σ_b (y_b - p·x_b)² / X² over the B non-empty blocks. */
+static int batch_means(bf_store *s, const bf_session_info *si, bf_cal_report *r) {
+  if (r->n_in_traced < CAL_MIN_SAMPLES || !r->n) return 0;
+  bm_walk w = {.s = s, .r = r, .by_weight = bf_q_by_weight(si)};
+  int rc = -ENOMEM;
+  w.y = calloc((size_t)CAL_BLOCKS * r->n, sizeof *w.y);
+  w.x = calloc(CAL_BLOCKS, sizeof *w.x);
+  if (!w.y || !w.x) goto out;
+  w.pass = 1;
+  if ((rc = bf_q_timeline_foreach(s, r->join->sampled_id, NULL, bm_sample, &w))) goto out;
+  w.pass = 2;
+  if ((rc = bf_q_timeline_foreach(s, r->join->sampled_id, NULL, bm_sample, &w))) goto out;
+  double X = 0;
+  int B = 0;
+  for (int b = 0; b < CAL_BLOCKS; b++) {
+    X += w.x[b];
+    B += w.x[b] > 0;
+  }
+  if (B < 5 || X <= 0) goto out; /* rc is 0 here */
+  r->blocks = B;
+  for (size_t i = 0; i < r->n; i++) {
+    bf_cal_row *x = &r->rows[i];
+    double ss = 0;
+    for (int b = 0; b < CAL_BLOCKS; b++) {
+      double d = w.y[(size_t)b * r->n + i] - x->estimate * w.x[b];
+      ss += d * d;
+    }
+    double half = t975(B - 1) * sqrt((double)B / (B - 1) * ss) / X;
+    if (x->estimate - half < x->lo) x->lo = x->estimate - half > 0 ? x->estimate - half : 0;
+    if (x->estimate + half > x->hi) x->hi = x->estimate + half < 1 ? x->estimate + half : 1;
+  }
+out:
+  bf_q_frames_free(w.frames);
+  free(w.map);
+  free(w.y);
+  free(w.x);
+  return rc == -ENOMEM ? bf_store_fail(s, -ENOMEM, "out of memory") : rc;
+}
+
+static int by_exact(const void *a, const void *b) {
+  const bf_cal_row *x = a, *y = b;
+  if (x->exact != y->exact) return x->exact < y->exact ? 1 : -1;
+  return strcmp(x->j->qualname, y->j->qualname);
+}
+
+static int by_calls(const void *a, const void *b) {
+  const bf_cal_row *x = *(bf_cal_row *const *)a, *y = *(bf_cal_row *const *)b;
+  if (x->j->calls != y->j->calls) return x->j->calls < y->j->calls ? 1 : -1;
+  return strcmp(x->j->qualname, y->j->qualname);
+}
+
+/* Estimates, exact shares and Wilson intervals, normalised over the functions
+ * the trace knows. */
+static int fill_rows(bf_cal_report *r) {
+  const bf_join *j = r->join;
+  double sum_self_samples = 0, sum_self_ns = 0;
+  size_t nt = 0;
+  for (size_t i = 0; i < j->n; i++) {
+    const bf_join_row *jr = &j->rows[i];
+    if (!jr->traced) continue;
+    nt++;
+    if (jr->observed) sum_self_samples += jr->self_share;
+    sum_self_ns += jr->self_ns > 0 ? (double)jr->self_ns : 0;
+  }
+  double n_eff = 0;
+  for (size_t i = 0; i < j->n; i++)
+    if (j->rows[i].traced && j->rows[i].observed && j->sampled_samples > 0) n_eff += j->rows[i].self_share;
+  n_eff *= (double)j->sampled_samples;
+  r->n_in_traced = n_eff;
+  r->rows = calloc(nt ? nt : 1, sizeof *r->rows);
+  r->never = calloc(nt ? nt : 1, sizeof *r->never);
+  if (!r->rows || !r->never) return -ENOMEM;
+  for (size_t i = 0; i < j->n; i++) {
+    const bf_join_row *jr = &j->rows[i];
+    if (!jr->traced) continue;
+    bf_cal_row *x = &r->rows[r->n++];
+    x->j = jr;
+    x->exact = sum_self_ns > 0 ? (double)jr->self_ns / sum_self_ns : 0;
+    x->estimate = (jr->observed && sum_self_samples > 0) ? jr->self_share / sum_self_samples : 0;
+    bf_wilson(x->estimate * n_eff, n_eff, &x->lo, &x->hi);
+    x->wilson_lo = x->lo;
+    x->wilson_hi = x->hi;
+  }
+  qsort(r->rows, r->n, sizeof *r->rows, by_exact);
+  return 0;
+}
+
+/* Coverage, never-sampled rows and the rate that would give every function
+ * with >= 1% exact share an expected 100 samples (interval half-width about a
+ * fifth of its share). */
+static void summarise(bf_cal_report *r, const bf_session_info *si, double rate_hz) {
+  for (size_t i = 0; i < r->n; i++) {
+    bf_cal_row *x = &r->rows[i];
+    x->covered = x->exact >= x->lo && x->exact <= x->hi;
+    if (x->exact >= 0.005 || x->estimate >= 0.005) {
+      r->judged++;
+      r->covered += x->covered;
+    }
+    if (!x->j->observed && x->j->calls > 0) r->never[r->n_never++] = x;
+  }
+  qsort(r->never, r->n_never, sizeof *r->never, by_calls);
+  double duration_s = si ? (double)si->duration_ns / 1e9 : 0;
+  r->achieved_rate_hz = si ? si->achieved_rate_hz : 0;
+  double per_hz = (duration_s > 0 && rate_hz > 0) ? r->n_in_traced / rate_hz : 0; /* samples per Hz */
+  double rec = rate_hz;
+  for (size_t i = 0; i < r->n; i++) {
+    if (r->rows[i].exact < 0.01 || per_hz <= 0) continue;
+    double need = 100.0 / r->rows[i].exact / per_hz;
+    if (need > rec) rec = need;
+  }
+  if (rec > 100000) rec = 100000;
+  r->recommended_rate_hz = ceil(rec / 100) * 100;
+  r->coverage = r->judged ? (double)r->covered / (double)r->judged : NAN;
+}
+
+int bf_cal_report_build(bf_store *s, int64_t sampled_id, int64_t traced_id, double rate_hz, bf_cal_report **out) {
+  *out = NULL;
+  bf_cal_report *r = calloc(1, sizeof *r);
+  if (!r) return bf_store_fail(s, -ENOMEM, "out of memory");
+  bf_session_info *si = NULL;
+  int rc = bf_join_sessions(s, sampled_id, traced_id, &r->join);
+  if (rc < 0) goto fail;
+  bf_store_session_get(s, sampled_id, &si);
+  if (fill_rows(r)) {
+    rc = bf_store_fail(s, -ENOMEM, "out of memory");
+    goto fail;
+  }
+  if (si && (rc = batch_means(s, si, r)) < 0) goto fail;
+  summarise(r, si, rate_hz);
+  bf_session_info_free(si);
+  *out = r;
+  return 0;
+fail:
+  bf_session_info_free(si);
+  bf_cal_report_free(r);
+  return rc;
+}
+
+void bf_cal_report_free(bf_cal_report *r) {
+  if (!r) return;
+  bf_join_free(r->join);
+  free(r->rows);
+  free(r->never);
+  free(r);
+}

@@ -1,0 +1,294 @@
+/* trace_run.c — run a Python program under the tracer (see trace_run.h). */
+#include "trace_run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "session_meta.h"
+
+/* The runner bootstrap: import bifocal_trace from the directory given as the
+ * first argument, take that directory off sys.path again, run the program. */
+static const char trc_boot[] =
+    "import sys;d=sys.argv.pop(1);sys.path.insert(0,d);import bifocal_trace as b;"
+    "sys.path.remove(d);sys.exit(b._main(sys.argv[1:]))";
+
+static const char trc_probe[] =
+    "import sys,sysconfig,os;print(sys.implementation.name);"
+    "print('%d.%d.%d'%sys.version_info[:3]);print(sysconfig.get_config_var('EXT_SUFFIX') or '');"
+    "print(os.path.realpath(sys.executable) if sys.executable else '')";
+
+static volatile sig_atomic_t trc_child_pid;
+
+static void trc_forward(int sig) {
+  if (trc_child_pid > 0) kill((pid_t)trc_child_pid, sig);
+}
+
+static int trc_has(const char *dir, const char *name) {
+  char p[PATH_MAX];
+  struct stat sb;
+  if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p) return 0;
+  return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Directory holding _bifocal_trace<suffix> and bifocal_trace.py: $BIFOCAL_TRACING_DIR,
+ * beside the binary (build/tracing), or the install location. OUT: dir;
+ * tried gets the places looked at. Returns 0 or -ENOENT. */
+static int trc_find_ext(const char *suffix, char *dir, size_t len, char *tried, size_t tlen) {
+  char modname[256], exe[PATH_MAX], base[PATH_MAX];
+  char cands[8][PATH_MAX];
+  int nc = 0;
+  snprintf(modname, sizeof modname, "_bifocal_trace%s", suffix);
+  const char *env = getenv("BIFOCAL_TRACING_DIR");
+  if (env && *env) snprintf(cands[nc++], PATH_MAX, "%s", env);
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(base, sizeof base, "%s", exe);
+    snprintf(cands[nc++], PATH_MAX, "%.4000s/tracing", base);
+    snprintf(cands[nc++], PATH_MAX, "%.4000s/../lib/bifocal/tracing", base);
+    char pat[PATH_MAX];
+    snprintf(pat, sizeof pat, "%.4000s/../lib/*/bifocal/tracing", base);
+    glob_t g;
+    if (glob(pat, 0, NULL, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc && nc < 8; i++) snprintf(cands[nc++], PATH_MAX, "%s", g.gl_pathv[i]);
+      globfree(&g);
+    }
+  }
+  tried[0] = 0;
+  for (int i = 0; i < nc; i++) {
+    if (trc_has(cands[i], modname) && trc_has(cands[i], "bifocal_trace.py")) {
+      char *rp = realpath(cands[i], NULL);
+      snprintf(dir, len, "%s", rp ? rp : cands[i]);
+      free(rp);
+      return 0;
+    }
+    size_t used = strlen(tried);
+    snprintf(tried + used, tlen - used, "%s%s", used ? ", " : "", cands[i]);
+  }
+  return -ENOENT;
+}
+
+/* Run the interpreter's probe: implementation, version, EXT_SUFFIX, executable. */
+static int probe_interpreter(const bf_trace_opts *o, bf_trace_plan *p) {
+  char probe[8192];
+  char *pargv[] = {o->cmd[0], "-c", (char *)trc_probe, NULL};
+  if (bf_meta_capture(pargv, NULL, probe, sizeof probe) != 0) {
+    snprintf(p->err, sizeof p->err, "cannot run '%s' as a Python interpreter (is it on PATH?)", o->cmd[0]);
+    return 127;
+  }
+  char impl[64] = "";
+  const char *exe_line = probe; /* 4th line: the executable (may hold spaces) */
+  for (int i = 0; i < 3 && exe_line; i++) exe_line = strchr(exe_line, '\n') ? strchr(exe_line, '\n') + 1 : NULL;
+  if (exe_line) snprintf(p->exe, sizeof p->exe, "%.*s", (int)strcspn(exe_line, "\n"), exe_line);
+  if (sscanf(probe, "%63s %63s %127s", impl, p->version, p->suffix) != 3 || strcmp(impl, "cpython")) {
+    snprintf(p->err, sizeof p->err, "'%s' is not a CPython interpreter bifocal can trace", o->cmd[0]);
+    return 2;
+  }
+  int major = 0, minor = 0;
+  sscanf(p->version, "%d.%d", &major, &minor);
+  if (major < 3 || (major == 3 && minor < 8)) {
+    snprintf(p->err, sizeof p->err, "Python %s (%s) is too old to trace: bifocal supports CPython 3.8 and newer",
+             p->version, o->cmd[0]);
+    return 2;
+  }
+  return 0;
+}
+
+int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
+  memset(p, 0, sizeof *p);
+  /* Interpreter options come before the program; -X/-W take a value. */
+  int first = 1;
+  while (first < o->ncmd && o->cmd[first][0] == '-' && strcmp(o->cmd[first], "-m") &&
+         strcmp(o->cmd[first], "-c") && strcmp(o->cmd[first], "-")) {
+    if ((!strcmp(o->cmd[first], "-X") || !strcmp(o->cmd[first], "-W")) && first + 1 < o->ncmd) first++;
+    first++;
+  }
+  if (first >= o->ncmd) {
+    snprintf(p->err, sizeof p->err, "nothing to run: give a script, -m MODULE or -c CMD after '%s'", o->cmd[0]);
+    return 2;
+  }
+  p->first = first;
+  int rc = probe_interpreter(o, p);
+  if (rc) return rc;
+  char tried[4 * PATH_MAX];
+  if (trc_find_ext(p->suffix, p->extdir, sizeof p->extdir, tried, sizeof tried) < 0) {
+    snprintf(p->err, sizeof p->err,
+             "no tracing extension was built for Python %s (%s): looked for "
+             "_bifocal_trace%s in %s; install that Python's headers and rebuild "
+             "(meson setup --reconfigure build), or set BIFOCAL_TRACING_DIR",
+             p->version, o->cmd[0], p->suffix, tried[0] ? tried : "(nowhere)");
+    return 2;
+  }
+  if (!(p->command = bf_meta_join_argv(o->ncmd, o->cmd))) {
+    snprintf(p->err, sizeof p->err, "out of memory");
+    return 1;
+  }
+  return 0;
+}
+
+/* Until the runner writes what it saw inside, say which interpreter was
+ * started, so a program killed outright still leaves that (malloc'd). */
+static char *probe_extra(const bf_trace_plan *p) {
+  char *pre_extra = NULL;
+  size_t pre_len = 0;
+  FILE *pf = open_memstream(&pre_extra, &pre_len);
+  if (!pf) return NULL;
+  fputs("{\"python\":{\"implementation\":\"cpython\",\"version\":", pf);
+  bf_json_str(pf, p->version);
+  fputs(",\"executable\":", pf);
+  bf_json_str(pf, p->exe[0] ? p->exe : NULL);
+  fputs(",\"ext_suffix\":", pf);
+  bf_json_str(pf, p->suffix);
+  fputs(",\"source\":\"probe\"}}", pf);
+  if (fclose(pf) != 0) {
+    free(pre_extra);
+    return NULL;
+  }
+  return pre_extra;
+}
+
+int bf_trace_begin(bf_store *s, const bf_trace_opts *o, bf_trace_plan *p) {
+  bf_meta meta;
+  bf_session_info info;
+  bf_meta_src ms = {.kind = "traced", .clock = o->clock, .mode = o->focus ? "focus" : "trace",
+                    .command = p->command, .commit = o->commit, .find_commit = 1,
+                    .python_version = p->version, .profiler_version = BF_VERSION, .label = o->label,
+                    .ttl_ns = o->ttl_ns};
+  bf_meta_collect(&ms, &meta, &info);
+  snprintf(p->commit, sizeof p->commit, "%s", meta.commit);
+  char *pre_extra = probe_extra(p);
+  info.extra_json = pre_extra;
+  int rc = bf_store_session_begin(s, &info, &p->session_id);
+  free(pre_extra);
+  return rc;
+}
+
+/* The runner's command line (malloc'd; the strings are borrowed). */
+static char **runner_argv(const bf_trace_opts *o, const bf_trace_plan *p, char bufs[4][32], char *dbabs) {
+  char **cargv = calloc((size_t)o->ncmd + 40, sizeof *cargv);
+  if (!cargv) return NULL;
+  snprintf(bufs[0], 32, "%lld", (long long)p->session_id);
+  snprintf(bufs[1], 32, "%ld", o->tool_id);
+  snprintf(bufs[2], 32, "%ld", o->records);
+  snprintf(bufs[3], 32, "%.3f", (double)o->ttl_ns / 1e9);
+  int k = 0;
+  for (int i = 0; i < p->first; i++) cargv[k++] = o->cmd[i];
+  char *fixed[] = {"-c",      (char *)trc_boot, (char *)p->extdir, "--db",      dbabs,   "--session",
+                   bufs[0],   "--clock",        (char *)o->clock,  "--tool-id", bufs[1], "--records",
+                   bufs[2],   "--ttl-s",        bufs[3],           "--command", p->command};
+  for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) cargv[k++] = fixed[i];
+  if (o->focus) {
+    cargv[k++] = "--focus";
+    cargv[k++] = (char *)o->focus;
+  }
+  if (!o->builtins) cargv[k++] = "--no-builtins";
+  if (o->label) {
+    cargv[k++] = "--label";
+    cargv[k++] = (char *)o->label;
+  }
+  if (p->commit[0]) {
+    cargv[k++] = "--commit";
+    cargv[k++] = (char *)p->commit;
+  }
+  cargv[k++] = "--";
+  for (int i = p->first; i < o->ncmd; i++) cargv[k++] = o->cmd[i];
+  cargv[k] = NULL;
+  return cargv;
+}
+
+/* fork + exec cargv; an exec failure comes back through a close-on-exec pipe. */
+static pid_t spawn(char **cargv, const struct sigaction old[4], int *exec_errno) {
+  int ep[2];
+  *exec_errno = 0;
+  if (pipe2(ep, O_CLOEXEC) < 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    static const int sigs[4] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
+    close(ep[0]);
+    execvp(cargv[0], cargv);
+    int e = errno;
+    ssize_t w = write(ep[1], &e, sizeof e);
+    (void)w;
+    _exit(127);
+  }
+  close(ep[1]);
+  if (pid > 0) {
+    ssize_t r;
+    while ((r = read(ep[0], exec_errno, sizeof *exec_errno)) < 0 && errno == EINTR) {
+    }
+    if (r != (ssize_t)sizeof *exec_errno) *exec_errno = 0;
+  }
+  close(ep[0]);
+  return pid;
+}
+
+int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p) {
+  char dbabs[PATH_MAX], bufs[4][32];
+  if (o->db_path[0] != '/') {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd) || snprintf(dbabs, sizeof dbabs, "%s/%s", cwd, o->db_path) >= (int)sizeof dbabs)
+      snprintf(dbabs, sizeof dbabs, "%s", o->db_path);
+  } else {
+    snprintf(dbabs, sizeof dbabs, "%s", o->db_path);
+  }
+  char **cargv = runner_argv(o, p, bufs, dbabs);
+  if (!cargv) {
+    snprintf(p->err, sizeof p->err, "out of memory");
+    return 1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  struct sigaction ign = {0}, fwd = {0}, old[4];
+  ign.sa_handler = SIG_IGN;
+  fwd.sa_handler = trc_forward;
+  sigemptyset(&ign.sa_mask);
+  sigemptyset(&fwd.sa_mask);
+  sigaction(SIGINT, &ign, &old[0]);
+  sigaction(SIGQUIT, &ign, &old[1]);
+  sigaction(SIGTERM, &fwd, &old[2]);
+  sigaction(SIGHUP, &fwd, &old[3]);
+  int status = 0, exit_code = 1, exec_errno;
+  pid_t pid = spawn(cargv, old, &exec_errno);
+  if (pid < 0) {
+    snprintf(p->err, sizeof p->err, "cannot start '%s': %s", o->cmd[0], strerror(errno));
+  } else {
+    if (exec_errno) snprintf(p->err, sizeof p->err, "cannot run '%s': %s", cargv[0], strerror(exec_errno));
+    trc_child_pid = pid;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    trc_child_pid = 0;
+    exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1);
+  }
+  sigaction(SIGINT, &old[0], NULL);
+  sigaction(SIGQUIT, &old[1], NULL);
+  sigaction(SIGTERM, &old[2], NULL);
+  sigaction(SIGHUP, &old[3], NULL);
+  free(cargv);
+  return exit_code;
+}
+
+int bf_trace_outcome(bf_store *s, int64_t session_id) {
+  bf_session_info *got = NULL;
+  int rc = bf_store_session_get(s, session_id, &got);
+  if (rc == 0) rc = !(got->status && strcmp(got->status, "incomplete") == 0);
+  bf_session_info_free(got);
+  return rc;
+}
+
+void bf_trace_plan_free(bf_trace_plan *p) {
+  if (!p) return;
+  free(p->command);
+  p->command = NULL;
+}

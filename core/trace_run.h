@@ -1,0 +1,62 @@
+/* trace_run.h — `bifocal trace` without the command line: check the target
+ * interpreter, find the collector built for it, create the traced session
+ * (status "incomplete" until the runner writes it), run the program under
+ * bifocal_trace's runner and pass its exit status on. Never prints: failures
+ * come back as a one-line message and an exit status.
+ */
+#ifndef BF_TRACE_RUN_H
+#define BF_TRACE_RUN_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "store.h"
+
+typedef struct bf_trace_opts {
+  const char *clock;   /* "wall" | "cpu" */
+  const char *focus;   /* NULL: trace everything */
+  const char *label, *commit; /* commit NULL: git rev-parse HEAD here */
+  int builtins;        /* 0: --no-builtins */
+  long tool_id;        /* -1: the runner picks */
+  long records;        /* focus-mode ring size */
+  int64_t ttl_ns;
+  const char *db_path;
+  char **cmd;          /* python [interpreter options] (script | -m mod | -c cmd) ARGS */
+  int ncmd;
+} bf_trace_opts;
+
+typedef struct bf_trace_plan {
+  int first;                  /* index of the program in cmd (after interpreter options) */
+  char version[64], suffix[128], exe[PATH_MAX];
+  char extdir[PATH_MAX];      /* where _bifocal_trace<suffix> and bifocal_trace.py are */
+  char commit[128];
+  char *command;              /* cmd joined (malloc'd) */
+  int64_t session_id;         /* after bf_trace_begin */
+  char err[4 * PATH_MAX + 512]; /* why a step failed */
+} bf_trace_plan;
+
+/* Check the command and its interpreter, find the extension, note the commit.
+ * Returns 0, or the exit status to use (2: not a command or interpreter we can
+ * trace, 127: the interpreter does not run, 1: out of memory) with p->err.
+ * Free with bf_trace_plan_free in every case. */
+int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p);
+
+/* Create the traced session (status "incomplete") so a program killed
+ * outright still leaves a trace of the attempt. OUT: p->session_id.
+ * Errors on the store handle. */
+int bf_trace_begin(bf_store *s, const bf_trace_opts *o, bf_trace_plan *p);
+
+/* Run the program under the runner (the terminal's SIGINT/SIGQUIT reach the
+ * program, as with system(3); SIGTERM/SIGHUP sent to this process are passed
+ * on so the trace gets written). Returns the program's exit status (128+N
+ * when killed by signal N); p->err is set when it could not be started. */
+int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p);
+
+/* What became of session_id: 1 written, 0 still "incomplete" (the program
+ * ended before its trace was written), -ENOENT dropped by the runner (the
+ * program could not be started), other negative errno on the handle. */
+int bf_trace_outcome(bf_store *s, int64_t session_id);
+
+void bf_trace_plan_free(bf_trace_plan *p);
+
+#endif

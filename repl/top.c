@@ -1,0 +1,165 @@
+/* top.c — the aggregation behind `top` and `live` (top.h): per function
+ * self/total sample counts and per thread status shares, and their tables.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text.h"
+#include "top.h"
+#include "util.h"
+
+static bf_top_fn *fn_get(bf_top *t, const bf_smp_code *c) {
+  /* linear probe over a power-of-two table keyed by the code pointer */
+  if (t->nfn * 2 >= t->cap) {
+    size_t nc = t->cap ? t->cap * 2 : 1024;
+    bf_top_fn *nf = calloc(nc, sizeof *nf);
+    if (!nf) return NULL;
+    for (size_t i = 0; i < t->cap; i++) {
+      if (!t->fn[i].code) continue;
+      size_t k = ((uintptr_t)t->fn[i].code >> 4) & (nc - 1);
+      while (nf[k].code) k = (k + 1) & (nc - 1);
+      nf[k] = t->fn[i];
+    }
+    free(t->fn);
+    t->fn = nf;
+    t->cap = nc;
+  }
+  size_t k = ((uintptr_t)c >> 4) & (t->cap - 1);
+  while (t->fn[k].code && t->fn[k].code != c) k = (k + 1) & (t->cap - 1);
+  if (!t->fn[k].code) {
+    t->fn[k].code = c;
+    t->nfn++;
+  }
+  return &t->fn[k];
+}
+
+void bf_top_reset(bf_top *t) {
+  int with_idle = t->with_idle;
+  free(t->fn);
+  free(t->th);
+  memset(t, 0, sizeof *t);
+  t->with_idle = with_idle;
+}
+
+void bf_top_tick(bf_top *t) { t->ticks++; }
+
+void bf_top_free(bf_top *t) { bf_top_reset(t); }
+
+int bf_top_add_pid(bf_top *t, int pid, const bf_smp_thread *th, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    bf_top_thread *tt = NULL;
+    for (size_t k = 0; k < t->nth; k++)
+      if (t->th[k].tid == th[i].native_tid) tt = &t->th[k];
+    if (!tt) {
+      if (t->nth == t->cap_th) {
+        size_t nc = t->cap_th ? t->cap_th * 2 : 8;
+        bf_top_thread *nt = realloc(t->th, nc * sizeof *nt);
+        if (!nt) return -ENOMEM;
+        t->th = nt;
+        t->cap_th = nc;
+      }
+      tt = &t->th[t->nth++];
+      memset(tt, 0, sizeof *tt);
+      tt->tid = th[i].native_tid;
+      tt->pid = pid;
+      snprintf(tt->name, sizeof tt->name, "%s", th[i].name ? th[i].name : "?");
+    }
+    /* the Python name once the sampler has read it (it may come later) */
+    if (th[i].py_name && !tt->py_named) {
+      snprintf(tt->name, sizeof tt->name, "%s", th[i].py_name);
+      size_t k = strlen(tt->name); /* a cut name must not end inside a character */
+      if (k == sizeof tt->name - 1) {
+        size_t c = k;
+        while (c && ((unsigned char)tt->name[c - 1] & 0xc0) == 0x80) c--;
+        if (c && ((unsigned char)tt->name[c - 1] & 0xc0) == 0xc0) tt->name[c - 1] = 0;
+      }
+      tt->py_named = 1;
+    }
+    tt->samples++;
+    tt->on_cpu += !!(th[i].flags & BF_SMP_ON_CPU);
+    tt->idle += !!(th[i].flags & BF_SMP_IDLE);
+    tt->gil += !!(th[i].flags & BF_SMP_GIL);
+    tt->last_top = th[i].nframes ? th[i].frames[0].code : NULL;
+    /* the table shows work, not waiting, unless --idle */
+    if ((th[i].flags & BF_SMP_IDLE) && !t->with_idle) continue;
+    if (!th[i].nframes) continue;
+    t->samples++;
+    t->stamp++;
+    for (size_t k = 0; k < th[i].nframes; k++) {
+      bf_top_fn *f = fn_get(t, th[i].frames[k].code);
+      if (!f) return -ENOMEM;
+      if (k == 0) f->self++;
+      if (f->stamp != t->stamp) {
+        f->total++;
+        f->stamp = t->stamp;
+      }
+    }
+  }
+  return 0;
+}
+
+/* Cut s to at most width bytes, never inside a UTF-8 character. */
+static void cut(char *s, int width) {
+  if (width <= 0 || (int)strlen(s) <= width) return;
+  int k = width;
+  while (k > 0 && ((unsigned char)s[k] & 0xc0) == 0x80) k--;
+  s[k] = 0;
+}
+
+static int by_self(const void *a, const void *b) {
+  const bf_top_fn *x = *(bf_top_fn *const *)a, *y = *(bf_top_fn *const *)b;
+  return (y->self > x->self) - (y->self < x->self);
+}
+static int by_total(const void *a, const void *b) {
+  const bf_top_fn *x = *(bf_top_fn *const *)a, *y = *(bf_top_fn *const *)b;
+  return (y->total > x->total) - (y->total < x->total);
+}
+
+void bf_top_print(bf_top *t, FILE *f, int sort_total, int max_rows, int width, const char *eol) {
+  fprintf(f, "%7s %7s %9s %9s  %s%s", "self%", "total%", "self", "total", "function (file:line)",
+          eol);
+  if (!t->samples) {
+    fprintf(f, "  (no Python code observed running yet)%s", eol);
+    return;
+  }
+  bf_top_fn **rows = malloc((t->nfn ? t->nfn : 1) * sizeof *rows);
+  if (!rows) return;
+  size_t n = 0;
+  for (size_t i = 0; i < t->cap; i++)
+    if (t->fn[i].code) rows[n++] = &t->fn[i];
+  qsort(rows, n, sizeof *rows, sort_total ? by_total : by_self);
+  for (size_t i = 0; i < n && (int)i < max_rows; i++) {
+    const bf_smp_code *c = rows[i]->code;
+    const char *file = strrchr(c->filename, '/') ? strrchr(c->filename, '/') + 1 : c->filename;
+    char fn[512], qb[256], fb[256]; /* names from the target: shown inert */
+    snprintf(fn, sizeof fn, "%s (%s:%lld)", bf_inert(c->qualname, qb, sizeof qb), bf_inert(file, fb, sizeof fb),
+             (long long)c->firstlineno);
+    if (width > 40) cut(fn, width - 38);
+    fprintf(f, "%6.1f%% %6.1f%% %9lld %9lld  %s%s", 100.0 * (double)rows[i]->self / (double)t->samples,
+            100.0 * (double)rows[i]->total / (double)t->samples, (long long)rows[i]->self,
+            (long long)rows[i]->total, fn, eol);
+  }
+  free(rows);
+}
+
+void bf_top_print_threads(bf_top *t, FILE *f, int with_pid, int width, const char *eol) {
+  char line[1024];
+  int n = snprintf(line, sizeof line, "%s%9s %-22s %9s %7s %7s %7s  %s", with_pid ? "      pid " : "", "tid",
+                   "name", "samples", "cpu%", "gil%", "idle%", "now in");
+  if (n > 0) cut(line, width);
+  fprintf(f, "%s%s", line, eol);
+  for (size_t i = 0; i < t->nth; i++) {
+    bf_top_thread *x = &t->th[i];
+    double s = x->samples ? (double)x->samples : 1;
+    char pidcol[16] = "", nb[128], qb[256]; /* names from the target: shown inert */
+    if (with_pid) snprintf(pidcol, sizeof pidcol, "%9d ", x->pid);
+    n = snprintf(line, sizeof line, "%s%9lld %-22s %9lld %6.1f%% %6.1f%% %6.1f%%  %s", pidcol,
+                 (long long)x->tid, bf_inert(x->name, nb, sizeof nb), (long long)x->samples,
+                 100.0 * (double)x->on_cpu / s, 100.0 * (double)x->gil / s, 100.0 * (double)x->idle / s,
+                 x->last_top ? bf_inert(x->last_top->qualname, qb, sizeof qb) : "-");
+    if (n > 0) cut(line, width);
+    fprintf(f, "%s%s", line, eol);
+  }
+}
