@@ -391,6 +391,64 @@ static const char *dialect_name(dialect d) {
   return d == D_AUSTIN ? "austin" : d == D_PYSPY ? "py-spy" : "flamegraph";
 }
 
+/* What austin's "# key: value" header lines say. */
+typedef struct hdr {
+  const char *clock;
+  double interval_us;
+  int64_t duration_us;
+  char *pyver;
+} hdr;
+
+/* One "# key: value" line. 0, or the error. */
+static int header_line(imp *m, const char *t, hdr *h) {
+  char key[64], val[512];
+  if (sscanf(t, "# %63[^:]: %511[^\n]", key, val) != 2) return 0;
+  if (strcmp(key, "mode") == 0) {
+    if (strcmp(val, "cpu") == 0)
+      h->clock = "cpu";
+    else if (strcmp(val, "wall") == 0 || strcmp(val, "full") == 0)
+      h->clock = "wall";
+    else if (strcmp(val, "memory") == 0)
+      return fail_line(m, "austin memory-mode captures are not supported (use wall or cpu mode)");
+  } else if (strcmp(key, "interval") == 0) {
+    h->interval_us = atof(val);
+  } else if (strcmp(key, "duration") == 0) {
+    h->duration_us = atoll(val);
+  } else if (strcmp(key, "python") == 0) {
+    free(h->pyver);
+    h->pyver = strdup(val);
+  }
+  return 0;
+}
+
+/* Every line of f: headers into *h, samples into the session. 0, or the error. */
+static int import_lines(imp *m, FILE *f, hdr *h) {
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  int rc = 0;
+  while ((n = read_line(f, &line, &cap, MAX_LINE)) != -1) {
+    m->lineno++;
+    if (n == -3) {
+      rc = bf_store_fail(m->s, -ENOMEM, "out of memory");
+      break;
+    }
+    if (n == -2) {
+      rc = fail_line(m, "line longer than 4 MiB: not a collapsed-stack text file");
+      break;
+    }
+    if (memchr(line, 0, (size_t)n)) {
+      rc = fail_line(m, "binary data (NUL byte): not a collapsed-stack text file");
+      break;
+    }
+    char *t = trim(line);
+    if (!*t) continue;
+    if ((rc = *t == '#' ? header_line(m, t, h) : import_line(m, t))) break;
+  }
+  free(line);
+  return rc;
+}
+
 int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, int64_t *session_id) {
   FILE *f = fopen(path, "r");
   if (!f) return bf_store_fail(s, -errno, "cannot read '%s': %s", path, strerror(errno));
@@ -404,57 +462,12 @@ int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, 
                     .profiler_version = o ? o->profiler_version : NULL, .label = o ? o->label : NULL,
                     .ttl_ns = o ? o->ttl_ns : 0};
   bf_meta_collect(&ms, &meta, &info);
-  char *pyver = NULL, *extra = NULL;
+  char *extra = NULL;
+  hdr h = {.clock = info.clock};
   int rc = bf_store_begin(s);
   if (rc) goto out_close;
   if ((rc = bf_store_session_begin(s, &info, &m.session))) goto fail;
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t n;
-  double interval_us = 0;
-  int64_t duration_us = 0;
-  while ((n = read_line(f, &line, &cap, MAX_LINE)) != -1) {
-    m.lineno++;
-    if (n == -3) {
-      rc = bf_store_fail(s, -ENOMEM, "out of memory");
-      break;
-    }
-    if (n == -2) {
-      rc = fail_line(&m, "line longer than 4 MiB: not a collapsed-stack text file");
-      break;
-    }
-    if (memchr(line, 0, (size_t)n)) {
-      rc = fail_line(&m, "binary data (NUL byte): not a collapsed-stack text file");
-      break;
-    }
-    char *t = trim(line);
-    if (!*t) continue;
-    if (*t == '#') {
-      char key[64], val[512];
-      if (sscanf(t, "# %63[^:]: %511[^\n]", key, val) == 2) {
-        if (strcmp(key, "mode") == 0) {
-          if (strcmp(val, "cpu") == 0)
-            info.clock = "cpu";
-          else if (strcmp(val, "wall") == 0 || strcmp(val, "full") == 0)
-            info.clock = "wall";
-          else if (strcmp(val, "memory") == 0) {
-            rc = fail_line(&m, "austin memory-mode captures are not supported (use wall or cpu mode)");
-            break;
-          }
-        } else if (strcmp(key, "interval") == 0) {
-          interval_us = atof(val);
-        } else if (strcmp(key, "duration") == 0) {
-          duration_us = atoll(val);
-        } else if (strcmp(key, "python") == 0) {
-          free(pyver);
-          pyver = strdup(val);
-        }
-      }
-      continue;
-    }
-    if ((rc = import_line(&m, t))) break;
-  }
-  free(line);
+  rc = import_lines(&m, f, &h);
   if (rc) goto fail;
   if (ferror(f)) {
     rc = bf_store_fail(s, -EIO, "error reading '%s'; nothing imported", path);
@@ -468,11 +481,12 @@ int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, 
   info.samples = m.samples;
   info.invalid = m.invalid;
   info.status = "complete";
-  info.python_version = pyver;
-  if (interval_us > 0) info.rate_hz = 1e6 / interval_us;
-  if (duration_us > 0) {
-    info.duration_ns = duration_us * 1000;
-    info.achieved_rate_hz = (double)m.samples / ((double)duration_us / 1e6);
+  info.clock = h.clock;
+  info.python_version = h.pyver;
+  if (h.interval_us > 0) info.rate_hz = 1e6 / h.interval_us;
+  if (h.duration_us > 0) {
+    info.duration_ns = h.duration_us * 1000;
+    info.achieved_rate_hz = (double)m.samples / ((double)h.duration_us / 1e6);
   }
   if (asprintf(&extra,
                "{\"dialect\":\"%s\",\"records\":%lld,\"total_weight\":%.0f,\"invalid\":%lld,\"zero_count_lines\":%lld}",
@@ -489,7 +503,7 @@ int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, 
 fail:
   bf_store_rollback(s);
 out_close:
-  free(pyver);
+  free(h.pyver);
   free(extra);
   free(m.sbuf1);
   free(m.sbuf2);
