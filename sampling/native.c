@@ -49,7 +49,6 @@ enum { NT_RUNNING = 0, NT_STOPPED, NT_PENDING, NT_GONE };
 
 typedef struct nat_code {
   bf_smp_code pub;
-  struct nat_code *next;
 } nat_code;
 
 /* One symbolised address: the frame it belongs to and what kind of frame. */
@@ -145,8 +144,9 @@ struct bf_smp_native {
   /* symbol caches */
   nat_ip *ips;
   size_t cap_ips, nips;
-  nat_code **codes;
-  size_t cap_codes;
+  nat_code **codes; /* every code entry (owned), in creation order */
+  size_t ncodes, cap_codes;
+  bf_map3 code_map;  /* (library path, name hash, collision index) → index into codes */
   /* output */
   bf_smp_thread *out;
   size_t nout, cap_out;
@@ -349,17 +349,15 @@ static const nat_map *maps_find(bf_smp_native *n, uint64_t addr) {
 /* ---- symbols ------------------------------------------------------------ */
 
 static nat_code *code_intern(bf_smp_native *n, const char *path, const char *name) {
-  if (!n->codes) {
-    n->cap_codes = 4096;
-    if (!(n->codes = calloc(n->cap_codes, sizeof *n->codes))) return NULL;
+  int64_t h = (int64_t)bf_hash_str(name, strlen(name)), k = 0;
+  for (const int64_t *hit; (hit = bf_map3_get(&n->code_map, (int64_t)(uintptr_t)path, h, k)); k++) {
+    nat_code *c = n->codes[*hit];
+    if (strcmp(c->pub.qualname, name) == 0) return c; /* paths are interned: same pointer, same path */
   }
-  size_t b = (size_t)(bf_hash3((int64_t)(uintptr_t)path, (int64_t)bf_hash_str(name, strlen(name)), 0) &
-                      (n->cap_codes - 1));
-  for (nat_code *c = n->codes[b]; c; c = c->next)
-    if (c->pub.filename == path && strcmp(c->pub.qualname, name) == 0) return c;
+  if (bf_vec_grow((void **)&n->codes, &n->cap_codes, n->ncodes + 1, sizeof *n->codes, 4096) < 0) return NULL;
   nat_code *c = calloc(1, sizeof *c);
   char *q = strdup(name);
-  if (!c || !q) {
+  if (!c || !q || bf_map3_put(&n->code_map, (int64_t)(uintptr_t)path, h, k, (int64_t)n->ncodes)) {
     free(c);
     free(q);
     return NULL;
@@ -367,8 +365,7 @@ static nat_code *code_intern(bf_smp_native *n, const char *path, const char *nam
   c->pub.filename = path;
   c->pub.qualname = q;
   c->pub.firstlineno = 0;
-  c->next = n->codes[b];
-  n->codes[b] = c;
+  n->codes[n->ncodes++] = c;
   return c;
 }
 
@@ -901,16 +898,12 @@ void bf_smp_native_free(bf_smp_native *n) {
   free(n->th);
   if (n->upt_pid) _UPT_destroy(n->upt_pid);
   if (n->as) unw_destroy_addr_space(n->as);
-  for (size_t i = 0; n->codes && i < n->cap_codes; i++) {
-    nat_code *c = n->codes[i];
-    while (c) {
-      nat_code *nx = c->next;
-      free((char *)c->pub.qualname);
-      free(c);
-      c = nx;
-    }
+  for (size_t i = 0; i < n->ncodes; i++) {
+    free((char *)n->codes[i]->pub.qualname);
+    free(n->codes[i]);
   }
   free(n->codes);
+  bf_map3_free(&n->code_map);
   free(n->ips);
   for (size_t i = 0; i < n->npaths; i++) free(n->paths[i]);
   free(n->paths);
