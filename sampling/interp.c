@@ -14,6 +14,7 @@
 
 #include "procmaps.h"
 #include "smp_int.h"
+#include "text.h"
 
 typedef struct jbuf {
   char *s;
@@ -40,26 +41,6 @@ static void jput(jbuf *b, const char *p, size_t n) {
 
 static void jraw(jbuf *b, const char *s) { jput(b, s, strlen(s)); }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *p, size_t n) {
-  size_t l;
-  uint32_t cp;
-  if (p[0] < 0x80) return 1;
-  if ((p[0] & 0xe0) == 0xc0) l = 2, cp = p[0] & 0x1f;
-  else if ((p[0] & 0xf0) == 0xe0) l = 3, cp = p[0] & 0x0f;
-  else if ((p[0] & 0xf8) == 0xf0) l = 4, cp = p[0] & 0x07;
-  else return 0;
-  if (l > n) return 0;
-  for (size_t i = 1; i < l; i++) {
-    if ((p[i] & 0xc0) != 0x80) return 0;
-    cp = cp << 6 | (p[i] & 0x3f);
-  }
-  if ((l == 2 && cp < 0x80) || (l == 3 && cp < 0x800) || (l == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-      (cp >= 0xd800 && cp <= 0xdfff))
-    return 0;
-  return l;
-}
-
 /* "key":"value" (value NULL → null); bytes that are not UTF-8 become U+FFFD. */
 static void jstr(jbuf *b, const char *key, const char *v) {
   jraw(b, b->n > 1 ? ",\"" : "\"");
@@ -83,7 +64,8 @@ static void jstr(jbuf *b, const char *key, const char *v) {
       jraw(b, esc);
       i++;
     } else {
-      size_t l = utf8_len(p + i, n - i);
+      uint32_t cp;
+      size_t l = bf_utf8_seq(p + i, n - i, &cp);
       if (l)
         jput(b, (const char *)p + i, l);
       else

@@ -27,6 +27,7 @@
 #include <libunwind-ptrace.h>
 #include <libunwind.h>
 
+#include "clock.h"
 #include "jsonw.h"
 #include "map.h"
 #include "native.h"
@@ -48,7 +49,6 @@ enum { NT_RUNNING = 0, NT_STOPPED, NT_PENDING, NT_GONE };
 
 typedef struct nat_code {
   bf_smp_code pub;
-  struct nat_code *next;
 } nat_code;
 
 /* One symbolised address: the frame it belongs to and what kind of frame. */
@@ -144,8 +144,9 @@ struct bf_smp_native {
   /* symbol caches */
   nat_ip *ips;
   size_t cap_ips, nips;
-  nat_code **codes;
-  size_t cap_codes;
+  nat_code **codes; /* every code entry (owned), in creation order */
+  size_t ncodes, cap_codes;
+  bf_map3 code_map;  /* (library path, name hash, collision index) → index into codes */
   /* output */
   bf_smp_thread *out;
   size_t nout, cap_out;
@@ -183,12 +184,6 @@ static int seterr(bf_smp_native *n, int rc, const char *fmt, ...) {
   vsnprintf(n->err, sizeof n->err, fmt, ap);
   va_end(ap);
   return rc;
-}
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 
@@ -354,17 +349,15 @@ static const nat_map *maps_find(bf_smp_native *n, uint64_t addr) {
 /* ---- symbols ------------------------------------------------------------ */
 
 static nat_code *code_intern(bf_smp_native *n, const char *path, const char *name) {
-  if (!n->codes) {
-    n->cap_codes = 4096;
-    if (!(n->codes = calloc(n->cap_codes, sizeof *n->codes))) return NULL;
+  int64_t h = (int64_t)bf_hash_str(name, strlen(name)), k = 0;
+  for (const int64_t *hit; (hit = bf_map3_get(&n->code_map, (int64_t)(uintptr_t)path, h, k)); k++) {
+    nat_code *c = n->codes[*hit];
+    if (strcmp(c->pub.qualname, name) == 0) return c; /* paths are interned: same pointer, same path */
   }
-  size_t b = (size_t)(bf_hash3((int64_t)(uintptr_t)path, (int64_t)bf_hash_str(name, strlen(name)), 0) &
-                      (n->cap_codes - 1));
-  for (nat_code *c = n->codes[b]; c; c = c->next)
-    if (c->pub.filename == path && strcmp(c->pub.qualname, name) == 0) return c;
+  if (bf_vec_grow((void **)&n->codes, &n->cap_codes, n->ncodes + 1, sizeof *n->codes, 4096) < 0) return NULL;
   nat_code *c = calloc(1, sizeof *c);
   char *q = strdup(name);
-  if (!c || !q) {
+  if (!c || !q || bf_map3_put(&n->code_map, (int64_t)(uintptr_t)path, h, k, (int64_t)n->ncodes)) {
     free(c);
     free(q);
     return NULL;
@@ -372,8 +365,7 @@ static nat_code *code_intern(bf_smp_native *n, const char *path, const char *nam
   c->pub.filename = path;
   c->pub.qualname = q;
   c->pub.firstlineno = 0;
-  c->next = n->codes[b];
-  n->codes[b] = c;
+  n->codes[n->ncodes++] = c;
   return c;
 }
 
@@ -516,14 +508,14 @@ static void hist_add(uint64_t *hist, int64_t d) {
 
 /* A thread's stop was just seen by waitpid. */
 static void stop_seen(bf_smp_native *n, nat_thread *t) {
-  t->t_stopped = mono_ns();
+  t->t_stopped = bf_mono_ns();
   hist_add(n->hist_lat, t->t_stopped - t->t_interrupt);
 }
 
 static void resume(bf_smp_native *n, nat_thread *t) {
   if (t->state != NT_STOPPED) return;
   long rc = t->group_stop ? ptrace(PTRACE_LISTEN, t->tid, 0, 0) : ptrace(PTRACE_CONT, t->tid, 0, 0);
-  int64_t d = mono_ns() - t->t_stopped;
+  int64_t d = bf_mono_ns() - t->t_stopped;
   t->state = rc < 0 ? NT_GONE : NT_RUNNING;
   t->stops++;
   t->stopped_ns += d;
@@ -611,7 +603,7 @@ static void reap_events(bf_smp_native *n) {
  * NAT_FIRST_STOP_NS after the interrupts: nothing is stopped yet, so
  * waiting costs the target nothing). Returns 0 or -EINTR. */
 static int collect_stops(bf_smp_native *n, size_t pending, int64_t hold_ns) {
-  int64_t deadline = mono_ns() + NAT_FIRST_STOP_NS;
+  int64_t deadline = bf_mono_ns() + NAT_FIRST_STOP_NS;
   int any = 0;
   sigset_t chld;
   sigemptyset(&chld);
@@ -634,7 +626,7 @@ static int collect_stops(bf_smp_native *n, size_t pending, int64_t hold_ns) {
       continue;
     }
     if (r < 0) break; /* no tracee left */
-    int64_t left = deadline - mono_ns();
+    int64_t left = deadline - bf_mono_ns();
     if (left <= 0) break;
     struct timespec ts = {left / 1000000000, left % 1000000000};
     if (sigtimedwait(&chld, NULL, &ts) < 0) {
@@ -651,7 +643,7 @@ int bf_smp_native_wait_until(bf_smp_native *n, int64_t deadline_ns) {
   sigaddset(&chld, SIGCHLD);
   for (;;) {
     reap_events(n);
-    int64_t left = deadline_ns - mono_ns();
+    int64_t left = deadline_ns - bf_mono_ns();
     if (left <= 0) return 0;
     struct timespec ts = {left / 1000000000, left % 1000000000};
     if (sigtimedwait(&chld, NULL, &ts) < 0) {
@@ -692,7 +684,7 @@ static int parse_filter(bf_smp_native *n, const char *spec) {
  * and open stat/schedstat files. Entries not used for a while are dropped. */
 #define NAT_NAME_NS 500000000LL
 static nat_tname *tinfo(bf_smp_native *n, int tid) {
-  int64_t now = mono_ns();
+  int64_t now = bf_mono_ns();
   size_t i;
   for (i = 0; i < n->nnames; i++)
     if (n->names[i].tid == tid) break;
@@ -858,7 +850,7 @@ void bf_smp_native_free(bf_smp_native *n) {
         t->state = NT_GONE;
     }
   }
-  int64_t give_up = mono_ns() + NAT_DETACH_WAIT_NS;
+  int64_t give_up = bf_mono_ns() + NAT_DETACH_WAIT_NS;
   for (;;) {
     int pending = 0;
     for (size_t i = 0; i < n->nth; i++) {
@@ -894,7 +886,7 @@ void bf_smp_native_free(bf_smp_native *n) {
       t->state = NT_GONE;
     }
     /* past the bound, the kernel's detach at our exit releases the rest */
-    if (!pending || mono_ns() > give_up) break;
+    if (!pending || bf_mono_ns() > give_up) break;
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
   }
@@ -906,16 +898,12 @@ void bf_smp_native_free(bf_smp_native *n) {
   free(n->th);
   if (n->upt_pid) _UPT_destroy(n->upt_pid);
   if (n->as) unw_destroy_addr_space(n->as);
-  for (size_t i = 0; n->codes && i < n->cap_codes; i++) {
-    nat_code *c = n->codes[i];
-    while (c) {
-      nat_code *nx = c->next;
-      free((char *)c->pub.qualname);
-      free(c);
-      c = nx;
-    }
+  for (size_t i = 0; i < n->ncodes; i++) {
+    free((char *)n->codes[i]->pub.qualname);
+    free(n->codes[i]);
   }
   free(n->codes);
+  bf_map3_free(&n->code_map);
   free(n->ips);
   for (size_t i = 0; i < n->npaths; i++) free(n->paths[i]);
   free(n->paths);
@@ -1176,7 +1164,7 @@ int bf_smp_native_sample(bf_smp_native *n, unsigned want, const bf_smp_thread **
     if (t->state == NT_PENDING) continue; /* still on its way from an earlier sample */
     if (t->state != NT_RUNNING) continue;
     if (want & BF_SMP_WANT_STATE) read_run_state(n, t);
-    t->t_interrupt = mono_ns();
+    t->t_interrupt = bf_mono_ns();
     if (ptrace(PTRACE_INTERRUPT, t->tid, 0, 0) < 0) {
       t->state = NT_GONE;
       smp_forget_tid(n->h, t->tid);

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "smp_int.h"
 #include "vec.h"
 
@@ -30,12 +31,6 @@
 #define PREF_MAX 8192
 #define IOV_BATCH 1024
 #define SMP_PREF_KEEP 4 /* samples an untouched region stays in the hot set */
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 int smp_errno_remote(int e) {
   switch (e) {
@@ -227,7 +222,7 @@ static void carry_over(bf_smp *h) {
 }
 
 void smp_prefetch(bf_smp *h) {
-  h->read_ns = mono_ns();
+  h->read_ns = bf_mono_ns();
   if (pref_alloc(h) < 0) return;
   carry_over(h);
   /* the hot set recorded during the previous samples becomes the pool */
@@ -356,7 +351,7 @@ static void ns_scan(bf_smp *h) {
   snprintf(path, sizeof path, "/proc/%d/task", h->pid);
   DIR *d = opendir(path);
   h->ns_n = 0;
-  h->ns_scan_ns = mono_ns();
+  h->ns_scan_ns = bf_mono_ns();
   if (!d) return;
   struct dirent *e;
   while ((e = readdir(d))) {
@@ -395,7 +390,7 @@ int64_t smp_host_tid(bf_smp *h, int64_t ns_tid) {
       if (h->ns_map[i][0] == ns_tid) return h->ns_map[i][1];
     /* a thread newer than the map: scan again, but not on every sample for
      * a thread state whose OS thread is gone */
-    if (pass || mono_ns() - h->ns_scan_ns < NS_RESCAN_MIN_NS) break;
+    if (pass || bf_mono_ns() - h->ns_scan_ns < NS_RESCAN_MIN_NS) break;
     ns_scan(h);
   }
   return 0;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "store_impl.h"
 
 const char *const bfs_stmt_sql[ST__N] = {
@@ -42,11 +43,7 @@ const char *const bfs_stmt_sql[ST__N] = {
 
 __thread char bfs_open_err[512];
 
-int64_t bfs_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+int64_t bfs_now_ns(void) { return bf_wall_ns(); }
 
 void bfs_bind_text(sqlite3_stmt *st, int i, const char *v) {
   if (v)
@@ -320,11 +317,7 @@ void bf_store_close(bf_store *s) {
 
 /* ---- transactions -------------------------------------------------------------- */
 
-int64_t bfs_mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+int64_t bfs_mono_ns(void) { return bf_mono_ns(); }
 
 int bfs_ensure_txn(bf_store *s) {
   if (s->readonly) return bf_store_fail(s, -EACCES, "database '%s' is open read-only", s->path);

@@ -28,19 +28,27 @@ static int step_insert(bf_store *s, sqlite3_stmt *st, int64_t *id) {
   return 0;
 }
 
-static int strs_grow(bf_store *s) {
-  size_t ncap = s->strs_cap ? s->strs_cap * 2 : 1024;
-  str_slot *ns = calloc(ncap, sizeof *ns);
-  if (!ns) return -ENOMEM;
-  for (size_t i = 0; i < s->strs_cap; i++) {
-    if (!s->strs[i].s) continue;
-    size_t j = s->strs[i].hash & (ncap - 1);
-    while (ns[j].s) j = (j + 1) & (ncap - 1);
-    ns[j] = s->strs[i];
+/* Index into s->strs of the string str (hash h), or -1. OUT: *k, the first
+ * free collision slot of h when it is not there. */
+static int64_t str_find(const bf_store *s, const char *str, uint64_t h, int64_t *k) {
+  for (int64_t i = 0;; i++) {
+    const int64_t *hit = bf_map3_get(&s->str_map, (int64_t)h, i, 0);
+    if (!hit) {
+      *k = i;
+      return -1;
+    }
+    if (strcmp(s->strs[*hit].s, str) == 0) return *hit;
   }
-  free(s->strs);
-  s->strs = ns;
-  s->strs_cap = ncap;
+}
+
+/* Keep copy (owned from now on) as string id in the forward cache. */
+static int str_add(bf_store *s, uint64_t h, int64_t k, int64_t id, char *copy) {
+  if (bf_vec_grow((void **)&s->strs, &s->strs_cap, s->strs_len + 1, sizeof *s->strs, 1024) ||
+      bf_map3_put(&s->str_map, (int64_t)h, k, 0, (int64_t)s->strs_len)) {
+    free(copy);
+    return -ENOMEM;
+  }
+  s->strs[s->strs_len++] = (str_ent){id, copy};
   return 0;
 }
 
@@ -48,14 +56,11 @@ int bf_store_intern_string(bf_store *s, const char *str, int64_t *id) {
   if (!str) str = "";
   size_t len = strlen(str);
   uint64_t h = bf_hash_str(str, len);
-  if (s->strs_cap) {
-    size_t mask = s->strs_cap - 1;
-    for (size_t i = h & mask; s->strs[i].s; i = (i + 1) & mask) {
-      if (s->strs[i].hash == h && strcmp(s->strs[i].s, str) == 0) {
-        *id = s->strs[i].id;
-        return 0;
-      }
-    }
+  int64_t k = 0;
+  int64_t at = str_find(s, str, h, &k);
+  if (at >= 0) {
+    *id = s->strs[at].id;
+    return 0;
   }
   int rc = bfs_ensure_txn(s);
   if (rc) return rc;
@@ -73,13 +78,8 @@ int bf_store_intern_string(bf_store *s, const char *str, int64_t *id) {
     if ((rc = step_insert(s, st, &v))) return rc;
     sqlite3_reset(st);
   }
-  if ((s->strs_len + 1) * 4 >= s->strs_cap * 3 && (rc = strs_grow(s))) return bf_store_fail(s, rc, "out of memory");
   char *copy = strdup(str);
-  if (!copy) return bf_store_fail(s, -ENOMEM, "out of memory");
-  size_t mask = s->strs_cap - 1, i = h & mask;
-  while (s->strs[i].s) i = (i + 1) & mask;
-  s->strs[i] = (str_slot){h, v, copy};
-  s->strs_len++;
+  if (!copy || str_add(s, h, k, v, copy)) return bf_store_fail(s, -ENOMEM, "out of memory");
   *id = v;
   return 0;
 }
@@ -209,36 +209,16 @@ static int load_strings(bf_store *s, int64_t need) {
     }
     if (!s->str_by_id[id]) {
       /* Intern into the forward cache too so both share one copy. */
-      int64_t same;
       const char *t = (const char *)sqlite3_column_text(st, 1);
       if (!t) t = "";
-      size_t len = strlen(t);
-      uint64_t h = bf_hash_str(t, len);
-      char *found = NULL;
-      if (s->strs_cap) {
-        size_t mask = s->strs_cap - 1;
-        for (size_t i = h & mask; s->strs[i].s; i = (i + 1) & mask)
-          if (s->strs[i].hash == h && strcmp(s->strs[i].s, t) == 0) {
-            found = s->strs[i].s;
-            break;
-          }
+      uint64_t h = bf_hash_str(t, strlen(t));
+      int64_t k = 0;
+      int64_t at = str_find(s, t, h, &k);
+      char *found = at >= 0 ? s->strs[at].s : strdup(t);
+      if (!found || (at < 0 && str_add(s, h, k, id, found))) {
+        sqlite3_finalize(st);
+        return bf_store_fail(s, -ENOMEM, "out of memory");
       }
-      if (!found) {
-        if ((s->strs_len + 1) * 4 >= s->strs_cap * 3 && strs_grow(s)) {
-          sqlite3_finalize(st);
-          return bf_store_fail(s, -ENOMEM, "out of memory");
-        }
-        found = strdup(t);
-        if (!found) {
-          sqlite3_finalize(st);
-          return bf_store_fail(s, -ENOMEM, "out of memory");
-        }
-        size_t mask = s->strs_cap - 1, i = h & mask;
-        while (s->strs[i].s) i = (i + 1) & mask;
-        s->strs[i] = (str_slot){h, id, found};
-        s->strs_len++;
-      }
-      (void)same;
       s->str_by_id[id] = found;
     }
   }
@@ -415,10 +395,11 @@ void bf_thread_refs_free(bf_thread_ref *t, size_t n) {
 
 void bfs_drop_caches(bf_store *s) {
   /* Rolled-back or deleted rows may be cached: forget all interning caches. */
-  for (size_t i = 0; i < s->strs_cap; i++) free(s->strs[i].s);
+  for (size_t i = 0; i < s->strs_len; i++) free(s->strs[i].s);
   free(s->strs);
   s->strs = NULL;
   s->strs_cap = s->strs_len = 0;
+  bf_map3_free(&s->str_map);
   bf_map3_free(&s->fn_map);
   bf_map3_free(&s->fr_map);
   bf_map3_free(&s->stk_map);

@@ -14,12 +14,13 @@
 #define CHUNK_RECORDS 8192
 #define COMMIT_SAMPLES 200000
 
-/* String interning: hash of content → id, content kept for reverse lookup. */
-typedef struct str_slot {
-  uint64_t hash;
+/* An interned string: its id and the one copy (owned) that both caches use.
+ * The forward cache maps (content hash, k, 0) to an index into strs; k counts
+ * the strings that share a hash (0 for the first). */
+typedef struct str_ent {
   int64_t id;
   char *s;
-} str_slot;
+} str_ent;
 
 typedef struct thread_buf {
   int64_t session_id, thread_id;
@@ -65,8 +66,9 @@ struct bf_store {
   int64_t txn_started_ns, last_flush_ns; /* monotonic */
   unsigned add_counter;
   /* interning caches */
-  str_slot *strs;
+  str_ent *strs;
   size_t strs_cap, strs_len;
+  bf_map3 str_map;
   bf_map3 fn_map, fr_map, stk_map, th_map;
   /* reverse caches */
   char **str_by_id;

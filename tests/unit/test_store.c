@@ -255,6 +255,73 @@ static void test_read_after_write(void) {
   check_integrity(path);
 }
 
+/* Id of string str in the strings table read with SQLite itself (0 if none). */
+static int64_t open_and_find(const char *path, const char *str) {
+  sqlite3 *db;
+  sqlite3_stmt *st;
+  int64_t id = 0;
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) return -1;
+  if (sqlite3_prepare_v2(db, "SELECT id FROM strings WHERE s=?1", -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, str, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW) id = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  return id;
+}
+
+/* The string cache (one map keyed by content hash): ids agree with the
+ * strings table read directly, across handles, whether a string reached the
+ * cache by interning or by a reverse lookup, and after a rollback. */
+static void test_string_cache(void) {
+  const char *path = tmp_path("e.db");
+  enum { N = 3000 };
+  static int64_t ids[N];
+  bf_store *s;
+  CHECK_EQ_INT(bf_store_open(path, BF_STORE_CREATE, &s, NULL), 0);
+  char q[64];
+  for (int i = 0; i < N; i++) {
+    snprintf(q, sizeof q, "pkg%d.mod.func_%d", i % 13, i);
+    CHECK_EQ_INT(bf_store_intern_function(s, i % 2 ? "a.py" : "b.py", q, i, &ids[i]), 0);
+  }
+  bf_store_close(s);
+  CHECK_EQ_INT(bf_store_open(path, 0, &s, NULL), 0);
+  bf_function_ref ref;
+  CHECK_EQ_INT(bf_store_function_get(s, ids[N / 2], &ref), 0); /* loads every string into the cache */
+  sqlite3 *db;
+  CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+  sqlite3_stmt *st;
+  CHECK(sqlite3_prepare_v2(db, "SELECT id FROM strings WHERE s=?1", -1, &st, NULL) == SQLITE_OK);
+  int bad = 0;
+  for (int i = 0; i < N; i += 7) {
+    snprintf(q, sizeof q, "pkg%d.mod.func_%d", i % 13, i);
+    int64_t sid = 0, again = 0;
+    if (bf_store_intern_string(s, q, &sid)) bad++;
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, q, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int64(st, 0) != sid) bad++;
+    if (bf_store_intern_string(s, q, &again) || again != sid) bad++;
+    if (bf_store_function_get(s, ids[i], &ref) || strcmp(ref.qualname, q) != 0 || ref.firstlineno != i) bad++;
+  }
+  CHECK_EQ_INT(bad, 0);
+  /* a string interned in a rolled-back transaction is forgotten, then made again */
+  int64_t gone = 0, back = 0;
+  CHECK_EQ_INT(bf_store_begin(s), 0);
+  CHECK_EQ_INT(bf_store_intern_string(s, "only-in-the-rollback", &gone), 0);
+  CHECK_EQ_INT(bf_store_rollback(s), 0);
+  CHECK_EQ_INT(bf_store_intern_string(s, "only-in-the-rollback", &back), 0);
+  CHECK_EQ_INT(bf_store_flush(s), 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  bf_store_close(s);
+  CHECK_EQ_INT(bf_store_open(path, BF_STORE_READONLY, &s, NULL), 0);
+  CHECK_EQ_INT(bf_store_function_get(s, ids[0], &ref), 0);
+  CHECK(strcmp(ref.file, "b.py") == 0);
+  bf_store_close(s);
+  CHECK(open_and_find(path, "only-in-the-rollback") == back);
+  check_integrity(path);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/bf_test_store_XXXXXX");
   if (!mkdtemp(dir)) return 1;
@@ -264,6 +331,7 @@ int main(void) {
   test_chunk_decoder_garbage();
   test_rollback();
   test_read_after_write();
+  test_string_cache();
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) return 1;
