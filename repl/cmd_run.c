@@ -3,10 +3,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <lua.h>
@@ -36,15 +34,6 @@ static size_t parse_bytes(const char *s) {
   if (v < 1048576.0 || v > 1099511627776.0 * 64) return 0;
   return (size_t)v;
 }
-
-static void on_sigint(int sig) {
-  (void)sig;
-  bf_lua_interrupt();
-}
-
-/* Only there to cut a blocking read short (EINTR) at the deadline; the
- * interpreter then reports the timeout itself. */
-static void on_sigalrm(int sig) { (void)sig; }
 
 int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
@@ -97,26 +86,8 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("%s", err);
     return 2;
   }
-  /* no SA_RESTART: Ctrl-C or the deadline also ends a read that blocks */
-  struct sigaction sa = {0}, old, sa_alrm = {0}, old_alrm;
-  sa.sa_handler = on_sigint;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old);
-  sa_alrm.sa_handler = on_sigalrm;
-  sigemptyset(&sa_alrm.sa_mask);
-  sigaction(SIGALRM, &sa_alrm, &old_alrm);
-  if (lo.timeout_s > 0) {
-    /* then every 100 ms, in case the first one lands outside a syscall */
-    long long us = (long long)(lo.timeout_s * 1e6) + 1000;
-    struct itimerval it = {{0, 100000}, {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)}};
-    setitimer(ITIMER_REAL, &it, NULL);
-  }
   char *msg = NULL;
-  int rc = bf_lua_run_file(L, script, argc - optind - 1, argv + optind + 1, &msg);
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
-  sigaction(SIGALRM, &old_alrm, NULL);
-  sigaction(SIGINT, &old, NULL);
+  int rc = bf_lua_run_main(L, script, argc - optind - 1, argv + optind + 1, &msg);
   lua_close(L);
   fflush(stdout);
   if (rc == 2) {

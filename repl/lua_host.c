@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -669,6 +670,39 @@ int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char 
   int n_failed = 0, n_checks = bf_lua_checks(L, &n_failed);
   if (n_checks > getctx(L)->printed) print_verdict(L, stdout);
   return n_failed ? 1 : 0;
+}
+
+static void on_sigint(int sig) {
+  (void)sig;
+  bf_lua_interrupt();
+}
+
+/* Only there to cut a blocking read short (EINTR) at the deadline; the
+ * interpreter then reports the timeout itself. */
+static void on_sigalrm(int sig) { (void)sig; }
+
+int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, char **errmsg) {
+  double timeout_s = getctx(L)->timeout_s;
+  /* no SA_RESTART: Ctrl-C or the deadline also ends a read that blocks */
+  struct sigaction sa = {0}, old, sa_alrm = {0}, old_alrm;
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old);
+  sa_alrm.sa_handler = on_sigalrm;
+  sigemptyset(&sa_alrm.sa_mask);
+  sigaction(SIGALRM, &sa_alrm, &old_alrm);
+  if (timeout_s > 0) {
+    /* then every 100 ms, in case the first one lands outside a syscall */
+    long long us = (long long)(timeout_s * 1e6) + 1000;
+    struct itimerval it = {{0, 100000}, {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)}};
+    setitimer(ITIMER_REAL, &it, NULL);
+  }
+  int rc = bf_lua_run_file(L, path, argc, argv, errmsg);
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  sigaction(SIGALRM, &old_alrm, NULL);
+  sigaction(SIGINT, &old, NULL);
+  return rc;
 }
 
 static void print_values(lua_State *L, int n) {

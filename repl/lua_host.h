@@ -37,6 +37,12 @@ lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen);
  * OUT: *errmsg on 2, one line "file:line: message" (caller frees). */
 int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg);
 
+/* bf_lua_run_file as the main program (`bifocal run`): while it runs, SIGINT
+ * (Ctrl-C) interrupts the chunk and, with a timeout, SIGALRM at the deadline
+ * (then every 100 ms) cuts a blocking read short; the previous handlers and
+ * timer are restored after. Same results as bf_lua_run_file. */
+int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, char **errmsg);
+
 /* Load and run one chunk of source (chunkname e.g. "=repl"); when print_results
  * is set, the chunk is first tried as "return CHUNK" and its values printed.
  * Returns 0 ok, 1 incomplete chunk (ends at <eof>: read more and call again),
