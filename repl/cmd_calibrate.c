@@ -220,7 +220,8 @@ int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
   char slabel[256];
   snprintf(slabel, sizeof slabel, "%s-sampled", label ? label : "calibrate");
   cal_sampler cs = {cli, strcmp(clock, "cpu") == 0, rate, slabel};
-  bf_cal_opts o = {self, cli->db_path, clock, label, argv + optind, cal_sample, &cs, &cal_stop, &cal_child};
+  bf_cal_opts o = {.self_exe = self, .db_path = cli->db_path, .clock = clock, .label = label, .argv = argv + optind,
+                   .sample = cal_sample, .sample_ud = &cs, .stop = &cal_stop, .child = &cal_child};
   struct sigaction sa = {0}, old_int, old_term;
   sa.sa_handler = cal_signal;
   sigemptyset(&sa.sa_mask);
