@@ -17,6 +17,7 @@
 
 #include "calibrate.h"
 #include "cli.h"
+#include "opts.h"
 #include "json.h"
 #include "sampler.h"
 #include "util.h"
@@ -170,23 +171,13 @@ static int cal_parse(int argc, char **argv, double *rate, const char **clock, in
                                        {"limit", required_argument, NULL, 'n'}, {"help", no_argument, NULL, 'h'},
                                        {0}};
   int c;
-  char *end;
   while ((c = getopt_long(argc, argv, "+r:c:jl:n:h", opts, NULL)) != -1) {
     switch (c) {
       case 'r':
-        errno = 0;
-        *rate = strtod(optarg, &end);
-        if (errno || *end || !(*rate >= 1 && *rate <= 1e6)) {
-          bf_cli_error("bad --rate '%s' (a number of Hz from 1 to 1000000)", optarg);
-          return 2;
-        }
+        if (bf_opt_rate(optarg, rate)) return 2;
         break;
       case 'c':
-        if (strcmp(optarg, "wall") && strcmp(optarg, "cpu")) {
-          bf_cli_error("bad --clock '%s' (use wall or cpu)", optarg);
-          return 2;
-        }
-        *clock = optarg;
+        if (bf_opt_clock(optarg, clock)) return 2;
         break;
       case 'j': *json = 1; break;
       case 'l': *label = optarg; break;
@@ -229,7 +220,8 @@ int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
   char slabel[256];
   snprintf(slabel, sizeof slabel, "%s-sampled", label ? label : "calibrate");
   cal_sampler cs = {cli, strcmp(clock, "cpu") == 0, rate, slabel};
-  bf_cal_opts o = {self, cli->db_path, clock, label, argv + optind, cal_sample, &cs, &cal_stop, &cal_child};
+  bf_cal_opts o = {.self_exe = self, .db_path = cli->db_path, .clock = clock, .label = label, .argv = argv + optind,
+                   .sample = cal_sample, .sample_ud = &cs, .stop = &cal_stop, .child = &cal_child};
   struct sigaction sa = {0}, old_int, old_term;
   sa.sa_handler = cal_signal;
   sigemptyset(&sa.sa_mask);

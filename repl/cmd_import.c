@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "import.h"
 #include "share.h"
 #include "util.h"
@@ -21,10 +22,7 @@ int bf_cmd_import(bf_cli *cli, int argc, char **argv) {
       case 'k': key = optarg; break;
       case 'l': io.label = optarg; break;
       case 't':
-        if (bf_parse_duration_ns(optarg, &io.ttl_ns) < 0 || io.ttl_ns <= 0) {
-          bf_cli_error("bad --ttl '%s' (use e.g. 90s, 30m, 12h, 7d)", optarg);
-          return 2;
-        }
+        if (bf_opt_ttl(optarg, &io.ttl_ns)) return 2;
         break;
       case 'h': bf_cli_usage(bf_cli_find("import"), stdout); return 0;
       default: return 2;

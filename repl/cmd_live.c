@@ -50,14 +50,6 @@ static int64_t mono(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int live_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
-                    size_t n) {
-  (void)h;
-  (void)version;
-  (void)build;
-  return bf_top_add_pid(ud, pid, th, n);
-}
-
 typedef struct live {
   bf_look *l;
   bf_look_opts lo;
@@ -108,7 +100,7 @@ static const char *live_loop(live *v, int *gone) {
   v->window = mono();
   while (!live_stop) {
     int torn = 0;
-    int rc = bf_look_sample(v->l, 1, live_add, &v->t, &torn);
+    int rc = bf_look_sample(v->l, 1, bf_top_look_add, &v->t, &torn);
     v->t.invalid += torn;
     if (rc == -ESRCH) {
       *gone = 1;

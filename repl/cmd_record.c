@@ -118,31 +118,21 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
   int c, rate_given = 0, nonblocking = 0;
   const char *format = NULL;
   int64_t ns;
-  char *end;
   while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnh", opts, NULL)) != -1) {
     switch (c) {
       case 'p':
         if (bf_opt_pid(optarg, &o->pid)) return 2;
         break;
-      case 'c':
-        if (strcmp(optarg, "wall") == 0) {
-          o->clock_cpu = 0;
-        } else if (strcmp(optarg, "cpu") == 0) {
-          o->clock_cpu = 1;
-        } else {
-          bf_cli_error("bad --clock '%s' (use wall or cpu)", optarg);
-          return 2;
-        }
+      case 'c': {
+        const char *clock;
+        if (bf_opt_clock(optarg, &clock)) return 2;
+        o->clock_cpu = strcmp(clock, "cpu") == 0;
         break;
+      }
       case 'g': o->gil_only = 1; break;
       case 'r':
-        errno = 0;
-        o->rate_hz = strtod(optarg, &end);
+        if (bf_opt_rate(optarg, &o->rate_hz)) return 2;
         rate_given = 1;
-        if (errno || *end || !(o->rate_hz >= 1 && o->rate_hz <= 1e6)) {
-          bf_cli_error("bad --rate '%s' (a number of Hz from 1 to 1000000)", optarg);
-          return 2;
-        }
         break;
       case 'd':
         if (bf_parse_duration_ns(optarg, &ns) < 0 || ns <= 0) {
@@ -154,10 +144,7 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       case 'l': o->label = optarg; break;
       case 'C': o->commit = optarg; break;
       case 't':
-        if (bf_parse_duration_ns(optarg, &o->ttl_ns) < 0 || o->ttl_ns <= 0) {
-          bf_cli_error("bad --ttl '%s' (use e.g. 90s, 30m, 12h, 7d)", optarg);
-          return 2;
-        }
+        if (bf_opt_ttl(optarg, &o->ttl_ns)) return 2;
         break;
       case 's': o->subprocesses = 1; break;
       case 'n': o->native = 1; break;

@@ -26,14 +26,6 @@ static int64_t mono(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int top_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
-                   size_t n) {
-  (void)h;
-  (void)version;
-  (void)build;
-  return bf_top_add_pid(ud, pid, th, n);
-}
-
 int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
   int64_t dur = 2000000000;
   double rate = 200;
@@ -54,7 +46,7 @@ int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
   int gone = 0, failed = 0;
   while (mono() - start < dur) {
     int torn = 0;
-    int rc = bf_look_sample(l, 1, top_add, &t, &torn);
+    int rc = bf_look_sample(l, 1, bf_top_look_add, &t, &torn);
     t.invalid += torn;
     if (rc == 0) bf_top_tick(&t);
     if (rc == -ESRCH) {

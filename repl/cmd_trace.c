@@ -11,6 +11,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "opts.h"
 #include "trace_run.h"
 #include "util.h"
 
@@ -31,11 +32,7 @@ static int trace_parse(int argc, char **argv, bf_trace_opts *o) {
   while ((c = getopt_long(argc, argv, "+k:f:BT:l:t:C:r:h", opts, NULL)) != -1) {
     switch (c) {
       case 'k':
-        if (strcmp(optarg, "wall") && strcmp(optarg, "cpu")) {
-          bf_cli_error("bad --clock '%s' (use wall or cpu)", optarg);
-          return 2;
-        }
-        o->clock = optarg;
+        if (bf_opt_clock(optarg, &o->clock)) return 2;
         break;
       case 'f': o->focus = optarg; break;
       case 'B': o->builtins = 0; break;
@@ -48,10 +45,7 @@ static int trace_parse(int argc, char **argv, bf_trace_opts *o) {
         break;
       case 'l': o->label = optarg; break;
       case 't':
-        if (bf_parse_duration_ns(optarg, &o->ttl_ns) < 0 || o->ttl_ns <= 0) {
-          bf_cli_error("bad --ttl '%s' (use e.g. 90s, 30m, 12h, 7d)", optarg);
-          return 2;
-        }
+        if (bf_opt_ttl(optarg, &o->ttl_ns)) return 2;
         break;
       case 'C': o->commit = optarg; break;
       case 'r':

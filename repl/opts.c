@@ -34,6 +34,37 @@ int bf_opt_pid_once(const char *cmd, int argc, char **argv, int optind_, int *pi
   return *pid ? 0 : bf_opt_pid(argv[optind_], pid);
 }
 
+int bf_opt_clock(const char *arg, const char **clock) {
+  if (strcmp(arg, "wall") && strcmp(arg, "cpu")) {
+    bf_cli_error("bad --clock '%s' (use wall or cpu)", arg);
+    return 2;
+  }
+  *clock = arg;
+  return 0;
+}
+
+int bf_opt_rate(const char *arg, double *rate_hz) {
+  char *end;
+  errno = 0;
+  double v = strtod(arg, &end);
+  if (errno || *end || !(v >= 1 && v <= 1e6)) {
+    bf_cli_error("bad --rate '%s' (a number of Hz from 1 to 1000000)", arg);
+    return 2;
+  }
+  *rate_hz = v;
+  return 0;
+}
+
+int bf_opt_ttl(const char *arg, int64_t *ttl_ns) {
+  int64_t v;
+  if (bf_parse_duration_ns(arg, &v) < 0 || v <= 0) {
+    bf_cli_error("bad --ttl '%s' (use e.g. 90s, 30m, 12h, 7d)", arg);
+    return 2;
+  }
+  *ttl_ns = v;
+  return 0;
+}
+
 int bf_opt_limit(const char *arg, int *limit) {
   char *end;
   long v = strtol(arg, &end, 10);

@@ -19,6 +19,15 @@ int bf_opt_pid(const char *arg, int *pid);
  * OUT: *pid. */
 int bf_opt_pid_once(const char *cmd, int argc, char **argv, int optind_, int *pid);
 
+/* --clock wall|cpu. OUT: *clock (arg itself, "wall" or "cpu"). */
+int bf_opt_clock(const char *arg, const char **clock);
+
+/* --rate HZ of a sampler: 1 .. 1000000. OUT: *rate_hz. */
+int bf_opt_rate(const char *arg, double *rate_hz);
+
+/* --ttl DURATION (e.g. 90s, 30m, 12h, 7d), > 0. OUT: *ttl_ns. */
+int bf_opt_ttl(const char *arg, int64_t *ttl_ns);
+
 /* --limit N: 1 .. 1000000 rows. OUT: *limit. */
 int bf_opt_limit(const char *arg, int *limit);
 

@@ -163,3 +163,11 @@ void bf_top_print_threads(bf_top *t, FILE *f, int with_pid, int width, const cha
     fprintf(f, "%s%s", line, eol);
   }
 }
+
+int bf_top_look_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
+                    size_t n) {
+  (void)h;
+  (void)version;
+  (void)build;
+  return bf_top_add_pid(ud, pid, th, n);
+}
