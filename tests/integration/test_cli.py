@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import bifocal_bin
+from conftest import bifocal_bin, wait_until
 
 HOT_SHARE = 0.75
 WORK = """\
@@ -335,12 +335,7 @@ def test_repl_completes_option_values(tmp_path):
                                   text=True).stdout
 
         def wait_for(text):
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                if text in screen():
-                    return True
-                time.sleep(0.1)
-            return False
+            return bool(wait_until(lambda: text in screen(), 10, interval=0.1))
         assert wait_for("bifocal>"), screen()
         for keys, want in ((["replay --view fl", "Tab"], "replay --view flame"),
                            ([" --sort t", "Tab"], "--sort total"),
@@ -509,13 +504,7 @@ def test_live_fits_60_columns_and_follows_a_resize(newest, tmp_path):
                               text=True).stdout
 
     def wait_for(pred):
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            s = screen()
-            if pred(s):
-                return s
-            time.sleep(0.1)
-        return screen()
+        return wait_until(lambda: (lambda s: s if pred(s) else "")(screen()), 15, interval=0.1) or screen()
     try:
         s = wait_for(lambda s: "hot (work.py" in s)
         lines = s.splitlines()
