@@ -86,6 +86,7 @@ def finish(p, timeout=60):
     return p.returncode, out, err
 
 
+@pytest.mark.serial  # a sampled share against the target's own clock
 def test_py_spy_command_lines_from_a_read_only_directory(python, tmp_path):
     """record -p PID -r 200 -d 2 -o flame.html, top -p PID -d 1, dump -p PID --json,
     all at once against one target, from /proc, with no database named."""
@@ -155,6 +156,7 @@ def collapsed_share(text, fn):
     return hit / total
 
 
+@pytest.mark.serial  # a sampled share against the target's own clock
 def test_record_output_formats(newest, tmp_path):
     """-o picks the format from the extension, -f (bifocal's or py-spy's names) overrides it."""
     target, src = start(newest, tmp_path)
