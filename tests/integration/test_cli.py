@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import bifocal_bin
+from conftest import bifocal_bin, wait_until
 
 HOT_SHARE = 0.75
 WORK = """\
@@ -86,6 +86,7 @@ def finish(p, timeout=60):
     return p.returncode, out, err
 
 
+@pytest.mark.serial  # a sampled share against the target's own clock
 def test_py_spy_command_lines_from_a_read_only_directory(python, tmp_path):
     """record -p PID -r 200 -d 2 -o flame.html, top -p PID -d 1, dump -p PID --json,
     all at once against one target, from /proc, with no database named."""
@@ -155,6 +156,7 @@ def collapsed_share(text, fn):
     return hit / total
 
 
+@pytest.mark.serial  # a sampled share against the target's own clock
 def test_record_output_formats(newest, tmp_path):
     """-o picks the format from the extension, -f (bifocal's or py-spy's names) overrides it."""
     target, src = start(newest, tmp_path)
@@ -335,12 +337,7 @@ def test_repl_completes_option_values(tmp_path):
                                   text=True).stdout
 
         def wait_for(text):
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                if text in screen():
-                    return True
-                time.sleep(0.1)
-            return False
+            return bool(wait_until(lambda: text in screen(), 10, interval=0.1))
         assert wait_for("bifocal>"), screen()
         for keys, want in ((["replay --view fl", "Tab"], "replay --view flame"),
                            ([" --sort t", "Tab"], "--sort total"),
@@ -509,13 +506,7 @@ def test_live_fits_60_columns_and_follows_a_resize(newest, tmp_path):
                               text=True).stdout
 
     def wait_for(pred):
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            s = screen()
-            if pred(s):
-                return s
-            time.sleep(0.1)
-        return screen()
+        return wait_until(lambda: (lambda s: s if pred(s) else "")(screen()), 15, interval=0.1) or screen()
     try:
         s = wait_for(lambda s: "hot (work.py" in s)
         lines = s.splitlines()

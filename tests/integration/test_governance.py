@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import run, last_line_id
+from conftest import last_line_id, run, wait_expired
 
 ALICE = """\
 main (/home/alice/app/main.py:3);handle (/home/alice/app/x.py:12);parse (/home/alice/app/secret_parser.py:40) 30
@@ -166,7 +166,7 @@ def test_gc_deletes_expired_sessions_and_shrinks_file(tmp_path, db):
     assert {s["id"] for s in sessions(db)} == {keep, gone}
     assert [s for s in sessions(db) if s["id"] == gone][0]["expires_at_ns"] > 0
     size_before = os.path.getsize(db)
-    time.sleep(1.3)
+    wait_expired(db, gone)
     r = run(["gc"], db=db)
     assert "1 expired session" in r.stdout
     assert [s["id"] for s in sessions(db)] == [keep]

@@ -7,6 +7,7 @@ succeeds or not."""
 import json
 import os
 import pty
+import select
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import bifocal_bin, run
+from conftest import bifocal_bin, run, wait_expired, wait_until
 
 SPIN = "import time\nwhile True:\n    sum(range(1000))\n    time.sleep(0.001)\n"
 # a launched target must end by itself: record waits for its command to exit
@@ -32,8 +33,9 @@ def need(name):
 
 @pytest.fixture
 def target():
-    p = subprocess.Popen([sys.executable, "-c", SPIN])
-    time.sleep(0.3)
+    p = subprocess.Popen([sys.executable, "-c", "print('ready', flush=True)\n" + SPIN],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"  # the interpreter runs
     yield p
     p.kill()
     p.wait()
@@ -116,7 +118,17 @@ def test_live_is_audited(db, target):
     p = subprocess.Popen([bifocal_bin(), "--db", db, "live", str(target.pid)], stdin=slave, stdout=slave,
                          stderr=subprocess.PIPE, close_fds=True)
     os.close(slave)
-    time.sleep(1.5)
+    screen = []
+
+    def drawn():  # live has attached and drawn its first screen
+        r, _, _ = select.select([master], [], [], 0.05)
+        if r:
+            try:
+                screen.append(os.read(master, 65536))
+            except OSError:
+                pass
+        return b"bifocal live" in b"".join(screen) or p.poll() is not None
+    wait_until(drawn, 20, what="live's first screen")
     os.write(master, b"q")
     deadline = time.time() + 20
     while p.poll() is None and time.time() < deadline:
@@ -170,7 +182,7 @@ def test_record_ttl_expires_with_gc(db, target):
     assert rc == 0 and keep.returncode == 0, err + keep.stderr
     gone = int(out.strip().splitlines()[-1])
     assert [s for s in sessions(db) if s["id"] == gone][0]["expires_at_ns"] > 0
-    time.sleep(1.3)
+    wait_expired(db, gone)
     run(["gc"], db=db)
     ids = [s["id"] for s in sessions(db)]
     assert gone not in ids and int(keep.stdout.strip().splitlines()[-1]) in ids
@@ -184,6 +196,6 @@ def test_trace_ttl_expires_with_gc(db, tmp_path):
     assert rc == 0, err
     sid = int(out.strip().splitlines()[-1])
     assert [s for s in sessions(db) if s["id"] == sid][0]["expires_at_ns"] > 0
-    time.sleep(1.3)
+    wait_expired(db, sid)
     run(["gc"], db=db)
     assert sid not in [s["id"] for s in sessions(db)]

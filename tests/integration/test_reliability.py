@@ -27,7 +27,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import pythons  # noqa: E402
-from conftest import bifocal_bin, last_line_id, run  # noqa: E402
+from conftest import bifocal_bin, last_line_id, run, task_states, wait_session, wait_until  # noqa: E402
 
 WORK = """\
 import sys, time
@@ -258,16 +258,6 @@ def test_full_disk_fails_cleanly(recorded, tmp_path):
 # ---- signals ------------------------------------------------------------------------------------
 
 
-def _wait_session(db, proc, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None:
-        r = run(["sessions", "--json"], db=db, check=False)
-        if r.returncode == 0 and r.stdout.strip().startswith("[{"):
-            return
-        time.sleep(0.1)
-    raise AssertionError("no session appeared")
-
-
 def _alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -296,7 +286,7 @@ def _stop_signal_reaches_launched_command(python, tmp_path, sig):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
                            start_new_session=True)
     try:
-        _wait_session(db, rec)
+        wait_session(db, rec)
         time.sleep(0.5)
         child = sessions(db)[1]["pid"]
         rec.send_signal(sig)
@@ -330,7 +320,7 @@ def test_signal_finalises_attached_session(tmp_path, sig):
                             str(target.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, env=env())
     try:
-        _wait_session(db, rec)
+        wait_session(db, rec)
         time.sleep(1.5)
         rec.send_signal(sig)
         out, err = rec.communicate(timeout=30)
@@ -355,7 +345,7 @@ def test_usr1_stops_recording_but_waits_for_command(tmp_path):
     w.write_text(WORK + "print('finished', flush=True)\n")
     rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--", py, str(w), "2.5"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
-    _wait_session(db, rec)
+    wait_session(db, rec)
     time.sleep(0.5)
     t0 = time.time()
     rec.send_signal(signal.SIGUSR1)
@@ -395,7 +385,7 @@ def test_locked_database_keeps_sampling(tmp_path):
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--pid", str(target.pid),
                                 "--duration", "7"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env())
-        _wait_session(db, rec)
+        wait_session(db, rec)
         time.sleep(1.0)
         t_lock = time.time()
         subprocess.run([sys.executable, str(lk), db, "4"], check=True, timeout=30)
@@ -553,20 +543,15 @@ def test_sigtstp_releases_native_target(tmp_path):
                                # orphaned group (a CI runner's) the kernel discards a stop
                                # by SIGTSTP, so bifocal would rightly go on sampling
                                preexec_fn=lambda: os.setpgid(0, 0))
-        _wait_session(db, rec)
+        wait_session(db, rec)
         for _ in range(3):
             time.sleep(0.4)
             rec.send_signal(signal.SIGTSTP)
-            deadline = time.time() + 5
-            stopped = False
-            while time.time() < deadline:  # wait until bifocal itself is stopped
-                with open("/proc/%d/stat" % rec.pid) as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] == "T":
-                        stopped = True
-                        break
-                time.sleep(0.01)
-            assert stopped, "bifocal did not stop on SIGTSTP"
-            time.sleep(0.2)
+            # wait until bifocal itself is stopped
+            wait_until(lambda: task_states(rec.pid).get(rec.pid) == "T", 5,
+                       what="bifocal to stop on SIGTSTP")
+            # it released the target before it stopped (the same 0.2 s grace as ever)
+            wait_until(lambda: _traced_or_stopped(target.pid) == [], 0.2)
             assert _traced_or_stopped(target.pid) == []
             rec.send_signal(signal.SIGCONT)
         out, err = rec.communicate(timeout=60)
@@ -681,12 +666,8 @@ def test_error_old_pythons(tmp_path):
 
 def test_error_zombie(tmp_path):
     p = subprocess.Popen(["true"])
-    deadline = time.time() + 5
-    while time.time() < deadline:  # not reaped yet: a zombie
-        with open("/proc/%d/stat" % p.pid) as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                break
-        time.sleep(0.01)
+    # not reaped yet: a zombie
+    wait_until(lambda: task_states(p.pid).get(p.pid) == "Z", 5, what="a zombie")
     try:
         line = _one_line(run(["dump", str(p.pid)], check=False))
         assert "zombie" in line and "has exited" in line, line
@@ -776,7 +757,7 @@ def test_killed_capture_counts_its_chunks(tmp_path):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(),
                            start_new_session=True)
     try:
-        _wait_session(db, rec)
+        wait_session(db, rec)
         time.sleep(2.0)  # chunks are written about once a second
     finally:
         os.killpg(rec.pid, signal.SIGKILL)

@@ -3,12 +3,11 @@ tmux and reading the screen (history, completion, use, multi-line Lua, Ctrl-C)."
 import os
 import shutil
 import subprocess
-import time
 import uuid
 
 import pytest
 
-from conftest import bifocal_bin, run
+from conftest import bifocal_bin, run, task_cpu_ns, wait_until
 from lua_story import make_story
 
 
@@ -108,13 +107,10 @@ class Screen:
         return self.tmux("capture-pane", "-p", "-t", "t", "-S", "-200").stdout
 
     def wait_for(self, text, timeout=10):
-        end = time.time() + timeout
-        while time.time() < end:
-            s = self.screen()
-            if text in s:
-                return s
-            time.sleep(0.05)
-        raise AssertionError("%r not on screen:\n%s" % (text, self.screen()))
+        s = wait_until(lambda: (lambda s: s if text in s else "")(self.screen()), timeout, interval=0.05)
+        if not s:
+            raise AssertionError("%r not on screen:\n%s" % (text, self.screen()))
+        return s
 
     def alive(self):
         return self.tmux("has-session", "-t", "t").returncode == 0
@@ -184,16 +180,16 @@ def test_tmux_session_as_a_person(screen):
     s.wait_for("42")
     # Ctrl-C stops runaway Lua
     s.type("lua while true do end")
-    time.sleep(0.5)
+    pid = int(s.tmux("display-message", "-p", "-t", "t", "#{pane_pid}").stdout)
+    c0 = task_cpu_ns(pid)  # the loop runs: bifocal burns CPU
+    wait_until(lambda: task_cpu_ns(pid) - c0 > 100e6, 30, what="the Lua loop to run")
     s.key("C-c")
     s.wait_for("interrupted")
     s.type("= 'still here'")
     s.wait_for('"still here"')
     # Ctrl-D leaves and writes the history
     s.key("C-d")
-    end = time.time() + 10
-    while s.alive() and time.time() < end:
-        time.sleep(0.05)
+    wait_until(lambda: not s.alive(), 10)
     assert not s.alive()
     with open(s.hist) as f:
         hist = f.read()
@@ -205,9 +201,7 @@ def test_tmux_history_recalled(screen, story, tmp_path):
     s.type("= 'first' .. 'entry'")
     s.wait_for('"firstentry"')
     s.type("quit")
-    end = time.time() + 10
-    while s.alive() and time.time() < end:
-        time.sleep(0.05)
+    wait_until(lambda: not s.alive(), 10)
     s2 = Screen(tmp_path, story)
     try:
         s2.key("Up")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, bifocal_bin, last_line_id, run
+from conftest import ROOT, bifocal_bin, last_line_id, run, task_cpu_ns, task_states, wait_session, wait_until
 import pythons
 
 TOL_POINTS = 7.0
@@ -187,7 +187,8 @@ def start_dumpee(python, tmp_path):
     p.write_text(DUMPEE)
     proc = subprocess.Popen([python, str(p)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(0.3)  # let it reach time.sleep()
+    # let it reach time.sleep(): nothing after the flush can block but that
+    wait_until(lambda: task_states(proc.pid).get(proc.pid) == "S", 10, what="the dumpee to sleep")
     return proc, str(p)
 
 
@@ -222,7 +223,10 @@ def test_record_attach_duration_and_target_exit(python, db, tmp_path):
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--pid",
                                 str(proc.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-        time.sleep(0.5)
+        # the capture began (its session row), then let it take a few samples
+        wait_until(lambda: rec.poll() is not None or len(json.loads(run(["sessions", "--json"], db=db).stdout)) > 1,
+                   30, what="the second capture to begin")
+        time.sleep(0.2)
         proc.kill()
         out, err = rec.communicate(timeout=30)
         assert rec.returncode == 0, err
@@ -239,13 +243,8 @@ def test_sigint_finalises(python, db, tmp_path):
     rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--", python,
                             str(p)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
-    # wait for the session row (the capture has started), then a little more
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        r = run(["sessions", "--json"], db=db, check=False)
-        if r.returncode == 0 and r.stdout.strip() not in ("", "[]"):
-            break
-        time.sleep(0.1)
+    # wait for the session row (the capture has started), then let it sample
+    wait_session(db, rec)
     time.sleep(0.5)
     rec.send_signal(signal.SIGINT)
     # a SIGINT sent to bifocal is passed on to the launched command, which is
@@ -270,8 +269,8 @@ def test_failures(db, tmp_path):
         assert len(r.stderr.strip().splitlines()) == 1
     # not a Python process
     sl = subprocess.Popen(["sleep", "30"])
-    try:
-        time.sleep(0.1)
+    try:  # exec'd (until then the child is a copy of this Python)
+        wait_until(lambda: os.path.basename(os.readlink("/proc/%d/exe" % sl.pid)) == "sleep", 10)
         r = run(["dump", str(sl.pid)], check=False)
         assert r.returncode != 0 and "not a Python process" in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
@@ -292,8 +291,8 @@ def test_failures(db, tmp_path):
 
 def test_top(python, tmp_path, work):
     proc = subprocess.Popen([python, work, "3"], stdout=subprocess.PIPE, text=True)
-    try:
-        time.sleep(0.3)
+    try:  # past start-up: the workload burns CPU
+        wait_until(lambda: task_cpu_ns(proc.pid) > 150e6, 30, what="the workload to run")
         r = run(["top", str(proc.pid), "--duration", "0.7"])
         assert "busy_a" in r.stdout and "self%" in r.stdout and "tid" in r.stdout
     finally:
@@ -350,7 +349,8 @@ def test_stalled_sampler_counts_missed_and_late(db, tmp_path):
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--pid", str(proc.pid),
                                 "--rate", "1000", "--duration", "1.5"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)
+        wait_session(db, rec)  # the capture began: let it sample, then stall it 400 ms
+        time.sleep(0.2)
         rec.send_signal(signal.SIGSTOP)
         time.sleep(0.4)
         rec.send_signal(signal.SIGCONT)

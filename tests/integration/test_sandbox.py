@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import bifocal_bin, last_line_id, run
+from conftest import bifocal_bin, last_line_id, run, task_cpu_ns, wait_until
 
 
 def script(tmp_path, code, name="s.lua"):
@@ -214,7 +214,8 @@ def test_ctrl_c_on_a_pty_stops_a_long_match(tmp_path, db):
     try:
         out = _read_until(fd, b"started", time.monotonic() + 20)
         assert b"started" in out, out
-        time.sleep(0.3)
+        c0 = task_cpu_ns(pid)  # the match runs: the script burns CPU
+        wait_until(lambda: task_cpu_ns(pid) - c0 > 100e6, 30, what="the long match to run")
         t0 = time.monotonic()
         os.write(fd, b"\x03")  # the terminal's Ctrl-C: SIGINT to the foreground group
         out += _read_until(fd, b"interrupted", t0 + 10)
