@@ -251,7 +251,12 @@ struct bf_smp {
   uint64_t walk_acc;        /* every frame read, folded (see walk_sig) */
   uint64_t torn_retries;    /* walks read again because the last was torn */
   uint64_t torn_invalid;    /* samples given up as torn after SMP_TORN_TRIES */
-  uint64_t torn_stable;     /* accepted: failed a check but read the same twice */
+  uint64_t torn_stable;     /* accepted: failed a check but read while its thread slept */
+  /* host tids of the threads this walk found torn (torn_tids_over: more, or
+   * one without a known tid); a frozen thread's torn stack is real */
+  int64_t torn_tids[8];
+  int ntorn_tids, torn_tids_over;
+  int torn_here;            /* the thread being walked was found torn */
   uint64_t truncated;       /* stacks cut at SMP_MAX_DEPTH */
   smp_code trunc;           /* the marker frame of a cut stack */
   /* Python thread names (pynames.c): ident -> name from the last lookup */

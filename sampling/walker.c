@@ -600,7 +600,7 @@ static uint64_t walk_sig(const bf_smp *h) {
 
 static void torn(bf_smp *h, const char *why) {
   if (!h->torn) h->torn_why = why;
-  h->torn = 1;
+  h->torn = h->torn_here = 1;
 }
 
 static size_t code_hash(uint64_t a, size_t cap) {
@@ -933,6 +933,7 @@ int smp_walk(bf_smp *h, unsigned want) {
   h->code_misses = 0;
   h->torn = 0;
   h->torn_why = NULL;
+  h->ntorn_tids = h->torn_tids_over = 0;
   h->walk_acc = 0;
   { /* always: the code cache's trust window runs on it too (native.c walks
      * without WANT_STATE, and a stale clock would trust stale code forever) */
@@ -1065,8 +1066,15 @@ int smp_walk(bf_smp *h, unsigned want) {
         if (lim > 0) max_py = (int64_t)lim - rem + 1;
       }
       if (max_py < 1) max_py = -1; /* unreadable or not sensible: no bound */
+      h->torn_here = 0;
       int rc = walk_frames(h, fa, max_py);
       if (rc < 0) return rc;
+      if (h->torn_here) { /* which threads were torn: see thread_frozen */
+        if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
+          h->torn_tids[h->ntorn_tids++] = tid;
+        else
+          h->torn_tids_over = 1;
+      }
       t->nframes = h->nframes - first;
       if (!t->nframes && !tid) { /* a thread state whose OS thread has not started */
         h->nthreads--;
@@ -1083,17 +1091,47 @@ int smp_walk(bf_smp *h, unsigned want) {
   return 0;
 }
 
+/* Whether thread tid is off CPU (not runnable) now. OUT: *pcount, the times
+ * it has been scheduled in so far (/proc/PID/task/TID/schedstat). A thread
+ * off CPU whose count has not moved later did not run in between: its
+ * frames did not change. -1 when that cannot be told. */
+static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
+  smp_tslot *s = NULL;
+  char buf[512];
+  for (size_t i = 0; i < h->nslots && !s; i++)
+    if (h->slots[i].tid == tid) s = &h->slots[i];
+  if (!s || h->pid <= 0) return -1;
+  unsigned long long run, wait, pc;
+  if (proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) < 0 ||
+      sscanf(buf, "%llu %llu %llu", &run, &wait, &pc) != 3)
+    return -1;
+  *pcount = pc;
+  if (proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) < 0) return -1;
+  const char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ' || !p[2]) return -1;
+  return p[2] != 'R';
+}
+
 /* One sample, consistent: a walk that found a torn stack (or failed on a
  * stale pointer) is read again at once, up to SMP_TORN_TRIES reads, so the
  * retry stays within microseconds of the first try. A stack that fails a
- * check yet reads the same twice in a row is not changing: it is real (a
- * trace function or __del__ running where no call is) and is kept. */
+ * check can still be real (a trace function, a signal handler or __del__
+ * running where no call is, a frame caught between two stores): it is kept
+ * only when its thread provably did not run while it was read, i.e. it was
+ * off CPU before the read and was not scheduled in until after it. That is
+ * looked at only once a torn walk has read the same twice in a row (what a
+ * stopped thread gives): two equal torn reads of a running thread (a loop
+ * that tears the same way each time round) are no proof. */
 int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_t *n) {
   if (!h->attached) return seterr(h, -EINVAL, "not attached");
   int rc = 0;
   uint64_t last_sig = 0;
   const char *why = NULL;
   int64_t first_ns = 0;
+  /* threads seen off CPU before this read, with their schedule-in counts */
+  int64_t off_tid[8];
+  uint64_t off_pc[8];
+  int noff = 0;
   for (int tries = 0; tries < SMP_TORN_TRIES; tries++) {
     /* a retry stays within SMP_TORN_SPAN_NS of the first read (a sampler
      * preempted meanwhile would move the sample elsewhere) */
@@ -1102,10 +1140,30 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
     rc = smp_walk(h, want);
     if (!tries) first_ns = h->now_ns;
     if (rc == 0 && !h->torn) break;
+    if (rc == 0 && noff && !h->torn_tids_over) {
+      int frozen = 1; /* every torn thread stayed off CPU throughout this read */
+      for (int i = 0; i < h->ntorn_tids && frozen; i++) {
+        int k = 0;
+        uint64_t pc;
+        while (k < noff && off_tid[k] != h->torn_tids[i]) k++;
+        frozen = k < noff && thread_off_cpu(h, off_tid[k], &pc) >= 0 && pc == off_pc[k];
+      }
+      if (frozen) {
+        h->torn_stable++;
+        break;
+      }
+    }
+    noff = 0;
     uint64_t sig = rc == 0 && h->torn ? walk_sig(h) : 0;
-    if (rc == 0 && tries && sig == last_sig) {
-      h->torn_stable++;
-      break;
+    if (rc == 0 && tries && sig == last_sig && !h->torn_tids_over) {
+      for (int i = 0; i < h->ntorn_tids; i++) {
+        off_tid[noff] = h->torn_tids[i];
+        if (thread_off_cpu(h, off_tid[noff], &off_pc[noff]) != 1) {
+          noff = 0;
+          break;
+        }
+        noff++;
+      }
     }
     if (rc == 0) {
       why = h->torn_why;
