@@ -247,6 +247,7 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   bf_audit *au = NULL; /* audited before the target is touched */
   if ((rc = bf_audit_begin_look(cli, "dump", pid, &au))) return rc;
   lo.native_stop_wait_ns = 1000000000; /* one sample: wait for every thread */
+  lo.settled = 1;                      /* and a stack that held still while read */
   bf_look *l = NULL;
   if ((rc = bf_look_open(pid, &lo, &l))) {
     bf_audit_end(au, "attach failed", 0);

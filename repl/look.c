@@ -153,7 +153,8 @@ size_t bf_look_count(const bf_look *l) { return l->n; }
 
 int bf_look_sample(bf_look *l, int tries, bf_look_fn fn, void *ud, int *invalid) {
   if (l->o.subprocesses && mono() - l->last_scan_ns > 1000000000) scan_children(l);
-  unsigned want = BF_SMP_WANT_STATE | (l->o.gil_only ? BF_SMP_WANT_GIL_ONLY : 0);
+  unsigned want = BF_SMP_WANT_STATE | (l->o.gil_only ? BF_SMP_WANT_GIL_ONLY : 0) |
+                  (l->o.settled ? BF_SMP_WANT_SETTLED : 0);
   int torn = 0, good = 0;
   for (size_t i = 0; i < l->n;) {
     target *t = &l->t[i];

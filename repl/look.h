@@ -16,6 +16,7 @@ typedef struct bf_look_opts {
   const char *native_threads; /* NULL or the --native-threads filter */
   int subprocesses;           /* Python children (and deeper) too */
   int native_stop_wait_ns;    /* 0 = library default */
+  int settled;                /* one-shot (dump): BF_SMP_WANT_SETTLED reads */
 } bf_look_opts;
 
 /* Attach to pid (and, with subprocesses, its Python children). Prints one

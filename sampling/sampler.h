@@ -65,6 +65,10 @@ typedef struct bf_smp_thread {
 #define BF_SMP_WANT_STATE 0x1    /* on-CPU / idle from /proc/PID/task/TID/stat */
 #define BF_SMP_WANT_CPU_TIME 0x2 /* per-thread CPU ns from /proc/.../schedstat */
 #define BF_SMP_WANT_GIL_ONLY 0x4 /* only walk the thread holding the GIL */
+/* one-shot reads (dump): read until two reads in a row agree on every frame
+ * (all but the innermost frame's line), i.e. the stack held still between
+ * them; -EIO when it never did within 2000 reads or 50 ms */
+#define BF_SMP_WANT_SETTLED 0x8
 
 /* New closed handle; NULL when out of memory. */
 bf_smp *bf_smp_new(void);
@@ -108,6 +112,8 @@ typedef struct bf_smp_consistency_stats {
   uint64_t invalid;   /* samples given up as torn */
   uint64_t stable;    /* kept although a check failed: read the same twice */
   uint64_t truncated; /* stacks cut at 4096 frames (outermost frame "<truncated>") */
+  uint64_t cut;       /* samples whose stack was cut at a caller read after its
+                         child returned (kept from that caller outwards) */
 } bf_smp_consistency_stats;
 void bf_smp_consistency(const bf_smp *h, bf_smp_consistency_stats *out);
 

@@ -249,6 +249,7 @@ struct bf_smp {
   int torn;                 /* this walk found a stack that cannot have existed */
   const char *torn_why;     /* which check (static) */
   uint64_t walk_acc;        /* every frame read, folded (see walk_sig) */
+  uint64_t settle_acc;      /* the same but the innermost frame's instruction */
   uint64_t torn_retries;    /* walks read again because the last was torn */
   uint64_t torn_invalid;    /* samples given up as torn after SMP_TORN_TRIES */
   uint64_t torn_stable;     /* accepted: failed a check but read while its thread slept */
@@ -257,6 +258,9 @@ struct bf_smp {
   int64_t torn_tids[8];
   int ntorn_tids, torn_tids_over;
   int torn_here;            /* the thread being walked was found torn */
+  int cut_here;             /* this walk cut a stack at a caller read too late */
+  int no_cut;               /* this walk retries instead (settled reads) */
+  uint64_t torn_cut;        /* samples kept with such a cut stack */
   uint64_t truncated;       /* stacks cut at SMP_MAX_DEPTH */
   smp_code trunc;           /* the marker frame of a cut stack */
   /* Python thread names (pynames.c): ident -> name from the last lookup */
@@ -317,7 +321,11 @@ void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr);
  * ("<truncated>"), so every view and export shows the cut. */
 #define SMP_MAX_DEPTH 4096
 #define SMP_TORN_TRIES 12            /* reads of one sample before it counts invalid */
-#define SMP_TORN_SPAN_NS 500000      /* ... all begun within this of the first */
+#define SMP_TORN_SPAN_NS 100000      /* ... all begun within this of the first */
+#define SMP_TORN_SAME_READS 4        /* a torn read this many times the same ... */
+#define SMP_TORN_SAME_NS 20000       /* ... over this long is a stopped thread's real stack */
+#define SMP_SETTLE_TRIES 2000        /* BF_SMP_WANT_SETTLED: reads before giving up */
+#define SMP_SETTLE_SPAN_NS 50000000  /* ... all begun within this of the first */
 #define SMP_MAX_BYTECODE (1u << 18)  /* bytes of code read for the torn check */
 #define SMP_MAX_THREADS 4096
 #define SMP_MAX_INTERPS 64

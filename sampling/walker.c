@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -141,6 +142,7 @@ void bf_smp_consistency(const bf_smp *h, bf_smp_consistency_stats *out) {
   out->invalid = h->torn_invalid;
   out->stable = h->torn_stable;
   out->truncated = h->truncated;
+  out->cut = h->torn_cut;
 }
 
 void smp_set_reader(bf_smp *h, smp_readv_fn fn, void *ud) {
@@ -845,6 +847,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
   size_t first = h->nframes;
   int child_entry = 0; /* the last pushed frame was entered by a C call */
   int last_owner = 0;  /* 3.11+: owner of the last pushed frame (1: a generator) */
+  size_t cut = 0;      /* the outermost caller found not at a call (0: none) */
   for (int steps = 0; fa; steps++) {
     /* garbage memory can look like endless chains: bound a sample's work */
     if (++h->walk_steps > SMP_MAX_STEPS || steps > 4 * SMP_MAX_DEPTH) return -EIO;
@@ -858,6 +861,12 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     h->walk_acc = (h->walk_acc + (fa ^ (code << 1) ^ instr ^
                                   (l->fr_state ? (uint64_t)fb[l->fr_state] << 48 : 0))) *
                   0x9E3779B97F4A7C15ull;
+    /* what a settled read compares: all of it but the innermost frame's
+     * instruction, which moves on while the stack holds still */
+    h->settle_acc = (h->settle_acc + (fa ^ (code << 1) ^ (back << 3) ^
+                                      (steps ? instr : 0) ^
+                                      (l->fr_state ? (uint64_t)fb[l->fr_state] << 48 : 0))) *
+                    0x9E3779B97F4A7C15ull;
     if (l->executable_tagged) code &= ~(uint64_t)7; /* _PyStackRef tag bits */
     if (owner >= 3) { /* C-stack shim / interpreter-owned: no Python code */
       /* native.c: the frame below a C-stack shim (owner 3) began its eval call */
@@ -866,7 +875,18 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
       fa = back;
       continue;
     }
-    if (h->nframes - first == SMP_MAX_DEPTH - 1) { /* one more real frame: cut here */
+    if (max_py >= 0 && (int64_t)(h->nframes - first) >= max_py) {
+      /* the chain goes on past the recursion depth: through frames freed
+       * and reused (a cycle, maybe); no need to read it to the end */
+      torn(h, "more frames than the recursion depth");
+      return 0;
+    }
+    if (cut) { /* behind a frame that had returned: a cycle of freed frames */
+      if (h->nframes - first >= SMP_MAX_DEPTH - 1) {
+        torn(h, "no frame of the stack was still running");
+        return 0;
+      }
+    } else if (h->nframes - first == SMP_MAX_DEPTH - 1) { /* one more real frame: cut here */
       h->truncated++;
       return push_frame(h, &h->trunc, 0, 0); /* no frame behind it */
     }
@@ -892,12 +912,22 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
       return err == -EINVAL ? -EIO : err;
     }
     /* 3.8-3.10: every frame in the chain is executing (freed or reused
-     * ones, generators that yielded meanwhile, are not) */
-    if (l->fr_state && fb[l->fr_state] != (unsigned char)l->fr_state_running)
-      torn(h, "a frame is not executing");
-    else if (h->nframes > first && (l->frames_are_objects || !child_entry) &&
-             !caller_ok(l, c, code, instr)) /* a caller: stopped where a child can run? */
-      torn(h, "a caller frame is not at a call");
+     * ones, generators that yielded meanwhile, are not), but for the
+     * innermost one just pushed, not started yet (f_lasti -1) */
+    if (l->fr_state && fb[l->fr_state] != (unsigned char)l->fr_state_running &&
+        !(h->nframes == first && l->instr_is_lasti && (int32_t)instr < 0)) {
+      /* read after it returned: it and the frames read as its children are
+       * cut off (below), its caller as read may still be running */
+      if (h->no_cut) torn(h, "a frame is not executing");
+      cut = h->nframes + 1;
+    } else if (h->nframes > first && (l->frames_are_objects || !child_entry) &&
+               !caller_ok(l, c, code, instr)) { /* a caller: stopped where a child can run? */
+      /* read after its child returned: what it shows is where it ran then,
+       * with its callers; the frames read as its children are cut off
+       * (below), unless a cut is not wanted (a settled read retries) */
+      if (h->no_cut) torn(h, "a caller frame is not at a call");
+      cut = h->nframes;
+    }
     int rc = push_frame(h, c, code_line(l, c, code, instr), fa);
     if (rc < 0) return rc;
     int entry = l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]);
@@ -908,6 +938,15 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
   }
   if (max_py >= 0 && (int64_t)(h->nframes - first) > max_py)
     torn(h, "more frames than the recursion depth");
+  if (cut >= h->nframes && cut > first) /* nothing left to keep */
+    torn(h, "no frame of the stack was still running");
+  if (cut > first && !h->torn) { /* keep the outermost cut frame's callers */
+    size_t keep = h->nframes - cut;
+    memmove(h->frames + first, h->frames + cut, keep * sizeof *h->frames);
+    memmove(h->frame_addr + first, h->frame_addr + cut, keep * sizeof *h->frame_addr);
+    h->nframes = first + keep;
+    h->cut_here = 1;
+  }
   /* a generator runs on top of the frame that resumed it; as the outermost
    * frame it had yielded when its link was read (3.8-3.10 by its code's
    * flags, 3.11+ by the frame's owner) */
@@ -933,8 +972,9 @@ int smp_walk(bf_smp *h, unsigned want) {
   h->code_misses = 0;
   h->torn = 0;
   h->torn_why = NULL;
-  h->ntorn_tids = h->torn_tids_over = 0;
-  h->walk_acc = 0;
+  h->ntorn_tids = h->torn_tids_over = h->cut_here = 0;
+  h->no_cut = (want & BF_SMP_WANT_SETTLED) != 0;
+  h->walk_acc = h->settle_acc = 0;
   { /* always: the code cache's trust window runs on it too (native.c walks
      * without WANT_STATE, and a stale clock would trust stale code forever) */
     struct timespec now;
@@ -1091,10 +1131,24 @@ int smp_walk(bf_smp *h, unsigned want) {
   return 0;
 }
 
-/* Whether thread tid is off CPU (not runnable) now. OUT: *pcount, the times
- * it has been scheduled in so far (/proc/PID/task/TID/schedstat). A thread
- * off CPU whose count has not moved later did not run in between: its
- * frames did not change. -1 when that cannot be told. */
+/* Signature of a settled read: walk_sig without the innermost frames' lines. */
+static uint64_t settle_sig(const bf_smp *h) {
+  uint64_t s = sig_mix(h->nthreads, h->settle_acc);
+  for (size_t i = 0; i < h->nthreads; i++) {
+    s = sig_mix(sig_mix(s, h->threads[i].thread_id), h->threads[i].nframes);
+    const bf_smp_frame *f = h->threads[i].frames;
+    for (size_t k = 1; k < h->threads[i].nframes; k++)
+      s = sig_mix(sig_mix(s, (uintptr_t)f[k].code), (uint64_t)(uint32_t)f[k].line);
+  }
+  return s;
+}
+
+/* Whether thread tid is off CPU now: asleep or stopped, or runnable but last
+ * run on the CPU this code runs on (a sampler that displaced it, as under
+ * --clock cpu). OUT: *pcount, the times it has been scheduled in so far
+ * (/proc/PID/task/TID/schedstat). A thread off CPU whose count has not
+ * moved later did not run in between: its frames did not change. -1 when
+ * that cannot be told. */
 static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
   smp_tslot *s = NULL;
   char buf[512];
@@ -1106,10 +1160,18 @@ static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
       sscanf(buf, "%llu %llu %llu", &run, &wait, &pc) != 3)
     return -1;
   *pcount = pc;
+  int cpu = sched_getcpu();
   if (proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) < 0) return -1;
   const char *p = strrchr(buf, ')');
   if (!p || p[1] != ' ' || !p[2]) return -1;
-  return p[2] != 'R';
+  if (p[2] != 'R') return 1;
+  /* runnable: field 39, the CPU it last ran on (36 fields after the state) */
+  p += 2;
+  for (int f = 0; f < 36 && p; f++) {
+    p = strchr(p, ' ');
+    if (p) p++;
+  }
+  return p && cpu >= 0 && atoi(p) == cpu && sched_getcpu() == cpu;
 }
 
 /* One sample, consistent: a walk that found a torn stack (or failed on a
@@ -1125,22 +1187,27 @@ static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
 int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_t *n) {
   if (!h->attached) return seterr(h, -EINVAL, "not attached");
   int rc = 0;
-  uint64_t last_sig = 0;
+  uint64_t last_sig = 0, last_settle = 0;
+  int settled = (want & BF_SMP_WANT_SETTLED) != 0, have_settle = 0;
+  int max_tries = settled ? SMP_SETTLE_TRIES : SMP_TORN_TRIES;
+  int64_t span_ns = settled ? SMP_SETTLE_SPAN_NS : SMP_TORN_SPAN_NS;
   const char *why = NULL;
   int64_t first_ns = 0;
   /* threads seen off CPU before this read, with their schedule-in counts */
   int64_t off_tid[8];
   uint64_t off_pc[8];
   int noff = 0;
-  for (int tries = 0; tries < SMP_TORN_TRIES; tries++) {
-    /* a retry stays within SMP_TORN_SPAN_NS of the first read (a sampler
-     * preempted meanwhile would move the sample elsewhere) */
-    if (tries && h->now_ns - first_ns > SMP_TORN_SPAN_NS) break;
+  int same = 0; /* torn reads in a row with the same signature, since same_ns */
+  int64_t same_ns = 0;
+  for (int tries = 0; tries < max_tries; tries++) {
+    /* a retry stays within span_ns of the first read (a sampler preempted
+     * meanwhile would move the sample elsewhere) */
+    if (tries && h->now_ns - first_ns > span_ns) break;
     if (tries) h->torn_retries++;
     rc = smp_walk(h, want);
     if (!tries) first_ns = h->now_ns;
-    if (rc == 0 && !h->torn) break;
-    if (rc == 0 && noff && !h->torn_tids_over) {
+    int ok = rc == 0 && !h->torn;
+    if (rc == 0 && h->torn && noff && !h->torn_tids_over) {
       int frozen = 1; /* every torn thread stayed off CPU throughout this read */
       for (int i = 0; i < h->ntorn_tids && frozen; i++) {
         int k = 0;
@@ -1148,14 +1215,47 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
         while (k < noff && off_tid[k] != h->torn_tids[i]) k++;
         frozen = k < noff && thread_off_cpu(h, off_tid[k], &pc) >= 0 && pc == off_pc[k];
       }
-      if (frozen) {
-        h->torn_stable++;
-        break;
-      }
+      if (frozen) h->torn_stable++;
+      ok = frozen;
     }
-    noff = 0;
-    uint64_t sig = rc == 0 && h->torn ? walk_sig(h) : 0;
-    if (rc == 0 && tries && sig == last_sig && !h->torn_tids_over) {
+    if (!ok) noff = 0; /* still off CPU since then: the next read may use it too */
+    if (ok && !settled) break;
+    if (ok) {
+      /* settled: this read and the last agree, so the stack held still
+       * from the end of one to the start of the other */
+      uint64_t st = settle_sig(h);
+      if (have_settle && st == last_settle) break;
+      have_settle = 1;
+      last_settle = st;
+      last_sig = 0;
+      rc = -EAGAIN;
+      why = "it never held still for two reads in a row";
+      continue;
+    }
+    have_settle = 0;
+    uint64_t sig = rc == 0 ? walk_sig(h) : 0;
+    if (rc == 0 && tries && sig == last_sig) {
+      same++;
+    } else {
+      same = 1;
+      same_ns = h->now_ns;
+    }
+    if (rc == 0 && same >= SMP_TORN_SAME_READS && h->now_ns - same_ns >= SMP_TORN_SAME_NS) {
+      /* the same torn read, again and again for tens of microseconds: a
+       * thread stopped (waiting for a CPU) where no check expects it, not
+       * one running through a window of a few instructions */
+      h->torn_stable++;
+      if (!settled) break;
+      rc = 0;
+      uint64_t st = settle_sig(h);
+      if (have_settle && st == last_settle) break;
+      have_settle = 1;
+      last_settle = st;
+      rc = -EAGAIN;
+      continue;
+    }
+    if (rc == 0 && same == 2 && !h->torn_tids_over) {
+      /* read the same torn stack twice: is its thread stopped? */
       for (int i = 0; i < h->ntorn_tids; i++) {
         off_tid[noff] = h->torn_tids[i];
         if (thread_off_cpu(h, off_tid[noff], &off_pc[noff]) != 1) {
@@ -1191,6 +1291,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
                   "sample skipped",
                   h->pid, why ? why : "torn");
   }
+  h->torn_cut += h->cut_here;
   *threads = h->threads;
   *n = h->nthreads;
   return 0;

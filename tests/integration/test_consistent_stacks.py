@@ -10,10 +10,19 @@ Snapshots taken while the target is stopped (kill -STOP, bifocal dump,
 kill -CONT) must all pass that check: it accepts every real stack.
 
 Tolerance: at most MAX_IMPOSSIBLE (1%) of stored samples may fail the check,
-on a quiet host and beside two CPU-bound processes; and at most MAX_INVALID
-of the sampled ticks may be given up as torn (dropping them would skew shares).
-Time: two 1.5 s recordings, 8 dumps and two short deep-stack recordings per
-interpreter.
+on a quiet host and beside two CPU-bound processes, on every interpreter;
+and at most MAX_INVALID of the sampled ticks may be given up as torn. Every
+dump (of the stopped or the running target) shows a possible stack, or says
+it could not read one.
+
+Retrying and dropping torn reads must not skew shares: a second workload
+times its own phases (a tight recursion, generators switching fast, a
+steady loop) and the sampled shares of those phases must be within
+TOL_POINTS (2) percentage points of the measured ones.
+
+Time: two 1 s recordings, 12 dumps, one share recording (1 s of the target's
+CPU) and two short
+deep-stack recordings per interpreter.
 """
 import ast
 import collections
@@ -31,12 +40,9 @@ import pythons
 from conftest import ROOT, run
 
 
-def python_version(path):
-    return next(p["version"] for p in pythons.discover() if p["path"] == path)
-
 MAX_IMPOSSIBLE = 0.01
 MAX_INVALID = 0.05
-RECORD_S = 1.5
+RECORD_S = 1.0
 MIN_SAMPLES = 300
 
 # One target runs every pattern in turn, a few microseconds to a few hundred
@@ -250,19 +256,14 @@ def test_stored_stacks_possible(python, work, tmp_path, hog):
         total, bad, sess["invalid"], ticks, extra.get("torn_retried"), why.most_common(3))
     print(report)
     assert total >= MIN_SAMPLES, report
-    # 3.8-3.10 (heap frames, reused from per-code zombie frames) still let a
-    # torn chain through now and then: up to 1.4% was seen in a suite run, so
-    # they are held to 2% here until the check catches those (issue #19 stays
-    # open on it); 3.11+ to the 1% target
-    limit = MAX_IMPOSSIBLE if python_version(python) >= (3, 11) else 2 * MAX_IMPOSSIBLE
-    assert bad <= limit * total, report
+    assert bad <= MAX_IMPOSSIBLE * total, report
     assert sess["invalid"] <= MAX_INVALID * ticks, report
 
 
 def test_snapshots_pass_the_check(python, work):
     """The check accepts real stacks: dumps of the stopped target (kill -STOP,
-    dump, kill -CONT) all pass; so do dumps of the running target, which
-    retry until they read a consistent stack."""
+    dump, kill -CONT) all pass; so do dumps of the running target, which read
+    until two reads in a row agree, or say they could not get a stack."""
     calls = call_lines(WORK)
     p = subprocess.Popen([python, work, "30"])
     try:
@@ -273,8 +274,8 @@ def test_snapshots_pass_the_check(python, work):
                    if any(f == work for _, f, _ in fr)) == 2:
                 break
             time.sleep(0.1)
-        bad = []
-        for i in range(8):
+        bad, refused = [], 0
+        for i in range(12):
             stopped = i % 2 == 0
             if stopped:
                 os.kill(p.pid, signal.SIGSTOP)
@@ -283,20 +284,121 @@ def test_snapshots_pass_the_check(python, work):
             finally:
                 if stopped:
                     os.kill(p.pid, signal.SIGCONT)
+            if r.returncode and not stopped:  # allowed: says it could not
+                assert "could not read a consistent stack" in r.stderr, r.stderr
+                refused += 1
+                continue
             assert r.returncode == 0, r.stderr
             stacks = parse_dump(r.stdout)
             assert len(stacks) == 2, r.stdout
             for tid, frames in stacks.items():
                 reason = check_stack(frames, work, calls, MAXDEPTH)
                 if reason:
-                    bad.append(("stopped" if stopped else "running", reason))
-        # every dump of the stopped target passes; of the 8 running stacks one
-        # may slip past the check (a chain torn where no check can see it)
-        assert not [b for b in bad if b[0] == "stopped"], bad
-        assert len(bad) <= 1, bad
+                    bad.append(("stopped" if stopped else "running", reason, frames))
+        assert not bad, bad
+        assert refused <= 3, "%d of 6 running dumps could not read a stack" % refused
     finally:
         p.kill()
         p.wait()
+
+
+# Shares: each phase times itself (its thread's CPU time, what --clock cpu
+# samples) and the workload writes the totals; phases run from tens to a few
+# hundred microseconds each.
+SHARES = '''\
+import json, random, sys, time
+def sum_up_to(n):
+    if n <= 1:
+        return 1
+    return sum_up_to(n - 1) + n
+
+def numbers(n):
+    for i in range(n):
+        yield i
+
+def relay(n):
+    yield from numbers(n)
+
+def flat(n):
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+def tight(k):
+    for _ in range(k):
+        sum_up_to(16)
+
+def gens(k):
+    s = 0
+    for _ in range(k // 2):
+        for v in relay(10):
+            s += v
+
+def steady(k):
+    flat(50 * k)
+
+# phases of random lengths in random order: a periodic workload could lock
+# onto the sampler's period (aliasing), which is not what this measures
+PHASES = [tight, gens, steady]
+spent = {f.__name__: 0 for f in PHASES}
+now = time.thread_time_ns
+cpu_s = float(sys.argv[1])  # run until this much CPU is used (at most 4x in wall + 2 s)
+cpu0, wall_end = time.process_time(), time.monotonic() + 4 * cpu_s + 2
+rnd = random.Random(7)
+while time.process_time() - cpu0 < cpu_s and time.monotonic() < wall_end:
+    f = rnd.choice(PHASES)
+    k = rnd.randint(10, 150)
+    t = now()
+    f(k)
+    spent[f.__name__] += now() - t
+with open(sys.argv[2], "w") as out:
+    json.dump(spent, out)
+'''
+TOL_POINTS = 2.0
+SHARES_CPU_S = 1.0
+SHARES_RATE = 4000
+
+
+def shares_once(python, path, tmp_path, k):
+    db, truth_file = str(tmp_path / ("s%d.db" % k)), str(tmp_path / ("truth%d.json" % k))
+    r = run(["record", "--clock", "cpu", "--rate", str(SHARES_RATE), "--", python, path,
+             str(SHARES_CPU_S), truth_file], db=db, timeout=120)
+    sid = r.stdout.strip().splitlines()[-1]
+    out = run(["export", sid, "--format", "collapsed", "-o", "-"], db=db).stdout
+    truth = json.load(open(truth_file))
+    got = dict.fromkeys(truth, 0)
+    for frames, w in parse_collapsed(out):
+        for q, f, _ in frames:
+            if f == path and q in got:
+                got[q] += w
+                break
+    n, t = sum(got.values()), sum(truth.values())
+    info = json.loads(run(["sessions", "--json"], db=db).stdout)[0]
+    diffs = {q: 100.0 * got[q] / max(n, 1) - 100.0 * truth[q] / t for q in truth}
+    report = "%d samples in phases, %d invalid, %s retried; sampled - measured (points): %s" % (
+        n, info["invalid"], (info.get("extra") or {}).get("torn_retried"),
+        ", ".join("%s %+.2f" % kv for kv in sorted(diffs.items())))
+    return n, diffs, report
+
+
+def test_dropping_torn_reads_keeps_shares(python, tmp_path):
+    """Each phase's sampled share (a tight recursion and fast-switching
+    generators, which tear most, beside a steady loop, which never does) is
+    within TOL_POINTS of the share of CPU time the workload measured on
+    itself (recorded with --clock cpu at 4 kHz until the target used 1 s of
+    CPU: about 4000 samples, a standard error under 0.7 point). A capture
+    over the tolerance is taken once more (noise on a shared 2-CPU host; two
+    in a row would be a real bias)."""
+    path = str(tmp_path / "shares.py")
+    open(path, "w").write(SHARES)
+    for k in range(2):
+        n, diffs, report = shares_once(python, path, tmp_path, k)
+        print(report)
+        assert n >= MIN_SAMPLES, report
+        if max(abs(d) for d in diffs.values()) <= TOL_POINTS:
+            return
+    pytest.fail(report)
 
 
 DEEP = '''\
