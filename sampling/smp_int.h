@@ -258,6 +258,7 @@ struct bf_smp {
   int64_t torn_tids[8];
   int ntorn_tids, torn_tids_over;
   int torn_here;            /* the thread being walked was found torn */
+  int torn_root;            /* ... at its outermost frame (see torn_root) */
   int cut_here;             /* this walk cut a stack at a caller read too late */
   int no_cut;               /* this walk retries instead (settled reads) */
   uint64_t torn_cut;        /* samples kept with such a cut stack */

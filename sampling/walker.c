@@ -605,6 +605,13 @@ static void torn(bf_smp *h, const char *why) {
   h->torn = h->torn_here = 1;
 }
 
+/* A torn stack whose outermost frame cannot be a thread's first: never
+ * kept in a recording (only a settled read of a stopped thread keeps it). */
+static void torn_root(bf_smp *h, const char *why) {
+  torn(h, why);
+  h->torn_root = 1;
+}
+
 static size_t code_hash(uint64_t a, size_t cap) {
   return (size_t)((a >> 4) * 0x9E3779B97F4A7C15ull >> 24) & (cap - 1);
 }
@@ -953,13 +960,13 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
   if (h->nframes > first && h->frames[h->nframes - 1].code != &h->trunc.pub &&
       (((const smp_code *)h->frames[h->nframes - 1].code)->is_gen ||
        (l->fr_owner && last_owner == 1))) /* 3.11+: FRAME_OWNED_BY_GENERATOR */
-    torn(h, "a generator frame is outermost");
+    torn_root(h, "a generator frame is outermost");
   /* 3.11+: a thread's outermost frame began an eval call (3.11 is_entry,
    * 3.12+ a C-stack shim below it); a chain that ends elsewhere went
    * through a generator that yielded meanwhile (its link is cleared) */
   if (h->nframes > first && !l->frames_are_objects && (l->fr_entry || l->fr_owner) &&
       !(h->frames[h->nframes - 1].flags & BF_SMP_FRAME_ENTRY))
-    torn(h, "the outermost frame did not begin an eval call");
+    torn_root(h, "the outermost frame did not begin an eval call");
   return 0;
 }
 
@@ -972,7 +979,7 @@ int smp_walk(bf_smp *h, unsigned want) {
   h->code_misses = 0;
   h->torn = 0;
   h->torn_why = NULL;
-  h->ntorn_tids = h->torn_tids_over = h->cut_here = 0;
+  h->ntorn_tids = h->torn_tids_over = h->cut_here = h->torn_root = 0;
   h->no_cut = (want & BF_SMP_WANT_SETTLED) != 0;
   h->walk_acc = h->settle_acc = 0;
   { /* always: the code cache's trust window runs on it too (native.c walks
@@ -1174,16 +1181,22 @@ static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
   return p && cpu >= 0 && atoi(p) == cpu && sched_getcpu() == cpu;
 }
 
-/* One sample, consistent: a walk that found a torn stack (or failed on a
- * stale pointer) is read again at once, up to SMP_TORN_TRIES reads, so the
- * retry stays within microseconds of the first try. A stack that fails a
+/* One sample, consistent. A walk that found a torn stack (or failed on a
+ * stale pointer) is read again at once, up to SMP_TORN_TRIES reads within
+ * SMP_TORN_SPAN_NS, so the retry stays close in time; a caller or frame read
+ * after it returned does not count as torn (walk_frames cuts the stack at
+ * its callers instead), so the common tears cost neither a re-read, which
+ * would move the sample later, nor a dropped sample. A stack that fails a
  * check can still be real (a trace function, a signal handler or __del__
  * running where no call is, a frame caught between two stores): it is kept
- * only when its thread provably did not run while it was read, i.e. it was
- * off CPU before the read and was not scheduled in until after it. That is
- * looked at only once a torn walk has read the same twice in a row (what a
- * stopped thread gives): two equal torn reads of a running thread (a loop
- * that tears the same way each time round) are no proof. */
+ * when its thread provably did not run while it was read (off CPU before
+ * the read, not scheduled in until after it: thread_off_cpu), looked at once
+ * a torn walk has read the same twice in a row; or when it read the same
+ * SMP_TORN_SAME_READS times over SMP_TORN_SAME_NS (no running thread holds
+ * a window of a few instructions that long). Two equal torn reads alone
+ * are no proof: a loop tears the same way each time round. A stack torn at
+ * its outermost frame is never kept by a recording.
+ * BF_SMP_WANT_SETTLED (dump): read until two reads in a row agree. */
 int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_t *n) {
   if (!h->attached) return seterr(h, -EINVAL, "not attached");
   int rc = 0;
@@ -1207,7 +1220,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
     rc = smp_walk(h, want);
     if (!tries) first_ns = h->now_ns;
     int ok = rc == 0 && !h->torn;
-    if (rc == 0 && h->torn && noff && !h->torn_tids_over) {
+    if (rc == 0 && h->torn && noff && !h->torn_tids_over && (settled || !h->torn_root)) {
       int frozen = 1; /* every torn thread stayed off CPU throughout this read */
       for (int i = 0; i < h->ntorn_tids && frozen; i++) {
         int k = 0;
@@ -1240,7 +1253,8 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
       same = 1;
       same_ns = h->now_ns;
     }
-    if (rc == 0 && same >= SMP_TORN_SAME_READS && h->now_ns - same_ns >= SMP_TORN_SAME_NS) {
+    if (rc == 0 && !h->torn_root && same >= SMP_TORN_SAME_READS &&
+        h->now_ns - same_ns >= SMP_TORN_SAME_NS) {
       /* the same torn read, again and again for tens of microseconds: a
        * thread stopped (waiting for a CPU) where no check expects it, not
        * one running through a window of a few instructions */
