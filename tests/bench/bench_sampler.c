@@ -144,14 +144,14 @@ int main(int argc, char **argv) {
            "p90 %.2f us, p99 %.2f us (wall); mean %.2f us CPU (user+sys, immune to preemption); "
            "depth %zu; "
                       "%.2f process_vm_readv (%.1f iovecs, %.0f bytes) per sample; %d invalid of %d; "
-           "torn: %.3f%% of samples re-read, %.3f%% given up\n",
+           "torn: %.3f%% of samples re-read, %.3f%% cut at a caller, %.3f%% given up\n",
            bf_smp_python_version(h), mode ? "stack + /proc state" : "stack only",
            (double)cost[N / 2] / 1e3, BLOCKS, best_block / 1e3, (double)cost[N * 9 / 10] / 1e3,
            (double)cost[N * 99 / 100] / 1e3, cpu_us, depth,
            (double)(bf_smp_read_calls(h) - calls0) / N,
            (double)(bf_smp_read_iovs(h) - iovs0) / N, (double)(bf_smp_read_bytes(h) - bytes0) / N,
            invalid, N, 100.0 * (double)(cs1.retries - cs0.retries) / N,
-           100.0 * (double)(cs1.invalid - cs0.invalid) / N);
+           100.0 * (double)(cs1.cut - cs0.cut) / N, 100.0 * (double)(cs1.invalid - cs0.invalid) / N);
     invalid = 0;
   }
   /* 2. asked 100 kHz, recorded into a scratch store */
@@ -187,22 +187,24 @@ int main(int argc, char **argv) {
     if (lj) late = strtoll(lj + 13, NULL, 10);
     lj = in->extra_json ? strstr(in->extra_json, "\"max_late_ms\":") : NULL;
     if (lj) max_late = strtod(lj + 14, NULL);
-    long long retried = 0, torn_inv = 0;
+    long long retried = 0, torn_inv = 0, torn_cut = 0;
     lj = in->extra_json ? strstr(in->extra_json, "\"torn_retried\":") : NULL;
     if (lj) retried = strtoll(lj + 15, NULL, 10);
+    lj = in->extra_json ? strstr(in->extra_json, "\"torn_cut\":") : NULL;
+    if (lj) torn_cut = strtoll(lj + 11, NULL, 10);
     lj = in->extra_json ? strstr(in->extra_json, "\"torn_invalid\":") : NULL;
     if (lj) torn_inv = strtoll(lj + 15, NULL, 10);
     printf("python %s: asked 100000 Hz (%s clock) for %.1fs: achieved %.0f samples/s "
            "(%lld stored), missed %lld, invalid %lld (%.3f%% of ticks), caught up late %.2f%% "
            "of ticks (at most %.2f ms late), profiler CPU %.2fs; torn: %.3f%% of samples "
-           "re-read, %.3f%% given up\n",
+           "re-read, %.3f%% cut at a caller, %.3f%% given up\n",
            bf_smp_python_version(h), clock ? "cpu" : "wall", (double)in->duration_ns / 1e9,
            in->achieved_rate_hz, (long long)in->samples, (long long)in->missed,
            (long long)in->invalid,
            100.0 * (double)(in->missed + in->invalid) / (ticks + (double)in->missed + 1),
            100.0 * (double)late / (ticks + 1), max_late,
            (double)in->profiler_cpu_ns / 1e9, 100.0 * (double)retried / (ticks + 1),
-           100.0 * (double)torn_inv / (ticks + 1));
+           100.0 * (double)torn_cut / (ticks + 1), 100.0 * (double)torn_inv / (ticks + 1));
     bf_session_info_free(in);
   }
   /* 3. the default rate on a stack that changes between samples: what a tick
@@ -225,12 +227,13 @@ int main(int argc, char **argv) {
       double ns = (double)(in->samples + in->invalid ? in->samples + in->invalid : 1);
       printf("python %s: 1000 Hz on a stack changing between samples (1-20 deep) for %.1fs: "
              "%.2f process_vm_readv per sample, profiler CPU %.1f us per tick (wall clock, "
-             "/proc state included); torn: %.3f%% of samples re-read, %.3f%% given up\n",
+             "/proc state included); torn: %.3f%% of samples re-read, %.3f%% cut at a "
+             "caller, %.3f%% given up\n",
              bf_smp_python_version(hm), (double)in->duration_ns / 1e9,
              (double)(bf_smp_read_calls(hm) - calls0) / (double)(in->samples ? in->samples : 1),
              (double)in->profiler_cpu_ns / 1e3 / (double)(in->samples ? in->samples : 1),
              100.0 * (double)(m1.retries - m0.retries) / ns,
-             100.0 * (double)(m1.invalid - m0.invalid) / ns);
+             100.0 * (double)(m1.cut - m0.cut) / ns, 100.0 * (double)(m1.invalid - m0.invalid) / ns);
       bf_session_info_free(in);
     }
   }

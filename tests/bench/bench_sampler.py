@@ -116,8 +116,8 @@ def windows(bifocal, py, n, secs):
 
 
 def torn_rates(bifocal, db):
-    """'X% re-read, Y% given up' over the sessions of db (torn stacks:
-    changed while read; see README, Consistent stacks)."""
+    """'X% re-read, Y% cut at a caller, Z% given up' over the sessions of db
+    (torn stacks: changed while read; see the docs, Consistent stacks)."""
     import json
     r = subprocess.run([bifocal, "--db", db, "sessions", "--json"], capture_output=True, text=True)
     try:
@@ -127,8 +127,9 @@ def torn_rates(bifocal, db):
     ticks = sum(s["samples"] + s["invalid"] for s in rows) or 1
     ret = sum((s.get("extra") or {}).get("torn_retried", 0) for s in rows)
     inv = sum((s.get("extra") or {}).get("torn_invalid", 0) for s in rows)
-    return "torn: %.3f%% of samples re-read, %.3f%% given up" % (100.0 * ret / ticks,
-                                                               100.0 * inv / ticks)
+    cut = sum((s.get("extra") or {}).get("torn_cut", 0) for s in rows)
+    return "torn: %.3f%% of samples re-read, %.3f%% cut at a caller, %.3f%% given up" % (
+        100.0 * ret / ticks, 100.0 * cut / ticks, 100.0 * inv / ticks)
 
 
 def load():
