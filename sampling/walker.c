@@ -1116,7 +1116,7 @@ int smp_walk(bf_smp *h, unsigned want) {
       h->torn_here = 0;
       int rc = walk_frames(h, fa, max_py);
       if (rc < 0) return rc;
-      if (h->torn_here) { /* which threads were torn: see thread_frozen */
+      if (h->torn_here) { /* which threads were torn: see thread_off_cpu */
         if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
           h->torn_tids[h->ntorn_tids++] = tid;
         else
@@ -1196,7 +1196,8 @@ static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
  * a window of a few instructions that long). Two equal torn reads alone
  * are no proof: a loop tears the same way each time round. A stack torn at
  * its outermost frame is never kept by a recording.
- * BF_SMP_WANT_SETTLED (dump): read until two reads in a row agree. */
+ * BF_SMP_WANT_SETTLED (dump): no cuts; read until two reads in a row agree
+ * (a torn stack only counts when its thread was proven off CPU). */
 int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_t *n) {
   if (!h->attached) return seterr(h, -EINVAL, "not attached");
   int rc = 0;
@@ -1253,20 +1254,13 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
       same = 1;
       same_ns = h->now_ns;
     }
-    if (rc == 0 && !h->torn_root && same >= SMP_TORN_SAME_READS &&
+    if (rc == 0 && !settled && !h->torn_root && same >= SMP_TORN_SAME_READS &&
         h->now_ns - same_ns >= SMP_TORN_SAME_NS) {
       /* the same torn read, again and again for tens of microseconds: a
        * thread stopped (waiting for a CPU) where no check expects it, not
        * one running through a window of a few instructions */
       h->torn_stable++;
-      if (!settled) break;
-      rc = 0;
-      uint64_t st = settle_sig(h);
-      if (have_settle && st == last_settle) break;
-      have_settle = 1;
-      last_settle = st;
-      rc = -EAGAIN;
-      continue;
+      break;
     }
     if (rc == 0 && same == 2 && !h->torn_tids_over) {
       /* read the same torn stack twice: is its thread stopped? */

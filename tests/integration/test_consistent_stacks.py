@@ -21,8 +21,7 @@ steady loop) and the sampled shares of those phases must be within
 TOL_POINTS (2) percentage points of the measured ones.
 
 Time: two 1 s recordings, 12 dumps, one share recording (1 s of the target's
-CPU) and two short
-deep-stack recordings per interpreter.
+CPU) and two short deep-stack recordings per interpreter.
 """
 import ast
 import collections
@@ -36,7 +35,6 @@ import time
 
 import pytest
 
-import pythons
 from conftest import ROOT, run
 
 
