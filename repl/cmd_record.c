@@ -81,11 +81,11 @@ static int record_check(int argc, char **argv, bf_smp_record_opts *o, int nonblo
     return 2;
   }
   if (*outp && bf_cli_out_kind_of(*outp, format, kind)) return 2;
-  /* native stacks stop threads at every sample: a gentler default rate */
   if (o->async_tasks && (o->clock_cpu || o->native)) {
     bf_cli_error("--async records task stacks on the wall clock without --native (drop --clock cpu / --native)");
     return 2;
   }
+  /* native stacks stop threads at every sample: a gentler default rate */
   if (o->native && !rate_given) o->rate_hz = 100;
   char **cmd = argv + optind;
   int ncmd = argc - optind;
