@@ -18,17 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "profile.h"
 #include "query.h"
 #include "store_int.h"
 
 /* ---- the run ------------------------------------------------------------- */
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* The child of pid running the traced program: bifocal trace may first run
  * short probes of the interpreter, so pick the child whose command line carries
@@ -114,8 +109,8 @@ static int start_trace(const bf_cal_opts *o, pid_t *pid, int *rfd, char *err, si
  * *tp becomes 0 when the trace ended first. */
 static void sample_traced(const bf_cal_opts *o, pid_t *tp, bf_cal_run_result *out) {
   int py = 0, rc = -EAGAIN;
-  int64_t give_up = mono_ns() + 20 * 1000000000LL;
-  while (!*o->stop && mono_ns() < give_up) {
+  int64_t give_up = bf_mono_ns() + 20 * 1000000000LL;
+  while (!*o->stop && bf_mono_ns() < give_up) {
     if (waitpid(*tp, NULL, WNOHANG) == *tp) {
       *tp = 0;
       break;

@@ -16,6 +16,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "clock.h"
 #include "look.h"
 #include "opts.h"
 #include "sampler.h"
@@ -42,12 +43,6 @@ static void fit(char *s, int cols) {
   int k = cols;
   while (k > 0 && ((unsigned char)s[k] & 0xc0) == 0x80) k--;
   s[k] = 0;
-}
-
-static int64_t mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 typedef struct live {
@@ -96,8 +91,8 @@ static void live_draw(live *v, int64_t now) {
 /* Sample and redraw until q, a signal or the process ends. Returns NULL, or
  * why sampling failed; *gone when the process exited. */
 static const char *live_loop(live *v, int *gone) {
-  int64_t interval = (int64_t)(1e9 / v->rate), next = mono(), last_draw = 0;
-  v->window = mono();
+  int64_t interval = (int64_t)(1e9 / v->rate), next = bf_mono_ns(), last_draw = 0;
+  v->window = bf_mono_ns();
   while (!live_stop) {
     int torn = 0;
     int rc = bf_look_sample(v->l, 1, bf_top_look_add, &v->t, &torn);
@@ -108,7 +103,7 @@ static const char *live_loop(live *v, int *gone) {
     }
     if (rc < 0 && rc != -EIO) return bf_look_errmsg(v->l);
     if (rc == 0) bf_top_tick(&v->t);
-    int64_t now = mono();
+    int64_t now = bf_mono_ns();
     if (resized) { /* SIGWINCH: redraw for the new size at once */
       resized = 0;
       last_draw = 0;
@@ -118,7 +113,7 @@ static const char *live_loop(live *v, int *gone) {
       live_draw(v, now);
     }
     next += interval;
-    now = mono();
+    now = bf_mono_ns();
     int wait_ms = next > now ? (int)((next - now) / 1000000) : 0;
     struct pollfd pfd = {0, POLLIN, 0};
     if (poll(&pfd, 1, wait_ms) > 0) {

@@ -10,6 +10,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "clock.h"
 #include "look.h"
 #include "opts.h"
 #include "sampler.h"
@@ -18,12 +19,6 @@
 static void sleep_ns(int64_t ns) {
   struct timespec ts = {ns / 1000000000, ns % 1000000000};
   nanosleep(&ts, NULL);
-}
-
-static int64_t mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
@@ -42,9 +37,9 @@ int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
   }
   bf_top t = {0};
   t.with_idle = with_idle;
-  int64_t start = mono(), interval = (int64_t)(1e9 / rate), next = start;
+  int64_t start = bf_mono_ns(), interval = (int64_t)(1e9 / rate), next = start;
   int gone = 0, failed = 0;
-  while (mono() - start < dur) {
+  while (bf_mono_ns() - start < dur) {
     int torn = 0;
     int rc = bf_look_sample(l, 1, bf_top_look_add, &t, &torn);
     t.invalid += torn;
@@ -59,14 +54,14 @@ int bf_cmd_top(bf_cli *cli, int argc, char **argv) {
       break;
     }
     next += interval;
-    int64_t now = mono();
+    int64_t now = bf_mono_ns();
     if (next > now) sleep_ns(next - now);
   }
   size_t nproc = bf_look_count(l);
   char procs[64] = "";
   if (lo.subprocesses) snprintf(procs, sizeof procs, " and %zu subprocess%s", nproc - 1, nproc == 2 ? "" : "es");
   printf("Process %d%s: Python %s, %.1fs, %lld ticks, %lld %sthread-samples, %lld invalid%s%s%s\n\n", pid,
-         procs, bf_look_python_version(l), (double)(mono() - start) / 1e9, (long long)t.ticks,
+         procs, bf_look_python_version(l), (double)(bf_mono_ns() - start) / 1e9, (long long)t.ticks,
          (long long)t.samples, with_idle ? "" : "busy ", (long long)t.invalid, gone ? " (process exited)" : "",
          lo.gil_only ? ", GIL holder only" : "", lo.native ? ", with native frames" : "");
   bf_top_print(&t, stdout, 0, limit, 0, "\n");
