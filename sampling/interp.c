@@ -15,6 +15,7 @@
 #include "procmaps.h"
 #include "smp_int.h"
 #include "text.h"
+#include "vec.h"
 
 typedef struct jbuf {
   char *s;
@@ -24,15 +25,9 @@ typedef struct jbuf {
 
 static void jput(jbuf *b, const char *p, size_t n) {
   if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t nc = (b->cap ? b->cap * 2 : 512) + n;
-    char *ns = realloc(b->s, nc);
-    if (!ns) {
-      b->oom = 1;
-      return;
-    }
-    b->s = ns;
-    b->cap = nc;
+  if (bf_vec_grow((void **)&b->s, &b->cap, b->n + n + 1, 1, 512)) {
+    b->oom = 1;
+    return;
   }
   memcpy(b->s + b->n, p, n);
   b->n += n;

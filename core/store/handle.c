@@ -232,6 +232,22 @@ fail:
   return rc;
 }
 
+/* A handle on a new in-memory database; NULL when out of memory. s->db is
+ * NULL when SQLite could not open one (s->err then says why; the caller
+ * closes s). */
+static bf_store *memory_handle(const char *name, int readonly) {
+  bf_store *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->path = strdup(name);
+  s->readonly = readonly;
+  if (sqlite3_open_v2(":memory:", &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    snprintf(s->err, sizeof s->err, "%s", s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    sqlite3_close(s->db);
+    s->db = NULL;
+  }
+  return s;
+}
+
 /* The common end of opening a memory database or an image: check and
  * migrate, then hand the handle out (or close it). */
 static int finish_open(bf_store *s, bf_store **out) {
@@ -250,14 +266,12 @@ int bf_store_open_memory(bf_store **out, const char **errmsg) {
   *out = NULL;
   if (errmsg) *errmsg = bfs_open_err;
   bfs_open_err[0] = 0;
-  bf_store *s = calloc(1, sizeof *s);
+  bf_store *s = memory_handle("(memory)", 0);
   if (!s) return -ENOMEM;
-  s->path = strdup("(memory)");
   int rc;
-  if (sqlite3_open_v2(":memory:", &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+  if (!s->db) {
     rc = -ENOMEM;
-    snprintf(bfs_open_err, sizeof bfs_open_err, "cannot open a database in memory: %s",
-             s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    snprintf(bfs_open_err, sizeof bfs_open_err, "cannot open a database in memory: %.400s", s->err);
     goto fail;
   }
   return finish_open(s, out);
@@ -277,21 +291,19 @@ int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_s
     return -EINVAL;
   }
   image[18] = image[19] = 1; /* a WAL-mode header cannot be read from memory; nothing is pending */
-  bf_store *s = calloc(1, sizeof *s);
+  bf_store *s = memory_handle(name, 1);
   if (!s) {
     sqlite3_free(image);
     return -ENOMEM;
   }
-  s->path = strdup(name);
-  s->readonly = 1;
   int rc;
-  if (sqlite3_open_v2(":memory:", &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+  if (!s->db ||
       sqlite3_deserialize(s->db, "main", image, (sqlite3_int64)len, (sqlite3_int64)len,
                           SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_READONLY) != SQLITE_OK) {
     if (!s->db) sqlite3_free(image);
     rc = -EIO;
-    snprintf(bfs_open_err, sizeof bfs_open_err, "cannot open '%s': %s", name,
-             s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    snprintf(bfs_open_err, sizeof bfs_open_err, "cannot open '%s': %.400s", name,
+             s->db ? sqlite3_errmsg(s->db) : s->err);
     goto fail;
   }
   return finish_open(s, out);
