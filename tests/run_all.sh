@@ -19,6 +19,7 @@ if [ "${BIFOCAL_ASAN:-1}" != 0 ]; then
   if [ ! -f build-asan/build.ninja ]; then
     meson setup build-asan -Dwerror=true -Db_sanitize=address,undefined >/dev/null || status=1
   fi
+  ninja -C build-asan build.ninja >/dev/null || status=1  # regenerated if a meson.build changed
   # build only what those suites run (not the CLI or the tracing extensions)
   targets=$(meson introspect build-asan --tests | /usr/bin/python3 -c '
 import json, os, sys

@@ -6,7 +6,6 @@ import os
 import socket
 import sqlite3
 import stat
-import time
 
 import pytest
 

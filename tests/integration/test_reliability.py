@@ -654,9 +654,11 @@ def test_error_old_pythons(tmp_path):
         pytest.skip("no Python older than 3.8 under pyenv (2.7/3.6/3.7 are tested when present)")
     for exe in olds:
         ver = ".".join(os.path.basename(exe)[6:].split(".")[:2])
-        p = subprocess.Popen([exe, "-c", "import time; time.sleep(5)"])
+        p = subprocess.Popen([exe, "-c", "import sys, time\nsys.stdout.write('ready\\n')\n"
+                              "sys.stdout.flush()\ntime.sleep(5)"], stdout=subprocess.PIPE,
+                             universal_newlines=True)
         try:
-            time.sleep(0.3)
+            assert p.stdout.readline().strip() == "ready"  # the interpreter runs
             line = _one_line(run(["dump", str(p.pid)], check=False))
             assert "unsupported Python version %s" % ver in line and "3.8" in line, (exe, line)
         finally:

@@ -219,13 +219,9 @@ def test_ctrl_c_on_a_pty_stops_a_long_match(tmp_path, db):
         t0 = time.monotonic()
         os.write(fd, b"\x03")  # the terminal's Ctrl-C: SIGINT to the foreground group
         out += _read_until(fd, b"interrupted", t0 + 10)
-        status = None
-        while time.monotonic() < t0 + 10:
-            wpid, st = os.waitpid(pid, os.WNOHANG)
-            if wpid:
-                status = st
-                break
-            time.sleep(0.05)
+        reaped = wait_until(lambda: (lambda r: r if r[0] else None)(os.waitpid(pid, os.WNOHANG)),
+                            10 - (time.monotonic() - t0))
+        status = reaped[1] if reaped else None
         took = time.monotonic() - t0
         assert status is not None, "still running 10 s after Ctrl-C"
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 2, status
