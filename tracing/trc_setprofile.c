@@ -1,13 +1,15 @@
 /* trc_setprofile.c — the collector's 3.8–3.11 backend: PyEval_SetProfile.
  *
  * One C profile function on every thread (threads started later install it
- * through threading.setprofile) turns call/return and c_call/c_return events
+ * through threading's profile hook) turns call/return and c_call/c_return events
  * into shadow-stack pushes and pops.
  */
 #include "trc_module.h"
 
 #if !BF_TRC_MONITORING
 #include <frameobject.h>
+
+#include <string.h>
 
 /* Focus subtrees need no second event source here: every event is seen. */
 void trc_backend_on_focus(void *ctx, int on) {
@@ -90,6 +92,9 @@ static inline int trc_gen_resumed(PyCodeObject *co, int lasti) {
 #endif
 }
 
+static PyObject *trc_start_new_thread; /* _thread.start_new_thread (strong) */
+static void trc_thread_starting(void);
+
 static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
   (void)obj;
   ProfileObject *p = trc_active;
@@ -116,6 +121,7 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
     trc_leave(&p->acct, t, trc_frame_code(frame), trc_now(p));
     break;
   case PyTrace_C_CALL: {
+    if (arg == trc_start_new_thread) trc_thread_starting();
     if (!p->builtins) break;
     PyMethodDef *def = trc_builtin_def(arg);
     if (!def) break;
@@ -174,13 +180,44 @@ static PyObject *trc_thread_hook(PyObject *self, PyObject *args) {
 static PyMethodDef trc_hook_def = {"_thread_hook", trc_thread_hook, METH_VARARGS, NULL};
 static PyObject *trc_thread_hook_obj;
 
-static int trc_threading_setprofile(PyObject *hook) {
-  PyObject *threading = PyImport_ImportModule("threading");
-  if (!threading) return -1;
-  PyObject *r = PyObject_CallMethod(threading, "setprofile", "O", hook);
-  Py_DECREF(threading);
-  Py_XDECREF(r);
-  return r ? 0 : -1;
+/* New threads. Thread._bootstrap_inner installs threading._profile_hook (what
+ * threading.setprofile sets) in every thread it starts, so the hook is set
+ * there directly, and only once the program has imported threading: the
+ * tracer never imports it, and the program's own `import threading` is traced
+ * like any other import. When threading was imported after tracing began, the
+ * hook is set as a traced thread calls _thread.start_new_thread (a c_call
+ * event), before the new thread runs. Threads started with _thread directly
+ * are not followed (as with threading.setprofile). */
+static int trc_threading_hook_set(PyObject *hook, int only_if_ours) {
+  PyObject *mods = PyImport_GetModuleDict();
+  PyObject *threading = mods ? PyDict_GetItemString(mods, "threading") : NULL;
+  if (!threading) return 0;
+  if (only_if_ours) {
+    PyObject *cur = PyObject_GetAttrString(threading, "_profile_hook");
+    int ours = cur == trc_thread_hook_obj;
+    Py_XDECREF(cur);
+    PyErr_Clear();
+    if (!ours) return 0;
+  }
+  return PyObject_SetAttrString(threading, "_profile_hook", hook);
+}
+
+/* A traced thread is about to start a thread. */
+static __attribute__((noinline, cold)) void trc_thread_starting(void) {
+  PyObject *exc_type, *exc_val, *exc_tb;
+  PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
+  if (trc_thread_hook_obj && trc_threading_hook_set(trc_thread_hook_obj, 0) < 0) PyErr_Clear();
+  PyErr_Restore(exc_type, exc_val, exc_tb);
+}
+
+static int trc_find_start_new_thread(void) {
+  if (trc_start_new_thread) return 0;
+  PyObject *mods = PyImport_GetModuleDict();
+  PyObject *thread = mods ? PyDict_GetItemString(mods, "_thread") : NULL;
+  if (!thread) return 0; /* not loaded: nothing can start a thread through it yet */
+  trc_start_new_thread = PyObject_GetAttrString(thread, "start_new_thread");
+  if (!trc_start_new_thread) PyErr_Clear();
+  return 0;
 }
 
 int trc_backend_start(ProfileObject *p) {
@@ -191,7 +228,8 @@ int trc_backend_start(ProfileObject *p) {
     trc_thread_hook_obj = PyCFunction_NewEx(&trc_hook_def, NULL, NULL);
     if (!trc_thread_hook_obj) return -1;
   }
-  if (trc_threading_setprofile(trc_thread_hook_obj) < 0) return -1;
+  trc_find_start_new_thread();
+  if (trc_threading_hook_set(trc_thread_hook_obj, 0) < 0) return -1;
   PyThreadState *me = PyThreadState_Get();
   for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts;
        ts = PyThreadState_Next(ts)) {
@@ -209,7 +247,7 @@ void trc_backend_stop(ProfileObject *p) {
   for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts;
        ts = PyThreadState_Next(ts))
     trc_set_profile(ts, NULL);
-  trc_threading_setprofile(Py_None);
+  trc_threading_hook_set(Py_None, 1);
   PyErr_Clear();
   PyErr_Restore(exc_type, exc_val, exc_tb);
 }
