@@ -174,7 +174,9 @@ def _interpreter():
 
 
 def _join_threads():
-    import threading
+    threading = _sys.modules.get("threading")  # not imported: no thread of its to join
+    if threading is None:
+        return
     me = threading.current_thread()
     for t in threading.enumerate():
         if t is not me and not t.daemon:
@@ -200,16 +202,6 @@ def _main(argv=None):
             except OSError as e:
                 _sys.stderr.write("bifocal: %s\n" % e)
 
-    if _sys.version_info < (3, 12) and "threading" not in _sys.modules:
-        # the collector follows new threads with threading.setprofile, so it
-        # imports threading when enabled; do it now, off the program's path, so
-        # that import does not build the finder of the program's sys.path[0]
-        saved = _sys.path[:]
-        _sys.path[:] = [p for p in saved if p not in ("", ".")]
-        try:
-            import threading  # noqa: F401
-        finally:
-            _sys.path[:] = saved
     try:
         try:
             prof = Profile(clock=opts["clock"], focus=opts["focus"], builtins=opts["builtins"],

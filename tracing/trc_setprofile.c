@@ -1,7 +1,7 @@
 /* trc_setprofile.c — the collector's 3.8–3.11 backend: PyEval_SetProfile.
  *
  * One C profile function on every thread (threads started later install it
- * through threading.setprofile) turns call/return and c_call/c_return events
+ * through threading's profile hook) turns call/return and c_call/c_return events
  * into shadow-stack pushes and pops.
  */
 #include "trc_module.h"
@@ -9,6 +9,7 @@
 #if !BF_TRC_MONITORING
 #include <frameobject.h>
 
+#include <string.h>
 
 /* Focus subtrees need no second event source here: every event is seen. */
 void trc_backend_on_focus(void *ctx, int on) {
@@ -18,8 +19,40 @@ void trc_backend_on_focus(void *ctx, int on) {
 
 void trc_backend_reset(ProfileObject *p) { (void)p; }
 
+#if PY_VERSION_HEX >= 0x030B0000
+/* 3.11's frame object and the interpreter frame it points to, as far as read
+ * here (Include/internal/pycore_frame.h, fixed within 3.11). Read directly,
+ * the code object costs two loads instead of a call and a reference count
+ * round trip, twice per call; trc_frame_layout_check compares the layout with
+ * the API at every enable and the API is used when they differ. */
+typedef struct trc_iframe311 {
+  PyObject *f_func, *f_globals, *f_builtins, *f_locals;
+  PyCodeObject *f_code;
+} trc_iframe311;
+typedef struct {
+  PyObject_HEAD
+  PyFrameObject *f_back;
+  trc_iframe311 *f_frame;
+} trc_frame311;
+static int trc_frame_direct; /* the layout above matched the running interpreter */
+
+static void trc_frame_layout_check(void) {
+  PyFrameObject *f = PyEval_GetFrame(); /* borrowed; NULL when no Python frame runs */
+  trc_frame_direct = 0;
+  if (!f) return;
+  PyCodeObject *co = PyFrame_GetCode(f);
+  PyObject *g = PyFrame_GetGlobals(f);
+  const trc_iframe311 *i = ((const trc_frame311 *)f)->f_frame;
+  trc_frame_direct = i && i->f_code == co && i->f_globals == g;
+  Py_XDECREF(co);
+  Py_XDECREF(g);
+  PyErr_Clear();
+}
+#endif
+
 static inline PyCodeObject *trc_frame_code(PyFrameObject *f) {
 #if PY_VERSION_HEX >= 0x030B0000
+  if (trc_frame_direct) return ((const trc_frame311 *)f)->f_frame->f_code;
   PyCodeObject *co = PyFrame_GetCode(f);
   Py_DECREF(co); /* the frame keeps it alive for this event */
   return co;
@@ -59,6 +92,9 @@ static inline int trc_gen_resumed(PyCodeObject *co, int lasti) {
 #endif
 }
 
+static PyObject *trc_start_new_thread; /* _thread.start_new_thread (strong) */
+static void trc_thread_starting(void);
+
 static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
   (void)obj;
   ProfileObject *p = trc_active;
@@ -85,6 +121,7 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
     trc_leave(&p->acct, t, trc_frame_code(frame), trc_now(p));
     break;
   case PyTrace_C_CALL: {
+    if (arg == trc_start_new_thread) trc_thread_starting();
     if (!p->builtins) break;
     PyMethodDef *def = trc_builtin_def(arg);
     if (!def) break;
@@ -143,21 +180,56 @@ static PyObject *trc_thread_hook(PyObject *self, PyObject *args) {
 static PyMethodDef trc_hook_def = {"_thread_hook", trc_thread_hook, METH_VARARGS, NULL};
 static PyObject *trc_thread_hook_obj;
 
-static int trc_threading_setprofile(PyObject *hook) {
-  PyObject *threading = PyImport_ImportModule("threading");
-  if (!threading) return -1;
-  PyObject *r = PyObject_CallMethod(threading, "setprofile", "O", hook);
-  Py_DECREF(threading);
-  Py_XDECREF(r);
-  return r ? 0 : -1;
+/* New threads. Thread._bootstrap_inner installs threading._profile_hook (what
+ * threading.setprofile sets) in every thread it starts, so the hook is set
+ * there directly, and only once the program has imported threading: the
+ * tracer never imports it, and the program's own `import threading` is traced
+ * like any other import. When threading was imported after tracing began, the
+ * hook is set as a traced thread calls _thread.start_new_thread (a c_call
+ * event), before the new thread runs. Threads started with _thread directly
+ * are not followed (as with threading.setprofile). */
+static int trc_threading_hook_set(PyObject *hook, int only_if_ours) {
+  PyObject *mods = PyImport_GetModuleDict();
+  PyObject *threading = mods ? PyDict_GetItemString(mods, "threading") : NULL;
+  if (!threading) return 0;
+  if (only_if_ours) {
+    PyObject *cur = PyObject_GetAttrString(threading, "_profile_hook");
+    int ours = cur == trc_thread_hook_obj;
+    Py_XDECREF(cur);
+    PyErr_Clear();
+    if (!ours) return 0;
+  }
+  return PyObject_SetAttrString(threading, "_profile_hook", hook);
+}
+
+/* A traced thread is about to start a thread. */
+static __attribute__((noinline, cold)) void trc_thread_starting(void) {
+  PyObject *exc_type, *exc_val, *exc_tb;
+  PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
+  if (trc_thread_hook_obj && trc_threading_hook_set(trc_thread_hook_obj, 0) < 0) PyErr_Clear();
+  PyErr_Restore(exc_type, exc_val, exc_tb);
+}
+
+static int trc_find_start_new_thread(void) {
+  if (trc_start_new_thread) return 0;
+  PyObject *mods = PyImport_GetModuleDict();
+  PyObject *thread = mods ? PyDict_GetItemString(mods, "_thread") : NULL;
+  if (!thread) return 0; /* not loaded: nothing can start a thread through it yet */
+  trc_start_new_thread = PyObject_GetAttrString(thread, "start_new_thread");
+  if (!trc_start_new_thread) PyErr_Clear();
+  return 0;
 }
 
 int trc_backend_start(ProfileObject *p) {
+#if PY_VERSION_HEX >= 0x030B0000
+  trc_frame_layout_check();
+#endif
   if (!trc_thread_hook_obj) {
     trc_thread_hook_obj = PyCFunction_NewEx(&trc_hook_def, NULL, NULL);
     if (!trc_thread_hook_obj) return -1;
   }
-  if (trc_threading_setprofile(trc_thread_hook_obj) < 0) return -1;
+  trc_find_start_new_thread();
+  if (trc_threading_hook_set(trc_thread_hook_obj, 0) < 0) return -1;
   PyThreadState *me = PyThreadState_Get();
   for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts;
        ts = PyThreadState_Next(ts)) {
@@ -175,7 +247,7 @@ void trc_backend_stop(ProfileObject *p) {
   for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts;
        ts = PyThreadState_Next(ts))
     trc_set_profile(ts, NULL);
-  trc_threading_setprofile(Py_None);
+  trc_threading_hook_set(Py_None, 1);
   PyErr_Clear();
   PyErr_Restore(exc_type, exc_val, exc_tb);
 }

@@ -210,7 +210,8 @@ static inline __attribute__((always_inline)) void trc_pop(trc_acct *a, trc_threa
 
 /* A frame with key returned at now: it must be the top one; when it is not,
  * frames above it are popped and counted as mismatches. */
-static inline void trc_leave(trc_acct *a, trc_thread *t, const void *key, int64_t now) {
+static inline __attribute__((always_inline)) void trc_leave(trc_acct *a, trc_thread *t,
+                                                            const void *key, int64_t now) {
   if (t->depth == 0) return; /* entered before tracing started (or outside focus) */
   if (t->stack[t->depth - 1].key == key) {
     trc_pop(a, t, now);

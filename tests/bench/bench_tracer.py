@@ -16,8 +16,11 @@ script (fib, builtins, classes, generators; start-up and store write included)
 against `python` and `python -m cProfile -o /dev/null`, with the part spent
 outside the script's own body (start-up, and for bifocal, writing the store).
 
---warm adds the older in-process figure: all modes in one warmed process,
-best of --repeat rounds (includes the empty-callback floor and focus mode).
+--warm adds the in-process figures: all modes in one warmed process, best of
+--repeat rounds (includes the empty-callback floor and focus mode), and per
+kind of call the floor (the same events with empty callbacks), cProfile and
+bifocal, medians of --repeat interleaved rounds: how much of each kind's cost
+is the interpreter's and how much the collector's own.
 Not a pass/fail test: it prints figures.
 """
 import argparse
@@ -306,6 +309,7 @@ def main():
     print("\nload average at end: %.1f %.1f %.1f" % os.getloadavg())
     if a.warm:
         warm_table(a)
+        warm_kinds_table(a)
     return 0
 
 
@@ -404,6 +408,100 @@ def measure_all(python, tracing_dir, rounds):
         return {}, {"all": (r.stderr.strip().splitlines() or ["failed"])[-1]}
     doc = json.loads(r.stdout.strip().splitlines()[-1])
     return doc["best"], doc["errs"]
+
+
+# Per kind, in one process: the interpreter's floor (the same events with empty
+# callbacks, _bifocal_trace_floor), cProfile and bifocal, each kind timed with
+# the thread's CPU clock, median of interleaved rounds.
+KINDS_CHILD = r"""
+import json, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+N, rounds = int(sys.argv[2]), int(sys.argv[3])
+clk = time.thread_time_ns
+def f(): return 1
+class P:
+    def __init__(self): self.a = 1
+    def m(self): return 1
+def gen():
+    i = 0
+    while True:
+        yield i
+        i += 1
+def k_func(n):
+    t = clk()
+    for i in range(n): f()
+    return clk() - t
+def k_builtin(n):
+    x = [1, 2, 3]; t = clk()
+    for i in range(n): len(x)
+    return clk() - t
+def k_type(n):
+    t = clk()
+    for i in range(n): str(i)
+    return clk() - t
+def k_class(n):
+    t = clk()
+    for i in range(n): P()
+    return clk() - t
+def k_method(n):
+    p = P(); t = clk()
+    for i in range(n): p.m()
+    return clk() - t
+def k_gen(n):
+    g = gen(); t = clk()
+    for i in range(n): next(g)
+    return clk() - t
+KS = [("func", k_func), ("builtin", k_builtin), ("type", k_type), ("class", k_class),
+      ("method", k_method), ("gen", k_gen)]
+import cProfile, bifocal_trace, _bifocal_trace_floor as floor
+def one(mode):
+    out = {}
+    for name, fn in KS:
+        if mode == "cprofile":
+            p = cProfile.Profile(); p.enable(); out[name] = fn(N); p.disable()
+        elif mode == "bifocal":
+            p = bifocal_trace.Profile(); p.enable(); out[name] = fn(N); p.disable()
+        elif mode == "floor":
+            floor.enable(); out[name] = fn(N); floor.disable()
+        else:
+            out[name] = fn(N)
+    return out
+modes = ["base", "floor", "cprofile", "bifocal"]
+got = {m: {k: [] for k, _ in KS} for m in modes}
+for m in modes:
+    one(m)  # warm up
+for r in range(rounds):
+    for m in modes:
+        for k, v in one(m).items():
+            got[m][k].append(v / N)
+print(json.dumps({m: {k: statistics.median(v) for k, v in d.items()} for m, d in got.items()}))
+"""
+
+
+def warm_kinds_table(a):
+    tracing_dir = os.path.join(a.build, "tracing")
+    print("\nWarmed, in-process, per kind (100k calls, median of %d interleaved rounds, thread "
+          "CPU time): added ns/call of the floor (same events, empty callbacks), cProfile and "
+          "bifocal; bifocal / cProfile, and the floor's share of cProfile\n" % a.repeat)
+    print("| python | kind | floor ns | cProfile ns | bifocal ns | bifocal - floor ns | "
+          "bifocal / cProfile | floor / cProfile |")
+    print("|---|---|---|---|---|---|---|---|")
+    for path, tag in interpreters(a, (3, 12)):
+        r = subprocess.run([path, "-c", KINDS_CHILD, tracing_dir, "100000", str(a.repeat)],
+                           capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            print("| %s | failed: %s |" % (tag, (r.stderr.strip().splitlines() or ["?"])[-1]))
+            continue
+        med = json.loads(r.stdout.strip().splitlines()[-1])
+        for k in [k for k, _ in KINDS] + ["all"]:
+            ks = [k] if k != "all" else [kk for kk, _ in KINDS]
+            add = {m: sum(med[m][kk] - med["base"][kk] for kk in ks)
+                   for m in ("floor", "cprofile", "bifocal")}
+            c = add["cprofile"]
+            print("| %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s |" % (
+                tag, k, add["floor"], c, add["bifocal"], add["bifocal"] - add["floor"],
+                "%.2f" % (add["bifocal"] / c) if c > 5 else "-",
+                "%.2f" % (add["floor"] / c) if c > 5 else "-"))
 
 
 def warm_table(a):

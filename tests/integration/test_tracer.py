@@ -107,12 +107,11 @@ def work():
 work()
 """
 
-# Imports exactly what bifocal's runner has imported when the program starts,
+# Imports exactly what bifocal's runner has imported when the program starts
+# (sys and os; not threading, which the collector no longer imports on 3.8-3.11),
 # so both runs import (and count) the same modules.
 REF_RUNNER = """
 import sys, os
-if sys.version_info < (3, 12):
-    import threading  # the collector follows new threads with threading.setprofile
 GEN = 0x20 | 0x80 | 0x200
 counts = {}
 gens = set()
@@ -505,3 +504,31 @@ def test_no_builtins_never_subscribes_call(python, db, tmp_path):
     assert r.stdout.splitlines()[0] == "bifocal False True"
     r = trace(python, [script], db)
     assert r.stdout.splitlines()[0] == "bifocal True True"
+
+
+def test_programs_own_import_of_threading_is_traced(python, db, tmp_path):
+    """The tracer follows new threads without importing threading itself, so
+    the program's `import threading` is traced, and a thread it starts after
+    that import (tracing already on) is followed."""
+    pre = subprocess.run([python, "-c", "import sys; print('threading' in sys.modules)"],
+                         capture_output=True, text=True, timeout=30).stdout.strip()
+    if pre != "False":
+        pytest.skip("%s has threading imported at start-up (%s)" % (python, pre or "?"))
+    script = write(tmp_path, "imp_threading.py", """
+        import threading
+        def leaf():
+            return 1
+        def worker():
+            for _ in range(100):
+                leaf()
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+    """)
+    sid = last_line_id(trace(python, [script], db))
+    fs = funcs(db, sid)
+    mods = [v for k, v in fs.items() if k[0].endswith(os.sep + "threading.py") and k[1] == "<module>"]
+    assert len(mods) == 1 and mods[0]["calls"] == 1, sorted(k for k in fs if "threading" in k[0])[:5]
+    assert by_qualname(fs, "worker")["calls"] == 1
+    assert by_qualname(fs, "leaf")["calls"] == 100
+    assert session(db, sid)["extra"]["mismatches"] == 0
