@@ -22,6 +22,7 @@
 #include "profile.h"
 #include "query.h"
 #include "store_int.h"
+#include "vec.h"
 
 /* ---- the run ------------------------------------------------------------- */
 
@@ -132,12 +133,7 @@ static void collect_output(int rfd, bf_cal_run_result *out) {
   ssize_t n;
   while (buf && (n = read(rfd, buf + len, cap - len - 1)) > 0) {
     len += (size_t)n;
-    if (cap - len < 1024) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) break;
-      buf = nb;
-      cap *= 2;
-    }
+    if (cap - len < 1024 && bf_vec_grow((void **)&buf, &cap, cap + 1, 1, 0)) break;
   }
   close(rfd);
   if (!buf) return;
@@ -236,13 +232,7 @@ static int row_of(bm_walk *w, int64_t fid, int64_t *row) {
       break;
     }
   }
-  if (w->nmap == w->capmap) {
-    size_t nc = w->capmap ? w->capmap * 2 : 64;
-    fid_row *nm = realloc(w->map, nc * sizeof *nm);
-    if (!nm) return -ENOMEM;
-    w->map = nm;
-    w->capmap = nc;
-  }
+  if (bf_vec_grow((void **)&w->map, &w->capmap, w->nmap + 1, sizeof *w->map, 64)) return -ENOMEM;
   memmove(w->map + lo + 1, w->map + lo, (w->nmap - lo) * sizeof *w->map);
   w->map[lo] = (fid_row){fid, *row};
   w->nmap++;

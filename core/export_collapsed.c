@@ -9,6 +9,7 @@
 #include "query.h"
 #include "store_int.h"
 #include "views.h"
+#include "vec.h"
 
 typedef struct acc {
   bf_map3 idx; /* stack id → index */
@@ -24,16 +25,10 @@ static int add(acc *a, int64_t stack_id, double v) {
     a->val[*hit] += v;
     return 0;
   }
-  if (a->n == a->cap) {
-    size_t nc = a->cap ? a->cap * 2 : 256;
-    int64_t *ns = realloc(a->stack, nc * sizeof *ns);
-    if (!ns) return -ENOMEM;
-    a->stack = ns;
-    double *nv = realloc(a->val, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    a->val = nv;
-    a->cap = nc;
-  }
+  size_t stack_cap = a->cap; /* both arrays share a->cap */
+  if (bf_vec_grow((void **)&a->stack, &stack_cap, a->n + 1, sizeof *a->stack, 256) ||
+      bf_vec_grow((void **)&a->val, &a->cap, a->n + 1, sizeof *a->val, 256))
+    return -ENOMEM;
   a->stack[a->n] = stack_id;
   a->val[a->n] = v;
   if (bf_map3_put(&a->idx, stack_id, 0, 0, (int64_t)a->n)) return -ENOMEM;

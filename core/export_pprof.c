@@ -13,6 +13,7 @@
 #include "store_int.h"
 #include "views.h"
 #include "views_int.h"
+#include "vec.h"
 
 typedef struct pb {
   uint8_t *b;
@@ -22,16 +23,9 @@ typedef struct pb {
 
 static void pb_raw(pb *p, const void *d, size_t n) {
   if (p->oom || n == 0) return;
-  if (p->n + n > p->cap) {
-    size_t nc = p->cap ? p->cap * 2 : 4096;
-    while (nc < p->n + n) nc *= 2;
-    uint8_t *nb = realloc(p->b, nc);
-    if (!nb) {
-      p->oom = 1;
-      return;
-    }
-    p->b = nb;
-    p->cap = nc;
+  if (bf_vec_grow((void **)&p->b, &p->cap, p->n + n, 1, 4096)) {
+    p->oom = 1;
+    return;
   }
   memcpy(p->b + p->n, d, n);
   p->n += n;
@@ -78,15 +72,9 @@ static int64_t str_id(strtab *t, const char *s) {
   uint64_t h = bf_hash_str(s, len);
   int64_t *hit = bf_map3_get(&t->idx, (int64_t)h, (int64_t)len, 0);
   if (hit && strcmp(t->v[*hit], s) == 0) return *hit;
-  if (t->n == t->cap) {
-    size_t nc = t->cap ? t->cap * 2 : 256;
-    const char **nv = realloc(t->v, nc * sizeof *nv);
-    if (!nv) {
-      t->out.oom = 1;
-      return 0;
-    }
-    t->v = nv;
-    t->cap = nc;
+  if (bf_vec_grow((void **)&t->v, &t->cap, t->n + 1, sizeof *t->v, 256)) {
+    t->out.oom = 1;
+    return 0;
   }
   t->v[t->n] = s;
   if (!hit && bf_map3_put(&t->idx, (int64_t)h, (int64_t)len, 0, (int64_t)t->n)) t->out.oom = 1;
@@ -228,15 +216,9 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
             break;
           }
           snprintf(sys, sizeof sys, "%s:%lld:%s", ref.file, (long long)ref.firstlineno, ref.qualname);
-          if (nowned + 2 > owncap) {
-            size_t nc = owncap ? owncap * 2 : 64;
-            char **no = realloc(owned, nc * sizeof *no);
-            if (!no) {
-              rc = -ENOMEM;
-              goto free_all;
-            }
-            owned = no;
-            owncap = nc;
+          if (bf_vec_grow((void **)&owned, &owncap, nowned + 2, sizeof *owned, 64)) {
+            rc = -ENOMEM;
+            goto free_all;
           }
           owned[nowned] = strdup(nm);
           owned[nowned + 1] = strdup(sys);

@@ -10,6 +10,7 @@
 #include "views.h"
 #include "query.h"
 #include "views_int.h"
+#include "vec.h"
 
 #define NO_FRAME (-1)
 
@@ -132,13 +133,7 @@ typedef struct figs {
 static fig *fig_get(figs *g, int64_t caller, int64_t callee) {
   int64_t *hit = bf_map3_get(&g->idx, caller, callee, 0);
   if (hit) return &g->v[*hit];
-  if (g->n == g->cap) {
-    size_t nc = g->cap ? g->cap * 2 : 256;
-    fig *nv = realloc(g->v, nc * sizeof *nv);
-    if (!nv) return NULL;
-    g->v = nv;
-    g->cap = nc;
-  }
+  if (bf_vec_grow((void **)&g->v, &g->cap, g->n + 1, sizeof *g->v, 256)) return NULL;
   g->v[g->n] = (fig){caller, callee, 0, 0, 0, 0};
   if (bf_map3_put(&g->idx, caller, callee, 0, (int64_t)g->n)) return NULL;
   return &g->v[g->n++];

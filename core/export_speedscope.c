@@ -13,6 +13,7 @@
 #include "util.h"
 #include "views.h"
 #include "views_int.h"
+#include "vec.h"
 
 static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
   bf_wstacks *w = NULL;
@@ -24,14 +25,9 @@ static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter 
   /* frame index per function, in first-seen order */
   for (size_t i = 0; i < w->nf; i++) {
     if (bf_map3_get(&fidx, w->fids[i], 0, 0)) continue;
-    if (nfn == cap) {
-      cap = cap ? cap * 2 : 256;
-      int64_t *no = realloc(order, cap * sizeof *no);
-      if (!no) {
-        rc = -ENOMEM;
-        goto out;
-      }
-      order = no;
+    if (bf_vec_grow((void **)&order, &cap, nfn + 1, sizeof *order, 256)) {
+      rc = -ENOMEM;
+      goto out;
     }
     order[nfn] = w->fids[i];
     if (bf_map3_put(&fidx, w->fids[i], 0, 0, (int64_t)nfn)) {
@@ -120,13 +116,7 @@ typedef struct frames {
 static int64_t frame_of(frames *fr, int64_t fid) {
   int64_t *hit = bf_map3_get(&fr->idx, fid, 0, 0);
   if (hit) return *hit;
-  if (fr->n == fr->cap) {
-    size_t nc = fr->cap ? fr->cap * 2 : 256;
-    int64_t *no = realloc(fr->order, nc * sizeof *no);
-    if (!no) return -1;
-    fr->order = no;
-    fr->cap = nc;
-  }
+  if (bf_vec_grow((void **)&fr->order, &fr->cap, fr->n + 1, sizeof *fr->order, 256)) return -1;
   fr->order[fr->n] = fid;
   if (bf_map3_put(&fr->idx, fid, 0, 0, (int64_t)fr->n)) return -1;
   return (int64_t)fr->n++;
@@ -248,15 +238,9 @@ static int export_timeline(bf_store *s, int64_t session_id, const bf_session_inf
       t.runs[t.n - 1].weight += w;
       continue;
     }
-    if (t.n == t.cap) {
-      size_t nc = t.cap ? t.cap * 2 : 4096;
-      run *nr = realloc(t.runs, nc * sizeof *nr);
-      if (!nr) {
-        rc = -ENOMEM;
-        goto out;
-      }
-      t.runs = nr;
-      t.cap = nc;
+    if (bf_vec_grow((void **)&t.runs, &t.cap, t.n + 1, sizeof *t.runs, 4096)) {
+      rc = -ENOMEM;
+      goto out;
     }
     t.runs[t.n++] = (run){stack, w};
   }

@@ -9,6 +9,7 @@
 #include "profile.h"
 #include "query.h"
 #include "store_int.h"
+#include "vec.h"
 
 void bf_wilson(double k, double n, double *lo, double *hi) {
   if (n <= 0) {
@@ -44,18 +45,10 @@ static int row_for(bf_store *s, rowset *rs, int64_t fid, size_t *out) {
   bf_function_ref ref;
   int rc = bf_store_function_get(s, fid, &ref);
   if (rc) return rc;
-  if (rs->n == rs->cap) {
-    size_t nc = rs->cap ? rs->cap * 2 : 128;
-    bf_func_row *nr = realloc(rs->rows, nc * sizeof *nr);
-    int64_t *ns = realloc(rs->seen, nc * sizeof *ns);
-    if (!nr || !ns) {
-      free(nr != rs->rows ? nr : NULL);
-      return -ENOMEM;
-    }
-    rs->rows = nr;
-    rs->seen = ns;
-    rs->cap = nc;
-  }
+  size_t rows_cap = rs->cap; /* both arrays share rs->cap */
+  if (bf_vec_grow((void **)&rs->rows, &rows_cap, rs->n + 1, sizeof *rs->rows, 128) ||
+      bf_vec_grow((void **)&rs->seen, &rs->cap, rs->n + 1, sizeof *rs->seen, 128))
+    return -ENOMEM;
   size_t i = rs->n++;
   bf_func_row *r = &rs->rows[i];
   memset(r, 0, sizeof *r);

@@ -124,13 +124,7 @@ static int sagg_add(void *ud, const bf_sample *smp) {
     q->v[*hit].weight += (double)smp->weight;
     return 0;
   }
-  if (q->n == a->cap) {
-    size_t nc = a->cap ? a->cap * 2 : 256;
-    bf_q_stack *nv = realloc(q->v, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    q->v = nv;
-    a->cap = nc;
-  }
+  if (bf_vec_grow((void **)&q->v, &a->cap, q->n + 1, sizeof *q->v, 256)) return -ENOMEM;
   q->v[q->n] = (bf_q_stack){smp->thread_id, stack, c, (double)smp->weight};
   if (bf_map3_put(&a->idx, smp->thread_id, stack, 0, (int64_t)q->n)) return -ENOMEM;
   q->n++;
@@ -213,18 +207,11 @@ int bf_q_frames_get(bf_store *s, bf_q_frames **cache, int64_t stack_id, const in
   size_t nf = 0;
   int rc = bf_store_stack_frames(s, stack_id, &frames, &nf);
   if (rc) return rc;
-  if (c->n + nf > c->cap) {
-    size_t nc = c->cap ? c->cap * 2 : 4096;
-    while (nc < c->n + nf) nc *= 2;
-    int64_t *a = realloc(c->fids, nc * sizeof *a);
-    if (a) c->fids = a;
-    int64_t *b = a ? realloc(c->lines, nc * sizeof *b) : NULL;
-    if (b) c->lines = b;
-    if (!a || !b) {
-      free(frames);
-      return bf_store_fail(s, -ENOMEM, "out of memory");
-    }
-    c->cap = nc;
+  size_t fids_cap = c->cap; /* both arrays share c->cap */
+  if (bf_vec_grow((void **)&c->fids, &fids_cap, c->n + nf, sizeof *c->fids, 4096) ||
+      bf_vec_grow((void **)&c->lines, &c->cap, c->n + nf, sizeof *c->lines, 4096)) {
+    free(frames);
+    return bf_store_fail(s, -ENOMEM, "out of memory");
   }
   for (size_t j = 0; j < nf; j++)
     if ((rc = bf_store_frame_get(s, frames[j], &c->fids[c->n + j], &c->lines[c->n + j]))) {
@@ -270,13 +257,7 @@ static int add_rec(void *ud, const bf_call_record *r) {
     if (r->start_ns < a->f->since_ns) return 0;
     if (a->f->until_ns > 0 && r->start_ns >= a->f->until_ns) return 0;
   }
-  if (a->n == a->cap) {
-    size_t nc = a->cap ? a->cap * 2 : 1024;
-    bf_call_record *nv = realloc(a->v, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    a->v = nv;
-    a->cap = nc;
-  }
+  if (bf_vec_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v, 1024)) return -ENOMEM;
   a->v[a->n++] = *r;
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "util.h"
 #include "views.h"
 #include "views_int.h"
+#include "vec.h"
 
 extern const char bf_flame_html[];
 
@@ -42,13 +43,7 @@ static int func_index(trie *t, int64_t fid, int64_t *out) {
     *out = *hit;
     return 0;
   }
-  if (t->nfn == t->fcap) {
-    size_t nc = t->fcap ? t->fcap * 2 : 256;
-    int64_t *nf = realloc(t->fids, nc * sizeof *nf);
-    if (!nf) return -ENOMEM;
-    t->fids = nf;
-    t->fcap = nc;
-  }
+  if (bf_vec_grow((void **)&t->fids, &t->fcap, t->nfn + 1, sizeof *t->fids, 256)) return -ENOMEM;
   t->fids[t->nfn] = fid;
   *out = (int64_t)t->nfn++;
   return bf_map3_put(&t->fidx, fid, 0, 0, *out) ? -ENOMEM : 0;
@@ -70,13 +65,7 @@ static int leaf_of(trie *t, const bf_wstacks *w, const bf_wstack *st, int base, 
     if (hit) {
       node = *hit;
     } else {
-      if (t->n == t->cap) {
-        size_t nc = t->cap ? t->cap * 2 : 1024;
-        double *nv = realloc(t->v, nc * STRIDE * sizeof *nv);
-        if (!nv) return -ENOMEM;
-        t->v = nv;
-        t->cap = nc;
-      }
+      if (bf_vec_grow((void **)&t->v, &t->cap, t->n + 1, STRIDE * sizeof *t->v, 1024)) return -ENOMEM;
       node = (int64_t)t->n++;
       double *r = &t->v[node * STRIDE];
       r[0] = (double)parent;
@@ -104,13 +93,7 @@ static int trie_add(trie *t, const bf_wstacks *w, const bf_wstack *st, int base,
   r[3] += (double)st->count;
   r[4] += v;
   if (!per_thread) return 0;
-  if (t->nts == t->tscap) {
-    size_t nc = t->tscap ? t->tscap * 2 : 256;
-    tself *nt = realloc(t->ts, nc * sizeof *nt);
-    if (!nt) return -ENOMEM;
-    t->ts = nt;
-    t->tscap = nc;
-  }
+  if (bf_vec_grow((void **)&t->ts, &t->tscap, t->nts + 1, sizeof *t->ts, 256)) return -ENOMEM;
   t->ts[t->nts++] = (tself){leaf, st->thread, st->count, v};
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "util.h"
 #include "views.h"
 #include "views_int.h"
+#include "vec.h"
 
 typedef struct tstat {
   int64_t thread_id;
@@ -61,13 +62,7 @@ static int gil_sample(void *ud, const bf_sample *smp) {
   }
   int64_t *fi = bf_map3_get(&g->byfn, fid, 0, 0);
   if (!fi) {
-    if (g->nfn == g->fcap) {
-      size_t nc = g->fcap ? g->fcap * 2 : 64;
-      int64_t(*nf)[2] = realloc(g->fn, nc * sizeof *nf);
-      if (!nf) return -ENOMEM;
-      g->fn = nf;
-      g->fcap = nc;
-    }
+    if (bf_vec_grow((void **)&g->fn, &g->fcap, g->nfn + 1, sizeof *g->fn, 64)) return -ENOMEM;
     g->fn[g->nfn][0] = fid;
     g->fn[g->nfn][1] = 0;
     if (bf_map3_put(&g->byfn, fid, 0, 0, (int64_t)g->nfn)) return -ENOMEM;

@@ -11,6 +11,7 @@
 #include "util.h"
 #include "views.h"
 #include "views_int.h"
+#include "vec.h"
 
 typedef struct hm {
   bf_store *s;
@@ -56,16 +57,10 @@ static int leaf_of(hm *h, int64_t stack_id, int64_t *out) {
   if (fi) {
     idx = *fi;
   } else {
-    if (h->nfn == h->fcap) {
-      size_t nc = h->fcap ? h->fcap * 2 : 64;
-      int64_t *nf = realloc(h->fids, nc * sizeof *nf);
-      double *ncl = realloc(h->cells, nc * (size_t)h->nb * sizeof *ncl);
-      if (nf) h->fids = nf;
-      if (ncl) h->cells = ncl;
-      if (!nf || !ncl) return -ENOMEM;
-      memset(h->cells + h->fcap * (size_t)h->nb, 0, (nc - h->fcap) * (size_t)h->nb * sizeof *ncl);
-      h->fcap = nc;
-    }
+    size_t fids_cap = h->fcap; /* both arrays share h->fcap; a row of cells is nb wide */
+    if (bf_vec_grow((void **)&h->fids, &fids_cap, h->nfn + 1, sizeof *h->fids, 64) ||
+        bf_vec_grow_zero((void **)&h->cells, &h->fcap, h->nfn + 1, (size_t)h->nb * sizeof *h->cells, 64))
+      return -ENOMEM;
     idx = (int64_t)h->nfn;
     h->fids[h->nfn++] = fid;
     if (bf_map3_put(&h->fidx, fid, 0, 0, idx)) return -ENOMEM;

@@ -10,6 +10,7 @@
 #include "store_int.h"
 #include "text.h"
 #include "views_int.h"
+#include "vec.h"
 
 
 const char *bf_short_file(const char *f, size_t max) {
@@ -97,24 +98,11 @@ void bf_wstacks_free(bf_wstacks *w) {
 
 static int push_stack(bf_wstacks *w, int32_t thread, const int64_t *fids, const int64_t *lines, size_t depth,
                       int64_t count, double weight) {
-  if (w->n == w->cap) {
-    size_t nc = w->cap ? w->cap * 2 : 256;
-    bf_wstack *nv = realloc(w->v, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    w->v = nv;
-    w->cap = nc;
-  }
-  if (w->nf + depth > w->fcap) {
-    size_t nc = w->fcap ? w->fcap * 2 : 4096;
-    while (nc < w->nf + depth) nc *= 2;
-    int64_t *a = realloc(w->fids, nc * sizeof *a);
-    if (!a) return -ENOMEM;
-    w->fids = a;
-    int64_t *b = realloc(w->lines, nc * sizeof *b);
-    if (!b) return -ENOMEM;
-    w->lines = b;
-    w->fcap = nc;
-  }
+  if (bf_vec_grow((void **)&w->v, &w->cap, w->n + 1, sizeof *w->v, 256)) return -ENOMEM;
+  size_t fids_cap = w->fcap; /* both arrays share w->fcap */
+  if (bf_vec_grow((void **)&w->fids, &fids_cap, w->nf + depth, sizeof *w->fids, 4096) ||
+      bf_vec_grow((void **)&w->lines, &w->fcap, w->nf + depth, sizeof *w->lines, 4096))
+    return -ENOMEM;
   memcpy(w->fids + w->nf, fids, depth * sizeof *fids);
   memcpy(w->lines + w->nf, lines, depth * sizeof *lines);
   w->v[w->n++] = (bf_wstack){thread, (uint32_t)depth, w->nf, count, weight, 0};
@@ -124,13 +112,7 @@ static int push_stack(bf_wstacks *w, int32_t thread, const int64_t *fids, const 
 
 /* Another thread's row for a stack whose frames are already stored. */
 static int push_shared(bf_wstacks *w, int32_t thread, const bf_wstack *like, int64_t count, double weight) {
-  if (w->n == w->cap) {
-    size_t nc = w->cap ? w->cap * 2 : 256;
-    bf_wstack *nv = realloc(w->v, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    w->v = nv;
-    w->cap = nc;
-  }
+  if (bf_vec_grow((void **)&w->v, &w->cap, w->n + 1, sizeof *w->v, 256)) return -ENOMEM;
   w->v[w->n++] = (bf_wstack){thread, like->depth, like->off, count, weight, like->stack_id};
   return 0;
 }
@@ -233,13 +215,7 @@ typedef struct tedges {
 
 static int collect_edge(void *ud, const bf_trace_edge *te) {
   tedges *t = ud;
-  if (t->n == t->cap) {
-    size_t nc = t->cap ? t->cap * 2 : 256;
-    bf_trace_edge *nv = realloc(t->v, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    t->v = nv;
-    t->cap = nc;
-  }
+  if (bf_vec_grow((void **)&t->v, &t->cap, t->n + 1, sizeof *t->v, 256)) return -ENOMEM;
   t->v[t->n++] = *te;
   return 0;
 }
@@ -248,13 +224,7 @@ static int collect_func(void *ud, const bf_trace_func *tf) {
   tedges *t = ud;
   if (bf_map3_put(&t->fn_total, tf->function_id, 0, 0, tf->total_ns)) return -ENOMEM;
   if (bf_map3_put(&t->fn_calls, tf->function_id, 0, 0, tf->calls)) return -ENOMEM;
-  if (t->nfn == t->fncap) {
-    size_t nc = t->fncap ? t->fncap * 2 : 256;
-    int64_t *nv = realloc(t->fn_ids, nc * sizeof *nv);
-    if (!nv) return -ENOMEM;
-    t->fn_ids = nv;
-    t->fncap = nc;
-  }
+  if (bf_vec_grow((void **)&t->fn_ids, &t->fncap, t->nfn + 1, sizeof *t->fn_ids, 256)) return -ENOMEM;
   t->fn_ids[t->nfn++] = tf->function_id;
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "lua_host.h"
 #include "profile.h"
 #include "text.h"
+#include "vec.h"
 
 /* ---- state shared with readline callbacks (readline has no user pointer) ---- */
 
@@ -289,13 +290,7 @@ typedef struct strlist {
 static void sl_add(strlist *l, const char *s) {
   for (size_t i = 0; i < l->n; i++)
     if (strcmp(l->v[i], s) == 0) return;
-  if (l->n == l->cap) {
-    size_t nc = l->cap ? l->cap * 2 : 64;
-    char **nv = realloc(l->v, nc * sizeof *nv);
-    if (!nv) return;
-    l->v = nv;
-    l->cap = nc;
-  }
+  if (bf_vec_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v, 64)) return;
   char *d = strdup(s);
   if (d) l->v[l->n++] = d;
 }

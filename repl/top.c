@@ -9,6 +9,7 @@
 #include "text.h"
 #include "top.h"
 #include "util.h"
+#include "vec.h"
 
 static bf_top_fn *fn_get(bf_top *t, const bf_smp_code *c) {
   /* linear probe over a power-of-two table keyed by the code pointer */
@@ -53,13 +54,7 @@ int bf_top_add_pid(bf_top *t, int pid, const bf_smp_thread *th, size_t n) {
     for (size_t k = 0; k < t->nth; k++)
       if (t->th[k].tid == th[i].native_tid) tt = &t->th[k];
     if (!tt) {
-      if (t->nth == t->cap_th) {
-        size_t nc = t->cap_th ? t->cap_th * 2 : 8;
-        bf_top_thread *nt = realloc(t->th, nc * sizeof *nt);
-        if (!nt) return -ENOMEM;
-        t->th = nt;
-        t->cap_th = nc;
-      }
+      if (bf_vec_grow((void **)&t->th, &t->cap_th, t->nth + 1, sizeof *t->th, 8)) return -ENOMEM;
       tt = &t->th[t->nth++];
       memset(tt, 0, sizeof *tt);
       tt->tid = th[i].native_tid;
