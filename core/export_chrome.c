@@ -14,8 +14,33 @@
 #include "views.h"
 #include "views_int.h"
 
-
-
+/* The head of the file up to the metadata events that name the process and
+ * its threads; field is the session's "mode" (traced) or "clock" (sampled).
+ * A traced session's thread names are clipped to 255 bytes, as they were. */
+static void write_head(FILE *out, int64_t session_id, const bf_session_info *info, const char *field,
+                       const char *value, long long pid, const bf_thread_ref *th, size_t nth, int clip_names) {
+  fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"bifocal " BF_VERSION "\",\"session\":", out);
+  fprintf(out, "%lld,\"kind\":", (long long)session_id);
+  bf_json_str(out, info->kind);
+  fprintf(out, ",\"%s\":", field);
+  bf_json_str(out, value);
+  fputs("},\"traceEvents\":[", out);
+  fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,\"args\":{\"name\":", pid);
+  bf_json_str(out, info->command ? info->command : "python");
+  fputs("}}", out);
+  for (size_t i = 0; i < nth; i++) {
+    fprintf(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%lld,\"args\":{\"name\":", pid,
+            (long long)th[i].native_tid);
+    const char *name = th[i].name ? th[i].name : "thread";
+    char lb[256];
+    if (clip_names) {
+      snprintf(lb, sizeof lb, "%s", name);
+      name = lb;
+    }
+    bf_json_str(out, name);
+    fputs("}}", out);
+  }
+}
 
 static int export_records(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
   bf_session_info *info = NULL;
@@ -34,23 +59,7 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
   }
   if ((rc = bf_store_threads(s, session_id, &th, &nth))) goto out;
   long long pid = info->pid > 0 ? (long long)info->pid : 1;
-  fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"bifocal " BF_VERSION "\",\"session\":", out);
-  fprintf(out, "%lld,\"kind\":", (long long)session_id);
-  bf_json_str(out, info->kind);
-  fputs(",\"mode\":", out);
-  bf_json_str(out, info->mode);
-  fputs("},\"traceEvents\":[", out);
-  fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,\"args\":{\"name\":", pid);
-  bf_json_str(out, info->command ? info->command : "python");
-  fputs("}}", out);
-  for (size_t i = 0; i < nth; i++) {
-    fprintf(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%lld,\"args\":{\"name\":", pid,
-            (long long)th[i].native_tid);
-    char lb[256];
-    snprintf(lb, sizeof lb, "%s", th[i].name ? th[i].name : "thread");
-    bf_json_str(out, lb);
-    fputs("}}", out);
-  }
+  write_head(out, session_id, info, "mode", info->mode, pid, th, nth, 1);
   int64_t *ends = malloc((a.n ? a.n : 1) * sizeof *ends); /* open calls of this thread: nesting depth */
   size_t open = 0;
   if (!ends) {
@@ -152,21 +161,7 @@ static int export_samples(bf_store *s, int64_t session_id, const bf_session_info
   if ((rc = bf_q_timeline_open(s, session_id, f, &c))) goto out;
   /* a sample stands for one sampling period; a longer gap is time not seen */
   int64_t period = info->rate_hz > 0 ? (int64_t)(1e9 / info->rate_hz + 0.5) : 1000000;
-  fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"bifocal " BF_VERSION "\",\"session\":", out);
-  fprintf(out, "%lld,\"kind\":", (long long)session_id);
-  bf_json_str(out, info->kind);
-  fputs(",\"clock\":", out);
-  bf_json_str(out, info->clock);
-  fputs("},\"traceEvents\":[", out);
-  fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,\"args\":{\"name\":", t.pid);
-  bf_json_str(out, info->command ? info->command : "python");
-  fputs("}}", out);
-  for (size_t i = 0; i < nth; i++) {
-    fprintf(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%lld,\"args\":{\"name\":", t.pid,
-            (long long)th[i].native_tid);
-    bf_json_str(out, th[i].name ? th[i].name : "thread");
-    fputs("}}", out);
-  }
+  write_head(out, session_id, info, "clock", info->clock, t.pid, th, nth, 0);
   const bf_sample *smp;
   int64_t thread = -1, last_ts = 0;
   while ((rc = bf_q_timeline_next(c, &smp)) == 1) {

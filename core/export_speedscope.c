@@ -15,37 +15,29 @@
 #include "views_int.h"
 #include "vec.h"
 
-static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
-  bf_wstacks *w = NULL;
-  int rc = bf_wstacks_load(s, session_id, f, &w);
-  if (rc) return rc;
-  bf_map3 fidx = {0};
-  int64_t *order = NULL;
-  size_t nfn = 0, cap = 0;
-  /* frame index per function, in first-seen order */
-  for (size_t i = 0; i < w->nf; i++) {
-    if (bf_map3_get(&fidx, w->fids[i], 0, 0)) continue;
-    if (bf_vec_grow((void **)&order, &cap, nfn + 1, sizeof *order, 256)) {
-      rc = -ENOMEM;
-      goto out;
-    }
-    order[nfn] = w->fids[i];
-    if (bf_map3_put(&fidx, w->fids[i], 0, 0, (int64_t)nfn)) {
-      rc = -ENOMEM;
-      goto out;
-    }
-    nfn++;
-  }
-  int ns = !(bf_q_kind_of(w->info) == BF_Q_IMPORTED); /* sampled and traced weights are ns; imports count */
-  fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"name\":", out);
-  char name[128];
-  snprintf(name, sizeof name, "bifocal session %lld%s%s", (long long)session_id, w->info->label ? " — " : "",
-           w->info->label ? w->info->label : "");
-  bf_json_str(out, name);
-  fputs(",\"exporter\":\"bifocal " BF_VERSION "\",\"activeProfileIndex\":0,\"shared\":{\"frames\":[", out);
-  for (size_t i = 0; i < nfn; i++) {
+/* ---- shared frames: one per function, in first-use order ---------------- */
+
+typedef struct frames {
+  bf_map3 idx;
+  int64_t *order;
+  size_t n, cap;
+} frames;
+
+static int64_t frame_of(frames *fr, int64_t fid) {
+  int64_t *hit = bf_map3_get(&fr->idx, fid, 0, 0);
+  if (hit) return *hit;
+  if (bf_vec_grow((void **)&fr->order, &fr->cap, fr->n + 1, sizeof *fr->order, 256)) return -1;
+  fr->order[fr->n] = fid;
+  if (bf_map3_put(&fr->idx, fid, 0, 0, (int64_t)fr->n)) return -1;
+  return (int64_t)fr->n++;
+}
+
+/* The elements of shared.frames, one per fr->order entry. */
+static int write_frames(bf_store *s, FILE *out, const frames *fr) {
+  for (size_t i = 0; i < fr->n; i++) {
     bf_function_ref ref;
-    if ((rc = bf_store_function_get(s, order[i], &ref))) goto out;
+    int rc = bf_store_function_get(s, fr->order[i], &ref);
+    if (rc) return rc;
     if (i) fputc(',', out);
     fputs("{\"name\":", out);
     bf_json_str(out, ref.qualname);
@@ -54,6 +46,28 @@ static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter 
     if (ref.firstlineno > 0) fprintf(out, ",\"line\":%lld", (long long)ref.firstlineno);
     fputc('}', out);
   }
+  return 0;
+}
+
+static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_wstacks *w = NULL;
+  int rc = bf_wstacks_load(s, session_id, f, &w);
+  if (rc) return rc;
+  frames fr = {0};
+  /* frame index per function, in first-seen order */
+  for (size_t i = 0; i < w->nf; i++)
+    if (frame_of(&fr, w->fids[i]) < 0) {
+      rc = -ENOMEM;
+      goto out;
+    }
+  int ns = !(bf_q_kind_of(w->info) == BF_Q_IMPORTED); /* sampled and traced weights are ns; imports count */
+  fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"name\":", out);
+  char name[128];
+  snprintf(name, sizeof name, "bifocal session %lld%s%s", (long long)session_id, w->info->label ? " — " : "",
+           w->info->label ? w->info->label : "");
+  bf_json_str(out, name);
+  fputs(",\"exporter\":\"bifocal " BF_VERSION "\",\"activeProfileIndex\":0,\"shared\":{\"frames\":[", out);
+  if ((rc = write_frames(s, out, &fr))) goto out;
   fputs("]},\"profiles\":[", out);
   int first = 1;
   for (size_t t = 0; t < w->nthreads; t++) {
@@ -82,7 +96,7 @@ static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter 
       fs = 0;
       fputc('[', out);
       for (uint32_t d = 0; d < st->depth; d++)
-        fprintf(out, d ? ",%lld" : "%lld", (long long)*bf_map3_get(&fidx, w->fids[st->off + d], 0, 0));
+        fprintf(out, d ? ",%lld" : "%lld", (long long)*bf_map3_get(&fr.idx, w->fids[st->off + d], 0, 0));
       fputc(']', out);
     }
     fputs("],\"weights\":[", out);
@@ -99,27 +113,10 @@ static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter 
   fputs("]}\n", out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
-  bf_map3_free(&fidx);
-  free(order);
+  bf_map3_free(&fr.idx);
+  free(fr.order);
   bf_wstacks_free(w);
   return rc;
-}
-
-/* ---- shared frames: one per function, in first-use order ---------------- */
-
-typedef struct frames {
-  bf_map3 idx;
-  int64_t *order;
-  size_t n, cap;
-} frames;
-
-static int64_t frame_of(frames *fr, int64_t fid) {
-  int64_t *hit = bf_map3_get(&fr->idx, fid, 0, 0);
-  if (hit) return *hit;
-  if (bf_vec_grow((void **)&fr->order, &fr->cap, fr->n + 1, sizeof *fr->order, 256)) return -1;
-  fr->order[fr->n] = fid;
-  if (bf_map3_put(&fr->idx, fid, 0, 0, (int64_t)fr->n)) return -1;
-  return (int64_t)fr->n++;
 }
 
 static int write_head(FILE *out, int64_t session_id, const bf_session_info *info) {
@@ -135,18 +132,8 @@ static int write_head(FILE *out, int64_t session_id, const bf_session_info *info
 /* the shared frames go last: JSON objects are unordered, and only then are all known */
 static int write_tail(bf_store *s, FILE *out, const frames *fr) {
   fputs("],\"shared\":{\"frames\":[", out);
-  for (size_t i = 0; i < fr->n; i++) {
-    bf_function_ref ref;
-    int rc = bf_store_function_get(s, fr->order[i], &ref);
-    if (rc) return rc;
-    if (i) fputc(',', out);
-    fputs("{\"name\":", out);
-    bf_json_str(out, ref.qualname);
-    fputs(",\"file\":", out);
-    bf_json_str(out, ref.file);
-    if (ref.firstlineno > 0) fprintf(out, ",\"line\":%lld", (long long)ref.firstlineno);
-    fputc('}', out);
-  }
+  int rc = write_frames(s, out, fr);
+  if (rc) return rc;
   fputs("]}}\n", out);
   return 0;
 }
