@@ -11,13 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../unit/db_files.h"
+#include "clock.h"
 #include "store.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+static double now_s(void) { return (double)bf_mono_ns() / 1e9; }
 
 static long long fsize(const char *p) {
   struct stat st;
@@ -25,10 +23,9 @@ static long long fsize(const char *p) {
 }
 
 static int run(const char *path, const char *clock, int nsamples, double *rate, double *bps) {
-  unlink(path);
+  unlink_db(path);
   char wal[600];
   snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
   bf_store *s;
   const char *msg;
   if (bf_store_open(path, BF_STORE_CREATE, &s, &msg)) {
@@ -120,12 +117,7 @@ int main(int argc, char **argv) {
            clocks[i], n, rate, bps);
     if (rate < 500000 || bps > 16) fail = 1;
   }
-  unlink(path);
-  char wal[600];
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  snprintf(wal, sizeof wal, "%s-shm", path);
-  unlink(wal);
+  unlink_db(path);
   printf("store bench: %s\n", fail ? "BELOW TARGET" : "targets met");
   return fail;
 }

@@ -22,6 +22,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "../unit/db_files.h"
 #include "import.h"
 #include "lua_host.h"
 #include "store.h"
@@ -353,13 +354,9 @@ int main(int argc, char **argv) {
   free(dump);
   lua_close(ref);
   lua_close(mine);
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "%s/f.db", dir);
-  unlink(cmd);
-  snprintf(cmd, sizeof cmd, "%s/f.db-wal", dir);
-  unlink(cmd);
-  snprintf(cmd, sizeof cmd, "%s/f.db-shm", dir);
-  unlink(cmd);
+  char db[160];
+  snprintf(db, sizeof db, "%s/f.db", dir);
+  unlink_db(db);
   rmdir(dir);
   return 0;
 }

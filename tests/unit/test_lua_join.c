@@ -12,6 +12,7 @@
 #include <lua.h>
 
 #include "check.h"
+#include "db_files.h"
 #include "correlate.h"
 #include "lua_host.h"
 #include "store.h"
@@ -153,11 +154,6 @@ int main(void) {
   test_spearman();
   test_join(path);
   test_lua(path);
-  unlink(path);
-  char aux[sizeof path + 8];
-  snprintf(aux, sizeof aux, "%s-wal", path);
-  unlink(aux);
-  snprintf(aux, sizeof aux, "%s-shm", path);
-  unlink(aux);
+  unlink_db(path);
   return CHECK_DONE();
 }

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "check_db.h"
+#include "db_files.h"
 #include "store.h"
 #include "trc_int.h"
 
@@ -124,11 +125,6 @@ int main(void) {
   unlink(path);
   test_percentile();
   test_write(path);
-  unlink(path);
-  char aux[sizeof path + 8];
-  snprintf(aux, sizeof aux, "%s-wal", path);
-  unlink(aux);
-  snprintf(aux, sizeof aux, "%s-shm", path);
-  unlink(aux);
+  unlink_db(path);
   return CHECK_DONE();
 }

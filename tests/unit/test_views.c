@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "db_files.h"
 #include "store.h"
 #include "views.h"
 
@@ -183,12 +184,7 @@ int main(void) {
   test_pstats_large_counts();
   test_diff_compatible();
   bf_store_close(S);
-  unlink(path);
-  char side[600];
-  snprintf(side, sizeof side, "%s-wal", path);
-  unlink(side);
-  snprintf(side, sizeof side, "%s-shm", path);
-  unlink(side);
+  unlink_db(path);
   rmdir(dir);
   return CHECK_DONE();
 }
