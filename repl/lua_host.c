@@ -108,45 +108,41 @@ static void check_write_path(lua_State *L, const char *path, const char *what) {
                what, path, c->out_real);
 }
 
+/* Call the wrapped function (upvalue 1) with this call's arguments and return
+ * all it returns; files it creates are 0600, like every output, when
+ * private_files is set. */
+static int call_wrapped(lua_State *L, int private_files) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  mode_t um = private_files ? umask(077) : 0;
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  if (private_files) umask(um);
+  return lua_gettop(L);
+}
+
 static int sb_io_open(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   const char *mode = luaL_optstring(L, 2, "r");
   int w = strpbrk(mode, "wa+") != NULL;
   if (w) check_write_path(L, path, "writing");
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  mode_t um = w ? umask(077) : 0; /* files a script creates are 0600, like every output */
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  if (w) umask(um);
-  return lua_gettop(L);
+  return call_wrapped(L, w);
 }
 
 static int sb_io_output(lua_State *L) {
   int w = lua_type(L, 1) == LUA_TSTRING;
   if (w) check_write_path(L, lua_tostring(L, 1), "writing");
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  mode_t um = w ? umask(077) : 0; /* 0600, like every output */
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  if (w) umask(um);
-  return lua_gettop(L);
+  return call_wrapped(L, w);
 }
 
 static int sb_os_remove(lua_State *L) {
   check_write_path(L, luaL_checkstring(L, 1), "removing");
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
+  return call_wrapped(L, 0);
 }
 
 static int sb_os_rename(lua_State *L) {
   check_write_path(L, luaL_checkstring(L, 1), "renaming");
   check_write_path(L, luaL_checkstring(L, 2), "renaming to");
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
+  return call_wrapped(L, 0);
 }
 
 /* Lua's "attempt to load a binary chunk (mode is 't')" on top of the stack,

@@ -59,6 +59,15 @@ static inline void bf_lua_set_num(lua_State *L, const char *k, double v) {
 static inline void bf_lua_set_pos_int(lua_State *L, const char *k, int64_t v) {
   if (v >= 0) bf_lua_set_int(L, k, v);
 }
+/* A function's identity fields: file, qualname, firstlineno and name
+ * ("qualname (file:line)"), in that order. */
+static inline void bf_lua_set_func_ident(lua_State *L, const char *file, const char *qualname, int64_t firstlineno) {
+  bf_lua_set_str(L, "file", file);
+  bf_lua_set_str(L, "qualname", qualname);
+  bf_lua_set_int(L, "firstlineno", firstlineno);
+  lua_pushfstring(L, "%s (%s:%I)", qualname, file, (lua_Integer)firstlineno);
+  lua_setfield(L, -2, "name");
+}
 static inline void bf_lua_set_bool(lua_State *L, const char *k, int v) {
   lua_pushboolean(L, v);
   lua_setfield(L, -2, k);

@@ -250,22 +250,25 @@ static const luaL_Reg bifocal_funcs[] = {{"open", bf_lua_open},
                                          {"inert", l_inert},
                                          {NULL, NULL}};
 
+/* Metatable name with metameth, and meth in a table at field (NULL: none). */
+static void create_meta(lua_State *L, const char *name, const luaL_Reg *metameth, const luaL_Reg *meth,
+                        const char *field) {
+  luaL_newmetatable(L, name);
+  luaL_setfuncs(L, metameth, 0);
+  if (meth) {
+    int n = 0;
+    while (meth[n].name) n++;
+    lua_createtable(L, 0, n); /* luaL_newlibtable */
+    luaL_setfuncs(L, meth, 0);
+    lua_setfield(L, -2, field);
+  }
+  lua_pop(L, 1);
+}
+
 static void create_metas(lua_State *L) {
-  luaL_newmetatable(L, DB_MT);
-  luaL_setfuncs(L, db_metameth, 0);
-  luaL_newlibtable(L, db_meth);
-  luaL_setfuncs(L, db_meth, 0);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
-  luaL_newmetatable(L, SESSION_MT);
-  luaL_setfuncs(L, session_metameth, 0);
-  luaL_newlibtable(L, session_meth);
-  luaL_setfuncs(L, session_meth, 0);
-  lua_setfield(L, -2, "__methods");
-  lua_pop(L, 1);
-  luaL_newmetatable(L, SAMPLES_MT);
-  luaL_setfuncs(L, samples_metameth, 0);
-  lua_pop(L, 1);
+  create_meta(L, DB_MT, db_metameth, db_meth, "__index");
+  create_meta(L, SESSION_MT, session_metameth, session_meth, "__methods");
+  create_meta(L, SAMPLES_MT, samples_metameth, NULL, NULL);
 }
 
 int luaopen_bifocal(lua_State *L) {

@@ -152,14 +152,16 @@ static void push_function(lua_State *L, bf_store *s, int64_t fid) {
   bf_lua_set_int(L, "firstlineno", ref.firstlineno);
 }
 
-typedef struct edge_ud {
+/* The state of the edge and call-record callbacks that fill an array. */
+typedef struct rec_ud {
   lua_State *L;
   bf_store *s;
+  int64_t only_fid; /* 0 = all (call records) */
   lua_Integer n;
-} edge_ud;
+} rec_ud;
 
 static int push_edge(void *ud, const bf_trace_edge *te) {
-  edge_ud *e = ud;
+  rec_ud *e = ud;
   lua_State *L = e->L;
   lua_createtable(L, 0, 6);
   push_function(L, e->s, te->caller_function_id);
@@ -178,17 +180,10 @@ static int push_edge(void *ud, const bf_trace_edge *te) {
 int bf_lua_session_edges(lua_State *L) {
   bf_lua_sref ss = bf_lua_checksession(L, 1);
   lua_newtable(L);
-  edge_ud e = {L, ss.s, 0};
+  rec_ud e = {L, ss.s, 0, 0};
   if (bf_q_trace_edges(ss.s, ss.id, push_edge, &e) < 0) return luaL_error(L, "%s", bf_store_errmsg(ss.s));
   return 1;
 }
-
-typedef struct rec_ud {
-  lua_State *L;
-  bf_store *s;
-  int64_t only_fid; /* 0 = all */
-  lua_Integer n;
-} rec_ud;
 
 static int push_record(void *ud, const bf_call_record *r) {
   rec_ud *e = ud;

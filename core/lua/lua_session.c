@@ -67,11 +67,7 @@ int bf_lua_session_info(lua_State *L) {
 static void push_func_row(lua_State *L, const bf_func_row *r, int traced) {
   lua_createtable(L, 0, 24);
   bf_lua_set_int(L, "id", r->function_id);
-  bf_lua_set_str(L, "file", r->file);
-  bf_lua_set_str(L, "qualname", r->qualname);
-  bf_lua_set_int(L, "firstlineno", r->firstlineno);
-  lua_pushfstring(L, "%s (%s:%I)", r->qualname, r->file, (lua_Integer)r->firstlineno);
-  lua_setfield(L, -2, "name");
+  bf_lua_set_func_ident(L, r->file, r->qualname, r->firstlineno);
   bf_lua_set_num(L, "self_share", r->self_share);
   bf_lua_set_num(L, "total_share", r->total_share);
   if (!traced) {

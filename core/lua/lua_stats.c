@@ -17,11 +17,7 @@ static void push_join(lua_State *L, const bf_join *j) {
   for (size_t i = 0; i < j->n; i++) {
     const bf_join_row *r = &j->rows[i];
     lua_createtable(L, 0, 24);
-    bf_lua_set_str(L, "file", r->file);
-    bf_lua_set_str(L, "qualname", r->qualname);
-    bf_lua_set_int(L, "firstlineno", r->firstlineno);
-    lua_pushfstring(L, "%s (%s:%I)", r->qualname, r->file, (lua_Integer)r->firstlineno);
-    lua_setfield(L, -2, "name");
+    bf_lua_set_func_ident(L, r->file, r->qualname, r->firstlineno);
     bf_lua_set_bool(L, "observed", r->observed);
     if (r->observed) {
       bf_lua_set_int(L, "self_samples", r->self_samples);
