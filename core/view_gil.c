@@ -136,13 +136,8 @@ static int gil_text(gil *g, const bf_thread_ref *th, const tstat *all, size_t to
                     const bf_view_opts *o, FILE *out) {
   int rc = 0;
   const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
-  char sub[1024];
-  bf_session_line(info, 0, sub, sizeof sub);
-  char head[1100];
-  snprintf(head, sizeof head, "GIL · %s", sub);
-  fputs(b, out);
-  bf_put_fit(out, head, o->width > 40 ? o->width : 80);
-  fprintf(out, "%s\n%s%lld samples%s\n", rst, dim, (long long)all->samples, rst);
+  bf_put_title(out, "GIL", info, o->width > 40 ? o->width : 80, o->color);
+  fprintf(out, "\n%s%lld samples%s\n", dim, (long long)all->samples, rst);
   fprintf(out, "%s%-26s %8s %6s %8s %7s %6s %5s%s\n", dim, "THREAD", "SAMPLES", "GIL", "WAITING", "ON CPU", "IDLE",
           "GC", rst);
   for (size_t i = 0; i <= g->nt; i++) {

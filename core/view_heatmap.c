@@ -189,14 +189,9 @@ static int hm_html(hm *h, const bf_session_info *info, int64_t session_id, FILE 
 
 static int hm_text(hm *h, const bf_view_opts *o, const bf_session_info *info, FILE *out) {
   int rc = 0;
-  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
-  char sub[1024];
-  bf_session_line(info, 0, sub, sizeof sub);
-  char head[1100];
-  snprintf(head, sizeof head, "heatmap · %s", sub);
-  fputs(b, out);
-  bf_put_fit(out, head, h->width);
-  fprintf(out, "%s\n", rst);
+  const char *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+  bf_put_title(out, "heatmap", info, h->width, o->color);
+  fputc('\n', out);
   fprintf(out, "%s%lld samples; cell = self share of its %.3g s bucket, darkest %.1f%%%s\n", dim,
           (long long)h->nsamples, h->bucket_s, h->hottest * 100, rst);
   for (size_t r = 0; r < h->top; r++) {

@@ -62,6 +62,16 @@ void bf_put_fit(FILE *out, const char *str, int width) {
   fputs("…", out);
 }
 
+void bf_put_title(FILE *out, const char *what, const bf_session_info *info, int width, int color) {
+  char sub[1024];
+  bf_session_line(info, 0, sub, sizeof sub);
+  char head[1100];
+  snprintf(head, sizeof head, "%s · %s", what, sub);
+  fputs(color ? "\033[1m" : "", out);
+  bf_put_fit(out, head, width);
+  fputs(color ? "\033[0m" : "", out);
+}
+
 void bf_html_str(FILE *out, const char *s) {
   for (; s && *s; s++) {
     switch (*s) {

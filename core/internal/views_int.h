@@ -71,6 +71,10 @@ void bf_fit_func(char *buf, size_t len, const char *qualname, const char *file, 
 /* Write str cut to at most width columns (UTF-8 code points; "…" marks a cut). */
 void bf_put_fit(FILE *out, const char *str, int width);
 
+/* A view's title line without its newline: "what · <session line>" in bold
+ * (with color), cut to width columns. */
+void bf_put_title(FILE *out, const char *what, const bf_session_info *info, int width, int color);
+
 /* Write str with HTML escaping (&, <, >, ", '). */
 void bf_html_str(FILE *out, const char *s);
 
