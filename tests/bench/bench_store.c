@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/db_files.h"
+#include "../unit/scratch.h"
 #include "clock.h"
 #include "store.h"
 

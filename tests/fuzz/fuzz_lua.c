@@ -22,7 +22,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include "../unit/db_files.h"
+#include "../unit/scratch.h"
 #include "import.h"
 #include "lua_host.h"
 #include "store.h"

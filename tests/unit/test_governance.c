@@ -15,18 +15,10 @@
 #include "copy.h"
 #include "gc.h"
 #include "redact.h"
+#include "scratch.h"
 #include "share.h"
 #include "store.h"
 
-static char dir[256];
-
-static const char *tmp_path(const char *name) {
-  static char buf[4][512];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-  return buf[k];
-}
 
 
 static int file_contains(const char *path, const char *needle) {
@@ -407,7 +399,8 @@ static void test_sealed_content_is_untrusted(void) {
 
 int main(void) {
   if (sodium_init() < 0) return 1;
-  snprintf(dir, sizeof dir, "/tmp/bf-gov-XXXXXX");
+  char *dir = scratch_dir();
+  snprintf(dir, SCRATCH_DIR_LEN, "/tmp/bf-gov-XXXXXX");
   if (!mkdtemp(dir)) return 1;
   test_token_rule();
   test_redacted_copy();

@@ -12,7 +12,7 @@
 #include <lua.h>
 
 #include "check.h"
-#include "db_files.h"
+#include "scratch.h"
 #include "correlate.h"
 #include "lua_host.h"
 #include "store.h"

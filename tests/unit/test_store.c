@@ -12,16 +12,10 @@
 #include "check.h"
 #include "check_db.h"
 #include "profile.h"
+#include "scratch.h"
 #include "store.h"
 #include "store_int.h"
 
-static char dir[256];
-
-static const char *tmp_path(const char *name) {
-  static char buf[512];
-  snprintf(buf, sizeof buf, "%s/%s", dir, name);
-  return buf;
-}
 
 
 static void test_intern_and_samples(void) {
@@ -323,7 +317,8 @@ static void test_string_cache(void) {
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/bf_test_store_XXXXXX");
+  char *dir = scratch_dir();
+  snprintf(dir, SCRATCH_DIR_LEN, "/tmp/bf_test_store_XXXXXX");
   if (!mkdtemp(dir)) return 1;
   test_intern_and_samples();
   test_traced();

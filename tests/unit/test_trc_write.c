@@ -8,7 +8,7 @@
 
 #include "check.h"
 #include "check_db.h"
-#include "db_files.h"
+#include "scratch.h"
 #include "store.h"
 #include "trc_int.h"
 

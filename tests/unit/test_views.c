@@ -9,7 +9,7 @@
 #include <zlib.h>
 
 #include "check.h"
-#include "db_files.h"
+#include "scratch.h"
 #include "store.h"
 #include "views.h"
 
