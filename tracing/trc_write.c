@@ -58,80 +58,86 @@ static void set_err(char *errbuf, size_t errlen, const char *what, const char *d
   if (errbuf && errlen) snprintf(errbuf, errlen, "%s: %s", what, detail ? detail : "error");
 }
 
-int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *meta,
-                 int64_t *session_id, char *errbuf, size_t errlen) {
-  bf_store *s = NULL;
-  const char *msg = NULL;
-  int64_t *fids = NULL, *tids = NULL, *durs = NULL;
-  size_t *offs = NULL, *canon = NULL;
-  bf_trc_func *agg = NULL;
-  fid_idx *order = NULL;
-  edge_key *ekeys = NULL;
-  int64_t sid = meta->session_id;
-  int began = 0;
-  char host[256] = "";
-  int rc = bf_store_open(path, BF_STORE_CREATE, &s, &msg);
-  if (rc < 0) {
-    set_err(errbuf, errlen, path, msg ? msg : strerror(-rc));
-    return rc;
-  }
-  gethostname(host, sizeof host - 1);
-  bf_session_info info = {0};
-  info.kind = "traced";
-  info.clock = meta->clock;
-  info.mode = meta->mode;
-  info.start_ns = meta->start_ns;
-  info.duration_ns = meta->duration_ns;
-  info.host = host[0] ? host : NULL;
-  info.pid = meta->pid;
-  info.command = meta->command;
-  info.python_version = meta->python_version;
-  info.python_build = meta->python_build;
-  info.profiler_version = BF_VERSION;
-  info.commit = meta->commit;
-  info.label = meta->label;
-  info.profiler_cpu_ns = meta->profiler_cpu_ns;
-  info.expires_at_ns = meta->expires_at_ns;
-  info.extra_json = meta->extra_json;
+/* One write's working state: the store, the session and per-index tables. */
+typedef struct trc_wr {
+  bf_store *s;
+  int64_t sid;
+  const bf_trc_result *res;
+  int64_t *fids;      /* by function index: the store's function id */
+  int64_t *tids;      /* by thread index: the store's thread id */
+  size_t *canon;      /* by function index: the first index with the same identity */
+  bf_trc_func *agg;   /* at canonical indexes: the summed figures */
+  fid_idx *order;
+  size_t *offs;       /* by canonical index: where its record durations start in durs */
+  int64_t *durs;
+} trc_wr;
 
-  if ((rc = bf_store_begin(s)) < 0) goto fail;
-  began = 1;
-  if (sid <= 0) {
-    info.status = "incomplete";
-    if ((rc = bf_store_session_begin(s, &info, &sid)) < 0) goto fail;
-  }
-  info.id = sid;
+static void trc_wr_free(trc_wr *w) {
+  free(w->fids);
+  free(w->tids);
+  free(w->canon);
+  free(w->agg);
+  free(w->order);
+  free(w->offs);
+  free(w->durs);
+}
 
-  fids = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *fids);
-  tids = calloc(res->nthreads ? res->nthreads : 1, sizeof *tids);
-  if (!fids || !tids) {
-    rc = -ENOMEM;
-    goto fail;
-  }
+static void trc_session_info(const bf_trc_meta *meta, const char *host, bf_session_info *info) {
+  memset(info, 0, sizeof *info);
+  info->kind = "traced";
+  info->clock = meta->clock;
+  info->mode = meta->mode;
+  info->start_ns = meta->start_ns;
+  info->duration_ns = meta->duration_ns;
+  info->host = host[0] ? host : NULL;
+  info->pid = meta->pid;
+  info->command = meta->command;
+  info->python_version = meta->python_version;
+  info->python_build = meta->python_build;
+  info->profiler_version = BF_VERSION;
+  info->commit = meta->commit;
+  info->label = meta->label;
+  info->profiler_cpu_ns = meta->profiler_cpu_ns;
+  info->expires_at_ns = meta->expires_at_ns;
+  info->extra_json = meta->extra_json;
+}
+
+/* Intern every thread and function of the result. */
+static int trc_wr_intern(trc_wr *w) {
+  const bf_trc_result *res = w->res;
+  w->fids = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *w->fids);
+  w->tids = calloc(res->nthreads ? res->nthreads : 1, sizeof *w->tids);
+  if (!w->fids || !w->tids) return -ENOMEM;
   for (size_t i = 0; i < res->nthreads; i++) {
-    rc = bf_store_intern_thread(s, sid, res->threads[i].native_tid, res->threads[i].name, &tids[i]);
-    if (rc < 0) goto fail;
+    int rc = bf_store_intern_thread(w->s, w->sid, res->threads[i].native_tid,
+                                    res->threads[i].name, &w->tids[i]);
+    if (rc < 0) return rc;
   }
   for (size_t i = 1; i < res->nfuncs; i++) {
     const bf_trc_func *f = &res->funcs[i];
-    rc = bf_store_intern_function(s, f->file ? f->file : "<unknown>",
-                                  f->qualname ? f->qualname : "<unknown>", f->firstlineno, &fids[i]);
-    if (rc < 0) goto fail;
+    int rc = bf_store_intern_function(w->s, f->file ? f->file : "<unknown>",
+                                      f->qualname ? f->qualname : "<unknown>", f->firstlineno,
+                                      &w->fids[i]);
+    if (rc < 0) return rc;
   }
+  return 0;
+}
 
-  canon = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *canon);
-  agg = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *agg);
-  order = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *order);
-  if (!canon || !agg || !order) {
-    rc = -ENOMEM;
-    goto fail;
-  }
-  for (size_t i = 1; i < res->nfuncs; i++) order[i - 1] = (fid_idx){fids[i], i};
-  if (res->nfuncs > 1) qsort(order, res->nfuncs - 1, sizeof *order, cmp_fid);
+/* Sum the functions that share a store identity into their first index. */
+static int trc_wr_merge(trc_wr *w) {
+  const bf_trc_result *res = w->res;
+  size_t n = res->nfuncs ? res->nfuncs : 1;
+  w->canon = calloc(n, sizeof *w->canon);
+  w->agg = calloc(n, sizeof *w->agg);
+  w->order = calloc(n, sizeof *w->order);
+  if (!w->canon || !w->agg || !w->order) return -ENOMEM;
+  for (size_t i = 1; i < res->nfuncs; i++) w->order[i - 1] = (fid_idx){w->fids[i], i};
+  if (res->nfuncs > 1) qsort(w->order, res->nfuncs - 1, sizeof *w->order, cmp_fid);
   for (size_t k = 0; k + 1 < res->nfuncs; k++) {
-    size_t i = order[k].idx;
-    canon[i] = (k > 0 && order[k - 1].fid == order[k].fid) ? canon[order[k - 1].idx] : i;
-    bf_trc_func *a = &agg[canon[i]];
+    size_t i = w->order[k].idx;
+    w->canon[i] =
+        (k > 0 && w->order[k - 1].fid == w->order[k].fid) ? w->canon[w->order[k - 1].idx] : i;
+    bf_trc_func *a = &w->agg[w->canon[i]];
     const bf_trc_func *f = &res->funcs[i];
     a->calls += f->calls;
     a->primitive_calls += f->primitive_calls;
@@ -142,44 +148,47 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
     a->records_dropped += f->records_dropped;
     a->focus |= f->focus;
   }
+  return 0;
+}
 
-  /* Per-function durations of the kept records, grouped by function (counting sort). */
-  offs = calloc(res->nfuncs + 1, sizeof *offs);
-  durs = malloc((res->nrecs ? res->nrecs : 1) * sizeof *durs);
-  if (!offs || !durs) {
-    rc = -ENOMEM;
-    goto fail;
-  }
-  for (size_t i = 0; i < res->nrecs; i++) offs[canon[res->recs[i].func] + 1]++;
-  for (size_t i = 1; i <= res->nfuncs; i++) offs[i] += offs[i - 1];
-  {
-    size_t *fill = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *fill);
-    if (!fill) {
-      rc = -ENOMEM;
-      goto fail;
-    }
-    for (size_t i = 0; i < res->nrecs; i++) {
-      size_t f = canon[res->recs[i].func];
-      durs[offs[f] + fill[f]++] = res->recs[i].duration_ns;
-    }
+/* Per-function durations of the kept records, grouped by canonical function
+ * (counting sort). */
+static int trc_wr_durations(trc_wr *w) {
+  const bf_trc_result *res = w->res;
+  w->offs = calloc(res->nfuncs + 1, sizeof *w->offs);
+  w->durs = malloc((res->nrecs ? res->nrecs : 1) * sizeof *w->durs);
+  size_t *fill = calloc(res->nfuncs ? res->nfuncs : 1, sizeof *fill);
+  if (!w->offs || !w->durs || !fill) {
     free(fill);
+    return -ENOMEM;
   }
+  for (size_t i = 0; i < res->nrecs; i++) w->offs[w->canon[res->recs[i].func] + 1]++;
+  for (size_t i = 1; i <= res->nfuncs; i++) w->offs[i] += w->offs[i - 1];
+  for (size_t i = 0; i < res->nrecs; i++) {
+    size_t f = w->canon[res->recs[i].func];
+    w->durs[w->offs[f] + fill[f]++] = res->recs[i].duration_ns;
+  }
+  free(fill);
+  return 0;
+}
 
-  for (size_t i = 1; i < res->nfuncs; i++) {
-    if (canon[i] != i) continue;
-    const bf_trc_func *f = &agg[i];
+/* One row per function identity that was counted, with focus percentiles. */
+static int trc_wr_funcs(trc_wr *w) {
+  for (size_t i = 1; i < w->res->nfuncs; i++) {
+    if (w->canon[i] != i) continue;
+    const bf_trc_func *f = &w->agg[i];
     if (f->calls == 0 && f->resumes == 0 && f->self_ns == 0) continue;
     bf_trace_func tf = {0};
-    tf.function_id = fids[i];
+    tf.function_id = w->fids[i];
     tf.calls = f->calls;
     tf.primitive_calls = f->primitive_calls;
     tf.resumes = f->resumes;
     tf.self_ns = f->self_ns;
     tf.total_ns = f->total_ns;
     tf.p50_ns = tf.p90_ns = tf.p99_ns = tf.max_ns = -1;
-    size_t n = offs[i + 1] - offs[i];
+    size_t n = w->offs[i + 1] - w->offs[i];
     if (f->focus && (n > 0 || f->records_dropped > 0)) {
-      int64_t *v = durs + offs[i];
+      int64_t *v = w->durs + w->offs[i];
       qsort(v, n, sizeof *v, cmp_i64);
       tf.p50_ns = bf_trc_percentile(v, n, 0.50);
       tf.p90_ns = bf_trc_percentile(v, n, 0.90);
@@ -188,21 +197,26 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
     }
     tf.records_kept = f->records_kept;
     tf.records_dropped = f->records_dropped;
-    if ((rc = bf_store_trace_func_put(s, sid, &tf)) < 0) goto fail;
+    int rc = bf_store_trace_func_put(w->s, w->sid, &tf);
+    if (rc < 0) return rc;
   }
-  ekeys = calloc(res->nedges ? res->nedges : 1, sizeof *ekeys);
-  if (!ekeys) {
-    rc = -ENOMEM;
-    goto fail;
-  }
+  return 0;
+}
+
+/* One row per (caller, callee) identity pair, same-identity edges summed. */
+static int trc_wr_edges(trc_wr *w) {
+  const bf_trc_result *res = w->res;
+  edge_key *ekeys = calloc(res->nedges ? res->nedges : 1, sizeof *ekeys);
+  if (!ekeys) return -ENOMEM;
   size_t ne = 0;
   for (size_t i = 1; i < res->nedges; i++) {
     const bf_trc_edge *e = &res->edges[i];
     if (e->calls == 0 && e->self_ns == 0 && e->total_ns == 0) continue;
-    ekeys[ne++] = (edge_key){e->caller ? fids[e->caller] : 0, fids[e->callee], i};
+    ekeys[ne++] = (edge_key){e->caller ? w->fids[e->caller] : 0, w->fids[e->callee], i};
   }
   qsort(ekeys, ne, sizeof *ekeys, cmp_edge);
-  for (size_t k = 0; k < ne;) {
+  int rc = 0;
+  for (size_t k = 0; k < ne && rc == 0;) {
     bf_trace_edge te = {0};
     te.caller_function_id = ekeys[k].caller;
     te.callee_function_id = ekeys[k].callee;
@@ -214,38 +228,68 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
       te.self_ns += e->self_ns;
       te.total_ns += e->total_ns;
     }
-    if ((rc = bf_store_trace_edge_put(s, sid, &te)) < 0) goto fail;
+    rc = bf_store_trace_edge_put(w->s, w->sid, &te);
   }
+  free(ekeys);
+  return rc;
+}
+
+static int trc_wr_records(trc_wr *w) {
+  const bf_trc_result *res = w->res;
   for (size_t i = 0; i < res->nrecs; i++) {
     const bf_trc_rec *r = &res->recs[i];
     bf_call_record cr = {0};
-    cr.function_id = fids[r->func];
-    cr.thread_id = r->thread < res->nthreads ? tids[r->thread] : 0;
+    cr.function_id = w->fids[r->func];
+    cr.thread_id = r->thread < res->nthreads ? w->tids[r->thread] : 0;
     cr.start_ns = r->start_ns;
     cr.duration_ns = r->duration_ns;
     cr.depth = 0;
-    cr.parent_function_id = r->parent ? fids[r->parent] : 0;
-    if ((rc = bf_store_call_record_add(s, sid, &cr)) < 0) goto fail;
+    cr.parent_function_id = r->parent ? w->fids[r->parent] : 0;
+    int rc = bf_store_call_record_add(w->s, w->sid, &cr);
+    if (rc < 0) return rc;
   }
+  return 0;
+}
+
+int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *meta,
+                 int64_t *session_id, char *errbuf, size_t errlen) {
+  trc_wr w = {0};
+  w.res = res;
+  w.sid = meta->session_id;
+  const char *msg = NULL;
+  int began = 0;
+  char host[256] = "";
+  int rc = bf_store_open(path, BF_STORE_CREATE, &w.s, &msg);
+  if (rc < 0) {
+    set_err(errbuf, errlen, path, msg ? msg : strerror(-rc));
+    return rc;
+  }
+  gethostname(host, sizeof host - 1);
+  bf_session_info info;
+  trc_session_info(meta, host, &info);
+  if ((rc = bf_store_begin(w.s)) < 0) goto fail;
+  began = 1;
+  if (w.sid <= 0) {
+    info.status = "incomplete";
+    if ((rc = bf_store_session_begin(w.s, &info, &w.sid)) < 0) goto fail;
+  }
+  info.id = w.sid;
+  if ((rc = trc_wr_intern(&w)) < 0 || (rc = trc_wr_merge(&w)) < 0 ||
+      (rc = trc_wr_durations(&w)) < 0 || (rc = trc_wr_funcs(&w)) < 0 ||
+      (rc = trc_wr_edges(&w)) < 0 || (rc = trc_wr_records(&w)) < 0)
+    goto fail;
   info.status = meta->status ? meta->status : "complete";
-  if ((rc = bf_store_session_update(s, &info)) < 0) goto fail;
-  if ((rc = bf_store_commit(s)) < 0) goto fail;
+  if ((rc = bf_store_session_update(w.s, &info)) < 0) goto fail;
+  if ((rc = bf_store_commit(w.s)) < 0) goto fail;
   began = 0;
-  *session_id = sid;
+  *session_id = w.sid;
   rc = 0;
   goto out;
 fail:
-  set_err(errbuf, errlen, path, rc == -ENOMEM ? "out of memory" : bf_store_errmsg(s));
-  if (began) bf_store_rollback(s);
+  set_err(errbuf, errlen, path, rc == -ENOMEM ? "out of memory" : bf_store_errmsg(w.s));
+  if (began) bf_store_rollback(w.s);
 out:
-  free(fids);
-  free(tids);
-  free(canon);
-  free(agg);
-  free(order);
-  free(ekeys);
-  free(offs);
-  free(durs);
-  bf_store_close(s);
+  trc_wr_free(&w);
+  bf_store_close(w.s);
   return rc;
 }
