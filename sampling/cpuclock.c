@@ -20,6 +20,7 @@
 #define CC_FORGET_TICKS 512    /* a thread unseen this many ticks is closed */
 #define CC_SWITCH_RATE 30000   /* switches per second a ring should hold a tick of */
 #define CC_RECORD_MAX 64       /* bytes of a record we look at */
+#define CC_SYNC_TICKS 16       /* perf: schedstat read at most this often per thread */
 
 enum { CC_UNKNOWN, CC_IN, CC_OUT, CC_GONE };
 
@@ -37,7 +38,14 @@ typedef struct cc_thread {
    * here, an in that it did not) */
   int64_t since;
   int64_t cpu_ns;        /* CPU in closed intervals (perf); schedstat: last value */
-  int64_t base_ns;       /* schedstat: value when first seen */
+  int64_t base_ns;       /* schedstat: value when first seen (-1 unknown) */
+  /* perf: CPU the switch intervals miss (the scheduler's own work around
+   * each switch, which the thread's CPU time includes: ~1-2 us a switch in a
+   * VM, 10-25% of a thread that waits on the GIL or sleeps thousands of times
+   * a second), from schedstat read while the thread is off a CPU (there it is
+   * exact), at most every CC_SYNC_TICKS ticks */
+  int64_t extra_ns;
+  uint64_t sync_tick;
   struct cc_iv {
     int64_t a, b;
     int preempted;       /* it left the CPU still runnable (not to sleep or wait) */
@@ -255,7 +263,7 @@ void bf_cpuclock_drain(bf_cpuclock *c) {
     cc_thread *t = &c->th[i];
     if (t->map) ring_drain(c, t);
     if (c->tick - t->last_tick > CC_FORGET_TICKS) {
-      c->gone_cpu_ns += t->perf ? t->cpu_ns : t->cpu_ns - t->base_ns;
+      c->gone_cpu_ns += t->perf ? t->cpu_ns + t->extra_ns : t->cpu_ns - t->base_ns;
       th_close(t);
       continue;
     }
@@ -271,7 +279,7 @@ static cc_thread *th_get(bf_cpuclock *c, int64_t tid, int *fresh) {
     if (c->th[i].tid == tid) t = &c->th[i];
   if (t && t->state != CC_GONE) return t;
   if (t) { /* the tid was reused by a new thread */
-    c->gone_cpu_ns += t->cpu_ns;
+    c->gone_cpu_ns += t->perf ? t->cpu_ns + t->extra_ns : t->cpu_ns - t->base_ns;
     th_close(t);
   } else if (c->n == c->cap) {
     size_t nc = c->cap ? c->cap * 2 : 16;
@@ -325,9 +333,26 @@ int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_
         if ((int64_t)v > t->cpu_ns) now = t->since + ((int64_t)v - t->cpu_ns);
       }
     }
+    char buf[256];
+    if (fresh || (state == CC_OUT && t->base_ns >= 0 && c->tick - t->sync_tick >= CC_SYNC_TICKS)) {
+      /* off a CPU, its schedstat is exact up to its last switch (on one, it
+       * lags by the current run); t->cpu_ns is complete up to there too */
+      t->sync_tick = c->tick;
+      if (proc_pread(c->pid, tid, &t->sched_fd, "schedstat", buf, sizeof buf) == 0) {
+        int64_t v = strtoll(buf, NULL, 10);
+        /* no switch since the drain (else the intervals are behind) */
+        const struct perf_event_mmap_page *pg = (const void *)t->map;
+        if (fresh) t->base_ns = v;
+        else if (__atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE) == t->tail &&
+                 v - t->base_ns - t->cpu_ns >= 0)
+          t->extra_ns = v - t->base_ns - t->cpu_ns;
+      } else if (fresh) {
+        t->base_ns = -1;
+      }
+    }
     /* a switch-out is seen a little after it happened: a running thread's
      * CPU was counted up to the drain, and may be found slightly less now */
-    *cpu_ns = t->cpu_ns + (state == CC_IN ? now - t->since : 0);
+    *cpu_ns = t->cpu_ns + t->extra_ns + (state == CC_IN ? now - t->since : 0);
     if (*cpu_ns < t->cpu_told_ns) *cpu_ns = t->cpu_told_ns;
     t->cpu_told_ns = *cpu_ns;
     if (fresh) return 0; /* opened after the window */
@@ -364,7 +389,7 @@ int64_t bf_cpuclock_total_ns(const bf_cpuclock *c) {
   int64_t s = c->gone_cpu_ns;
   for (size_t i = 0; i < c->n; i++) {
     const cc_thread *t = &c->th[i];
-    s += t->perf ? t->cpu_ns + (t->state == CC_IN ? c->now_ns - t->since : 0)
+    s += t->perf ? t->cpu_ns + t->extra_ns + (t->state == CC_IN ? c->now_ns - t->since : 0)
                  : t->cpu_ns - t->base_ns;
   }
   return s;

@@ -6,7 +6,9 @@
  * counting) with context-switch records in a small ring buffer; the kernel
  * writes the exact time of every switch in and out, so on-CPU intervals are
  * known to the nanosecond without a system call per tick (the rings are
- * polled). Fallback "schedstat" (perf events refused): /proc/PID/task/TID/stat
+ * polled); the CPU the scheduler spends around each switch, which the
+ * thread's CPU time includes and the intervals miss, is added from schedstat
+ * read now and then while the thread is off a CPU. Fallback "schedstat" (perf events refused): /proc/PID/task/TID/stat
  * state R read right after the stack (a thread waiting for a CPU counts as
  * on one), and /proc/.../schedstat CPU time.
  * Thread ids are host tids.
@@ -36,7 +38,8 @@ const char *bf_cpuclock_why(const bf_cpuclock *c);
 void bf_cpuclock_drain(bf_cpuclock *c);
 
 /* Thread tid (after bf_cpuclock_drain): OUT *cpu_ns its CPU time since the
- * clock first saw it (exact for perf-switch); *on_cpu 1 when it was on a CPU
+ * clock first saw it (perf-switch: exact as of its last switch, and within
+ * CC_SYNC_TICKS ticks of its schedstat); *on_cpu 1 when it was on a CPU
  * at at_ns, or was preempted (not gone to sleep or to wait) between from_ns
  * and at_ns and has not run since (monotonic ns, not in the future;
  * schedstat: found in state R now); *known 0 when the thread is new and that
