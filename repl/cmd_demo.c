@@ -235,7 +235,7 @@ static int demo_check(demo *d) {
 /* The top three of each clock, with their intervals: wall time says where
  * threads wait, the cpu clock where they run. */
 static void demo_tops(bf_store *s, int64_t wall, int64_t cpu) {
-  const char *names[2] = {"wall clock (all threads, idle included)", "cpu clock (threads found running)"};
+  const char *names[2] = {"wall clock (all threads, idle included)", "cpu clock (the CPU time the threads used)"};
   int64_t ids[2] = {wall, cpu};
   for (int k = 0; k < 2; k++) {
     bf_profile *p = NULL;
