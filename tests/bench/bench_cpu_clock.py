@@ -6,18 +6,34 @@ measures its own thread CPU time), quiet and beside two CPU-bound processes.
 Prints each function's true share of the measured CPU and each profiler's
 error in points, then the largest error. Both sample at 1 kHz.
 
+Then the cost: the slowdown of a target's progress while `record --pid
+--clock cpu --rate 1000` samples it, with the sampler at SCHED_FIFO (the
+default) and without (BIFOCAL_CPU_CLOCK_RT=0), beside windows alone:
+half-second windows inside one long-running target, sampled windows of the
+two kinds alternating with windows alone, each compared with the mean of the
+two windows alone around it (a host that changes speed over seconds cancels
+out); medians. Two targets: one CPU-bound thread, and a switch-heavy one
+(four threads bursting ~100 us of Python then sleeping 0.5 ms, contending
+for the GIL: a context-switch record per switch is the clock's own cost).
+
 usage: tests/bench/bench_cpu_clock.py [--python EXE] [--runs N] [--cpu-seconds S]
+                                      [--windows N] [--austin EXE]
 Interpreters default to the oldest and the newest found (tests/integration/pythons.py);
-austin 3.x builds from github.com/P403n1x87/austin (Debian's austin 1.0 cannot
-read 3.11+). Not a timed test: prints figures only.
+austin: --austin, else `austin` on PATH, else /work/ext/bin/austin; austin 3.x
+builds from github.com/P403n1x87/austin (Debian's austin 1.0 cannot read
+3.11+). Not a timed test: prints figures only; quote them with the load
+average it prints.
 """
 import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
@@ -75,14 +91,113 @@ def run_austin(austin, py, app, cpu_s, tmp):
         return shares(json.load(f)), shares(w)
 
 
+# Long-running targets reporting progress ("monotonic_ns iterations") every
+# ~10 ms of work: one CPU-bound thread; four threads that burst and sleep.
+CPU_BOUND = r"""
+import sys, time
+def f(n):
+    if n == 0:
+        x = 0
+        for i in range(200):
+            x += i
+        return x
+    return f(n - 1)
+k = 0
+while True:
+    for _ in range(100):
+        f(18)
+    k += 100
+    sys.stdout.write("%d %d\n" % (time.monotonic_ns(), k))
+    sys.stdout.flush()
+"""
+
+SWITCHY = r"""
+import sys, threading, time
+done = [0]
+def burst():
+    while True:
+        x = 0
+        for i in range(2500):
+            x ^= i
+        done[0] += 1
+        time.sleep(0.0005)
+for _ in range(4):
+    threading.Thread(target=burst, daemon=True).start()
+while True:
+    time.sleep(0.01)
+    sys.stdout.write("%d %d\n" % (time.monotonic_ns(), done[0]))
+    sys.stdout.flush()
+"""
+
+
+def slowdown(bifocal, py, source, n, secs=0.5):
+    """Median slowdowns (%) of the target's progress rate in sampled windows
+    of each kind: {"SCHED_FIFO": [...], "no SCHED_FIFO": [...]}."""
+    kinds = (("SCHED_FIFO", {}), ("no SCHED_FIFO", {"BIFOCAL_CPU_CLOCK_RT": "0"}))
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "target.py")
+        with open(script, "w") as f:
+            f.write(source)
+        db = os.path.join(d, "w.db")
+        p = subprocess.Popen([py, script], stdout=subprocess.PIPE, text=True)
+        lines = []
+
+        def reader():
+            for line in p.stdout:
+                t, k = line.split()
+                lines.append((int(t), int(k)))
+        th = threading.Thread(target=reader, daemon=True)
+        th.start()
+        spans = []  # (kind or None, t0, t1)
+        try:
+            time.sleep(0.5)  # steady state
+            for i in range(4 * n + 1):
+                kind = None if i % 2 == 0 else kinds[(i // 2) % 2]
+                t0 = time.monotonic_ns()
+                if kind:
+                    subprocess.run([bifocal, "--db", db, "record", "--pid", str(p.pid), "--clock", "cpu",
+                                    "--rate", "1000", "--duration", str(secs)],
+                                   capture_output=True, check=True, env=dict(os.environ, **kind[1]))
+                else:
+                    time.sleep(secs)
+                spans.append((kind[0] if kind else None, t0, time.monotonic_ns()))
+        finally:
+            p.kill()
+            p.wait()
+            th.join(timeout=5)
+
+    def rate(t0, t1):
+        inside = [x for x in lines if t0 <= x[0] <= t1]
+        if len(inside) < 2 or inside[-1][0] == inside[0][0]:
+            return None
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+    r = [rate(t0, t1) for _, t0, t1 in spans]
+    out = {k[0]: [] for k in kinds}
+    for i in range(1, len(spans) - 1, 2):
+        if r[i] and r[i - 1] and r[i + 1]:
+            out[spans[i][0]].append(100.0 * ((r[i - 1] + r[i + 1]) / 2 / r[i] - 1))
+    return out
+
+
+def find_austin(given):
+    for a in ([given] if given else []) + [shutil.which("austin"), "/work/ext/bin/austin"]:
+        if a and os.access(a, os.X_OK):
+            return a
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", action="append")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--cpu-seconds", type=float, default=2.0)
+    ap.add_argument("--windows", type=int, default=12,
+                    help="sampled windows of each kind for the slowdown (0: skip it)")
+    ap.add_argument("--austin", help="austin 3.x binary")
     a = ap.parse_args()
     bifocal = os.environ.get("BIFOCAL_BIN") or os.path.join(ROOT, "build", "bifocal")
-    austin = shutil.which("austin")
+    print("load average at start: %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
+    austin = find_austin(a.austin)
     if austin:
         v = subprocess.run([austin, "-V"], capture_output=True, text=True).stdout.strip() or \
             subprocess.run([austin, "-V"], capture_output=True, text=True).stderr.strip()
@@ -90,7 +205,8 @@ def main():
             print("austin on PATH is %r, not 3.x: left out" % v)
             austin = None
     if not austin:
-        print("no austin 3.x on PATH: bifocal alone (build austin from github.com/P403n1x87/austin)")
+        print("no austin 3.x (--austin, PATH, /work/ext/bin): bifocal alone "
+              "(build austin from github.com/P403n1x87/austin)")
     ps = a.python or [p["path"] for p in (lambda l: [l[0], l[-1]] if len(l) > 1 else l)(pythons.discover())]
     tmp = tempfile.mkdtemp(prefix="bench_cpu_clock.")
     app = os.path.join(tmp, "app.py")
@@ -125,6 +241,22 @@ def main():
     print("\nlargest error: bifocal %.2f points%s" %
           (worst["bifocal"], ", austin -s %.2f points" % worst["austin"] if austin else ""))
     shutil.rmtree(tmp, ignore_errors=True)
+    if a.windows <= 0:
+        return
+    print("\ncost: median slowdown of the target's progress while `record --pid --clock cpu "
+          "--rate 1000` samples it, %d half-second windows of each kind between windows alone "
+          "(load average now %s)" % (a.windows, " ".join(open("/proc/loadavg").read().split()[:3])))
+    for py in ps:
+        for name, src in (("one CPU-bound thread", CPU_BOUND), ("four threads bursting and sleeping", SWITCHY)):
+            sd = slowdown(bifocal, py, src, a.windows)
+            print("  %s, %s: %s" % (py, name, "; ".join(
+                "%s %+.2f%% (middle half %+.2f..%+.2f)" % (k, statistics.median(v), *quartiles(v))
+                if v else "%s n/a" % k for k, v in sd.items())))
+
+
+def quartiles(v):
+    v = sorted(v)
+    return v[len(v) // 4], v[(3 * len(v)) // 4]
 
 
 if __name__ == "__main__":

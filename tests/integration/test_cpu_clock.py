@@ -10,8 +10,8 @@ steady Python work. The Python threads contend for the GIL.
 Tolerance: every function with a true share >= 1% of the measured CPU must
 be within TOL_POINTS = 2 percentage points of that share (shares over the
 measured functions on both sides). The workload runs until it has used
-CPU_SECONDS of CPU (CPU_SECONDS_MORE under the two other conditions), so a
-capture holds about 1000 on-CPU samples per CPU second however busy the
+CPU_SECONDS of CPU (CPU_SECONDS_NS inside a PID namespace), so a capture
+holds about 1000 on-CPU samples per CPU second however busy the
 host (the burst threads, the least sampled, then get a few hundred: a
 standard error under 0.6 point of the whole). One capture over the
 tolerance is recorded once more (noise on a shared 2-CPU host; two in a row
@@ -38,7 +38,7 @@ import pythons
 TOL_POINTS = 2.0
 MIN_SHARE = 1.0       # functions below this true share (%) are not compared
 CPU_SECONDS = 1.5     # the workload's own CPU per capture (about 1-1.5 s of wall when quiet)
-CPU_SECONDS_MORE = 1.0  # beside the hogs (about 2 s of wall there) and in a PID namespace
+CPU_SECONDS_NS = 1.0  # inside a PID namespace (quiet: the least noisy condition)
 DBSTAT = os.path.join(os.path.dirname(os.environ.get("BIFOCAL_BIN") or
                                       os.path.join(ROOT, "build", "bifocal")),
                       "sampling", "test_smp_dbstat")
@@ -198,10 +198,10 @@ def app(tmp_path_factory):
     return str(p)
 
 
-def capture_launch(python, app, db, out, cpu_s=CPU_SECONDS):
+def capture_launch(python, app, db, out):
     if os.path.exists(out):
         os.unlink(out)
-    r = run(["record", "--clock", "cpu", "--", python, app, str(cpu_s), out], db=db, timeout=120)
+    r = run(["record", "--clock", "cpu", "--", python, app, str(CPU_SECONDS), out], db=db, timeout=120)
     with open(out) as f:
         return last_line_id(r), json.load(f)
 
@@ -213,7 +213,7 @@ def capture_pidns(python, app, db, out, tmp):
         if os.path.exists(f):
             os.unlink(f)
     u = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", python, app,
-                          str(CPU_SECONDS_MORE), out, go])
+                          str(CPU_SECONDS_NS), out, go])
     try:
         pid, give_up = None, time.monotonic() + 10
         while pid is None and time.monotonic() < give_up:  # unshare's child is the interpreter
@@ -292,8 +292,7 @@ class TestBesideTwoHogs:
 
     def test_cpu_clock_beside_two_hogs(self, python, app, tmp_path, two_hogs):
         db, out = str(tmp_path / "b.db"), str(tmp_path / "truth.json")
-        sid, fv, rows = check("busy " + python,
-                              lambda: capture_launch(python, app, db, out, CPU_SECONDS_MORE) + (db,), app)
+        sid, fv, rows = check("busy " + python, lambda: capture_launch(python, app, db, out) + (db,), app)
         assert_session(fv, db, sid)
 
 
