@@ -17,7 +17,7 @@ out); medians. Two targets: one CPU-bound thread, and a switch-heavy one
 for the GIL: a context-switch record per switch is the clock's own cost).
 
 usage: tests/bench/bench_cpu_clock.py [--python EXE] [--runs N] [--cpu-seconds S]
-                                      [--windows N] [--austin EXE]
+                                      [--windows N] [--austin EXE] [--only accuracy|cost]
 Interpreters default to the oldest and the newest found (tests/integration/pythons.py);
 austin: --austin, else `austin` on PATH, else /work/ext/bin/austin; austin 3.x
 builds from github.com/P403n1x87/austin (Debian's austin 1.0 cannot read
@@ -91,7 +91,7 @@ def run_austin(austin, py, app, cpu_s, tmp):
         return shares(json.load(f)), shares(w)
 
 
-# Long-running targets reporting progress ("monotonic_ns iterations") every
+# Long-running targets reporting progress ("monotonic_ns cpu_ns iterations") every
 # ~10 ms of work: one CPU-bound thread; four threads that burst and sleep.
 CPU_BOUND = r"""
 import sys, time
@@ -107,7 +107,7 @@ while True:
     for _ in range(100):
         f(18)
     k += 100
-    sys.stdout.write("%d %d\n" % (time.monotonic_ns(), k))
+    sys.stdout.write("%d %d %d\n" % (time.monotonic_ns(), time.process_time_ns(), k))
     sys.stdout.flush()
 """
 
@@ -125,14 +125,15 @@ for _ in range(4):
     threading.Thread(target=burst, daemon=True).start()
 while True:
     time.sleep(0.01)
-    sys.stdout.write("%d %d\n" % (time.monotonic_ns(), done[0]))
+    sys.stdout.write("%d %d %d\n" % (time.monotonic_ns(), time.process_time_ns(), done[0]))
     sys.stdout.flush()
 """
 
 
 def slowdown(bifocal, py, source, n, secs=0.5):
-    """Median slowdowns (%) of the target's progress rate in sampled windows
-    of each kind: {"SCHED_FIFO": [...], "no SCHED_FIFO": [...]}."""
+    """Slowdowns (%) of the target's progress in sampled windows of each
+    kind, per second of wall time and per second of its own CPU time:
+    {"SCHED_FIFO": ([wall...], [cpu...]), "no SCHED_FIFO": (...)}."""
     kinds = (("SCHED_FIFO", {}), ("no SCHED_FIFO", {"BIFOCAL_CPU_CLOCK_RT": "0"}))
     with tempfile.TemporaryDirectory() as d:
         script = os.path.join(d, "target.py")
@@ -144,8 +145,8 @@ def slowdown(bifocal, py, source, n, secs=0.5):
 
         def reader():
             for line in p.stdout:
-                t, k = line.split()
-                lines.append((int(t), int(k)))
+                t, c, k = line.split()
+                lines.append((int(t), int(c), int(k)))
         th = threading.Thread(target=reader, daemon=True)
         th.start()
         spans = []  # (kind or None, t0, t1)
@@ -168,14 +169,16 @@ def slowdown(bifocal, py, source, n, secs=0.5):
 
     def rate(t0, t1):
         inside = [x for x in lines if t0 <= x[0] <= t1]
-        if len(inside) < 2 or inside[-1][0] == inside[0][0]:
+        if len(inside) < 2 or inside[-1][0] == inside[0][0] or inside[-1][1] == inside[0][1]:
             return None
-        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+        a, b = inside[0], inside[-1]
+        return ((b[2] - a[2]) / (b[0] - a[0]), (b[2] - a[2]) / (b[1] - a[1]))
     r = [rate(t0, t1) for _, t0, t1 in spans]
-    out = {k[0]: [] for k in kinds}
+    out = {k[0]: ([], []) for k in kinds}
     for i in range(1, len(spans) - 1, 2):
         if r[i] and r[i - 1] and r[i + 1]:
-            out[spans[i][0]].append(100.0 * ((r[i - 1] + r[i + 1]) / 2 / r[i] - 1))
+            for j in (0, 1):
+                out[spans[i][0]][j].append(100.0 * ((r[i - 1][j] + r[i + 1][j]) / 2 / r[i][j] - 1))
     return out
 
 
@@ -194,6 +197,7 @@ def main():
     ap.add_argument("--windows", type=int, default=12,
                     help="sampled windows of each kind for the slowdown (0: skip it)")
     ap.add_argument("--austin", help="austin 3.x binary")
+    ap.add_argument("--only", choices=("accuracy", "cost"))
     a = ap.parse_args()
     bifocal = os.environ.get("BIFOCAL_BIN") or os.path.join(ROOT, "build", "bifocal")
     print("load average at start: %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
@@ -213,7 +217,7 @@ def main():
     with open(app, "w") as f:
         f.write(workload_source())
     worst = {"bifocal": 0.0, "austin": 0.0}
-    for condition in ("quiet", "beside two CPU-bound processes"):
+    for condition in ("quiet", "beside two CPU-bound processes") if a.only != "cost" else ():
         hogs = [] if condition == "quiet" else \
             [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
         try:
@@ -238,10 +242,11 @@ def main():
             for h in hogs:
                 h.kill()
                 h.wait()
-    print("\nlargest error: bifocal %.2f points%s" %
-          (worst["bifocal"], ", austin -s %.2f points" % worst["austin"] if austin else ""))
+    if a.only != "cost":
+        print("\nlargest error: bifocal %.2f points%s" %
+              (worst["bifocal"], ", austin -s %.2f points" % worst["austin"] if austin else ""))
     shutil.rmtree(tmp, ignore_errors=True)
-    if a.windows <= 0:
+    if a.windows <= 0 or a.only == "accuracy":
         return
     print("\ncost: median slowdown of the target's progress while `record --pid --clock cpu "
           "--rate 1000` samples it, %d half-second windows of each kind between windows alone "
@@ -249,14 +254,17 @@ def main():
     for py in ps:
         for name, src in (("one CPU-bound thread", CPU_BOUND), ("four threads bursting and sleeping", SWITCHY)):
             sd = slowdown(bifocal, py, src, a.windows)
-            print("  %s, %s: %s" % (py, name, "; ".join(
-                "%s %+.2f%% (middle half %+.2f..%+.2f)" % (k, statistics.median(v), *quartiles(v))
-                if v else "%s n/a" % k for k, v in sd.items())))
+            print("  %s, %s:" % (py, name))
+            for k, (w, c) in sd.items():
+                print("    %-14s wall %s   per CPU-second %s" % (k, med(w), med(c)))
 
 
-def quartiles(v):
-    v = sorted(v)
-    return v[len(v) // 4], v[(3 * len(v)) // 4]
+def med(v):
+    if not v:
+        return "n/a"
+    q = sorted(v)
+    return "%+6.2f%% (middle half %+.2f..%+.2f)" % (statistics.median(v), q[len(q) // 4], q[(3 * len(q)) // 4])
+
 
 
 if __name__ == "__main__":
