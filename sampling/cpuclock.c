@@ -67,6 +67,8 @@ struct bf_cpuclock {
   uint64_t lost;
   int64_t now_ns;       /* monotonic time of the last drain */
   int64_t gone_cpu_ns;  /* CPU of threads closed since */
+  cc_thread self;       /* the sampler's own switches (bf_cpuclock_self_in) */
+  int self_tried;
 };
 
 static int64_t cc_mono(void) {
@@ -161,6 +163,7 @@ static void th_close(cc_thread *t) {
 void bf_cpuclock_free(bf_cpuclock *c) {
   if (!c) return;
   for (size_t i = 0; i < c->n; i++) th_close(&c->th[i]);
+  if (c->self_tried) th_close(&c->self);
   free(c->th);
   free(c);
 }
@@ -383,6 +386,20 @@ int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_
     if (p && p[1] == ' ' && p[2] == 'R') *on_cpu = 1;
   }
   return 0;
+}
+
+int64_t bf_cpuclock_self_in(bf_cpuclock *c) {
+  cc_thread *t = &c->self;
+  if (!c->self_tried) {
+    c->self_tried = 1;
+    memset(t, 0, sizeof *t);
+    t->fd = t->stat_fd = t->sched_fd = -1;
+    t->tid = 0; /* perf_event_open: the calling thread */
+    if (c->perf_ok) ring_open(c, t);
+  }
+  if (!t->map) return -1;
+  ring_drain(c, t);
+  return t->state == CC_IN ? t->since : -1;
 }
 
 int64_t bf_cpuclock_total_ns(const bf_cpuclock *c) {

@@ -47,6 +47,13 @@ void bf_cpuclock_drain(bf_cpuclock *c);
 int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_ns,
                        int64_t *cpu_ns, int *on_cpu, int *known);
 
+/* When the calling thread (the sampler) last went onto a CPU (monotonic ns),
+ * from its own context-switch records: a thread of the target that was
+ * still running then, or was displaced by it, was on a CPU at that moment.
+ * -1 when not known (perf events refused; not back on a CPU since the first
+ * call, which opens the event for the calling thread). */
+int64_t bf_cpuclock_self_in(bf_cpuclock *c);
+
 /* Sum of the CPU time of every thread the clock has seen (ns). */
 int64_t bf_cpuclock_total_ns(const bf_cpuclock *c);
 

@@ -33,6 +33,9 @@
 #define MAX_TARGETS 64
 #define SMP_BACKLOG_NS 10000000 /* how far behind schedule the loop still catches up */
 #define CPU_BATCH 32 /* cpu clock: on-CPU samples of a thread that share its CPU time */
+/* cpu clock: a thread the sampler displaced switched out this long at most
+ * before the sampler's own switch-in record (1-4 us measured in a VM) */
+#define SELF_IN_SLACK_NS 8000
 
 static int64_t mono_ns(void) {
   struct timespec ts;
@@ -583,6 +586,15 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     bf_cpuclock_drain(t->cc);
     t->lag_sum_ns += read_at - on_from;
     t->lag_n++;
+    /* Better, from its own switch records: since the sampler got a CPU
+     * after the deadline (a thread it displaced left a few us before that).
+     * Threads preempted between the deadline and then were waiting for a
+     * CPU when it began, not on one (without SCHED_FIFO it may wait long,
+     * and get one just as a thread of the target blocks). If the sampler
+     * did not sleep until the deadline, its waking displaced nobody. */
+    int64_t in = bf_cpuclock_self_in(t->cc);
+    if (in >= 0 && in <= read_at)
+      on_from = t->deadline_ns && in >= t->deadline_ns ? in - SELF_IN_SLACK_NS : read_at;
   }
   for (size_t i = 0; i < n; i++) {
     int64_t tid = th[i].native_tid ? th[i].native_tid : (int64_t)th[i].thread_id;
@@ -844,6 +856,11 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     struct sched_param sp = {.sched_priority = 1};
     sampler_rt = sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) == 0;
   }
+  /* cpu clock, not real-time: no timer slack (50 us by default), so the
+   * sampler wakes at its own jittered deadline, not on the next interrupt
+   * within 50 us of it, which is often a target thread's own timer: ticks
+   * would then fall just as that thread wakes (real-time tasks have none) */
+  if (o->clock_cpu && !sampler_rt) prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   /* A sampler that fell behind (preempted; a store write) samples back to
    * back until it is on schedule again, as long as it is at most this late;
    * ticks further behind are dropped and counted missed. Each sample still
