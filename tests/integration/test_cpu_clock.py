@@ -163,6 +163,16 @@ MEASURED = ("steady", "crunch", "nap", "digest", "squeeze", "wait_io", "parse")
 ALL = pythons.discover()
 
 
+def _ends(ps):
+    """The oldest and the newest interpreter (distinct real files); used by
+    test_calibrate.py."""
+    return [ps[0], ps[-1]] if len(ps) > 1 else ps
+
+
+def _id(p):
+    return p["tag"] + ":" + os.path.basename(os.path.dirname(os.path.dirname(p["path"])))
+
+
 def functions(db, sid):
     r = run(["replay", str(sid), "--view", "functions", "--json", "--limit", "1000"], db=db)
     return json.loads(r.stdout)
