@@ -315,13 +315,16 @@ static int proc_pread(int pid, int64_t tid, int *fd, const char *what, char *buf
 }
 
 int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_ns,
-                       int64_t *cpu_ns, int *on_cpu, int *known) {
+                       int64_t until_ns, int64_t *cpu_ns, int *on_cpu, int *known,
+                       int64_t *switch_ns, int *waiting) {
   int fresh;
   cc_thread *t = th_get(c, tid, &fresh);
   if (!t) return -ENOMEM;
   t->last_tick = c->tick;
   *on_cpu = 0;
   *known = !fresh;
+  *switch_ns = 0;
+  *waiting = 0;
   if (t->perf) {
     int64_t now = c->now_ns > t->since ? c->now_ns : t->since;
     int state = t->state;
@@ -356,6 +359,7 @@ int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_
     /* a switch-out is seen a little after it happened: a running thread's
      * CPU was counted up to the drain, and may be found slightly less now */
     *cpu_ns = t->cpu_ns + t->extra_ns + (state == CC_IN ? now - t->since : 0);
+    *switch_ns = t->extra_ns;
     if (*cpu_ns < t->cpu_told_ns) *cpu_ns = t->cpu_told_ns;
     t->cpu_told_ns = *cpu_ns;
     if (fresh) return 0; /* opened after the window */
@@ -372,6 +376,18 @@ int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_
       on = at_ns < iv->b || (iv->b >= from_ns && iv->preempted);
       break;
     }
+    /* went to sleep or to wait before until_ns: its stack may have been
+     * read after that, where it waits, not where it ran at at_ns */
+    for (unsigned i = 0; i < k && on && until_ns > at_ns; i++) {
+      const struct cc_iv *iv = &t->iv[(t->iv_next - 1 - i) % CC_IV];
+      if (iv->b <= at_ns) break;
+      if (iv->b <= until_ns && !iv->preempted) on = 0;
+    }
+    /* off a CPU since it went to sleep or to wait, before at_ns: its stack
+     * is where it waits */
+    *waiting = !on && state == CC_OUT && t->iv_next &&
+               !t->iv[(t->iv_next - 1) % CC_IV].preempted &&
+               t->iv[(t->iv_next - 1) % CC_IV].b <= at_ns;
     *on_cpu = on;
     return 0;
   }

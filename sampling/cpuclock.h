@@ -37,15 +37,23 @@ const char *bf_cpuclock_why(const bf_cpuclock *c);
 /* Start of a tick's accounting: fold in the kernel's records so far. */
 void bf_cpuclock_drain(bf_cpuclock *c);
 
-/* Thread tid (after bf_cpuclock_drain): OUT *cpu_ns its CPU time since the
+/* Thread tid (after bf_cpuclock_drain), whose stack was read between at_ns
+ * and until_ns: OUT *cpu_ns its CPU time since the
  * clock first saw it (perf-switch: exact as of its last switch, and within
  * CC_SYNC_TICKS ticks of its schedstat); *on_cpu 1 when it was on a CPU
  * at at_ns, or was preempted (not gone to sleep or to wait) between from_ns
  * and at_ns and has not run since (monotonic ns, not in the future;
- * schedstat: found in state R now); *known 0 when the thread is new and that
- * is not known yet (then *on_cpu is 0). Returns 0, or -ENOMEM. */
+ * schedstat: found in state R now), and did not go to sleep or to wait
+ * before until_ns (its stack may show where it waits, not where it ran);
+ * *known 0 when the thread is new and that is not known yet (then *on_cpu
+ * is 0); *switch_ns the part of *cpu_ns that is the scheduler's work around
+ * its switches (perf-switch; 0 else), which belongs where it waits;
+ * *waiting 1 when it went to sleep or to wait before at_ns and has not run
+ * since (its stack is where it waits; perf-switch only). Returns 0, or
+ * -ENOMEM. */
 int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_ns,
-                       int64_t *cpu_ns, int *on_cpu, int *known);
+                       int64_t until_ns, int64_t *cpu_ns, int *on_cpu, int *known,
+                       int64_t *switch_ns, int *waiting);
 
 /* When the calling thread (the sampler) last went onto a CPU (monotonic ns),
  * from its own context-switch records: a thread of the target that was

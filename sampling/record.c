@@ -60,6 +60,9 @@ typedef struct rec_thread {
   int64_t cpu_seen_ns;    /* cpu clock: the thread's CPU time at the last tick */
   bf_sample *batch;       /* cpu clock: on-CPU samples not written yet (see cpu_charge) */
   size_t nbatch;
+  bf_sample *wbatch;      /* cpu clock: samples of where it waits, meanwhile */
+  size_t nwbatch;
+  int64_t last_switch_ns, switch_seen_ns; /* cpu clock: its switch work, charged / seen */
   int64_t last_stack_id;
   int named;              /* the store has its name (it keeps the first one it gets) */
   bf_smp_frame *last_frames;
@@ -215,21 +218,39 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
 static int drain_pending(bf_store *st, target *t, int64_t now);
 static int hold_interned(bf_store *st, target *t, rec_thread *r, const bf_sample *smp);
 
+/* weights: total shared equally among b[0..n) */
+static void share(bf_sample *b, size_t n, int64_t total) {
+  for (size_t k = 0; k < n; k++)
+    b[k].weight = total > 0 ? total / (int64_t)n + ((int64_t)k < total % (int64_t)n) : 0;
+}
+
 /* cpu clock: write a thread's batch of on-CPU samples, sharing the CPU it
- * used since the last batch (up to cpu_ns) equally among them. */
+ * used since the last batch (up to cpu_ns) equally among them; the part that
+ * was the scheduler's work around its switches (switch_ns since the last
+ * batch) goes to the stacks where it was found waiting meanwhile, if any:
+ * a thread's CPU time counts that work inside the call that waits. */
 static int cpu_charge(bf_store *st, target *t, rec_thread *r, int64_t cpu_ns) {
-  size_t n = r->nbatch;
-  r->nbatch = 0;
-  if (!n) return 0;
+  size_t n = r->nbatch, nw = r->nwbatch;
+  if (!n) return 0; /* waits alone: kept until on-CPU samples come */
+  r->nbatch = r->nwbatch = 0;
   int64_t total = cpu_ns - r->last_cpu_ns;
+  int64_t sw = r->switch_seen_ns - r->last_switch_ns;
   r->last_cpu_ns = cpu_ns;
+  r->last_switch_ns = r->switch_seen_ns;
   if (total <= 0) return 0;
-  for (size_t k = 0; k < n; k++) {
-    r->batch[k].weight = total / (int64_t)n + ((int64_t)k < total % (int64_t)n);
-    if (!r->batch[k].weight) continue;
-    int rc = hold_interned(st, t, r, &r->batch[k]); /* held while the database is locked */
+  if (!nw || sw < 0) sw = 0;
+  if (sw > total) sw = total;
+  share(r->batch, n, total - sw);
+  share(r->wbatch, sw ? nw : 0, sw);
+  if (!sw) nw = 0;
+  /* written in time order within the thread, as the store requires */
+  for (size_t i = 0, j = 0; i < n || j < nw;) {
+    int on = j >= nw || (i < n && r->batch[i].ts_ns <= r->wbatch[j].ts_ns);
+    bf_sample *x = on ? &r->batch[i++] : &r->wbatch[j++];
+    if (!x->weight) continue;
+    int rc = hold_interned(st, t, r, x); /* held while the database is locked */
     if (rc < 0) return rc;
-    t->cpu_charged_ns += r->batch[k].weight;
+    t->cpu_charged_ns += x->weight;
   }
   return 0;
 }
@@ -352,6 +373,7 @@ static void forget_threads(bf_store *st, target *t, int64_t now, int gil_only) {
     }
     free(r->last_frames);
     free(r->batch);
+    free(r->wbatch);
     t->threads[i] = t->threads[--t->nthreads];
   }
   if (t->cap_threads > 64 && t->nthreads < t->cap_threads / 4) {
@@ -548,6 +570,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   int64_t pre_ns = mono_ns();
   int rc = t->nat ? bf_smp_native_sample(t->nat, want, &th, &n)
                   : bf_smp_sample(t->h, want, &th, &n);
+  int64_t read_end = mono_ns();
   /* a torn stack (changed while read) is re-read at once inside
    * bf_smp_sample; -EIO here is a sample given up (counted invalid) */
   if (rc == -ESRCH) return rc;
@@ -574,10 +597,15 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   t->gen++;
   int64_t ts = now - t->start_mono;
   if (t->npend > t->pend_head && now >= t->next_drain_ns && (rc = drain_pending(st, t, now)) < 0) return rc;
-  /* cpu clock: the moment the stacks were read: the last walk's prefetch,
-   * which reads the hot set of every thread at once (with --native, the
-   * moment before the threads were stopped) */
-  int64_t read_at = t->nat ? pre_ns : t->h->read_ns;
+  /* cpu clock: the moment the stacks were read: just before the first
+   * walk, not the walk that was kept (a walk torn by a stack changing under
+   * it is read again). A thread on a CPU then that went to sleep or to wait
+   * before read_end is left out: its stack may have been read where it
+   * waits (on the demo service that made fake_db_wait 5-10 points high in
+   * runs with many torn walks). With --native, the moment before the
+   * threads were stopped (then read frozen). */
+  int64_t read_at = pre_ns;
+  if (t->nat) read_end = read_at;
   /* A thread counts as on a CPU then, or if it was preempted since the
    * tick's deadline (when the sampler slept until it): the sampler, waking,
    * may have displaced it (see bf_smp_record) */
@@ -631,22 +659,33 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
       int64_t cpu;
       int known, on;
       if (!th[i].native_tid) continue; /* no host tid: no CPU time to go by */
-      rc = bf_cpuclock_thread(t->cc, th[i].native_tid, on_from, read_at, &cpu, &on, &known);
+      int64_t sw;
+      int waiting;
+      rc = bf_cpuclock_thread(t->cc, th[i].native_tid, on_from, read_at, read_end, &cpu, &on, &known,
+                              &sw, &waiting);
       if (rc < 0) return rc;
       if (!known || r->last_cpu_ns < 0 || cpu < r->cpu_seen_ns) { /* new, or a tid reused */
         if ((rc = cpu_charge(st, t, r, r->cpu_seen_ns)) < 0) return rc;
+        r->nwbatch = 0;
         r->last_cpu_ns = r->cpu_seen_ns = cpu;
+        r->last_switch_ns = r->switch_seen_ns = sw;
         continue;
       }
       r->cpu_seen_ns = cpu;
-      if (!on) continue;
+      r->switch_seen_ns = sw;
+      if (!on && !(waiting && r->nwbatch < CPU_BATCH)) continue;
       if ((rc = intern_stack(st, r, &th[i], &stack_id)) == -EBUSY) { /* a new stack, locked out */
         t->lock_dropped++;
         continue;
       }
       if (rc < 0) return rc;
-      if (!r->batch && !(r->batch = malloc(CPU_BATCH * sizeof *r->batch))) return -ENOMEM;
       flags = (flags & ~(uint32_t)BF_SAMPLE_IDLE) | BF_SAMPLE_ON_CPU;
+      if (!on) { /* where it waits: its switch work goes there (see cpu_charge) */
+        if (!r->wbatch && !(r->wbatch = malloc(CPU_BATCH * sizeof *r->wbatch))) return -ENOMEM;
+        r->wbatch[r->nwbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
+        continue;
+      }
+      if (!r->batch && !(r->batch = malloc(CPU_BATCH * sizeof *r->batch))) return -ENOMEM;
       r->batch[r->nbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
       if (r->nbatch == CPU_BATCH && (rc = cpu_charge(st, t, r, cpu)) < 0) return rc;
       continue;
@@ -1022,6 +1061,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     for (size_t k = 0; k < tg[i].nthreads; k++) {
       free(tg[i].threads[k].last_frames);
       free(tg[i].threads[k].batch);
+      free(tg[i].threads[k].wbatch);
     }
     free(tg[i].threads);
     pending_free(&tg[i]);
