@@ -21,7 +21,8 @@ Conditions, each on every interpreter found: quiet (launched by record),
 beside two CPU-bound processes (launched), and attached by --pid inside a
 PID namespace (`unshare --pid --fork --mount-proc`), where thread ids are
 not the host's (3.8-3.10 find a thread's tid in glibc's struct pthread,
-3.11+ in the thread state). About 50 s in all on an idle 2-CPU host.
+3.11+ in the thread state). 110-130 s in all at load 13-16 on 2 vCPUs
+(shared host); an idle one should take about half.
 """
 import json
 import os
