@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int bf_vec_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first_cap) {
+int bf_vec_grow_slow(void **p, size_t *cap, size_t need, size_t elem, size_t first_cap) {
   if (need <= *cap) return 0;
   size_t nc = *cap ? *cap : (first_cap ? first_cap : 1);
   while (nc < need) {
