@@ -186,10 +186,8 @@ ORACLE = r'''
 # unless BIFOCAL_ORACLE_OUT is set.
 import os, sys
 _out = os.environ.get("BIFOCAL_ORACLE_OUT")
-if _out and sys.version_info < (3, 12):
-    # bifocal's collector needs threading.setprofile before 3.12 to follow new
-    # threads, so threading is loaded when the program starts (a stated limit)
-    import threading
+# (no pre-import of threading: the collector follows new threads on 3.8-3.11
+# without importing it, so the program's own import is counted by both)
 _GEN = 0x20 | 0x80 | 0x200
 _counts, _gens, _main, _loaded = {}, set(), [], []
 
