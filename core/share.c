@@ -212,14 +212,14 @@ static int load_pub(bf_store *s, const char *arg, unsigned char pk[32]) {
     if ((rc = read_all(arg, 4096, &buf, &len)))
       return bf_store_fail(s, rc, "cannot read public key '%s': %s", arg, strerror(-rc));
     if (strncmp((char *)buf, KEY_PREFIX, strlen(KEY_PREFIX)) == 0)
-      rc = bf_store_fail(s, -EINVAL, "'%s' is a secret key; --encrypt-to takes the recipient's .pub file", arg);
+      rc = bf_store_fail(s, -EINVAL, "'%s' is a secret key, not the recipient's public key", arg);
     else if (parse_key((char *)buf, PUB_PREFIX, 1, pk))
-      rc = bf_store_fail(s, -EINVAL, "'%s' is not a bifocal public key (make one with `bifocal keygen`)", arg);
+      rc = bf_store_fail(s, -EINVAL, "'%s' is not a bifocal public key", arg);
     free(buf);
     return rc;
   }
   if (parse_key(arg, PUB_PREFIX, 1, pk))
-    return bf_store_fail(s, -EINVAL, "--encrypt-to '%s': no such file and not a base64 public key", arg);
+    return bf_store_fail(s, -EINVAL, "public key '%s': no such file and not a base64 public key", arg);
   return 0;
 }
 
@@ -306,9 +306,9 @@ static int load_secret(bf_store *s, const char *key_path, unsigned char sk[32]) 
   int rc = read_all(key_path, 4096, &buf, &len);
   if (rc) return bf_store_fail(s, rc, "cannot read key '%s': %s", key_path, strerror(-rc));
   if (strncmp((char *)buf, PUB_PREFIX, strlen(PUB_PREFIX)) == 0)
-    rc = bf_store_fail(s, -EINVAL, "'%s' is a public key; --key takes your .key file", key_path);
+    rc = bf_store_fail(s, -EINVAL, "'%s' is a public key, not your secret key", key_path);
   else if (parse_key((char *)buf, KEY_PREFIX, 0, sk))
-    rc = bf_store_fail(s, -EINVAL, "'%s' is not a bifocal secret key (make one with `bifocal keygen`)", key_path);
+    rc = bf_store_fail(s, -EINVAL, "'%s' is not a bifocal secret key", key_path);
   sodium_memzero(buf, len);
   free(buf);
   return rc;

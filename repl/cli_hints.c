@@ -26,6 +26,16 @@ static const struct {
     {"the tasks view needs a sampled session", "record one with `bifocal record --async`"},
     /* core/view_gil.c */
     {"is traced: the GIL view needs a sampled session", "bifocal record samples each thread's GIL and CPU state"},
+    /* core/store/handle.c (bfs opening a database that is not there) */
+    {"does not exist yet", "record or import something first, or pass --db"},
+    /* core/store/schema.c */
+    {"is a SQLite database but not a bifocal one", "choose another file with --db"},
+    /* core/share.c */
+    {"is a secret key, not the recipient's public key", "--encrypt-to takes the recipient's .pub file"},
+    {"no such file and not a base64 public key", "--encrypt-to takes a .pub file or its base64 text"},
+    {"is a public key, not your secret key", "--key takes your .key file"},
+    {"is not a bifocal public key", "make one with `bifocal keygen`"},
+    {"is not a bifocal secret key", "make one with `bifocal keygen`"},
     /* core/correlate.c (bf_join_sessions) */
     {", not traced", "see `bifocal sessions`"},
 };

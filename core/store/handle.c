@@ -116,7 +116,7 @@ static int check_path(const char *path, int flags, int readonly) {
   }
   if (!exists) {
     if (readonly || !(flags & BF_STORE_CREATE)) {
-      snprintf(bfs_open_err, sizeof bfs_open_err, "database '%s' does not exist (record or import something first, or pass --db)", path);
+      snprintf(bfs_open_err, sizeof bfs_open_err, "database '%s' does not exist yet", path);
       return -ENOENT;
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -75,7 +75,7 @@ int bfs_check_and_migrate(bf_store *s) {
   if (appid != BF_APP_ID) {
     if (appid != 0 || ntables != 0 || ver != 0)
       return bf_store_fail(s, -EINVAL,
-                           "'%s' is a SQLite database but not a bifocal one; choose another file with --db",
+                           "'%s' is a SQLite database but not a bifocal one",
                            s->path);
     if (s->readonly)
       return bf_store_fail(s, -EINVAL, "'%s' is an empty database, not a bifocal one", s->path);

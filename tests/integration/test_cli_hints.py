@@ -70,3 +70,31 @@ def test_lua_sees_the_library_message_without_cli_advice(hdb):
                       "print(select(2, bifocal.join(a, b)))\n" % (s["sampled"], s["imported"]))
     r = run(["run", str(script)], db=path)
     assert r.stdout == "session %d is imported, not traced\n" % s["imported"]
+
+
+def test_store_and_key_errors_carry_the_option_that_helps(hdb, tmp_path):
+    path, s, d = hdb
+    missing = str(tmp_path / "nope.db")
+    assert err_line(missing, ["sessions"]) == (
+        "bifocal: database '%s' does not exist yet (record or import something first, or pass --db)\n" % missing)
+    other = str(tmp_path / "other.db")
+    import sqlite3
+    c = sqlite3.connect(other)
+    c.execute("create table t(x)")
+    c.commit()
+    c.close()
+    assert err_line(other, ["sessions"]) == (
+        "bifocal: '%s' is a SQLite database but not a bifocal one (choose another file with --db)\n" % other)
+    me = str(tmp_path / "me")
+    run(["keygen", "-o", me], db=path)
+    out = str(tmp_path / "x.bfs")
+    i = str(s["imported"])
+    assert err_line(path, ["export", i, "--format", "bifocal", "--encrypt-to", me + ".key", "-o", out]) == (
+        "bifocal: '%s.key' is a secret key, not the recipient's public key (--encrypt-to takes the "
+        "recipient's .pub file)\n" % me)
+    assert err_line(path, ["export", i, "--format", "bifocal", "--encrypt-to", "zzz", "-o", out]) == (
+        "bifocal: public key 'zzz': no such file and not a base64 public key (--encrypt-to takes a .pub "
+        "file or its base64 text)\n")
+    run(["export", i, "--format", "bifocal", "--encrypt-to", me + ".pub", "-o", out], db=path)
+    assert err_line(path, ["import", out, "--key", me + ".pub"]) == (
+        "bifocal: '%s.pub' is a public key, not your secret key (--key takes your .key file)\n" % me)
