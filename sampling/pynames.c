@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "smp_int.h"
 
 
@@ -299,16 +300,11 @@ void smp_pynames_clear(bf_smp *h) {
   memset(h->pn_active, 0, sizeof h->pn_active);
 }
 
-static int64_t mono_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 void smp_pynames_refresh(bf_smp *h, int64_t start_ns) {
   const smp_layout *l = &h->lay;
   collect_ctx c = {NULL, 0};
-  h->pn_last_ns = mono_ns();
+  h->pn_last_ns = bf_mono_ns();
   h->pn_start_ns = start_ns;
   h->pn_gen++;
   h->pn_lookups++;

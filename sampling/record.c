@@ -19,12 +19,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cpuclock.h"
 #include "native.h"
 #include "session_meta.h"
 #include "smp_int.h"
 #include "store.h"
 #include "tasks.h"
+#include "vec.h"
 
 #ifndef BF_VERSION
 #define BF_VERSION "0.0.0"
@@ -36,12 +38,6 @@
 /* cpu clock: a thread the sampler displaced switched out this long at most
  * before the sampler's own switch-in record (1-4 us measured in a VM) */
 #define SELF_IN_SLACK_NS 8000
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int seterr(bf_smp *h, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int seterr(bf_smp *h, int rc, const char *fmt, ...) {
@@ -204,7 +200,7 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
   in->id = t->session_id;
   rc = bf_store_flush(st);
   if (rc < 0) return seterr(err_h, rc, "%s", bf_store_errmsg(st));
-  t->start_mono = mono_ns();
+  t->start_mono = bf_mono_ns();
   t->start_cpu_ns = profiler_cpu_ns();
   bf_smp_consistency(t->h, &t->cs0);
   if (o->clock_cpu && !t->cc) {
@@ -270,11 +266,11 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   int rc0 = t->cc ? cpu_flush(st, t) : 0;
   /* held samples first: wait for a lock holder up to 30 s in all */
   bf_store_set_busy_timeout(st, 1000);
-  int64_t give_up = mono_ns() + 30000000000LL;
+  int64_t give_up = bf_mono_ns() + 30000000000LL;
   int drc = 0;
-  while (t->pend_head < t->npend && mono_ns() < give_up) {
+  while (t->pend_head < t->npend && bf_mono_ns() < give_up) {
     t->next_drain_ns = 0;
-    if ((drc = drain_pending(st, t, mono_ns())) < 0) break;
+    if ((drc = drain_pending(st, t, bf_mono_ns())) < 0) break;
   }
   if (t->pend_head < t->npend) { /* still locked: those are lost, and counted */
     t->lock_dropped += (int64_t)(t->npend - t->pend_head);
@@ -338,13 +334,7 @@ static rec_thread *rec_thread_get(target *t, int64_t tid) {
       return &t->threads[i];
     }
   t->next_hint = t->nthreads + 1;
-  if (t->nthreads == t->cap_threads) {
-    size_t nc = t->cap_threads ? t->cap_threads * 2 : 8;
-    rec_thread *n = realloc(t->threads, nc * sizeof *n);
-    if (!n) return NULL;
-    t->threads = n;
-    t->cap_threads = nc;
-  }
+  if (bf_vec_grow((void **)&t->threads, &t->cap_threads, t->nthreads + 1, sizeof *t->threads, 8)) return NULL;
   rec_thread *r = &t->threads[t->nthreads++];
   memset(r, 0, sizeof *r);
   r->tid = tid;
@@ -454,13 +444,7 @@ static int keep_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thre
     t->lock_dropped++;
     return 0;
   }
-  if (t->npend == t->cap_pend) {
-    size_t nc = t->cap_pend ? t->cap_pend * 2 : 1024;
-    pend_sample *np = realloc(t->pend, nc * sizeof *np);
-    if (!np) return -ENOMEM;
-    t->pend = np;
-    t->cap_pend = nc;
-  }
+  if (bf_vec_grow((void **)&t->pend, &t->cap_pend, t->npend + 1, sizeof *t->pend, 1024)) return -ENOMEM;
   pend_sample *p = &t->pend[t->npend];
   p->interned = 0;
   p->frames = th->nframes ? malloc(th->nframes * sizeof *th->frames) : NULL;
@@ -494,13 +478,7 @@ static int hold_interned(bf_store *st, target *t, rec_thread *r, const bf_sample
     t->lock_dropped++;
     return 0;
   }
-  if (t->npend == t->cap_pend) {
-    size_t nc = t->cap_pend ? t->cap_pend * 2 : 1024;
-    pend_sample *np = realloc(t->pend, nc * sizeof *np);
-    if (!np) return -ENOMEM;
-    t->pend = np;
-    t->cap_pend = nc;
-  }
+  if (bf_vec_grow((void **)&t->pend, &t->cap_pend, t->npend + 1, sizeof *t->pend, 1024)) return -ENOMEM;
   pend_sample *p = &t->pend[t->npend++];
   memset(p, 0, sizeof *p);
   p->interned = 1;
@@ -567,10 +545,10 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   if (o->gil_only) want |= BF_SMP_WANT_GIL_ONLY;
   const bf_smp_thread *th;
   size_t n;
-  int64_t pre_ns = mono_ns();
+  int64_t pre_ns = bf_mono_ns();
   int rc = t->nat ? bf_smp_native_sample(t->nat, want, &th, &n)
                   : bf_smp_sample(t->h, want, &th, &n);
-  int64_t read_end = mono_ns();
+  int64_t read_end = bf_mono_ns();
   /* a torn stack (changed while read) is re-read at once inside
    * bf_smp_sample; -EIO here is a sample given up (counted invalid) */
   if (rc == -ESRCH) return rc;
@@ -716,7 +694,7 @@ static size_t children_of(int pid, int *out, size_t max) {
 /* Sleep until deadline (monotonic ns). Below ~200 us per tick a sleep's
  * wake-up latency is as long as the interval, so high rates spin the rest. */
 static void wait_until(int64_t deadline, int64_t interval) {
-  int64_t now = mono_ns();
+  int64_t now = bf_mono_ns();
   if (interval >= 200000) {
     struct timespec ts = {deadline / 1000000000, deadline % 1000000000};
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL); /* EINTR: check stop */
@@ -727,7 +705,7 @@ static void wait_until(int64_t deadline, int64_t interval) {
     struct timespec ts = {wake / 1000000000, wake % 1000000000};
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
   }
-  while (mono_ns() < deadline) {
+  while (bf_mono_ns() < deadline) {
   }
 }
 
@@ -824,7 +802,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     launched = 1;
     if (o->child_pid) *o->child_pid = pid;
     /* wait for the interpreter to be initialised: shims may exec first */
-    int64_t give_up = mono_ns() + 15 * 1000000000LL;
+    int64_t give_up = bf_mono_ns() + 15 * 1000000000LL;
     for (;;) {
       rc = bf_smp_attach(h, pid);
       if (rc == 0) break;
@@ -833,7 +811,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
         *exit_status = st2;
         return seterr(h, -ENOEXEC, "'%s' exited before a Python runtime was seen in it", o->argv[0]);
       }
-      if ((rc != -EAGAIN && rc != -ENOEXEC && rc != -ESRCH) || mono_ns() > give_up ||
+      if ((rc != -EAGAIN && rc != -ENOEXEC && rc != -ESRCH) || bf_mono_ns() > give_up ||
           (o->stop && *o->stop)) {
         if (rc == -ENOEXEC) seterr(h, rc, "'%s' (pid %d) is not a Python process", o->argv[0], pid);
         if (o->stop && *o->stop) { /* signalled (and passed on) before the runtime was up: wait */
@@ -905,8 +883,8 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
    * ticks further behind are dropped and counted missed. Each sample still
    * carries the time since the previous one, so time estimates hold. */
   int64_t backlog = interval > SMP_BACKLOG_NS ? interval : SMP_BACKLOG_NS;
-  uint64_t rng = (uint64_t)mono_ns() | 1;
-  int64_t start = mono_ns(), next = start, last_progress = start, last_progress_cb = start, last_children = start;
+  uint64_t rng = (uint64_t)bf_mono_ns() | 1;
+  int64_t start = bf_mono_ns(), next = start, last_progress = start, last_progress_cb = start, last_children = start;
   int64_t end = o->duration_s > 0 ? start + (int64_t)(o->duration_s * 1e9) : INT64_MAX;
   int64_t prev = start - interval;
   const char *status = "complete";
@@ -927,14 +905,14 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     /* jitter: uniform in [0.5, 1.5) intervals so periodic work is not aliased */
     int64_t step = interval / 2 + (int64_t)(xorshift(&rng) % (uint64_t)(interval > 0 ? interval : 1));
     next += step;
-    int64_t now = mono_ns();
+    int64_t now = bf_mono_ns();
     int64_t deadline = now < next ? next : 0; /* cpu clock: see tick */
     if (now < next) {
       if (tg[0].nat && !tg[0].exited) /* hands signals on to seized threads meanwhile */
         bf_smp_native_wait_until(tg[0].nat, next);
       else
         wait_until(next, interval);
-      now = mono_ns();
+      now = bf_mono_ns();
     } else if (now - next > backlog) {
       /* too far behind to catch up: those ticks are lost */
       int64_t lost = (now - next) / interval;
@@ -1038,7 +1016,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
       o->progress(o->progress_ud, &p);
     }
   }
-  int64_t stop = mono_ns();
+  int64_t stop = bf_mono_ns();
   if (fatal) status = "incomplete";
   int64_t cpu = profiler_cpu_ns();
   int frc = 0;
