@@ -57,6 +57,10 @@ typedef struct tv {
   int any_task;
 } tv;
 
+const char *bf_task_name(const char *name, int64_t native_tid) {
+  return name && native_tid < 0 && strncmp(name, "task:", 5) == 0 ? name + 5 : NULL;
+}
+
 static int ends_with(const char *s, const char *suf) {
   size_t n = s ? strlen(s) : 0, m = strlen(suf);
   return n >= m && strcmp(s + n - m, suf) == 0;

@@ -27,6 +27,7 @@ builds are skipped (no layout), saying why.
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -179,3 +180,70 @@ def test_custom_task_class_is_named_as_not_shown(tmp_path):
     assert "not C _asyncio.Task" in sess["extra"]["async_tasks"], sess["extra"]
     view = json.loads(run(["replay", str(sid), "--view", "tasks", "--json"], db=db).stdout)
     assert "mine" not in {t["name"] for t in view["tasks"]}
+
+
+# ---- exports keep the logical task stacks, read by their own consumers ----------
+
+NAMED = ("alt", "pipe", "burner", "b-burner", "b-sleeper")
+
+
+def test_exports_keep_task_stacks(python, tmp_path_factory, tmp_path):
+    """collapsed: the task is the root frame of its stacks (the whole
+    session's lines rooted at task T total what `--thread task:T` gives);
+    pprof, read by `go tool pprof`: a `task` label whose totals are the tasks
+    view's sample counts, and -tagfocus task=T keeps only T's logical stacks;
+    speedscope, validated by its own schema with ajv: one profile per task
+    ("task T") whose samples all start at the task's root frame."""
+    from test_exports_consumers import VALIDATE, go_pprof, speedscope_schema
+    db, sid, truth, view, sess = recording(python, tmp_path_factory)
+    counts = {t["name"]: t["samples"] for t in view["tasks"]}
+    # collapsed
+    out = tmp_path / "all.txt"
+    run(["export", str(sid), "--format", "collapsed", "-o", str(out)], db=db)
+    rooted = {}
+    for line in out.read_text(encoding="utf-8").splitlines():
+        stack, n = line.rsplit(" ", 1)
+        root = stack.split(";")[0]
+        if root.endswith(" (<task>:0:0)"):
+            name = root[: -len(" (<task>:0:0)")]
+            assert name in counts, "collapsed root %r is no task of the tasks view" % root
+            rooted[name] = rooted.get(name, 0) + int(n)
+    for name in NAMED:
+        alone = sum(n for _, n in collapsed(db, sid, "task:" + name, tmp_path))
+        assert rooted.get(name) == alone, (name, rooted.get(name), alone)
+    # pprof
+    pb = tmp_path / "p.pb.gz"
+    run(["export", str(sid), "--format", "pprof", "-o", str(pb)], db=db)
+    tags = go_pprof(tmp_path, "-tags", "-sample_index=samples", str(pb))
+    section = tags.split(" task:", 1)[1].split("\n\n")[0]
+    got = {m.group(2): int(float(m.group(1))) for m in re.finditer(r"^\s+([\d.]+) \([ \d.]+%\): (.+)$", section, re.M)}
+    for name in NAMED:
+        assert got.get(name) == counts[name], (name, got.get(name), counts[name], section[:400])
+    top = go_pprof(tmp_path, "-top", "-sample_index=samples", "-nodecount=1000", "-nodefraction=0",
+                   "-edgefraction=0", "-tagfocus=task=^pipe$", str(pb))
+    m = re.search(r"accounting for (\d+), [\d.]+% of \d+ total", top)
+    assert m and int(m.group(1)) == counts["pipe"], top[:600]
+    cum = {r.split()[-1]: int(r.split()[3]) for r in top.splitlines() if re.match(r"^\s+\d+\s+[\d.]+%\s+[\d.]+%\s+\d+", r)}
+    assert cum.get("task.pipe") == counts["pipe"], cum  # the task's root frame holds all of it
+    # (a task caught as it starts a step may have only its root frame)
+    assert cum.get("asyncio_workload.pipe_task", 0) >= 0.995 * counts["pipe"], cum
+    assert "asyncio_workload.burn" not in cum, cum  # another task's code is not under pipe
+    # speedscope
+    node, mods, schema = speedscope_schema()
+    sp = tmp_path / "s.json"
+    run(["export", str(sid), "--format", "speedscope", "-o", str(sp)], db=db)
+    js = tmp_path / "validate.js"
+    js.write_text(VALIDATE)
+    r = subprocess.run([node, str(js), schema, str(sp)], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, NODE_PATH=mods))
+    assert r.returncode == 0 and "valid" in r.stdout, r.stdout + r.stderr
+    doc = json.load(open(sp, encoding="utf-8"))
+    frames = doc["shared"]["frames"]
+    profs = {p["name"]: p for p in doc["profiles"]}
+    for name in NAMED:
+        p = profs.get("task " + name)
+        assert p, "no speedscope profile for task %s (have %s)" % (name, sorted(profs)[:12])
+        firsts = {(frames[s[0]]["name"], frames[s[0]]["file"]) for s in p["samples"]}
+        assert firsts == {(name, "<task>")}, (name, firsts)
+    pipe = profs["task pipe"]
+    assert all(frames[s[1]]["name"] == "pipe_task" for s in pipe["samples"] if len(s) > 1), "outermost coroutine"
