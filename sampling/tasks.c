@@ -184,6 +184,11 @@ static int cmp_addr(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
 static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t len) {
   bf_smp *h = tk->h;
   if (grow((void **)&tk->buf, &tk->cap_buf, n * len + 1, 1) < 0) return -ENOMEM;
@@ -198,7 +203,13 @@ static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t l
       m++;
     }
   }
-  qsort(tk->ord, m, 16, cmp_addr);
+  /* tasks are kept in address order, and what they point at (coroutines,
+   * frames) was mostly allocated in the same order: often nothing to sort */
+  for (size_t k = 1; k < m; k++)
+    if (tk->ord[2 * k] < tk->ord[2 * k - 2]) {
+      qsort(tk->ord, m, 16, cmp_addr);
+      break;
+    }
   struct iovec l[TK_BATCH], r[TK_BATCH];
   size_t first[TK_BATCH + 1];
   for (size_t k = 0; k < m;) {
@@ -352,6 +363,8 @@ static void refresh_registry(bf_smp_tasks *tk) {
   for (int i = 0; i < 2; i++)
     if (tk->reg_sets[i] && set_items(tk, tk->reg_sets[i], tk->reg_weak[i]) < 0) bad = 1;
   if (bad) tk->mod_dict = 0; /* look the module up again next time */
+  /* address order: batched reads then need no sorting (see read_many) */
+  qsort(tk->addrs, tk->naddrs, 8, cmp_u64);
 }
 
 /* The cached name of obj, or NULL with *free_slot (when not NULL) set to
