@@ -361,6 +361,11 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   if (any_loop && !v.any_task)
     fprintf(out, "%s(no task data: every callback counted as task code; record --async to tell them apart)%s\n",
             dim, rst);
+  if (!any_loop && v.any_task)
+    fprintf(out, "\n%sNo asyncio event loop seen on a thread (no BaseEventLoop.run_forever frame): a loop "
+                 "written in C, such as uvloop, shows its tasks but no split of task code, loop overhead "
+                 "and I/O wait%s\n",
+            dim, rst);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   for (size_t i = 0; i < v.nt; i++) free(v.t[i].ap);

@@ -28,6 +28,8 @@
 #define TK_NAME_BATCH 4096          /* names read in one batch per sample */
 #define TK_CACHE 16384              /* remembered await chains (direct-mapped) */
 #define TK_CHAIN_TTL_NS 100000000LL /* a parked task's chain is re-read every 100 ms */
+#define TK_TP_BASE 256              /* PyTypeObject.tp_base (3.8-3.13 release builds) */
+#define TK_MAX_BASES 8              /* base classes followed to find a Task */
 
 /* Offsets of the C _asyncio Task and of coroutines, per 3.minor. Measured in
  * each interpreter by tests/tools/probe_asyncio_offsets.py (known pointers
@@ -54,7 +56,9 @@ static const tk_layout tk_layouts[] = {
     {13, 144, 96, 112, 120, 128, 0, 0, 0, 72, 0, 0, 0, 64, 72},
 };
 
-enum tk_kind { TK_OTHER, TK_NONE, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, TK_WEAKREF, TK_SET, TK_STR, TK_INT };
+/* TK_PYTASK: asyncio's pure-Python Task (or a subclass of it), not read */
+enum tk_kind { TK_OTHER, TK_NONE, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, TK_WEAKREF, TK_SET, TK_STR, TK_INT,
+               TK_PYTASK };
 
 typedef struct tk_name {
   uint64_t obj;       /* the name object (0: free slot) */
@@ -91,7 +95,8 @@ struct bf_smp_tasks {
   bf_smp *h;
   tk_layout lay;
   int supported;
-  char status[160];
+  char status[512];
+  char not_read[200]; /* what the status says was not read */
   uint64_t types[128];
   unsigned char kinds[128];
   size_t ntypes;
@@ -116,6 +121,7 @@ struct bf_smp_tasks {
   size_t cap_span;
   uint64_t *cur; /* per level: object address per task (0: chain ended) */
   int warned_custom;
+  int uvloop; /* the uvloop module is loaded */
   int new_names; /* read this sample */
   tk_chain *cache; /* TK_CACHE entries, or NULL */
 };
@@ -161,6 +167,18 @@ void bf_smp_tasks_free(bf_smp_tasks *tk) {
 }
 
 const char *bf_smp_tasks_status(const bf_smp_tasks *tk) { return tk ? tk->status : ""; }
+
+/* The session's sentence: what is known about the loops, then what was not
+ * read (kept from an earlier call when what is NULL). */
+static void set_status(bf_smp_tasks *tk, const char *what) {
+  const char *last = tk->not_read;
+  if (what) snprintf(tk->not_read, sizeof tk->not_read, "%s", what);
+  snprintf(tk->status, sizeof tk->status, "%s%s%s%s", *last || tk->uvloop ? "asyncio tasks: " : "",
+           tk->uvloop ? "uvloop is loaded: its tasks and await chains are read; its loop runs in C, so "
+                        "loop threads show no split of task code, loop overhead and I/O wait"
+                      : "",
+           tk->uvloop && *last ? "; " : "", last);
+}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
@@ -276,6 +294,20 @@ static int type_kind(bf_smp_tasks *tk, uint64_t type_addr) {
       {"NoneType", TK_NONE}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(nm, names[i].n) == 0) k = names[i].k;
+  /* A Python subclass of the C Task keeps the Task's layout (its own slots
+   * come after it): read as a Task. asyncio's pure-Python Task is a heap
+   * type named "Task": told apart, since it keeps its fields in a dict. */
+  uint64_t base = type_addr;
+  for (int d = 0; k == TK_OTHER && d <= TK_MAX_BASES; d++) {
+    if (strcmp(nm, "Task") == 0) k = TK_PYTASK;
+    if (d == TK_MAX_BASES || smp_read(h, base + TK_TP_BASE, &base, 8) < 0 || !base) break;
+    memset(nm, 0, sizeof nm);
+    if (smp_read(h, base + h->lay.tp_name, &np, 8) < 0 || !np ||
+        (smp_read(h, np, nm, sizeof nm - 1) < 0 && smp_read(h, np, nm, 8) < 0))
+      break;
+    nm[sizeof nm - 1] = 0;
+    if (strcmp(nm, "_asyncio.Task") == 0) k = TK_TASK;
+  }
   if (tk->ntypes < sizeof tk->types / sizeof tk->types[0]) {
     tk->types[tk->ntypes] = type_addr;
     tk->kinds[tk->ntypes++] = (unsigned char)k;
@@ -347,6 +379,10 @@ static void find_registry(bf_smp_tasks *tk) {
   if (tk->lay.minor >= 12 && smp_pn_dict_get(h, md, "_eager_tasks", &v) == 0) {
     tk->reg_sets[1] = v;
     tk->reg_weak[1] = 0;
+  }
+  if (!tk->uvloop && smp_pn_dict_get(h, modules, "uvloop", &v) == 0) {
+    tk->uvloop = 1;
+    set_status(tk, NULL);
   }
   /* asyncio.tasks may still be importing: without its registry look again */
   tk->mod_dict = tk->reg_sets[0] ? md : 0;
@@ -615,8 +651,9 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
     const unsigned char *b = tk->buf + i * L->task_size;
     if (!tk->ok[i]) continue;
     int k = type_kind(tk, rd64(b + h->lay.ob_type));
-    if (k != TK_TASK) { /* a Python Task (subclass, or no C accelerator) */
-      foreign += k == TK_OTHER; /* (None: a dead weak reference) */
+    if (k != TK_TASK) { /* a pure-Python Task; else a dead weak reference, or
+                          * a task freed since the registry was read */
+      foreign += k == TK_PYTASK;
       continue;
     }
     if (rd32(b + L->fut_state) != 0) continue; /* done or cancelled */
@@ -632,9 +669,8 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   }
   if (foreign && !tk->warned_custom) {
     tk->warned_custom = 1;
-    snprintf(tk->status, sizeof tk->status,
-             "asyncio tasks: some tasks are not C _asyncio.Task objects (custom Task "
-             "classes or loops): those are not shown");
+    set_status(tk, "some tasks are asyncio's pure-Python Task, not C _asyncio.Task objects "
+                   "(asyncio's C accelerator not used by the loop's task factory): those are not shown");
   }
   /* running or not: from the task coroutine's own state */
   if (!(tk->cur = realloc(tk->cur, (tk->ntasks ? tk->ntasks : 1) * 8))) return;
