@@ -28,6 +28,7 @@
 #define TK_NAME_BATCH 4096          /* names read in one batch per sample */
 #define TK_CACHE 16384              /* remembered await chains (direct-mapped) */
 #define TK_CHAIN_TTL_NS 100000000LL /* a parked task's chain is re-read every 100 ms */
+#define TK_DEAD_NS 60000000000LL    /* a retired name is freed a minute later */
 #define TK_TP_BASE 256              /* PyTypeObject.tp_base (3.8-3.13 release builds) */
 #define TK_MAX_BASES 8              /* base classes followed to find a Task */
 
@@ -60,10 +61,17 @@ static const tk_layout tk_layouts[] = {
 enum tk_kind { TK_OTHER, TK_NONE, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, TK_WEAKREF, TK_SET, TK_STR, TK_INT,
                TK_PYTASK };
 
+/* A name object's text. Its address is reused once it is freed, by the name
+ * of a new task often at a finished one's address with its coroutine at the
+ * finished one's too: names are read on every sample (names_prefetch), and
+ * when the text at an address changed, the slot gets a new entry (a new
+ * serial, so a new task id); the old one is freed TK_DEAD_NS later. */
 typedef struct tk_name {
   uint64_t obj;       /* the name object (0: free slot) */
+  uint64_t serial;    /* unique per entry: part of the task's id */
+  int64_t retired_ns; /* in tk->dead: when it left its slot */
   char *thread_name;  /* "task:NAME" */
-  bf_smp_code code;   /* root frame: (<task>, NAME, 0) */
+  bf_smp_code *code;  /* root frame: (<task>, NAME, 0); stable address */
 } tk_name;
 
 typedef struct tk_task {
@@ -109,6 +117,9 @@ struct bf_smp_tasks {
   size_t ntasks, cap_tasks;
   tk_name *names;     /* open addressing, TK_MAX_NAMES slots */
   size_t nnames;
+  uint64_t serials;
+  tk_name *dead;      /* entries replaced in their slot, oldest first, kept TK_DEAD_NS */
+  size_t ndead, cap_dead;
   bf_smp_thread *out;
   size_t cap_out;
   bf_smp_frame *frames;
@@ -150,8 +161,15 @@ void bf_smp_tasks_free(bf_smp_tasks *tk) {
   if (tk->names)
     for (size_t i = 0; i < TK_MAX_NAMES; i++) {
       free(tk->names[i].thread_name);
-      free((char *)tk->names[i].code.qualname);
+      if (tk->names[i].code) free((char *)tk->names[i].code->qualname);
+      free(tk->names[i].code);
     }
+  for (size_t i = 0; i < tk->ndead; i++) {
+    free(tk->dead[i].thread_name);
+    free((char *)tk->dead[i].code->qualname);
+    free(tk->dead[i].code);
+  }
+  free(tk->dead);
   free(tk->names);
   free(tk->addrs);
   free(tk->tasks);
@@ -415,18 +433,31 @@ static const tk_name *name_slot(const bf_smp_tasks *tk, uint64_t obj, size_t *fr
   return NULL;
 }
 
-/* Keep name s (owned from now on) of obj in slot i. */
+static int grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* Keep name s (owned from now on) of obj in slot i; an entry already there
+ * (a freed name object's, whose address obj reuses) is retired. */
 static const tk_name *name_put(bf_smp_tasks *tk, size_t i, uint64_t obj, char *s) {
   char *tn = malloc(strlen(s) + 6);
-  if (!tn) {
+  bf_smp_code *code = malloc(sizeof *code);
+  tk_name *e = &tk->names[i];
+  if (!tn || !code || (e->obj && grow((void **)&tk->dead, &tk->cap_dead, tk->ndead + 1, sizeof *tk->dead) < 0)) {
     free(s);
+    free(tn);
+    free(code);
     return NULL;
   }
+  if (e->obj) { /* retired: a sample held by the recorder may still point at it */
+    e->retired_ns = tk->h->now_ns;
+    tk->dead[tk->ndead++] = *e;
+    tk->nnames--;
+  }
   sprintf(tn, "task:%s", s);
-  tk_name *e = &tk->names[i];
+  *code = (bf_smp_code){BF_SMP_TASK_FILE, s, 0, 0, NULL};
   e->obj = obj;
+  e->serial = ++tk->serials;
   e->thread_name = tn;
-  e->code = (bf_smp_code){BF_SMP_TASK_FILE, s, 0, 0, NULL};
+  e->code = code;
   tk->nnames++;
   return e;
 }
@@ -460,9 +491,11 @@ static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
   return name_put(tk, i, obj, s);
 }
 
-/* Names of many new tasks at once: one batched read of each name object,
- * decoded here when it is a short compact ASCII str (or, 3.13, the int of an
- * unnamed task); others are left to name_get's bounded slow path. */
+/* Every task's name, in one batched read of the name objects (up to
+ * TK_NAME_BATCH; past that a cached text is trusted), decoded here when it is
+ * a short compact ASCII str (or, 3.13, the int of an unnamed task) and
+ * checked against the cached text; others are left to name_get's bounded
+ * slow path. */
 static void names_prefetch(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
   const smp_layout *l = &h->lay;
@@ -474,7 +507,7 @@ static void names_prefetch(bf_smp_tasks *tk) {
   size_t want = 0;
   for (size_t k = 0; k < tk->ntasks && want < TK_NAME_BATCH; k++) {
     uint64_t obj = tk->tasks[k].name_obj;
-    if (!obj || name_slot(tk, obj, NULL)) continue;
+    if (!obj) continue;
     objs[k] = obj;
     want++;
   }
@@ -482,7 +515,8 @@ static void names_prefetch(bf_smp_tasks *tk) {
     for (size_t k = 0; k < tk->ntasks; k++) {
       if (!objs[k] || !tk->ok[k] || tk->nnames >= TK_MAX_NAMES / 2) continue;
       size_t i;
-      if (name_slot(tk, objs[k], &i)) continue; /* a name shared by two tasks */
+      const tk_name *had = name_slot(tk, objs[k], &i);
+      if (had) i = (size_t)(had - tk->names);
       const unsigned char *b = tk->buf + k * len;
       int kind = type_kind(tk, rd64(b + l->ob_type));
       char *str = NULL;
@@ -505,9 +539,25 @@ static void names_prefetch(bf_smp_tasks *tk) {
       } else {
         continue;
       }
+      if (had && strcmp(had->code->qualname, str) == 0) { /* the same text: the same entry */
+        free(str);
+        continue;
+      }
       name_put(tk, i, objs[k], str);
     }
   free(objs);
+}
+
+/* Free the retired names no sample held by the recorder can still use. */
+static void names_retire(bf_smp_tasks *tk) {
+  size_t gone = 0;
+  while (gone < tk->ndead && tk->h->now_ns - tk->dead[gone].retired_ns > TK_DEAD_NS) {
+    free(tk->dead[gone].thread_name);
+    free((char *)tk->dead[gone].code->qualname);
+    free(tk->dead[gone].code);
+    gone++;
+  }
+  if (gone) memmove(tk->dead, tk->dead + gone, (tk->ndead -= gone) * sizeof *tk->dead);
 }
 
 /* The frame object / interpreter frame of coroutine c (copied into co[]). */
@@ -713,6 +763,7 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   /* names after the states: reading new names takes time, and a state read
    * long after the threads' stacks disagrees with them more often */
   tk->new_names = 0;
+  names_retire(tk);
   names_prefetch(tk);
   for (size_t i = 0; i < tk->ntasks; i++) {
     tk->tasks[i].name = name_get(tk, tk->tasks[i].name_obj);
@@ -785,9 +836,11 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
        * in that window count as waiting, so the two errors cancel out */
       if (t->state != BF_SMP_TASK_RUNNING) flags |= BF_SMP_IDLE;
     }
-    tk->frames[tk->nframes++] = (bf_smp_frame){&t->name->code, 0, 0};
-    /* a stable id per (task, name): negative, never a kernel tid */
-    uint64_t id = ((t->addr >> 4) ^ ((t->name_obj >> 4) * 0x9E3779B97F4A7C15ull)) & 0x3fffffffffffffffull;
+    tk->frames[tk->nframes++] = (bf_smp_frame){t->name->code, 0, 0};
+    /* a stable id per task: negative, never a kernel tid; a new task whose
+     * objects reuse a finished one's addresses differs in its name entry */
+    uint64_t id = ((t->addr >> 4) ^ ((t->coro >> 4) * 0xC2B2AE3D27D4EB4Full) ^
+                   (t->name->serial * 0x9E3779B97F4A7C15ull)) & 0x3fffffffffffffffull;
     o->native_tid = -(int64_t)id - 1;
     o->thread_id = t->addr;
     o->name = o->py_name = t->name->thread_name;

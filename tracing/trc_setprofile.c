@@ -5,6 +5,7 @@
  * into shadow-stack pushes and pops.
  */
 #include "trc_module.h"
+#include "trc_tasks.h"
 
 #if !BF_TRC_MONITORING
 #include <frameobject.h>
@@ -117,6 +118,7 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
     break;
   }
   case PyTrace_RETURN:
+    if (arg) trc_tasks_frame_return(frame); /* an await's hit, if it suspended (trc_tasks.c) */
     if (t->depth == 0) break;
     trc_leave(&p->acct, t, trc_frame_code(frame), trc_now(p));
     break;
