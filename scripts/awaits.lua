@@ -10,8 +10,9 @@
 -- site, and the calls of FUNC. Per site the two give "this await is hit 3×
 -- per request and waits 40 ms each": hits per request from the trace, wait
 -- per request from the samples (with the 95% interval of its share), and
--- their quotient. Per-request figures assume the tasks of FUNC seen in the
--- sampled session ran whole (record them from start to end).
+-- their quotient; and how long a request lasts (its task's first to last
+-- sample). Per-request figures assume the tasks of FUNC seen in the sampled
+-- session ran whole (record them from start to end).
 
 local usage = "usage: bifocal run awaits.lua SAMPLED TRACED [--per FUNC] [--limit N]"
 local pos, opt = bifocal.parse_args(arg, { per = "", limit = 20 }, usage)
@@ -130,6 +131,10 @@ end
 local wait = {}       -- site -> {ns, samples, by_root = {root -> ns}}
 local root_tasks = {} -- root -> {tasks seen, ns, samples}
 local seen = {}
+-- a task's wall time: its first to its last sample, from their timestamps (a
+-- sampler that fell behind its rate misses ticks: counts times the interval
+-- would come out short; a record of n merged ticks spans its weight)
+local span, task_root = {}, {}
 for smp in sampled:samples() do
   local t = tasks[smp.thread_id]
   if t then
@@ -137,8 +142,11 @@ for smp in sampled:samples() do
     if v.root then
       local r = root_tasks[v.root] or { n = 0, ns = 0, samples = 0, name = v.root_name }
       root_tasks[v.root] = r
-      if not seen[smp.thread_id] then seen[smp.thread_id] = true; r.n = r.n + 1 end
+      if not seen[smp.thread_id] then seen[smp.thread_id] = true; r.n = r.n + 1; task_root[smp.thread_id] = r end
       r.ns, r.samples = r.ns + smp.weight, r.samples + smp.count
+      local sp = span[smp.thread_id] or { smp.ts_ns, smp.ts_ns }
+      span[smp.thread_id] = sp
+      if smp.ts_ns + smp.weight > sp[2] then sp[2] = smp.ts_ns + smp.weight end
     end
     if smp.flags & WAITING ~= 0 and v.site then
       local w = wait[v.site] or { ns = 0, samples = 0, by_root = {}, by_root_n = {}, frame = v.frame }
@@ -150,6 +158,11 @@ for smp in sampled:samples() do
       end
     end
   end
+end
+
+for tid, sp in pairs(span) do
+  local r = task_root[tid]
+  r.life = (r.life or 0) + (sp[2] - sp[1])
 end
 
 -- ---- the join ----------------------------------------------------------------
@@ -172,10 +185,11 @@ for site, w in pairs(wait) do
   local row = { w = w, hits = hits, root = rt and rt.name or (tf and tf.qualname) or "?" }
   if rt and rt.n > 0 and rt.samples > 0 then
     -- the share of the requests' samples waiting here, times their wall time
-    local k = w.by_root_n[root] or 0
+    local k, life = w.by_root_n[root] or 0, rt.life / rt.n
     local lo, hi = bifocal.stats.wilson(k, rt.samples)
-    row.wait_req = k / rt.samples * rt.ns / rt.n
-    row.ci = { lo * rt.ns / rt.n, hi * rt.ns / rt.n }
+    row.wait_req = k / rt.samples * life
+    row.ci = { lo * life, hi * life }
+    row.life = life
   end
   if hits and tf and tf.calls > 0 then row.hits_req = hits / tf.calls end
   if row.wait_req and row.hits_req and row.hits_req > 0 then row.each = row.wait_req / row.hits_req end
@@ -189,10 +203,10 @@ print(string.format("await sites · sampled %s × traced %s · a request = one t
 for i, r in ipairs(rows) do
   if i > opt.limit then break end
   local f = r.w.frame
-  print(string.format("%s  %s:%d  per %s: hits %s · waits %s [%s-%s] · each %s",
+  print(string.format("%s  %s:%d  per %s: hits %s · waits %s [%s-%s] · each %s · a request lasts %s",
     bifocal.inert(f.qualname), bifocal.inert(f.file), f.line, bifocal.inert(r.root),
     r.hits_req and string.format("%.2f", r.hits_req) or "not traced",
     r.wait_req and bifocal.fmt_ns(r.wait_req) or "-",
     r.ci and bifocal.fmt_ns(r.ci[1]) or "-", r.ci and bifocal.fmt_ns(r.ci[2]) or "-",
-    r.each and bifocal.fmt_ns(r.each) or "-"))
+    r.each and bifocal.fmt_ns(r.each) or "-", r.life and bifocal.fmt_ns(r.life) or "-"))
 end

@@ -296,7 +296,7 @@ def test_awaits_lua_joins_sampled_waits_with_exact_hits(tmp_path):
         out = run(["run", os.path.join(ROOT, "scripts", "awaits.lua"), str(s), str(t), "--per", "handle"], db=db).stdout
         tr = json.loads(truth.read_text())
         for q, tag, hits in (("fetch", "F", 3), ("flush", "G", 1)):
-            m = re.search(r"^%s  .*asyncio_awaits\.py:%d  per handle: hits ([\d.]+) .* each ([\d.]+) (s|ms|us)$"
+            m = re.search(r"^%s  .*asyncio_awaits\.py:%d  per handle: hits ([\d.]+) .* each ([\d.]+) (s|ms|us) · "
                           % (q, awaits_line(tag)), out, re.M)
             assert m, "%s: no row for %s in\n%s" % (p["tag"], q, out)
             assert float(m.group(1)) == hits, (p["tag"], q, m.group(0))
