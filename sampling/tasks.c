@@ -316,7 +316,8 @@ static int type_kind(bf_smp_tasks *tk, uint64_t type_addr) {
    * come after it): read as a Task. asyncio's pure-Python Task is a heap
    * type named "Task": told apart, since it keeps its fields in a dict. */
   uint64_t base = type_addr;
-  for (int d = 0; k == TK_OTHER && d <= TK_MAX_BASES; d++) {
+  int cached = tk->ntypes < sizeof tk->types / sizeof tk->types[0];
+  for (int d = 0; k == TK_OTHER && cached && d <= TK_MAX_BASES; d++) { /* not per object when uncached */
     if (strcmp(nm, "Task") == 0) k = TK_PYTASK;
     if (d == TK_MAX_BASES || smp_read(h, base + TK_TP_BASE, &base, 8) < 0 || !base) break;
     memset(nm, 0, sizeof nm);
