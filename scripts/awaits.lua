@@ -11,7 +11,7 @@
 -- per request and waits 40 ms each": hits per request from the trace, wait
 -- per request from the samples (with the 95% interval of its share), and
 -- their quotient; and how long a request lasts (its task's first to last
--- sample). Per-request figures assume the tasks of FUNC seen in the sampled
+-- sample; traced: its first step to its end, exact, under the tracer). Per-request figures assume the tasks of FUNC seen in the sampled
 -- session ran whole (record them from start to end).
 
 local usage = "usage: bifocal run awaits.lua SAMPLED TRACED [--per FUNC] [--limit N]"
@@ -98,6 +98,10 @@ for _, s in ipairs(ok and extra and extra.asyncio and extra.asyncio.await_sites 
 end
 if not next(sites_traced) then
   error("traced session " .. traced.id .. " has no await sites (trace an asyncio program with this bifocal)", 0)
+end
+local lifetimes = {} -- outermost coroutine -> {tasks, total_ns}: traced task wall times
+for _, t in ipairs(ok and extra and extra.asyncio and extra.asyncio.tasks or {}) do
+  lifetimes[key(t.file, t.qualname, t.firstlineno)] = t
 end
 local calls = {}
 for _, f in ipairs(traced:functions()) do
@@ -192,6 +196,8 @@ for site, w in pairs(wait) do
     row.life = life
   end
   if hits and tf and tf.calls > 0 then row.hits_req = hits / tf.calls end
+  local lt = root and lifetimes[root]
+  if lt and lt.tasks > 0 then row.traced_life = lt.total_ns / lt.tasks end
   if row.wait_req and row.hits_req and row.hits_req > 0 then row.each = row.wait_req / row.hits_req end
   rows[#rows + 1] = row
   ::continue::
@@ -203,10 +209,11 @@ print(string.format("await sites · sampled %s × traced %s · a request = one t
 for i, r in ipairs(rows) do
   if i > opt.limit then break end
   local f = r.w.frame
-  print(string.format("%s  %s:%d  per %s: hits %s · waits %s [%s-%s] · each %s · a request lasts %s",
+  print(string.format("%s  %s:%d  per %s: hits %s · waits %s [%s-%s] · each %s · a request lasts %s (traced %s)",
     bifocal.inert(f.qualname), bifocal.inert(f.file), f.line, bifocal.inert(r.root),
     r.hits_req and string.format("%.2f", r.hits_req) or "not traced",
     r.wait_req and bifocal.fmt_ns(r.wait_req) or "-",
     r.ci and bifocal.fmt_ns(r.ci[1]) or "-", r.ci and bifocal.fmt_ns(r.ci[2]) or "-",
-    r.each and bifocal.fmt_ns(r.each) or "-", r.life and bifocal.fmt_ns(r.life) or "-"))
+    r.each and bifocal.fmt_ns(r.each) or "-", r.life and bifocal.fmt_ns(r.life) or "-",
+    r.traced_life and bifocal.fmt_ns(r.traced_life) or "-"))
 end

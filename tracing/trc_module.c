@@ -748,6 +748,7 @@ static PyMethodDef module_methods[] = {
     {"_terminated", trc_was_terminated, METH_NOARGS, NULL},
     {"_discard_session", trc_discard_session, METH_VARARGS, NULL},
     {"_await_sites", trc_tasks_await_sites, METH_NOARGS, NULL},
+    {"_task_lifetimes", trc_tasks_lifetimes, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

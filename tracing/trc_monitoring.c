@@ -335,6 +335,7 @@ static PyObject *cb_start(PyObject *self, PyObject *const *args, Py_ssize_t narg
   if (fi & TRC_FI_SITES) fi = trc_sites_globals_check(p, co, fi & ~TRC_FI_SITES);
   if (!fi) fi = trc_code_func(p, co, PyEval_GetGlobals());
   trc_push(&p->acct, t, fi, co, 0, now);
+  if (co->co_flags & CO_COROUTINE) trc_tasks_coro_start(co, NULL); /* a task's start? (trc_tasks.c) */
   Py_RETURN_NONE;
 }
 
@@ -354,6 +355,7 @@ static PyObject *cb_resume(PyObject *self, PyObject *const *args, Py_ssize_t nar
 static PyObject *cb_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)nargs;
   TRC_CB_PROLOGUE();
+  if (((PyCodeObject *)args[0])->co_flags & CO_COROUTINE) trc_tasks_coro_end((PyCodeObject *)args[0]);
   if (t->depth == 0) Py_RETURN_NONE;
   trc_leave(&p->acct, t, args[0], trc_now(p));
   Py_RETURN_NONE;

@@ -261,7 +261,9 @@ def test_tracer_counts_await_hits_exactly(python, tmp_path):
     """`bifocal trace` counts every suspension per await site (PY_YIELD of a
     coroutine on 3.12+, a suspended coroutine's profile return before):
     requests x 3 at fetch's await, requests x 1 at flush's, exactly; the
-    coroutines' resumes (task steps) are those hits too."""
+    coroutines' resumes (task steps) are those hits too. Each task's wall
+    time (first step to end) is at least the awaits the workload timed in it,
+    and at most 15% more (+5 ms; 50% on an overloaded host)."""
     p = info(python)
     if p["free_threaded"]:
         pytest.skip("%s is free-threaded: the tracer refuses it" % p["tag"])
@@ -273,6 +275,14 @@ def test_tracer_counts_await_hits_exactly(python, tmp_path):
     assert sites.get(("fetch", awaits_line("F"))) == 15, sites
     assert sites.get(("flush", awaits_line("G"))) == 5, sites
     assert sites.get(("handle", awaits_line("H"))) == 15, sites  # each fetch() suspends handle too
+    # per-task wall time, first step to end, per outermost coroutine: the
+    # requests' tasks against the workload's own timing of their awaits
+    lives = {t["qualname"]: t for t in sess["extra"]["asyncio"]["tasks"] if t["file"] == AWAITS}
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert lives["handle"]["tasks"] == 5 and lives["main"]["tasks"] == 1, lives
+    mean = lives["handle"]["total_ns"] / 5 / 1e9
+    timed = 3 * truth["F"] + truth["G"]
+    assert timed <= mean <= timed * (1.15 if QUIET else 1.5) + 0.005, (mean, timed)
     funcs = {f["qualname"]: f for f in json.loads(run(["replay", str(sid), "--view", "functions", "--json",
                                                        "--limit", "100000"], db=db).stdout)["functions"]
              if f["file"] == AWAITS}
