@@ -419,7 +419,7 @@ static void refresh_registry(bf_smp_tasks *tk) {
     if (tk->reg_sets[i] && set_items(tk, tk->reg_sets[i], tk->reg_weak[i]) < 0) bad = 1;
   if (bad) tk->mod_dict = 0; /* look the module up again next time */
   /* address order: batched reads then need no sorting (see read_many) */
-  qsort(tk->addrs, tk->naddrs, 8, cmp_u64);
+  if (tk->naddrs > 1) qsort(tk->addrs, tk->naddrs, 8, cmp_u64);
 }
 
 /* The cached name of obj, or NULL with *free_slot (when not NULL) set to
