@@ -1,7 +1,8 @@
 /* export_pprof.c — pprof's profile.proto, encoded by hand and gzip-compressed
  * with zlib: what `go tool pprof`, Pyroscope and Parca read. One location per
  * (function, line), one function per function identity with a unique
- * module-qualified name, a "thread" label per sample; values samples/count
+ * module-qualified name, a "thread" label per sample (and a "task" label on
+ * the samples of asyncio tasks, record --async); values samples/count
  * plus cpu or wall nanoseconds, the default being what `replay` shares by.
  * Samples without a Python frame keep a "[no Python frame]" location. */
 #include <errno.h>
@@ -178,11 +179,24 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
     rc = -ENOMEM;
     goto out;
   }
+  /* asyncio tasks (record --async) also get a "task" label: their name, so
+   * `pprof -tagfocus task=NAME` selects a task's logical stacks */
+  int64_t *ttasks = calloc(w->nthreads ? w->nthreads : 1, sizeof *ttasks);
+  int64_t task_key = 0;
+  if (!ttasks) {
+    free(tnames);
+    free(tlabels);
+    rc = -ENOMEM;
+    goto out;
+  }
   for (size_t t = 0; t < w->nthreads; t++) {
     char lb[256];
     bf_wthread_label(&w->threads[t], lb, sizeof lb);
     tlabels[t] = strdup(lb);
     tnames[t] = tlabels[t] ? str_id(&st, tlabels[t]) : 0;
+    const char *task = bf_task_name(w->threads[t].name, w->threads[t].native_tid);
+    if (task && !task_key) task_key = str_id(&st, "task");
+    if (task) ttasks[t] = str_id(&st, task);
   }
   size_t maxd = 0;
   for (size_t i = 0; i < w->n; i++)
@@ -259,6 +273,11 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
     pb_uint(&sub2, 1, (uint64_t)thread_key);
     pb_uint(&sub2, 2, (uint64_t)tnames[sk->thread]);
     pb_msg(&sub, 3, &sub2);
+    if (ttasks[sk->thread]) {
+      pb_uint(&sub2, 1, (uint64_t)task_key);
+      pb_uint(&sub2, 2, (uint64_t)ttasks[sk->thread]);
+      pb_msg(&sub, 3, &sub2);
+    }
     pb_msg(&prof, 2, &sub);
   }
   /* samples without a Python frame: one location of a pseudo function, per thread */
@@ -288,6 +307,11 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
       pb_uint(&sub2, 1, (uint64_t)thread_key);
       pb_uint(&sub2, 2, (uint64_t)tnames[t]);
       pb_msg(&sub, 3, &sub2);
+      if (ttasks[t]) {
+        pb_uint(&sub2, 1, (uint64_t)task_key);
+        pb_uint(&sub2, 2, (uint64_t)ttasks[t]);
+        pb_msg(&sub, 3, &sub2);
+      }
       pb_msg(&prof, 2, &sub);
     }
   }
@@ -324,6 +348,7 @@ free_threads:
   for (size_t t = 0; t < w->nthreads; t++) free(tlabels[t]);
   free(tlabels);
   free(tnames);
+  free(ttasks);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   free(prof.b);

@@ -1,7 +1,8 @@
 /* export_speedscope.c — speedscope's JSON file format: shared frames (one per
  * function). Sampled and imported sessions: one time-ordered "sampled"
  * profile per thread (consecutive samples of one stack merged, weights in ns,
- * or samples for imports; samples without a Python frame are empty stacks).
+ * or samples for imports; samples without a Python frame are empty stacks),
+ * and one per asyncio task of `record --async` ("task NAME", logical stacks).
  * Traced sessions: one "evented" profile per thread from focus-mode call
  * records, else one "sampled" profile of paths rebuilt from edges. */
 #include <errno.h>
@@ -140,7 +141,11 @@ static int write_tail(bf_store *s, FILE *out, const frames *fr) {
 
 static void thread_label(const bf_thread_ref *th, size_t nth, int64_t thread_id, char *buf, size_t len) {
   for (size_t i = 0; i < nth; i++)
-    if (th[i].id == thread_id) {
+    if (th[i].id == thread_id && bf_task_name(th[i].name, th[i].native_tid)) {
+      /* an asyncio task: its own profile, named after it (its id is no tid) */
+      snprintf(buf, len, "task %s", bf_task_name(th[i].name, th[i].native_tid));
+      return;
+    } else if (th[i].id == thread_id) {
       bf_wthread t = {.id = th[i].id, .native_tid = th[i].native_tid, .name = th[i].name};
       bf_wthread_label(&t, buf, len);
       return;

@@ -57,6 +57,10 @@ typedef struct tv {
   int any_task;
 } tv;
 
+const char *bf_task_name(const char *name, int64_t native_tid) {
+  return name && native_tid < 0 && strncmp(name, "task:", 5) == 0 ? name + 5 : NULL;
+}
+
 static int ends_with(const char *s, const char *suf) {
   size_t n = s ? strlen(s) : 0, m = strlen(suf);
   return n >= m && strcmp(s + n - m, suf) == 0;
@@ -356,6 +360,11 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   }
   if (any_loop && !v.any_task)
     fprintf(out, "%s(no task data: every callback counted as task code; record --async to tell them apart)%s\n",
+            dim, rst);
+  if (!any_loop && v.any_task)
+    fprintf(out, "\n%sNo asyncio event loop seen on a thread (no BaseEventLoop.run_forever frame): a loop "
+                 "written in C, such as uvloop, shows its tasks but no split of task code, loop overhead "
+                 "and I/O wait%s\n",
             dim, rst);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");

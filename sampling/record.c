@@ -38,6 +38,7 @@
 /* cpu clock: a thread the sampler displaced switched out this long at most
  * before the sampler's own switch-in record (1-4 us measured in a VM) */
 #define SELF_IN_SLACK_NS 8000
+#define TASK_RUN_NS 100000000LL /* --async: ticks of one task with one stack kept as one record for up to this long */
 
 static int seterr(bf_smp *h, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int seterr(bf_smp *h, int rc, const char *fmt, ...) {
@@ -65,6 +66,7 @@ typedef struct rec_thread {
   size_t last_n, last_cap;
   int gen;
   int64_t seen_ns;        /* monotonic time of the last tick that returned the thread */
+  bf_sample held;         /* --async task: its current run of one stack, not written yet */
 } rec_thread;
 
 typedef struct target {
@@ -277,6 +279,9 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
     t->npend = t->pend_head;
   }
   bf_store_set_busy_timeout(st, 30000);
+  for (size_t i = 0; i < t->nthreads; i++) /* tasks' last runs */
+    if (t->threads[i].held.count && bf_store_sample_add(st, t->session_id, &t->threads[i].held) < 0)
+      t->lock_dropped += t->threads[i].held.count;
   in->duration_ns = end_mono - t->start_mono;
   in->samples = t->samples;
   in->missed = t->missed;
@@ -357,6 +362,7 @@ static void forget_threads(bf_store *st, target *t, int64_t now, int gil_only) {
       gone = access(p, F_OK) != 0;
     }
     if (gone && r->nbatch && cpu_charge(st, t, r, r->cpu_seen_ns) < 0) gone = 0; /* its CPU first */
+    if (gone && r->held.count && bf_store_sample_add(st, t->session_id, &r->held) < 0) gone = 0;
     if (!gone) {
       i++;
       continue;
@@ -426,6 +432,19 @@ static int store_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thr
   int64_t stack_id;
   if ((rc = intern_stack(st, r, th, &stack_id)) < 0) return rc;
   bf_sample s = {r->store_thread_id, stack_id, ts, flags, 1, weight};
+  if (r->tid < 0) { /* an asyncio task (tasks.h): a run of one stack is one record */
+    if (r->held.count && r->held.stack_id == stack_id && r->held.flags == flags &&
+        ts - r->held.ts_ns < TASK_RUN_NS) {
+      r->held.count++;
+      r->held.weight += weight;
+      t->samples++;
+      return 0;
+    }
+    if (r->held.count && (rc = bf_store_sample_add(st, t->session_id, &r->held)) < 0) return rc;
+    r->held = s;
+    t->samples++;
+    return 0;
+  }
   if ((rc = bf_store_sample_add(st, t->session_id, &s)) < 0) return rc;
   t->samples++;
   return 0;

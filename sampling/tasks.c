@@ -28,6 +28,9 @@
 #define TK_NAME_BATCH 4096          /* names read in one batch per sample */
 #define TK_CACHE 16384              /* remembered await chains (direct-mapped) */
 #define TK_CHAIN_TTL_NS 100000000LL /* a parked task's chain is re-read every 100 ms */
+#define TK_DEAD_NS 60000000000LL    /* a retired name is freed a minute later */
+#define TK_TP_BASE 256              /* PyTypeObject.tp_base (3.8-3.13 release builds) */
+#define TK_MAX_BASES 8              /* base classes followed to find a Task */
 
 /* Offsets of the C _asyncio Task and of coroutines, per 3.minor. Measured in
  * each interpreter by tests/tools/probe_asyncio_offsets.py (known pointers
@@ -54,12 +57,21 @@ static const tk_layout tk_layouts[] = {
     {13, 144, 96, 112, 120, 128, 0, 0, 0, 72, 0, 0, 0, 64, 72},
 };
 
-enum tk_kind { TK_OTHER, TK_NONE, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, TK_WEAKREF, TK_SET, TK_STR, TK_INT };
+/* TK_PYTASK: asyncio's pure-Python Task (or a subclass of it), not read */
+enum tk_kind { TK_OTHER, TK_NONE, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, TK_WEAKREF, TK_SET, TK_STR, TK_INT,
+               TK_PYTASK };
 
+/* A name object's text. Its address is reused once it is freed, by the name
+ * of a new task often at a finished one's address with its coroutine at the
+ * finished one's too: names are read on every sample (names_prefetch), and
+ * when the text at an address changed, the slot gets a new entry (a new
+ * serial, so a new task id); the old one is freed TK_DEAD_NS later. */
 typedef struct tk_name {
   uint64_t obj;       /* the name object (0: free slot) */
+  uint64_t serial;    /* unique per entry: part of the task's id */
+  int64_t retired_ns; /* in tk->dead: when it left its slot */
   char *thread_name;  /* "task:NAME" */
-  bf_smp_code code;   /* root frame: (<task>, NAME, 0) */
+  bf_smp_code *code;  /* root frame: (<task>, NAME, 0); stable address */
 } tk_name;
 
 typedef struct tk_task {
@@ -91,7 +103,8 @@ struct bf_smp_tasks {
   bf_smp *h;
   tk_layout lay;
   int supported;
-  char status[160];
+  char status[512];
+  char not_read[200]; /* what the status says was not read */
   uint64_t types[128];
   unsigned char kinds[128];
   size_t ntypes;
@@ -104,6 +117,9 @@ struct bf_smp_tasks {
   size_t ntasks, cap_tasks;
   tk_name *names;     /* open addressing, TK_MAX_NAMES slots */
   size_t nnames;
+  uint64_t serials;
+  tk_name *dead;      /* entries replaced in their slot, oldest first, kept TK_DEAD_NS */
+  size_t ndead, cap_dead;
   bf_smp_thread *out;
   size_t cap_out;
   bf_smp_frame *frames;
@@ -116,6 +132,7 @@ struct bf_smp_tasks {
   size_t cap_span;
   uint64_t *cur; /* per level: object address per task (0: chain ended) */
   int warned_custom;
+  int uvloop; /* the uvloop module is loaded */
   int new_names; /* read this sample */
   tk_chain *cache; /* TK_CACHE entries, or NULL */
 };
@@ -144,8 +161,15 @@ void bf_smp_tasks_free(bf_smp_tasks *tk) {
   if (tk->names)
     for (size_t i = 0; i < TK_MAX_NAMES; i++) {
       free(tk->names[i].thread_name);
-      free((char *)tk->names[i].code.qualname);
+      if (tk->names[i].code) free((char *)tk->names[i].code->qualname);
+      free(tk->names[i].code);
     }
+  for (size_t i = 0; i < tk->ndead; i++) {
+    free(tk->dead[i].thread_name);
+    free((char *)tk->dead[i].code->qualname);
+    free(tk->dead[i].code);
+  }
+  free(tk->dead);
   free(tk->names);
   free(tk->addrs);
   free(tk->tasks);
@@ -161,6 +185,18 @@ void bf_smp_tasks_free(bf_smp_tasks *tk) {
 }
 
 const char *bf_smp_tasks_status(const bf_smp_tasks *tk) { return tk ? tk->status : ""; }
+
+/* The session's sentence: what is known about the loops, then what was not
+ * read (kept from an earlier call when what is NULL). */
+static void set_status(bf_smp_tasks *tk, const char *what) {
+  const char *last = tk->not_read;
+  if (what) snprintf(tk->not_read, sizeof tk->not_read, "%s", what);
+  snprintf(tk->status, sizeof tk->status, "%s%s%s%s", *last || tk->uvloop ? "asyncio tasks: " : "",
+           tk->uvloop ? "uvloop is loaded: its tasks and await chains are read; its loop runs in C, so "
+                        "loop threads show no split of task code, loop overhead and I/O wait"
+                      : "",
+           tk->uvloop && *last ? "; " : "", last);
+}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
@@ -184,6 +220,11 @@ static int cmp_addr(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
 static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t len) {
   bf_smp *h = tk->h;
   if (grow((void **)&tk->buf, &tk->cap_buf, n * len + 1, 1) < 0) return -ENOMEM;
@@ -198,7 +239,13 @@ static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t l
       m++;
     }
   }
-  qsort(tk->ord, m, 16, cmp_addr);
+  /* tasks are kept in address order, and what they point at (coroutines,
+   * frames) was mostly allocated in the same order: often nothing to sort */
+  for (size_t k = 1; k < m; k++)
+    if (tk->ord[2 * k] < tk->ord[2 * k - 2]) {
+      qsort(tk->ord, m, 16, cmp_addr);
+      break;
+    }
   struct iovec l[TK_BATCH], r[TK_BATCH];
   size_t first[TK_BATCH + 1];
   for (size_t k = 0; k < m;) {
@@ -265,6 +312,21 @@ static int type_kind(bf_smp_tasks *tk, uint64_t type_addr) {
       {"NoneType", TK_NONE}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(nm, names[i].n) == 0) k = names[i].k;
+  /* A Python subclass of the C Task keeps the Task's layout (its own slots
+   * come after it): read as a Task. asyncio's pure-Python Task is a heap
+   * type named "Task": told apart, since it keeps its fields in a dict. */
+  uint64_t base = type_addr;
+  int cached = tk->ntypes < sizeof tk->types / sizeof tk->types[0];
+  for (int d = 0; k == TK_OTHER && cached && d <= TK_MAX_BASES; d++) { /* not per object when uncached */
+    if (strcmp(nm, "Task") == 0) k = TK_PYTASK;
+    if (d == TK_MAX_BASES || smp_read(h, base + TK_TP_BASE, &base, 8) < 0 || !base) break;
+    memset(nm, 0, sizeof nm);
+    if (smp_read(h, base + h->lay.tp_name, &np, 8) < 0 || !np ||
+        (smp_read(h, np, nm, sizeof nm - 1) < 0 && smp_read(h, np, nm, 8) < 0))
+      break;
+    nm[sizeof nm - 1] = 0;
+    if (strcmp(nm, "_asyncio.Task") == 0) k = TK_TASK;
+  }
   if (tk->ntypes < sizeof tk->types / sizeof tk->types[0]) {
     tk->types[tk->ntypes] = type_addr;
     tk->kinds[tk->ntypes++] = (unsigned char)k;
@@ -337,6 +399,10 @@ static void find_registry(bf_smp_tasks *tk) {
     tk->reg_sets[1] = v;
     tk->reg_weak[1] = 0;
   }
+  if (!tk->uvloop && smp_pn_dict_get(h, modules, "uvloop", &v) == 0) {
+    tk->uvloop = 1;
+    set_status(tk, NULL);
+  }
   /* asyncio.tasks may still be importing: without its registry look again */
   tk->mod_dict = tk->reg_sets[0] ? md : 0;
 }
@@ -352,6 +418,8 @@ static void refresh_registry(bf_smp_tasks *tk) {
   for (int i = 0; i < 2; i++)
     if (tk->reg_sets[i] && set_items(tk, tk->reg_sets[i], tk->reg_weak[i]) < 0) bad = 1;
   if (bad) tk->mod_dict = 0; /* look the module up again next time */
+  /* address order: batched reads then need no sorting (see read_many) */
+  if (tk->naddrs > 1) qsort(tk->addrs, tk->naddrs, 8, cmp_u64);
 }
 
 /* The cached name of obj, or NULL with *free_slot (when not NULL) set to
@@ -366,18 +434,31 @@ static const tk_name *name_slot(const bf_smp_tasks *tk, uint64_t obj, size_t *fr
   return NULL;
 }
 
-/* Keep name s (owned from now on) of obj in slot i. */
+static int grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* Keep name s (owned from now on) of obj in slot i; an entry already there
+ * (a freed name object's, whose address obj reuses) is retired. */
 static const tk_name *name_put(bf_smp_tasks *tk, size_t i, uint64_t obj, char *s) {
   char *tn = malloc(strlen(s) + 6);
-  if (!tn) {
+  bf_smp_code *code = malloc(sizeof *code);
+  tk_name *e = &tk->names[i];
+  if (!tn || !code || (e->obj && grow((void **)&tk->dead, &tk->cap_dead, tk->ndead + 1, sizeof *tk->dead) < 0)) {
     free(s);
+    free(tn);
+    free(code);
     return NULL;
   }
+  if (e->obj) { /* retired: a sample held by the recorder may still point at it */
+    e->retired_ns = tk->h->now_ns;
+    tk->dead[tk->ndead++] = *e;
+    tk->nnames--;
+  }
   sprintf(tn, "task:%s", s);
-  tk_name *e = &tk->names[i];
+  *code = (bf_smp_code){BF_SMP_TASK_FILE, s, 0, 0, NULL};
   e->obj = obj;
+  e->serial = ++tk->serials;
   e->thread_name = tn;
-  e->code = (bf_smp_code){BF_SMP_TASK_FILE, s, 0, 0, NULL};
+  e->code = code;
   tk->nnames++;
   return e;
 }
@@ -411,9 +492,11 @@ static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
   return name_put(tk, i, obj, s);
 }
 
-/* Names of many new tasks at once: one batched read of each name object,
- * decoded here when it is a short compact ASCII str (or, 3.13, the int of an
- * unnamed task); others are left to name_get's bounded slow path. */
+/* Every task's name, in one batched read of the name objects (up to
+ * TK_NAME_BATCH; past that a cached text is trusted), decoded here when it is
+ * a short compact ASCII str (or, 3.13, the int of an unnamed task) and
+ * checked against the cached text; others are left to name_get's bounded
+ * slow path. */
 static void names_prefetch(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
   const smp_layout *l = &h->lay;
@@ -425,7 +508,7 @@ static void names_prefetch(bf_smp_tasks *tk) {
   size_t want = 0;
   for (size_t k = 0; k < tk->ntasks && want < TK_NAME_BATCH; k++) {
     uint64_t obj = tk->tasks[k].name_obj;
-    if (!obj || name_slot(tk, obj, NULL)) continue;
+    if (!obj) continue;
     objs[k] = obj;
     want++;
   }
@@ -433,7 +516,8 @@ static void names_prefetch(bf_smp_tasks *tk) {
     for (size_t k = 0; k < tk->ntasks; k++) {
       if (!objs[k] || !tk->ok[k] || tk->nnames >= TK_MAX_NAMES / 2) continue;
       size_t i;
-      if (name_slot(tk, objs[k], &i)) continue; /* a name shared by two tasks */
+      const tk_name *had = name_slot(tk, objs[k], &i);
+      if (had) i = (size_t)(had - tk->names);
       const unsigned char *b = tk->buf + k * len;
       int kind = type_kind(tk, rd64(b + l->ob_type));
       char *str = NULL;
@@ -456,9 +540,25 @@ static void names_prefetch(bf_smp_tasks *tk) {
       } else {
         continue;
       }
+      if (had && strcmp(had->code->qualname, str) == 0) { /* the same text: the same entry */
+        free(str);
+        continue;
+      }
       name_put(tk, i, objs[k], str);
     }
   free(objs);
+}
+
+/* Free the retired names no sample held by the recorder can still use. */
+static void names_retire(bf_smp_tasks *tk) {
+  size_t gone = 0;
+  while (gone < tk->ndead && tk->h->now_ns - tk->dead[gone].retired_ns > TK_DEAD_NS) {
+    free(tk->dead[gone].thread_name);
+    free((char *)tk->dead[gone].code->qualname);
+    free(tk->dead[gone].code);
+    gone++;
+  }
+  if (gone) memmove(tk->dead, tk->dead + gone, (tk->ndead -= gone) * sizeof *tk->dead);
 }
 
 /* The frame object / interpreter frame of coroutine c (copied into co[]). */
@@ -602,8 +702,9 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
     const unsigned char *b = tk->buf + i * L->task_size;
     if (!tk->ok[i]) continue;
     int k = type_kind(tk, rd64(b + h->lay.ob_type));
-    if (k != TK_TASK) { /* a Python Task (subclass, or no C accelerator) */
-      foreign += k == TK_OTHER; /* (None: a dead weak reference) */
+    if (k != TK_TASK) { /* a pure-Python Task; else a dead weak reference, or
+                          * a task freed since the registry was read */
+      foreign += k == TK_PYTASK;
       continue;
     }
     if (rd32(b + L->fut_state) != 0) continue; /* done or cancelled */
@@ -619,9 +720,8 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   }
   if (foreign && !tk->warned_custom) {
     tk->warned_custom = 1;
-    snprintf(tk->status, sizeof tk->status,
-             "asyncio tasks: some tasks are not C _asyncio.Task objects (custom Task "
-             "classes or loops): those are not shown");
+    set_status(tk, "some tasks are asyncio's pure-Python Task, not C _asyncio.Task objects "
+                   "(asyncio's C accelerator not used by the loop's task factory): those are not shown");
   }
   /* running or not: from the task coroutine's own state */
   if (!(tk->cur = realloc(tk->cur, (tk->ntasks ? tk->ntasks : 1) * 8))) return;
@@ -664,6 +764,7 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   /* names after the states: reading new names takes time, and a state read
    * long after the threads' stacks disagrees with them more often */
   tk->new_names = 0;
+  names_retire(tk);
   names_prefetch(tk);
   for (size_t i = 0; i < tk->ntasks; i++) {
     tk->tasks[i].name = name_get(tk, tk->tasks[i].name_obj);
@@ -736,9 +837,11 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
        * in that window count as waiting, so the two errors cancel out */
       if (t->state != BF_SMP_TASK_RUNNING) flags |= BF_SMP_IDLE;
     }
-    tk->frames[tk->nframes++] = (bf_smp_frame){&t->name->code, 0, 0};
-    /* a stable id per (task, name): negative, never a kernel tid */
-    uint64_t id = ((t->addr >> 4) ^ ((t->name_obj >> 4) * 0x9E3779B97F4A7C15ull)) & 0x3fffffffffffffffull;
+    tk->frames[tk->nframes++] = (bf_smp_frame){t->name->code, 0, 0};
+    /* a stable id per task: negative, never a kernel tid; a new task whose
+     * objects reuse a finished one's addresses differs in its name entry */
+    uint64_t id = ((t->addr >> 4) ^ ((t->coro >> 4) * 0xC2B2AE3D27D4EB4Full) ^
+                   (t->name->serial * 0x9E3779B97F4A7C15ull)) & 0x3fffffffffffffffull;
     o->native_tid = -(int64_t)id - 1;
     o->thread_id = t->addr;
     o->name = o->py_name = t->name->thread_name;

@@ -246,6 +246,13 @@ def _main(argv=None):
             interp["sys_executable"] = _json_str(sys_executable)
     extra = '"exit_code":%d,"outcome":"%s","python":{%s}' % (
         exit_code, outcome, ",".join('"%s":%s' % kv for kv in interp.items()))
+    sites, lives = _c._await_sites(), _c._task_lifetimes()  # asyncio (trc_tasks.c)
+    if sites or lives:
+        extra += ',"asyncio":{"await_sites":[%s],"tasks":[%s]}' % (",".join(
+            '{"file":%s,"qualname":%s,"firstlineno":%d,"line":%d,"hits":%d}' % (_json_str(f), _json_str(q), fl, ln, n)
+            for f, q, fl, ln, n in sites), ",".join(
+            '{"file":%s,"qualname":%s,"firstlineno":%d,"tasks":%d,"total_ns":%d,"max_ns":%d}'
+            % (_json_str(f), _json_str(q), fl, n, tot, mx) for f, q, fl, n, tot, mx in lives))
     try:
         prof.write(opts["db"], session=opts["session"], label=opts["label"],
                    command=opts["command"] or " ".join(target), status=status,

@@ -7,6 +7,7 @@
  * Python data or into the store (trc_write.c). Built once per Python.
  */
 #include "trc_module.h"
+#include "trc_tasks.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -746,6 +747,8 @@ static PyMethodDef module_methods[] = {
     {"_sigterm", trc_sigterm, METH_VARARGS, NULL},
     {"_terminated", trc_was_terminated, METH_NOARGS, NULL},
     {"_discard_session", trc_discard_session, METH_VARARGS, NULL},
+    {"_await_sites", trc_tasks_await_sites, METH_NOARGS, NULL},
+    {"_task_lifetimes", trc_tasks_lifetimes, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

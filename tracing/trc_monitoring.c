@@ -6,6 +6,7 @@
  * mode uses a second tool that is switched on only inside focus subtrees.
  */
 #include "trc_module.h"
+#include "trc_tasks.h"
 
 #if BF_TRC_MONITORING
 #include <opcode.h>
@@ -334,6 +335,7 @@ static PyObject *cb_start(PyObject *self, PyObject *const *args, Py_ssize_t narg
   if (fi & TRC_FI_SITES) fi = trc_sites_globals_check(p, co, fi & ~TRC_FI_SITES);
   if (!fi) fi = trc_code_func(p, co, PyEval_GetGlobals());
   trc_push(&p->acct, t, fi, co, 0, now);
+  if (co->co_flags & CO_COROUTINE) trc_tasks_coro_start(co, NULL); /* a task's start? (trc_tasks.c) */
   Py_RETURN_NONE;
 }
 
@@ -353,6 +355,7 @@ static PyObject *cb_resume(PyObject *self, PyObject *const *args, Py_ssize_t nar
 static PyObject *cb_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)nargs;
   TRC_CB_PROLOGUE();
+  if (((PyCodeObject *)args[0])->co_flags & CO_COROUTINE) trc_tasks_coro_end((PyCodeObject *)args[0]);
   if (t->depth == 0) Py_RETURN_NONE;
   trc_leave(&p->acct, t, args[0], trc_now(p));
   Py_RETURN_NONE;
@@ -386,6 +389,14 @@ static PyObject *cb_c_return(PyObject *self, PyObject *const *args, Py_ssize_t n
   PyMethodDef *def = trc_builtin_def(args[2]);
   if (!def) Py_RETURN_NONE;
   trc_leave(&p->acct, t, def, trc_now(p));
+  Py_RETURN_NONE;
+}
+
+static PyObject *cb_yield(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)nargs;
+  TRC_CB_PROLOGUE();
+  if (t->depth) trc_leave(&p->acct, t, args[0], trc_now(p));
+  trc_tasks_yield((PyCodeObject *)args[0], args[1]); /* an await's hit (trc_tasks.c) */
   Py_RETURN_NONE;
 }
 
@@ -456,8 +467,9 @@ TRC_VC(vc_call, cb_call)
 TRC_VC(vc_c_return, cb_c_return)
 TRC_VC(vc_focus_start, cb_focus_start)
 TRC_VC(vc_focus_resume, cb_focus_resume)
-static const vectorcallfunc cb_vcs[] = {vc_start, vc_resume,       vc_return,      vc_call,
-                                        vc_c_return, vc_focus_start, vc_focus_resume};
+TRC_VC(vc_yield, cb_yield)
+static const vectorcallfunc cb_vcs[] = {vc_start,    vc_resume,      vc_return,       vc_call,
+                                        vc_c_return, vc_focus_start, vc_focus_resume, vc_yield};
 
 static void trc_cb_dealloc(PyObject *o) {
   Py_XDECREF(((trc_cb_obj *)o)->self);
@@ -554,7 +566,7 @@ static int trc_register_full(ProfileObject *p, int tool) {
       trc_register(p, tool, trc_ev_py_resume, 1) < 0 ||
       trc_register(p, tool, trc_ev_py_throw, 1) < 0 ||
       trc_register(p, tool, trc_ev_py_return, 2) < 0 ||
-      trc_register(p, tool, trc_ev_py_yield, 2) < 0 ||
+      trc_register(p, tool, trc_ev_py_yield, 7) < 0 ||
       trc_register(p, tool, trc_ev_py_unwind, 2) < 0)
     return -1;
   if (p->builtins &&

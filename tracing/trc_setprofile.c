@@ -5,6 +5,7 @@
  * into shadow-stack pushes and pops.
  */
 #include "trc_module.h"
+#include "trc_tasks.h"
 
 #if !BF_TRC_MONITORING
 #include <frameobject.h>
@@ -111,12 +112,15 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
     if ((co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) &&
         trc_gen_resumed(co, trc_frame_lasti(frame)))
       flags = TRC_FR_RESUME;
+    else if (co->co_flags & CO_COROUTINE)
+      trc_tasks_coro_start(co, frame); /* a task's start, if it is one (trc_tasks.c) */
     uint32_t fi = trc_code_lookup(p, co) & ~TRC_FI_SITES;
     if (!fi) fi = trc_code_func(p, co, trc_frame_globals(frame));
     trc_push(&p->acct, t, fi, co, flags, now);
     break;
   }
   case PyTrace_RETURN:
+    trc_tasks_frame_return(frame, arg != NULL); /* an await's hit, or a task's end (trc_tasks.c) */
     if (t->depth == 0) break;
     trc_leave(&p->acct, t, trc_frame_code(frame), trc_now(p));
     break;

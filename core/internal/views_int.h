@@ -60,6 +60,11 @@ static inline double bf_wstack_value(const bf_wstacks *w, const bf_wstack *st) {
 /* Thread display name: "name (tid)" or "thread tid" into buf. */
 void bf_wthread_label(const bf_wthread *t, char *buf, size_t len);
 
+/* The task name of a thread `record --async` stored for an asyncio task
+ * ("task:NAME" with a negative id, view_tasks.c), borrowed from name; NULL
+ * for a real thread. */
+const char *bf_task_name(const char *name, int64_t native_tid);
+
 /* Shorten a path to its last components so it fits in max columns. */
 const char *bf_short_file(const char *f, size_t max);
 

@@ -9,7 +9,11 @@ not a timed test).
 2. the target's slowdown at 100 Hz and 1 kHz with 1,000 tasks: inside one
    long-running target, windows of `bifocal record --pid --async` alternate
    with windows alone, and each sampled window's progress rate (a task doing
-   fixed CPU steps) is compared with the mean of the windows alone around it.
+   fixed CPU steps) is compared with the mean of the windows alone around it:
+   per wall second (what a user sees, but on a shared host mostly the other
+   load) and per second of the target's own CPU time (the interference of
+   the reads with the target itself); beside them the profiler's own CPU
+   share, which a host with a spare core absorbs.
 
 usage: tests/bench/bench_asyncio.py [--python EXE] [--windows N] [--seconds S]
 """
@@ -44,7 +48,7 @@ async def worker():
             x += i
         n += 1
         if n % 20 == 0:
-            print(time.monotonic(), n, flush=True)
+            print(time.monotonic(), n, time.process_time(), flush=True)
         await asyncio.sleep(0)
 async def main():
     ev = asyncio.Event()
@@ -66,14 +70,16 @@ class Target:
     def _read(self):
         for line in self.p.stdout:
             f = line.split()
-            if len(f) == 2:
-                self.progress.append((float(f[0]), int(f[1])))
+            if len(f) == 3:
+                self.progress.append((float(f[0]), int(f[1]), float(f[2])))
 
-    def rate(self, t0, t1):
-        pts = [(t, n) for t, n in self.progress if t0 <= t <= t1]
+    def rate(self, t0, t1, cpu=False):
+        """Steps per wall second, or (cpu) per second of the target's own
+        CPU time: the latter leaves out time the host gave to others."""
+        pts = [p for p in self.progress if t0 <= p[0] <= t1]
         if len(pts) < 2:
             return float("nan")
-        return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+        return (pts[-1][1] - pts[0][1]) / (pts[-1][2 if cpu else 0] - pts[0][2 if cpu else 0])
 
     def stop(self):
         self.p.kill()
@@ -104,40 +110,55 @@ def main():
     path = os.path.join(tmp, "target.py")
     with open(path, "w") as f:
         f.write(TARGET)
-    print("asyncio tasks (%s)" % py)
-    print("cost per sample at 1 kHz (profiler CPU per tick, store writes included):")
-    for n in (10, 1000, 10000):
+    print("asyncio tasks (%s); load average %.1f on %d CPUs" % (py, os.getloadavg()[0], os.cpu_count() or 1))
+    print("cost per sample (profiler CPU per tick, store writes included): a 1 s and a 3 s\n"
+          "recording (2 s and 8 s at 100 Hz); steady = extra CPU / extra ticks of the longer one, first = what the first\n"
+          "ticks cost beyond that (every task's name and thread interned once):")
+    for n, rate in ((10, 1000), (1000, 1000), (10000, 1000), (1000, 100)):
         t = Target(py, n, path)
+        d1, d3 = (1, 3) if rate >= 1000 else (2, 8)
         try:
-            plain, _ = record(bifocal, os.path.join(tmp, "c%d.db" % n), t.p.pid, 1000, 2, False)
-            cost, s = record(bifocal, os.path.join(tmp, "a%d.db" % n), t.p.pid, 1000, 2, True)
+            plain, _ = record(bifocal, os.path.join(tmp, "c%d.db" % n), t.p.pid, rate, 2, False)
+            _, s1 = record(bifocal, os.path.join(tmp, "a%d.db" % n), t.p.pid, rate, d1, True)
+            _, s3 = record(bifocal, os.path.join(tmp, "b%d.db" % n), t.p.pid, rate, d3, True)
         finally:
             t.stop()
-        print("  %6d tasks: %8.1f us/sample with --async (%.1f us without); achieved %.0f Hz, %d missed" %
-              (n, cost * 1e6, plain * 1e6, s["achieved_rate_hz"], s["missed"]))
+        k1, k3 = (x["achieved_rate_hz"] * x["duration_s"] for x in (s1, s3))
+        steady = (s3["profiler_cpu_s"] - s1["profiler_cpu_s"]) / (k3 - k1) if k3 > k1 else float("nan")
+        first = s1["profiler_cpu_s"] - k1 * steady
+        print("  %6d tasks at %4d Hz: %8.1f us/sample steady with --async (%.1f us without), first %.0f ms; "
+              "achieved %.0f Hz: %.1f%% of a CPU" % (n, rate, steady * 1e6, plain * 1e6, first * 1e3,
+                                                     s3["achieved_rate_hz"], 100 * steady * s3["achieved_rate_hz"]))
     print("target slowdown with 1,000 tasks (median of %d windows of %.1f s; negative = noise):" %
           (a.windows, a.seconds))
     for rate, use_async in ((100, False), (100, True), (1000, True)):
         t = Target(py, 1000, path)
-        out = []
+        out, cpu, prof = [], [], []
         try:
             time.sleep(a.seconds)
             for w in range(a.windows):
                 a0 = time.monotonic()
                 time.sleep(a.seconds)
                 s0 = time.monotonic()
-                record(bifocal, os.path.join(tmp, "s%d.db" % rate), t.p.pid, rate, a.seconds, use_async)
+                record_last = record(bifocal, os.path.join(tmp, "s%d.db" % rate), t.p.pid, rate, a.seconds, use_async)
                 s1 = time.monotonic()
                 time.sleep(a.seconds)
                 a1 = time.monotonic()
                 base = (t.rate(a0, s0) + t.rate(s1, a1)) / 2
                 out.append(1 - t.rate(s0, s1) / base)
+                base = (t.rate(a0, s0, True) + t.rate(s1, a1, True)) / 2
+                cpu.append(1 - t.rate(s0, s1, True) / base)
+                _, s = record_last
+                prof.append(s["profiler_cpu_s"] / s["duration_s"])
         finally:
             t.stop()
-        print("  %5d Hz%s: %+.2f%% (windows: %s)" % (rate, "" if use_async else " without --async",
-                                                 100 * statistics.median(out),
-                                                 " ".join("%+.1f" % (100 * x) for x in out)))
+        print("  %5d Hz%s: wall progress %+.2f%% (windows: %s); CPU per step %+.2f%% (%s); "
+              "profiler %.1f%% of a CPU" % (rate, "" if use_async else " without --async",
+                                          100 * statistics.median(out), " ".join("%+.1f" % (100 * x) for x in out),
+                                          100 * statistics.median(cpu), " ".join("%+.1f" % (100 * x) for x in cpu),
+                                          100 * statistics.median(prof)))
 
 
 if __name__ == "__main__":
     main()
+    print("load average at the end: %.1f" % os.getloadavg()[0])
