@@ -393,6 +393,7 @@ static int intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, in
   int rc;
   for (size_t k = th->nframes; k-- > 0;) {
     bf_smp_code *c = (bf_smp_code *)th->frames[k].code;
+    if (!c) continue; /* never dereference a frame without code (seen once from a task chain; cause unknown) */
     if (!c->user_id) {
       rc = bf_store_intern_function(st, c->filename, c->qualname, c->firstlineno, &c->user_id);
       if (rc < 0) return rc;
