@@ -311,6 +311,16 @@ void smp_ns_reset(bf_smp *h);
 /* native.c: tid turned out dead; forget any cached mapping to it. */
 void smp_forget_tid(bf_smp *h, int64_t tid);
 
+/* attach.c: set h->err from fmt and return rc. */
+int smp_seterr(bf_smp *h, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* walker.c: empty the code cache. Entries are retired, not freed: callers
+ * may hold their bf_smp_code until bf_smp_free (see sampler.h). */
+void smp_code_cache_clear(bf_smp *h);
+/* walker.c: free the code cache and every retired entry (bf_smp_free). */
+void smp_code_cache_free(bf_smp *h);
+/* walker.c: release a thread slot's name and /proc descriptors. */
+void smp_slot_close(smp_tslot *s);
+
 /* Walker entry used by bf_smp_sample and the fuzzer. */
 int smp_walk(bf_smp *h, unsigned want);
 /* Install a fake memory reader (fuzzing). */
