@@ -21,6 +21,7 @@
 
 #include "gen/opcodes.h"
 #include "smp_int.h"
+#include "vec.h"
 
 void smp_slot_close(smp_tslot *s) {
   free(s->name);
@@ -483,6 +484,60 @@ static int push_frame(bf_smp *h, const smp_code *c, int32_t line, uint64_t fa) {
   return 0;
 }
 
+/* The code object at code, through the cache. A cached code object's
+ * identity is re-checked (its address may now hold another one) at most once
+ * per sample and once per SMP_CODE_TRUST_NS: a code object on a stack is
+ * alive, so a death *and* a reuse of the address inside that window is what
+ * could slip through. NULL + *err (-EIO for an unreadable fingerprint). */
+static inline smp_code *frame_code(bf_smp *h, uint64_t code, int *err) {
+  const smp_layout *l = &h->lay;
+  smp_code *c = code_find(h, code);
+  if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
+    const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, err);
+    if (!cw) {
+      if (*err == -EINVAL) *err = -EIO;
+      return NULL;
+    }
+    c = code_get(h, code, code_fp(l, cw), err);
+    if (c) {
+      c->checked_gen = h->gen;
+      c->checked_ns = h->now_ns;
+    }
+  }
+  return c;
+}
+
+/* End of a thread's walk (its frames from first on): the checks on the
+ * chain as a whole, and the cut at the outermost caller found not at a call
+ * (cut; 0: none). last_owner: 3.11+ owner of the outermost frame. */
+static inline void walk_end(bf_smp *h, size_t first, size_t cut, int last_owner, int64_t max_py) {
+  const smp_layout *l = &h->lay;
+  if (max_py >= 0 && (int64_t)(h->nframes - first) > max_py)
+    torn(h, "more frames than the recursion depth");
+  if (cut >= h->nframes && cut > first) /* nothing left to keep */
+    torn(h, "no frame of the stack was still running");
+  if (cut > first && !h->torn) { /* keep the outermost cut frame's callers */
+    size_t keep = h->nframes - cut;
+    memmove(h->frames + first, h->frames + cut, keep * sizeof *h->frames);
+    memmove(h->frame_addr + first, h->frame_addr + cut, keep * sizeof *h->frame_addr);
+    h->nframes = first + keep;
+    h->cut_here = 1;
+  }
+  /* a generator runs on top of the frame that resumed it; as the outermost
+   * frame it had yielded when its link was read (3.8-3.10 by its code's
+   * flags, 3.11+ by the frame's owner) */
+  if (h->nframes > first && h->frames[h->nframes - 1].code != &h->trunc.pub &&
+      (((const smp_code *)h->frames[h->nframes - 1].code)->is_gen ||
+       (l->fr_owner && last_owner == 1))) /* 3.11+: FRAME_OWNED_BY_GENERATOR */
+    torn_root(h, "a generator frame is outermost");
+  /* 3.11+: a thread's outermost frame began an eval call (3.11 is_entry,
+   * 3.12+ a C-stack shim below it); a chain that ends elsewhere went
+   * through a generator that yielded meanwhile (its link is cleared) */
+  if (h->nframes > first && !l->frames_are_objects && (l->fr_entry || l->fr_owner) &&
+      !(h->frames[h->nframes - 1].flags & BF_SMP_FRAME_ENTRY))
+    torn_root(h, "the outermost frame did not begin an eval call");
+}
+
 /* Walk one thread's frames starting at frame address fa. max_py: the
  * thread's recursion depth + 1 (more Python frames cannot be live), or -1
  * when unknown. Marks h->torn when the chain cannot have existed. */
@@ -535,20 +590,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
       h->truncated++;
       return push_frame(h, &h->trunc, 0, 0); /* no frame behind it */
     }
-    /* A cached code object's identity is re-checked (its address may now hold
-     * another one) at most once per sample and once per SMP_CODE_TRUST_NS:
-     * a code object on a stack is alive, so a death *and* a reuse of the
-     * address inside that window is what could slip through. */
-    smp_code *c = code_find(h, code);
-    if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
-      const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
-      if (!cw) return err == -EINVAL ? -EIO : err;
-      c = code_get(h, code, code_fp(l, cw), &err);
-      if (c) {
-        c->checked_gen = h->gen;
-        c->checked_ns = h->now_ns;
-      }
-    }
+    smp_code *c = frame_code(h, code, &err);
     if (!c) {
       if (err == -EINVAL && l->version_hex >= 0x030D0000) { /* non-code executable */
         fa = back;
@@ -581,36 +623,12 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     last_owner = owner;
     fa = back;
   }
-  if (max_py >= 0 && (int64_t)(h->nframes - first) > max_py)
-    torn(h, "more frames than the recursion depth");
-  if (cut >= h->nframes && cut > first) /* nothing left to keep */
-    torn(h, "no frame of the stack was still running");
-  if (cut > first && !h->torn) { /* keep the outermost cut frame's callers */
-    size_t keep = h->nframes - cut;
-    memmove(h->frames + first, h->frames + cut, keep * sizeof *h->frames);
-    memmove(h->frame_addr + first, h->frame_addr + cut, keep * sizeof *h->frame_addr);
-    h->nframes = first + keep;
-    h->cut_here = 1;
-  }
-  /* a generator runs on top of the frame that resumed it; as the outermost
-   * frame it had yielded when its link was read (3.8-3.10 by its code's
-   * flags, 3.11+ by the frame's owner) */
-  if (h->nframes > first && h->frames[h->nframes - 1].code != &h->trunc.pub &&
-      (((const smp_code *)h->frames[h->nframes - 1].code)->is_gen ||
-       (l->fr_owner && last_owner == 1))) /* 3.11+: FRAME_OWNED_BY_GENERATOR */
-    torn_root(h, "a generator frame is outermost");
-  /* 3.11+: a thread's outermost frame began an eval call (3.11 is_entry,
-   * 3.12+ a C-stack shim below it); a chain that ends elsewhere went
-   * through a generator that yielded meanwhile (its link is cleared) */
-  if (h->nframes > first && !l->frames_are_objects && (l->fr_entry || l->fr_owner) &&
-      !(h->frames[h->nframes - 1].flags & BF_SMP_FRAME_ENTRY))
-    torn_root(h, "the outermost frame did not begin an eval call");
+  walk_end(h, first, cut, last_owner, max_py);
   return 0;
 }
 
-int smp_walk(bf_smp *h, unsigned want) {
-  const smp_layout *l = &h->lay;
-  int err = 0;
+/* Start of a walk: reset the per-sample state, read the clock, prefetch. */
+static inline void walk_begin(bf_smp *h, unsigned want) {
   h->gen++;
   h->nthreads = h->nframes = 0;
   h->walk_steps = 0;
@@ -628,9 +646,176 @@ int smp_walk(bf_smp *h, unsigned want) {
   }
   smp_pynames_tick(h); /* a thread-name lookup when due: rare, not per sample */
   smp_prefetch(h);
+}
+
+/* Who holds the GIL and whether a collection runs, as last read (3.8-3.11
+ * keep them in _PyRuntime, 3.12+ per interpreter). */
+typedef struct walk_gil {
+  int gc;
+  uint64_t holder;
+  int locked;
+} walk_gil;
+
+static inline int runtime_gil(bf_smp *h, walk_gil *g) {
+  const smp_layout *l = &h->lay;
+  const unsigned char *p;
+  int err = 0;
+  if (l->rt_gc_collecting) {
+    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gc_collecting, 4, &err))) return err;
+    g->gc = rd32(p) != 0;
+  }
+  if (l->rt_gil_last_holder) {
+    size_t span = (size_t)(l->rt_gil_locked - l->rt_gil_last_holder + 4);
+    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gil_last_holder, span, &err))) return err;
+    g->holder = rd64(p);
+    g->locked = rd32(p + (l->rt_gil_locked - l->rt_gil_last_holder)) != 0;
+  }
+  return 0;
+}
+
+/* Interpreter interp: OUT its first thread state, the next interpreter, and
+ * its GC and GIL state where it keeps them. */
+static inline int interp_state(bf_smp *h, uint64_t interp, uint64_t *ts, uint64_t *next_interp,
+                               walk_gil *g) {
+  const smp_layout *l = &h->lay;
+  const unsigned char *p;
+  int err = 0;
+  if (!(p = smp_read_hot(h, interp + l->is_tstate_head, 8, &err))) return err;
+  *ts = rd64(p);
+  if (!(p = smp_read_hot(h, interp + l->is_next, 8, &err))) return err;
+  *next_interp = rd64(p);
+  if (l->is_gc_collecting) {
+    if (!(p = smp_read_hot(h, interp + l->is_gc_collecting, 4, &err))) return err;
+    g->gc = rd32(p) != 0;
+  }
+  if (l->is_gil_ptr) {
+    if (!(p = smp_read_hot(h, interp + l->is_gil_ptr, 8, &err))) return err;
+    uint64_t gp = rd64(p);
+    size_t span = (size_t)(l->gil_locked - l->gil_last_holder + 4);
+    if (gp && (p = smp_read_hot(h, gp + l->gil_last_holder, span, &err))) {
+      g->holder = rd64(p);
+      g->locked = rd32(p + (l->gil_locked - l->gil_last_holder)) != 0;
+    } else if (gp) {
+      return err;
+    }
+  }
+  if (l->is_gil_holder) {
+    if (!(p = smp_read_hot(h, interp + l->is_gil_holder, 8, &err))) return err;
+    g->holder = rd64(p);
+    if (!(p = smp_read_hot(h, interp + l->is_gil_locked, 4, &err))) return err;
+    g->locked = rd32(p) != 0;
+  }
+  return 0;
+}
+
+/* The innermost frame of thread state tb (its first ts_read bytes). OUT: *fa. */
+static inline int thread_frame(bf_smp *h, const unsigned char *tb, uint64_t *fa) {
+  const smp_layout *l = &h->lay;
+  int err = 0;
+  if (l->has_cframe) {
+    uint64_t cf = rd64(tb + l->ts_cframe);
+    *fa = 0;
+    if (cf) {
+      const unsigned char *p = smp_read_hot(h, cf + l->cf_current_frame, 8, &err);
+      if (!p) return err;
+      *fa = rd64(p);
+    }
+  } else {
+    *fa = rd64(tb + l->ts_frame);
+  }
+  return 0;
+}
+
+/* The slot of thread state ts (Python thread id thread_id). *tid: the host
+ * tid read from the thread state (0 when it has none), updated on 3.8-3.10. */
+static inline smp_tslot *thread_slot(bf_smp *h, uint64_t ts, uint64_t thread_id, int64_t *tid) {
+  if (h->lay.ts_native_thread_id || h->pthread_tid_off < 0 || !thread_id) return slot_get(h, ts, *tid);
+  /* 3.8-3.10: the tid lives in glibc's struct pthread (cached per slot) */
+  smp_tslot *slot = NULL;
+  for (size_t i = 0; i < h->nslots; i++)
+    if (h->slots[i].tstate == thread_id) slot = &h->slots[i];
+  if (slot && slot->tid > 0) { /* tid 0: not mapped to the host yet, look again */
+    *tid = slot->tid;
+    slot->seen = h->gen;
+    return slot;
+  }
+  uint32_t t32 = 0;
+  if (smp_read(h, thread_id + (uint64_t)h->pthread_tid_off, &t32, 4) == 0) *tid = smp_host_tid(h, t32);
+  return slot_get(h, thread_id, *tid);
+}
+
+/* Recursion depth + 1 of thread state tb (the push/pop window): more Python
+ * frames cannot be live. -1 when unknown. */
+static inline int64_t thread_max_py(const smp_layout *l, const unsigned char *tb) {
+  int64_t max_py = -1;
+  if (l->ts_rec_depth) {
+    max_py = (int64_t)(int32_t)rd32(tb + l->ts_rec_depth) + 1;
+  } else if (l->ts_rec_limit) {
+    int32_t lim = (int32_t)rd32(tb + l->ts_rec_limit), rem = (int32_t)rd32(tb + l->ts_rec_remaining);
+    if (lim > 0) max_py = (int64_t)lim - rem + 1;
+  }
+  return max_py < 1 ? -1 : max_py; /* unreadable or not sensible: no bound */
+}
+
+/* A new thread record for the thread of slot (may be NULL). */
+static inline bf_smp_thread *thread_add(bf_smp *h, smp_tslot *slot, int64_t tid, uint64_t thread_id,
+                                        int holds, int gc) {
+  if (h->nthreads == h->cap_threads &&
+      bf_vec_grow((void **)&h->threads, &h->cap_threads, h->nthreads + 1, sizeof *h->threads, 16) < 0)
+    return NULL;
+  bf_smp_thread *t = &h->threads[h->nthreads++];
+  memset(t, 0, sizeof *t);
+  t->native_tid = tid;
+  t->ns_tid = smp_ns_tid(h, tid);
+  t->thread_id = thread_id;
+  t->name = slot ? slot->name : NULL;
+  if (slot) {
+    if (slot->py_ident != thread_id || slot->py_gen != h->pn_gen) smp_pynames_resolve(h, slot, thread_id);
+    t->py_name = slot->py_name;
+    t->py_name_pending = !slot->py_name && slot->py_first_ns + SMP_PYNAME_GRACE_NS >= h->pn_start_ns;
+    if (!slot->py_name) h->pn_unnamed |= 1 | (t->py_name_pending << 1);
+  }
+  t->cpu_ns = -1;
+  t->flags = (holds ? BF_SMP_GIL : 0) | (gc ? BF_SMP_GC : 0);
+  return t;
+}
+
+/* One thread: thread state ts (its first ts_read bytes tb), innermost frame fa. */
+static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsigned char *tb, uint64_t fa,
+                              int holds, int gc) {
+  const smp_layout *l = &h->lay;
+  uint64_t thread_id = rd64(tb + l->ts_thread_id);
+  /* host tids: the target may live in its own PID namespace (remote.c) */
+  int64_t tid = l->ts_native_thread_id ? smp_host_tid(h, (int64_t)rd64(tb + l->ts_native_thread_id)) : 0;
+  smp_tslot *slot = thread_slot(h, ts, thread_id, &tid);
+  bf_smp_thread *t = thread_add(h, slot, tid, thread_id, holds, gc);
+  if (!t) return -ENOMEM;
+  size_t first = h->nframes;
+  h->torn_here = 0;
+  int rc = walk_frames(h, fa, thread_max_py(l, tb));
+  if (rc < 0) return rc;
+  if (h->torn_here) { /* which threads were torn: see thread_off_cpu */
+    if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
+      h->torn_tids[h->ntorn_tids++] = tid;
+    else
+      h->torn_tids_over = 1;
+  }
+  t->nframes = h->nframes - first;
+  if (!t->nframes && !tid) { /* a thread state whose OS thread has not started */
+    h->nthreads--;
+    return 0;
+  }
+  t->frames = (const bf_smp_frame *)(uintptr_t)first; /* fixed up in smp_walk */
+  if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) thread_status(h, slot, want, t);
+  return 0;
+}
+
+int smp_walk(bf_smp *h, unsigned want) {
+  const smp_layout *l = &h->lay;
+  int err = 0;
+  walk_begin(h, want);
   /* the interpreter list head barely ever changes: re-read it every 256
    * samples (and after any failed sample) rather than every time */
-  const unsigned char *p;
   if (!h->interp_head || (h->gen & 255) == 0) {
     uint64_t v = 0;
     int rc = smp_read(h, h->runtime_addr + l->rt_interp_head, &v, 8);
@@ -638,140 +823,27 @@ int smp_walk(bf_smp *h, unsigned want) {
     h->interp_head = v;
   }
   uint64_t interp = h->interp_head;
-  int gc = 0;
-  uint64_t gil_holder = 0;
-  int gil_locked = 0;
-  if (l->rt_gc_collecting) {
-    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gc_collecting, 4, &err))) return err;
-    gc = rd32(p) != 0;
-  }
-  if (l->rt_gil_last_holder) {
-    size_t span = (size_t)(l->rt_gil_locked - l->rt_gil_last_holder + 4);
-    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gil_last_holder, span, &err))) return err;
-    gil_holder = rd64(p);
-    gil_locked = rd32(p + (l->rt_gil_locked - l->rt_gil_last_holder)) != 0;
-  }
+  walk_gil g = {0, 0, 0};
+  if ((err = runtime_gil(h, &g)) < 0) return err;
   for (int ni = 0; interp && ni < SMP_MAX_INTERPS; ni++) {
-    if (!(p = smp_read_hot(h, interp + l->is_tstate_head, 8, &err))) return err;
-    uint64_t ts = rd64(p);
-    if (!(p = smp_read_hot(h, interp + l->is_next, 8, &err))) return err;
-    uint64_t next_interp = rd64(p);
-    if (l->is_gc_collecting) {
-      if (!(p = smp_read_hot(h, interp + l->is_gc_collecting, 4, &err))) return err;
-      gc = rd32(p) != 0;
-    }
-    if (l->is_gil_ptr) {
-      if (!(p = smp_read_hot(h, interp + l->is_gil_ptr, 8, &err))) return err;
-      uint64_t g = rd64(p);
-      size_t span = (size_t)(l->gil_locked - l->gil_last_holder + 4);
-      if (g && (p = smp_read_hot(h, g + l->gil_last_holder, span, &err))) {
-        gil_holder = rd64(p);
-        gil_locked = rd32(p + (l->gil_locked - l->gil_last_holder)) != 0;
-      } else if (g) {
-        return err;
-      }
-    }
-    if (l->is_gil_holder) {
-      if (!(p = smp_read_hot(h, interp + l->is_gil_holder, 8, &err))) return err;
-      gil_holder = rd64(p);
-      if (!(p = smp_read_hot(h, interp + l->is_gil_locked, 4, &err))) return err;
-      gil_locked = rd32(p) != 0;
-    }
+    uint64_t ts = 0, next_interp = 0;
+    if ((err = interp_state(h, interp, &ts, &next_interp, &g)) < 0) return err;
     for (int nt = 0; ts && nt < SMP_MAX_THREADS; nt++) {
       if (++h->walk_steps > SMP_MAX_STEPS) return -EIO;
       const unsigned char *tb = smp_read_hot(h, ts, (size_t)l->ts_read, &err);
       if (!tb) return err;
-      uint64_t next = rd64(tb + l->ts_next);
-      uint64_t thread_id = rd64(tb + l->ts_thread_id);
-      /* host tids: the target may live in its own PID namespace (remote.c) */
-      int64_t tid =
-          l->ts_native_thread_id ? smp_host_tid(h, (int64_t)rd64(tb + l->ts_native_thread_id)) : 0;
-      uint64_t fa;
-      if (l->has_cframe) {
-        uint64_t cf = rd64(tb + l->ts_cframe);
-        fa = 0;
-        if (cf) {
-          if (!(p = smp_read_hot(h, cf + l->cf_current_frame, 8, &err))) return err;
-          fa = rd64(p);
-        }
-      } else {
-        fa = rd64(tb + l->ts_frame);
-      }
+      uint64_t next = rd64(tb + l->ts_next), fa;
+      if ((err = thread_frame(h, tb, &fa)) < 0) return err;
       if (next == ts) return -EIO;
-      int holds = gil_locked && gil_holder == ts;
+      int holds = g.locked && g.holder == ts;
+      uint64_t cur = ts;
       ts = next;
       if ((want & BF_SMP_WANT_GIL_ONLY) && !holds) continue;
-      smp_tslot *slot = NULL;
-      if (!l->ts_native_thread_id && h->pthread_tid_off >= 0 && thread_id) {
-        /* 3.8-3.10: the tid lives in glibc's struct pthread (cached per slot) */
-        for (size_t i = 0; i < h->nslots; i++)
-          if (h->slots[i].tstate == thread_id) slot = &h->slots[i];
-        if (slot && slot->tid > 0) { /* tid 0: not mapped to the host yet, look again */
-          tid = slot->tid;
-          slot->seen = h->gen;
-        } else {
-          uint32_t t32 = 0;
-          if (smp_read(h, thread_id + (uint64_t)h->pthread_tid_off, &t32, 4) == 0)
-            tid = smp_host_tid(h, t32);
-          slot = slot_get(h, thread_id, tid);
-        }
-      } else {
-        slot = slot_get(h, ts, tid);
-      }
-      if (h->nthreads == h->cap_threads) {
-        size_t nc = h->cap_threads ? h->cap_threads * 2 : 16;
-        bf_smp_thread *nt2 = realloc(h->threads, nc * sizeof *nt2);
-        if (!nt2) return -ENOMEM;
-        h->threads = nt2;
-        h->cap_threads = nc;
-      }
-      bf_smp_thread *t = &h->threads[h->nthreads++];
-      memset(t, 0, sizeof *t);
-      t->native_tid = tid;
-      t->ns_tid = smp_ns_tid(h, tid);
-      t->thread_id = thread_id;
-      t->name = slot ? slot->name : NULL;
-      if (slot) {
-        if (slot->py_ident != thread_id || slot->py_gen != h->pn_gen)
-          smp_pynames_resolve(h, slot, thread_id);
-        t->py_name = slot->py_name;
-        t->py_name_pending =
-            !slot->py_name && slot->py_first_ns + SMP_PYNAME_GRACE_NS >= h->pn_start_ns;
-        if (!slot->py_name) h->pn_unnamed |= 1 | (t->py_name_pending << 1);
-      }
-      t->cpu_ns = -1;
-      t->flags = (holds ? BF_SMP_GIL : 0) | (gc ? BF_SMP_GC : 0);
-      size_t first = h->nframes;
-      int64_t max_py = -1; /* recursion depth + 1 (the push/pop window) */
-      if (l->ts_rec_depth) {
-        max_py = (int64_t)(int32_t)rd32(tb + l->ts_rec_depth) + 1;
-      } else if (l->ts_rec_limit) {
-        int32_t lim = (int32_t)rd32(tb + l->ts_rec_limit),
-                rem = (int32_t)rd32(tb + l->ts_rec_remaining);
-        if (lim > 0) max_py = (int64_t)lim - rem + 1;
-      }
-      if (max_py < 1) max_py = -1; /* unreadable or not sensible: no bound */
-      h->torn_here = 0;
-      int rc = walk_frames(h, fa, max_py);
-      if (rc < 0) return rc;
-      if (h->torn_here) { /* which threads were torn: see thread_off_cpu */
-        if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
-          h->torn_tids[h->ntorn_tids++] = tid;
-        else
-          h->torn_tids_over = 1;
-      }
-      t->nframes = h->nframes - first;
-      if (!t->nframes && !tid) { /* a thread state whose OS thread has not started */
-        h->nthreads--;
-        continue;
-      }
-      t->frames = (const bf_smp_frame *)(uintptr_t)first; /* fixed up below */
-      if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) thread_status(h, slot, want, t);
+      if ((err = walk_thread(h, want, cur, tb, fa, holds, g.gc)) < 0) return err;
     }
     interp = next_interp;
   }
-  for (size_t i = 0; i < h->nthreads; i++)
-    h->threads[i].frames = h->frames + (uintptr_t)h->threads[i].frames;
+  for (size_t i = 0; i < h->nthreads; i++) h->threads[i].frames = h->frames + (uintptr_t)h->threads[i].frames;
   if ((h->gen & 63) == 0) slots_sweep(h);
   return 0;
 }
