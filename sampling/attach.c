@@ -154,35 +154,31 @@ typedef struct mapping {
   int found;
 } mapping;
 
+typedef struct map_query {
+  const char *prefix, *exact;
+  mapping *m;
+} map_query;
+
+static int match_mapping(void *ud, const bf_procmap *pm) {
+  const map_query *q = ud;
+  const char *p = pm->name;
+  if (*p != '/' || pm->off != 0) return 0;
+  const char *base = strrchr(p, '/') + 1;
+  int hit = q->exact ? strcmp(p, q->exact) == 0 : strncmp(base, q->prefix, strlen(q->prefix)) == 0;
+  if (!hit || (!q->exact && !strstr(base, ".so"))) return 0;
+  snprintf(q->m->path, sizeof q->m->path, "%s", p);
+  q->m->start = pm->lo;
+  q->m->found = 1;
+  return 1;
+}
+
 /* Find the offset-0 mapping of a file whose basename starts with prefix
  * (or equals exact path when exact != NULL). */
 static int find_mapping(int pid, const char *prefix, const char *exact, mapping *m) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/maps", pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return -errno;
-  char line[1024];
+  map_query q = {prefix, exact, m};
   m->found = 0;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long long lo, hi, off;
-    char perms[8];
-    int n = 0;
-    if (sscanf(line, "%llx-%llx %7s %llx %*s %*s %n", &lo, &hi, perms, &off, &n) < 4 || n <= 0)
-      continue;
-    char *p = line + n;
-    p[strcspn(p, "\n")] = 0;
-    if (*p != '/' || off != 0) continue;
-    const char *base = strrchr(p, '/') + 1;
-    int hit = exact ? strcmp(p, exact) == 0 : strncmp(base, prefix, strlen(prefix)) == 0;
-    if (!hit) continue;
-    if (!exact && !strstr(base, ".so")) continue;
-    snprintf(m->path, sizeof m->path, "%s", p);
-    m->start = lo;
-    m->found = 1;
-    break;
-  }
-  fclose(f);
-  return 0;
+  int rc = bf_procmaps_foreach(pid, match_mapping, &q);
+  return rc < 0 ? rc : 0;
 }
 
 
@@ -209,10 +205,8 @@ static void calibrate_pthread(bf_smp *h, uint64_t pthread_addr) {
   }
 }
 
-int bf_smp_attach(bf_smp *h, int pid) {
-  smp_elf elf = {0};
-  int rc;
-  /* a re-attach (e.g. the process exec'd) starts from a clean slate */
+/* A re-attach (e.g. the process exec'd) starts from a clean slate. */
+static void attach_reset(bf_smp *h, int pid) {
   if (h->code_tab) smp_code_cache_clear(h);
   for (size_t i = 0; i < h->nslots; i++) smp_slot_close(&h->slots[i]);
   h->nslots = 0;
@@ -223,11 +217,13 @@ int bf_smp_attach(bf_smp *h, int pid) {
   h->readv = pvm_readv;
   h->readv_ud = (void *)(intptr_t)pid;
   h->attached = 0;
-  if (pid <= 0) return smp_seterr(h, -ESRCH, "invalid pid %d", pid);
-  if (kill(pid, 0) < 0 && errno == ESRCH) return smp_seterr(h, -ESRCH, "no process with pid %d", pid);
-  char exe_link[64], exe[512];
+}
+
+/* The executable of process pid. OUT: exe (len bytes), " (deleted)" removed. */
+static int read_exe(bf_smp *h, int pid, char *exe, size_t len) {
+  char exe_link[64];
   snprintf(exe_link, sizeof exe_link, "/proc/%d/exe", pid);
-  ssize_t n = readlink(exe_link, exe, sizeof exe - 1);
+  ssize_t n = readlink(exe_link, exe, len - 1);
   if (n < 0) {
     if (errno == ENOENT) {
       char st[64], buf[512];
@@ -239,9 +235,9 @@ int bf_smp_attach(bf_smp *h, int pid) {
       const char *rp = strrchr(buf, ')');
       if (rp && rp[1] == ' ' && rp[2] == 'Z')
         return smp_seterr(h, -ESRCH,
-                      "process %d has exited (a zombie its parent has not reaped): there is nothing to "
-                      "sample; profile a running process",
-                      pid);
+                          "process %d has exited (a zombie its parent has not reaped): there is nothing to "
+                          "sample; profile a running process",
+                          pid);
       return smp_seterr(h, -ESRCH, "no process with pid %d", pid);
     }
     if (errno == EACCES || errno == EPERM) return explain_eperm(h, pid);
@@ -249,76 +245,80 @@ int bf_smp_attach(bf_smp *h, int pid) {
   }
   exe[n] = 0;
   if (strstr(exe, " (deleted)")) *strstr(exe, " (deleted)") = 0;
-  mapping m;
-  rc = find_mapping(pid, "libpython3.", NULL, &m);
+  return 0;
+}
+
+/* Load the ELF file that holds the interpreter: libpython, else the
+ * executable itself. OUT: *elf, *start (its load address), *obj_name (its
+ * path: m->path or exe). */
+static int load_python_elf(bf_smp *h, int pid, const char *exe, mapping *m, smp_elf *elf,
+                           const char **obj_name) {
+  int rc = find_mapping(pid, "libpython3.", NULL, m);
   if (rc < 0) {
     if (rc == -EACCES || rc == -EPERM) return explain_eperm(h, pid);
-    return smp_seterr(h, rc == -ENOENT ? -ESRCH : rc, "cannot read /proc/%d/maps: %s", pid,
-                  strerror(-rc));
+    return smp_seterr(h, rc == -ENOENT ? -ESRCH : rc, "cannot read /proc/%d/maps: %s", pid, strerror(-rc));
   }
   char file[600];
-  const char *obj_name;
-  if (m.found) {
-    snprintf(file, sizeof file, "/proc/%d/root%s", pid, m.path);
-    obj_name = m.path;
+  if (m->found) {
+    snprintf(file, sizeof file, "/proc/%d/root%s", pid, m->path);
+    *obj_name = m->path;
   } else {
-    rc = find_mapping(pid, NULL, exe, &m);
-    if (rc < 0 || !m.found)
-      return smp_seterr(h, -ENOEXEC, "process %d (%s) is not a Python process", pid, exe);
+    rc = find_mapping(pid, NULL, exe, m);
+    if (rc < 0 || !m->found) return smp_seterr(h, -ENOEXEC, "process %d (%s) is not a Python process", pid, exe);
     snprintf(file, sizeof file, "/proc/%d/exe", pid);
-    obj_name = exe;
+    *obj_name = exe;
   }
-  rc = smp_elf_load(file, &elf);
+  rc = smp_elf_load(file, elf);
   if (rc < 0) {
     if (rc == -EACCES || rc == -EPERM) return explain_eperm(h, pid);
-    return smp_seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (%s unreadable)", pid,
-                  exe, obj_name);
+    return smp_seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (%s unreadable)", pid, exe,
+                      *obj_name);
   }
-  uint64_t bias = m.start - elf.load_vaddr;
-  uint64_t rt, rt_size, val, sz;
-  if (smp_elf_symbol(&elf, "_PyRuntime", &rt, &rt_size) < 0) {
-    int old = smp_elf_symbol(&elf, "Py_Initialize", &val, &sz) == 0; /* a Python before 3.7 */
-    smp_elf_free(&elf);
-    int mj = 0, mn = 0; /* libpythonX.Y.so or pythonX.Y names the version */
-    for (int k = 0; k < 2 && !mj; k++) {
-      const char *b = strrchr(k ? exe : obj_name, '/');
-      b = strstr(b ? b : k ? exe : obj_name, "python");
-      if (!b || sscanf(b + 6, "%d.%d", &mj, &mn) != 2 || mj > 3 || (mj == 3 && mn > 6)) mj = 0;
-    }
-    if (mj)
-      return smp_seterr(h, -ENOTSUP, "process %d runs unsupported Python version %d.%d; bifocal supports 3.8–3.14",
-                    pid, mj, mn);
-    if (old)
-      return smp_seterr(h, -ENOTSUP, "process %d runs an unsupported Python (older than 3.7); bifocal supports 3.8–3.14",
-                    pid);
-    return smp_seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (no _PyRuntime symbol)",
-                  pid, exe);
+  return 0;
+}
+
+/* No _PyRuntime symbol: an unsupported Python, or not Python at all. Frees elf. */
+static int no_runtime(bf_smp *h, int pid, smp_elf *elf, const char *exe, const char *obj_name) {
+  uint64_t val, sz;
+  int old = smp_elf_symbol(elf, "Py_Initialize", &val, &sz) == 0; /* a Python before 3.7 */
+  smp_elf_free(elf);
+  int mj = 0, mn = 0; /* libpythonX.Y.so or pythonX.Y names the version */
+  for (int k = 0; k < 2 && !mj; k++) {
+    const char *b = strrchr(k ? exe : obj_name, '/');
+    b = strstr(b ? b : k ? exe : obj_name, "python");
+    if (!b || sscanf(b + 6, "%d.%d", &mj, &mn) != 2 || mj > 3 || (mj == 3 && mn > 6)) mj = 0;
   }
-  h->runtime_addr = bias + rt;
-  h->code_type_addr = smp_elf_symbol(&elf, "PyCode_Type", &val, &sz) == 0 ? bias + val : 0;
-  h->dict_type_addr = smp_elf_symbol(&elf, "PyDict_Type", &val, &sz) == 0 ? bias + val : 0;
-  h->long_type_addr = smp_elf_symbol(&elf, "PyLong_Type", &val, &sz) == 0 ? bias + val : 0;
-  h->module_type_addr = smp_elf_symbol(&elf, "PyModule_Type", &val, &sz) == 0 ? bias + val : 0;
-  /* version: Py_Version (3.11+) in memory, else the name and .rodata */
-  const char *base = strrchr(obj_name, '/') ? strrchr(obj_name, '/') + 1 : obj_name;
-  int minor = -1;
+  if (mj)
+    return smp_seterr(h, -ENOTSUP, "process %d runs unsupported Python version %d.%d; bifocal supports 3.8–3.14",
+                      pid, mj, mn);
+  if (old)
+    return smp_seterr(h, -ENOTSUP,
+                      "process %d runs an unsupported Python (older than 3.7); bifocal supports 3.8–3.14", pid);
+  return smp_seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (no _PyRuntime symbol)", pid, exe);
+}
+
+/* The Python version: Py_Version (3.11+) in memory, else the object's name
+ * and .rodata. Sets h->version. OUT: *minor. Frees elf on failure. */
+static int read_version(bf_smp *h, int pid, smp_elf *elf, uint64_t bias, const char *base, const char *exe,
+                        int *minor) {
+  uint64_t val, sz;
   const char *vp = strstr(base, "python3.");
-  if (vp) minor = atoi(vp + 8);
+  *minor = vp ? atoi(vp + 8) : -1;
   uint32_t vhex = 0;
-  if (smp_elf_symbol(&elf, "Py_Version", &val, &sz) == 0) {
-    rc = smp_read(h, bias + val, &vhex, 4);
+  if (smp_elf_symbol(elf, "Py_Version", &val, &sz) == 0) {
+    int rc = smp_read(h, bias + val, &vhex, 4);
     if (rc == -EPERM) {
-      smp_elf_free(&elf);
+      smp_elf_free(elf);
       return explain_eperm(h, pid);
     }
     if (rc < 0) {
-      smp_elf_free(&elf);
+      smp_elf_free(elf);
       return smp_seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
     }
-    if ((vhex >> 24) == 3) minor = (int)((vhex >> 16) & 0xff);
+    if ((vhex >> 24) == 3) *minor = (int)((vhex >> 16) & 0xff);
   }
-  if (minor < 0) {
-    smp_elf_free(&elf);
+  if (*minor < 0) {
+    smp_elf_free(elf);
     return smp_seterr(h, -ENOTSUP, "process %d (%s): cannot tell the Python version", pid, exe);
   }
   if (vhex) {
@@ -328,54 +328,90 @@ int bf_smp_attach(bf_smp *h, int pid) {
     if (lvl != 0xf && ser) snprintf(h->version + strlen(h->version), 4, "%u", ser);
   } else {
     char pre[16];
-    snprintf(pre, sizeof pre, "3.%d.", minor);
-    if (smp_elf_find_version(&elf, pre, h->version, sizeof h->version) < 0)
-      snprintf(h->version, sizeof h->version, "3.%d", minor);
+    snprintf(pre, sizeof pre, "3.%d.", *minor);
+    if (smp_elf_find_version(elf, pre, h->version, sizeof h->version) < 0)
+      snprintf(h->version, sizeof h->version, "3.%d", *minor);
   }
-  int debug = smp_elf_symbol(&elf, "_Py_RefTotal", &val, &sz) == 0 ||
-              smp_elf_symbol(&elf, "_Py_GetGlobalRefTotal", &val, &sz) == 0;
-  int ft = strstr(base, "python3.") && strchr(base + (vp - base) + 8, 't') &&
-           strstr(base, "t.so") != NULL;
-  smp_elf_free(&elf);
-  h->build = debug ? "debug" : "release";
+  return 0;
+}
+
+/* The layout to walk Python 3.minor with: built in up to 3.12, else read
+ * from _PyRuntime's debug offsets (rt_size: its symbol's size). debug, ft:
+ * the build as the ELF file tells it. */
+static int choose_layout(bf_smp *h, int pid, int minor, int debug, int ft, uint64_t rt_size) {
   if (minor < 8)
     return smp_seterr(h, -ENOTSUP, "process %d runs unsupported Python version %s; bifocal supports 3.8–3.14", pid,
-                  h->version);
+                      h->version);
   if (minor <= 12) {
     if (debug)
-      return smp_seterr(h, -ENOTSUP, "Python %s debug builds are not supported (release builds only)",
-                    h->version);
+      return smp_seterr(h, -ENOTSUP, "Python %s debug builds are not supported (release builds only)", h->version);
     smp_layout_builtin(minor, &h->lay);
-  } else {
-    unsigned char blob[1024];
-    size_t want = rt_size && rt_size < sizeof blob ? (size_t)rt_size : sizeof blob;
-    rc = smp_read(h, h->runtime_addr, blob, want);
-    if (rc == -EPERM) return explain_eperm(h, pid);
-    if (rc < 0) return smp_seterr(h, rc, "cannot read _PyRuntime of process %d", pid);
-    int free_threaded = 0;
-    const char *msg;
-    rc = smp_layout_from_debug_offsets(blob, want, &h->lay, &free_threaded, &msg);
-    if (free_threaded || ft) h->build = debug ? "free-threaded-debug" : "free-threaded";
-    /* no cookie yet: the loader may not have mapped libpython's data yet */
-    if (rc == -EINVAL && memcmp(blob, "xdebugpy", 8) != 0)
-      return smp_seterr(h, -EAGAIN, "Python %s runtime of process %d not initialised yet (%s)",
-                    h->version, pid, msg);
-    if (rc < 0) return smp_seterr(h, -ENOTSUP, "Python %s (%s): %s", h->version, h->build, msg);
+    return 0;
   }
-  /* the runtime must be initialised: an interpreter with a thread */
+  unsigned char blob[1024];
+  size_t want = rt_size && rt_size < sizeof blob ? (size_t)rt_size : sizeof blob;
+  int rc = smp_read(h, h->runtime_addr, blob, want);
+  if (rc == -EPERM) return explain_eperm(h, pid);
+  if (rc < 0) return smp_seterr(h, rc, "cannot read _PyRuntime of process %d", pid);
+  int free_threaded = 0;
+  const char *msg;
+  rc = smp_layout_from_debug_offsets(blob, want, &h->lay, &free_threaded, &msg);
+  if (free_threaded || ft) h->build = debug ? "free-threaded-debug" : "free-threaded";
+  /* no cookie yet: the loader may not have mapped libpython's data yet */
+  if (rc == -EINVAL && memcmp(blob, "xdebugpy", 8) != 0)
+    return smp_seterr(h, -EAGAIN, "Python %s runtime of process %d not initialised yet (%s)", h->version, pid,
+                      msg);
+  if (rc < 0) return smp_seterr(h, -ENOTSUP, "Python %s (%s): %s", h->version, h->build, msg);
+  return 0;
+}
+
+/* The runtime must be initialised: an interpreter with a thread. On
+ * 3.8-3.10, find the main thread (tid == pid) among the thread states. */
+static int check_runtime(bf_smp *h, int pid) {
   uint64_t interp = 0, ts = 0;
-  rc = smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8);
+  int rc = smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8);
   if (rc == -EPERM) return explain_eperm(h, pid);
   if (rc < 0) return smp_seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
   if (!interp) return smp_seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);
   if (smp_read(h, interp + h->lay.is_tstate_head, &ts, 8) < 0 || !ts)
     return smp_seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);
-  /* 3.8-3.10: find the main thread (tid == pid) among the thread states */
   for (int i = 0; h->lay.frames_are_objects && ts && i < 256 && h->pthread_tid_off < 0; i++) {
     uint64_t tid = 0;
     if (smp_read(h, ts + h->lay.ts_thread_id, &tid, 8) == 0) calibrate_pthread(h, tid);
     if (smp_read(h, ts + h->lay.ts_next, &ts, 8) < 0) break;
   }
+  return 0;
+}
+
+int bf_smp_attach(bf_smp *h, int pid) {
+  smp_elf elf = {0};
+  char exe[512];
+  mapping m;
+  const char *obj_name = exe;
+  int rc, minor;
+  attach_reset(h, pid);
+  if (pid <= 0) return smp_seterr(h, -ESRCH, "invalid pid %d", pid);
+  if (kill(pid, 0) < 0 && errno == ESRCH) return smp_seterr(h, -ESRCH, "no process with pid %d", pid);
+  if ((rc = read_exe(h, pid, exe, sizeof exe)) < 0) return rc;
+  if ((rc = load_python_elf(h, pid, exe, &m, &elf, &obj_name)) < 0) return rc;
+  uint64_t bias = m.start - elf.load_vaddr;
+  uint64_t rt, rt_size, val, sz;
+  if (smp_elf_symbol(&elf, "_PyRuntime", &rt, &rt_size) < 0) return no_runtime(h, pid, &elf, exe, obj_name);
+  h->runtime_addr = bias + rt;
+  h->code_type_addr = smp_elf_symbol(&elf, "PyCode_Type", &val, &sz) == 0 ? bias + val : 0;
+  h->dict_type_addr = smp_elf_symbol(&elf, "PyDict_Type", &val, &sz) == 0 ? bias + val : 0;
+  h->long_type_addr = smp_elf_symbol(&elf, "PyLong_Type", &val, &sz) == 0 ? bias + val : 0;
+  h->module_type_addr = smp_elf_symbol(&elf, "PyModule_Type", &val, &sz) == 0 ? bias + val : 0;
+  const char *base = strrchr(obj_name, '/') ? strrchr(obj_name, '/') + 1 : obj_name;
+  if ((rc = read_version(h, pid, &elf, bias, base, exe, &minor)) < 0) return rc;
+  int debug = smp_elf_symbol(&elf, "_Py_RefTotal", &val, &sz) == 0 ||
+              smp_elf_symbol(&elf, "_Py_GetGlobalRefTotal", &val, &sz) == 0;
+  const char *vp = strstr(base, "python3.");
+  int ft = vp && strchr(vp + 8, 't') && strstr(base, "t.so") != NULL;
+  smp_elf_free(&elf);
+  h->build = debug ? "debug" : "release";
+  if ((rc = choose_layout(h, pid, minor, debug, ft, rt_size)) < 0) return rc;
+  if ((rc = check_runtime(h, pid)) < 0) return rc;
   smp_prefetch_reset(h);
   h->attached = 1;
   smp_pynames_attach(h); /* thread names: read once now, then only when needed */

@@ -1,36 +1,19 @@
 /* walker.c — the sampler's hot path: walk every thread's frame chain into
  * bf_smp_thread records, check the stack read is consistent (torn-stack
  * checks, cuts, settled reads), with a code-object cache keyed by remote
- * address and a slot per thread. Attaching is attach.c. Remote memory is
- * untrusted: every pointer is read through remote.c, every count and length
- * is bounded.
+ * address. Attaching is attach.c, thread slots and /proc are threads.c.
+ * Remote memory is untrusted: every pointer is read through remote.c, every
+ * count and length is bounded.
  */
-#include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "gen/opcodes.h"
 #include "smp_int.h"
 #include "vec.h"
-
-void smp_slot_close(smp_tslot *s) {
-  free(s->name);
-  free(s->py_name);
-  s->name = s->py_name = NULL;
-  if (s->stat_fd >= 0) close(s->stat_fd);
-  if (s->sched_fd >= 0) close(s->sched_fd);
-  s->stat_fd = s->sched_fd = -1;
-}
 
 static void code_free(smp_code *c) {
   free((char *)c->pub.filename);
@@ -366,107 +349,7 @@ static int32_t code_line(const smp_layout *l, const smp_code *c, uint64_t code_a
   return line < 0 ? (int32_t)c->pub.firstlineno : line;
 }
 
-/* ---- threads ---------------------------------------------------------- */
-
-static smp_tslot *slot_get(bf_smp *h, uint64_t tstate, int64_t tid) {
-  for (size_t i = 0; i < h->nslots; i++)
-    if (h->slots[i].tstate == tstate && h->slots[i].tid == tid) {
-      h->slots[i].seen = h->gen;
-      return &h->slots[i];
-    }
-  if (h->nslots == h->cap_slots) {
-    size_t nc = h->cap_slots ? h->cap_slots * 2 : 16;
-    smp_tslot *ns = realloc(h->slots, nc * sizeof *ns);
-    if (!ns) return NULL;
-    h->slots = ns;
-    h->cap_slots = nc;
-  }
-  smp_tslot *s = &h->slots[h->nslots++];
-  memset(s, 0, sizeof *s);
-  s->tstate = tstate;
-  s->tid = tid;
-  s->stat_fd = s->sched_fd = -1;
-  s->seen = h->gen;
-  if (tid > 0 && h->pid > 0) {
-    char p[96];
-    snprintf(p, sizeof p, "/proc/%d/task/%lld/comm", h->pid, (long long)tid);
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      char nm[32];
-      ssize_t n = read(fd, nm, sizeof nm - 1);
-      if (n > 0) {
-        nm[n - (nm[n - 1] == '\n')] = 0;
-        if (nm[0]) s->name = strdup(nm); /* NULL when out of memory: no name */
-      }
-      close(fd);
-    }
-  }
-  return s;
-}
-
-static void slots_sweep(bf_smp *h) {
-  size_t o = 0;
-  for (size_t i = 0; i < h->nslots; i++) {
-    if (h->gen - h->slots[i].seen > 64) {
-      smp_slot_close(&h->slots[i]);
-      continue;
-    }
-    h->slots[o++] = h->slots[i];
-  }
-  h->nslots = o;
-}
-
-/* native.c hook: tid is gone. On 3.8-3.10 a slot caches the tid read from
- * glibc's struct pthread, whose address a new thread may reuse: drop the
- * slot so the next walk reads the tid afresh. */
-void smp_forget_tid(bf_smp *h, int64_t tid) {
-  size_t o = 0;
-  for (size_t i = 0; i < h->nslots; i++) {
-    if (h->slots[i].tid == tid) {
-      smp_slot_close(&h->slots[i]);
-      continue;
-    }
-    h->slots[o++] = h->slots[i];
-  }
-  h->nslots = o;
-}
-
-static int proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *buf, size_t len) {
-  if (*fd < 0) {
-    char p[96];
-    snprintf(p, sizeof p, "/proc/%d/task/%lld/%s", h->pid, (long long)s->tid, what);
-    *fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0) return -1;
-  }
-  ssize_t n = pread(*fd, buf, len - 1, 0);
-  if (n <= 0) return -1;
-  buf[n] = 0;
-  return 0;
-}
-
-/* /proc reads cost a few microseconds each, so a thread's state is
- * refreshed at most every SMP_STATE_MIN_NS; in between the last one is kept
- * (and no new CPU time is reported: cpu_ns stays -1). */
-#define SMP_STATE_MIN_NS 200000
-
-static void thread_status(bf_smp *h, smp_tslot *s, unsigned want, bf_smp_thread *t) {
-  char buf[512];
-  if (!s || s->tid <= 0 || h->pid <= 0) return;
-  if (s->state_ns && h->now_ns - s->state_ns < SMP_STATE_MIN_NS) {
-    if (want & BF_SMP_WANT_STATE) t->flags |= s->state_flags;
-    return;
-  }
-  s->state_ns = h->now_ns;
-  s->state_flags = 0;
-  if ((want & BF_SMP_WANT_STATE) && proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) == 0) {
-    const char *p = strrchr(buf, ')');
-    if (p && p[1] == ' ' && p[2]) s->state_flags = (p[2] == 'R') ? BF_SMP_ON_CPU : BF_SMP_IDLE;
-    t->flags |= s->state_flags;
-  }
-  if ((want & BF_SMP_WANT_CPU_TIME) &&
-      proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) == 0)
-    t->cpu_ns = strtoll(buf, NULL, 10);
-}
+/* ---- threads (slots: threads.c) -------------------------------------- */
 
 static int push_frame(bf_smp *h, const smp_code *c, int32_t line, uint64_t fa) {
   if (h->nframes == h->cap_frames) {
@@ -729,7 +612,7 @@ static inline int thread_frame(bf_smp *h, const unsigned char *tb, uint64_t *fa)
 /* The slot of thread state ts (Python thread id thread_id). *tid: the host
  * tid read from the thread state (0 when it has none), updated on 3.8-3.10. */
 static inline smp_tslot *thread_slot(bf_smp *h, uint64_t ts, uint64_t thread_id, int64_t *tid) {
-  if (h->lay.ts_native_thread_id || h->pthread_tid_off < 0 || !thread_id) return slot_get(h, ts, *tid);
+  if (h->lay.ts_native_thread_id || h->pthread_tid_off < 0 || !thread_id) return smp_slot_get(h, ts, *tid);
   /* 3.8-3.10: the tid lives in glibc's struct pthread (cached per slot) */
   smp_tslot *slot = NULL;
   for (size_t i = 0; i < h->nslots; i++)
@@ -741,7 +624,7 @@ static inline smp_tslot *thread_slot(bf_smp *h, uint64_t ts, uint64_t thread_id,
   }
   uint32_t t32 = 0;
   if (smp_read(h, thread_id + (uint64_t)h->pthread_tid_off, &t32, 4) == 0) *tid = smp_host_tid(h, t32);
-  return slot_get(h, thread_id, *tid);
+  return smp_slot_get(h, thread_id, *tid);
 }
 
 /* Recursion depth + 1 of thread state tb (the push/pop window): more Python
@@ -794,7 +677,7 @@ static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsig
   h->torn_here = 0;
   int rc = walk_frames(h, fa, thread_max_py(l, tb));
   if (rc < 0) return rc;
-  if (h->torn_here) { /* which threads were torn: see thread_off_cpu */
+  if (h->torn_here) { /* which threads were torn: see smp_thread_off_cpu */
     if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
       h->torn_tids[h->ntorn_tids++] = tid;
     else
@@ -806,7 +689,7 @@ static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsig
     return 0;
   }
   t->frames = (const bf_smp_frame *)(uintptr_t)first; /* fixed up in smp_walk */
-  if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) thread_status(h, slot, want, t);
+  if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) smp_thread_status(h, slot, want, t);
   return 0;
 }
 
@@ -844,7 +727,7 @@ int smp_walk(bf_smp *h, unsigned want) {
     interp = next_interp;
   }
   for (size_t i = 0; i < h->nthreads; i++) h->threads[i].frames = h->frames + (uintptr_t)h->threads[i].frames;
-  if ((h->gen & 63) == 0) slots_sweep(h);
+  if ((h->gen & 63) == 0) smp_slots_sweep(h);
   return 0;
 }
 
@@ -860,35 +743,21 @@ static uint64_t settle_sig(const bf_smp *h) {
   return s;
 }
 
-/* Whether thread tid is off CPU now: asleep or stopped, or runnable but last
- * run on the CPU this code runs on (a sampler that displaced it, as under
- * --clock cpu). OUT: *pcount, the times it has been scheduled in so far
- * (/proc/PID/task/TID/schedstat). A thread off CPU whose count has not
- * moved later did not run in between: its frames did not change. -1 when
- * that cannot be told. */
-static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
-  smp_tslot *s = NULL;
-  char buf[512];
-  for (size_t i = 0; i < h->nslots && !s; i++)
-    if (h->slots[i].tid == tid) s = &h->slots[i];
-  if (!s || h->pid <= 0) return -1;
-  unsigned long long run, wait, pc;
-  if (proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) < 0 ||
-      sscanf(buf, "%llu %llu %llu", &run, &wait, &pc) != 3)
-    return -1;
-  *pcount = pc;
-  int cpu = sched_getcpu();
-  if (proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) < 0) return -1;
-  const char *p = strrchr(buf, ')');
-  if (!p || p[1] != ' ' || !p[2]) return -1;
-  if (p[2] != 'R') return 1;
-  /* runnable: field 39, the CPU it last ran on (36 fields after the state) */
-  p += 2;
-  for (int f = 0; f < 36 && p; f++) {
-    p = strchr(p, ' ');
-    if (p) p++;
+/* A sample that failed with rc (why: the last torn read's reason): the
+ * process exited, or the error for h->err. */
+static int sample_failed(bf_smp *h, int rc, const char *why) {
+  h->interp_head = 0;
+  if (rc == -ESRCH || (h->pid > 0 && kill(h->pid, 0) < 0 && errno == ESRCH)) {
+    h->attached = 0;
+    return smp_seterr(h, -ESRCH, "process %d exited", h->pid);
   }
-  return p && cpu >= 0 && atoi(p) == cpu && sched_getcpu() == cpu;
+  if (rc == -ENOMEM) return smp_seterr(h, rc, "out of memory");
+  if (rc == -EPERM) return smp_seterr(h, rc, "lost permission to read process %d", h->pid);
+  h->torn_invalid++;
+  return smp_seterr(h, -EIO,
+                    "stack of process %d changed while it was read, every read in a row (%s); "
+                    "sample skipped",
+                    h->pid, why ? why : "torn");
 }
 
 /* One sample, consistent. A walk that found a torn stack (or failed on a
@@ -900,7 +769,7 @@ static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
  * check can still be real (a trace function, a signal handler or __del__
  * running where no call is, a frame caught between two stores): it is kept
  * when its thread provably did not run while it was read (off CPU before
- * the read, not scheduled in until after it: thread_off_cpu), looked at once
+ * the read, not scheduled in until after it: smp_thread_off_cpu), looked at once
  * a torn walk has read the same twice in a row; or when it read the same
  * SMP_TORN_SAME_READS times over SMP_TORN_SAME_NS (no running thread holds
  * a window of a few instructions that long). Two equal torn reads alone
@@ -937,7 +806,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
         int k = 0;
         uint64_t pc;
         while (k < noff && off_tid[k] != h->torn_tids[i]) k++;
-        frozen = k < noff && thread_off_cpu(h, off_tid[k], &pc) >= 0 && pc == off_pc[k];
+        frozen = k < noff && smp_thread_off_cpu(h, off_tid[k], &pc) >= 0 && pc == off_pc[k];
       }
       if (frozen) h->torn_stable++;
       ok = frozen;
@@ -976,7 +845,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
       /* read the same torn stack twice: is its thread stopped? */
       for (int i = 0; i < h->ntorn_tids; i++) {
         off_tid[noff] = h->torn_tids[i];
-        if (thread_off_cpu(h, off_tid[noff], &off_pc[noff]) != 1) {
+        if (smp_thread_off_cpu(h, off_tid[noff], &off_pc[noff]) != 1) {
           noff = 0;
           break;
         }
@@ -995,20 +864,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
     if (rc != -EIO) break;
   }
   if (rc == -EAGAIN) rc = -EIO;
-  if (rc < 0) {
-    h->interp_head = 0;
-    if (rc == -ESRCH || (h->pid > 0 && kill(h->pid, 0) < 0 && errno == ESRCH)) {
-      h->attached = 0;
-      return smp_seterr(h, -ESRCH, "process %d exited", h->pid);
-    }
-    if (rc == -ENOMEM) return smp_seterr(h, rc, "out of memory");
-    if (rc == -EPERM) return smp_seterr(h, rc, "lost permission to read process %d", h->pid);
-    h->torn_invalid++;
-    return smp_seterr(h, -EIO,
-                  "stack of process %d changed while it was read, every read in a row (%s); "
-                  "sample skipped",
-                  h->pid, why ? why : "torn");
-  }
+  if (rc < 0) return sample_failed(h, rc, why);
   h->torn_cut += h->cut_here;
   *threads = h->threads;
   *n = h->nthreads;
