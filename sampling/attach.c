@@ -135,10 +135,8 @@ static int explain_eperm(bf_smp *h, int pid) {
   }
   if (scope >= 1 && !has_cap)
     return smp_seterr(h, -EPERM,
-                  "cannot read process %d: kernel.yama.ptrace_scope is %d (run as root, "
-                  "`sudo sysctl kernel.yama.ptrace_scope=0`, or launch the target with "
-                  "`bifocal record -- CMD`)",
-                  pid, scope);
+                  "cannot read process %d: kernel.yama.ptrace_scope is %d", pid,
+                  scope); /* the remedy: repl/cli_hints.c */
   if (!has_cap)
     return smp_seterr(h, -EPERM,
                   "cannot read process %d: missing CAP_SYS_PTRACE (in a container, add "

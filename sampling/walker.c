@@ -352,15 +352,12 @@ static int32_t code_line(const smp_layout *l, const smp_code *c, uint64_t code_a
 /* ---- threads (slots: threads.c) -------------------------------------- */
 
 static int push_frame(bf_smp *h, const smp_code *c, int32_t line, uint64_t fa) {
-  if (h->nframes == h->cap_frames) {
-    size_t nc = h->cap_frames ? h->cap_frames * 2 : 256;
-    bf_smp_frame *nf = realloc(h->frames, nc * sizeof *nf);
-    if (!nf) return -ENOMEM;
-    h->frames = nf;
-    uint64_t *na = realloc(h->frame_addr, nc * sizeof *na);
-    if (!na) return -ENOMEM;
-    h->frame_addr = na;
-    h->cap_frames = nc;
+  if (h->nframes == h->cap_frames) { /* frames and frame_addr share cap_frames */
+    size_t cf = h->cap_frames, ca = h->cap_frames;
+    if (bf_vec_grow((void **)&h->frames, &cf, h->nframes + 1, sizeof *h->frames, 256) < 0 ||
+        bf_vec_grow((void **)&h->frame_addr, &ca, h->nframes + 1, sizeof *h->frame_addr, 256) < 0)
+      return -ENOMEM;
+    h->cap_frames = cf;
   }
   h->frame_addr[h->nframes] = fa;
   h->frames[h->nframes++] = (bf_smp_frame){&c->pub, line, 0};
