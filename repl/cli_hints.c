@@ -36,6 +36,13 @@ static const struct {
     {"is a public key, not your secret key", "--key takes your .key file"},
     {"is not a bifocal public key", "make one with `bifocal keygen`"},
     {"is not a bifocal secret key", "make one with `bifocal keygen`"},
+    /* sampling/attach.c (explain_eperm; yama's ptrace_scope is 0 to 3) */
+    {"kernel.yama.ptrace_scope is 1",
+     "run as root, `sudo sysctl kernel.yama.ptrace_scope=0`, or launch the target with `bifocal record -- CMD`"},
+    {"kernel.yama.ptrace_scope is 2",
+     "run as root, `sudo sysctl kernel.yama.ptrace_scope=0`, or launch the target with `bifocal record -- CMD`"},
+    {"kernel.yama.ptrace_scope is 3",
+     "run as root, `sudo sysctl kernel.yama.ptrace_scope=0`, or launch the target with `bifocal record -- CMD`"},
     /* core/correlate.c (bf_join_sessions) */
     {", not traced", "see `bifocal sessions`"},
 };

@@ -311,6 +311,28 @@ void smp_ns_reset(bf_smp *h);
 /* native.c: tid turned out dead; forget any cached mapping to it. */
 void smp_forget_tid(bf_smp *h, int64_t tid);
 
+/* attach.c: set h->err from fmt and return rc. */
+int smp_seterr(bf_smp *h, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* walker.c: empty the code cache. Entries are retired, not freed: callers
+ * may hold their bf_smp_code until bf_smp_free (see sampler.h). */
+void smp_code_cache_clear(bf_smp *h);
+/* walker.c: free the code cache and every retired entry (bf_smp_free). */
+void smp_code_cache_free(bf_smp *h);
+/* threads.c: release a thread slot's name and /proc descriptors. */
+void smp_slot_close(smp_tslot *s);
+/* threads.c: the slot of thread state tstate on OS thread tid, made (with
+ * the thread's name) on first sight and marked seen this walk. NULL when out
+ * of memory. */
+smp_tslot *smp_slot_get(bf_smp *h, uint64_t tstate, int64_t tid);
+/* threads.c: drop the slots not seen for 64 walks. */
+void smp_slots_sweep(bf_smp *h);
+/* threads.c: t's state (running/idle) and CPU time, as want asks, from
+ * /proc at most every 200 µs per thread (s may be NULL: nothing). */
+void smp_thread_status(bf_smp *h, smp_tslot *s, unsigned want, bf_smp_thread *t);
+/* threads.c: whether thread tid is off CPU now (1), on it (0), or -1 when
+ * that cannot be told. OUT: *pcount, its schedule-in count. */
+int smp_thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount);
+
 /* Walker entry used by bf_smp_sample and the fuzzer. */
 int smp_walk(bf_smp *h, unsigned want);
 /* Install a fake memory reader (fuzzing). */

@@ -1,62 +1,19 @@
-/* walker.c — attach to a CPython process (find _PyRuntime, version, layout)
- * and walk every thread's frame chain into bf_smp_thread records, with a
- * code-object cache keyed by remote address. Remote memory is untrusted:
- * every pointer is read through remote.c, every count and length is bounded.
+/* walker.c — the sampler's hot path: walk every thread's frame chain into
+ * bf_smp_thread records, check the stack read is consistent (torn-stack
+ * checks, cuts, settled reads), with a code-object cache keyed by remote
+ * address. Attaching is attach.c, thread slots and /proc are threads.c.
+ * Remote memory is untrusted: every pointer is read through remote.c, every
+ * count and length is bounded.
  */
-#include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "gen/opcodes.h"
 #include "smp_int.h"
-
-static ssize_t pvm_readv(void *ud, const struct iovec *l, size_t nl, const struct iovec *r,
-                         size_t nr) {
-  int pid = (int)(intptr_t)ud;
-  return process_vm_readv(pid, l, nl, r, nr, 0);
-}
-
-static int seterr(bf_smp *h, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int seterr(bf_smp *h, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(h->err, sizeof h->err, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
-bf_smp *bf_smp_new(void) {
-  bf_smp *h = calloc(1, sizeof *h);
-  if (!h) return NULL;
-  strcpy(h->err, "not attached");
-  h->build = "release";
-  h->pthread_tid_off = -1;
-  h->readv = pvm_readv;
-  /* the marker frame of a stack cut at SMP_MAX_DEPTH: interned like any
-   * code object, so every view and export shows it */
-  h->trunc.pub.filename = "<frames beyond the 4096th not read>";
-  h->trunc.pub.qualname = "<truncated>";
-  return h;
-}
-
-static void slot_close(smp_tslot *s) {
-  free(s->name);
-  free(s->py_name);
-  s->name = s->py_name = NULL;
-  if (s->stat_fd >= 0) close(s->stat_fd);
-  if (s->sched_fd >= 0) close(s->sched_fd);
-  s->stat_fd = s->sched_fd = -1;
-}
+#include "vec.h"
 
 static void code_free(smp_code *c) {
   free((char *)c->pub.filename);
@@ -89,9 +46,7 @@ static uint64_t code_fp(const smp_layout *l, const unsigned char *w) {
   return (h ^ fl) * 0x94D049BB133111EBull;
 }
 
-/* Empty the cache. Entries are retired, not freed: callers may hold their
- * bf_smp_code until bf_smp_free (see sampler.h). */
-static void code_cache_clear(bf_smp *h) {
+void smp_code_cache_clear(bf_smp *h) {
   for (size_t i = 0; i < h->code_cap; i++) {
     smp_code *c = h->code_tab[i];
     while (c) {
@@ -106,345 +61,12 @@ static void code_cache_clear(bf_smp *h) {
   h->ncode = 0;
 }
 
-void bf_smp_free(bf_smp *h) {
-  if (!h) return;
-  code_cache_clear(h);
+void smp_code_cache_free(bf_smp *h) {
+  smp_code_cache_clear(h);
   retired_clear(h);
   free(h->code_tab);
-  for (size_t i = 0; i < h->nslots; i++) slot_close(&h->slots[i]);
-  free(h->slots);
-  smp_pynames_clear(h);
-  smp_ns_reset(h);
-  free(h->threads);
-  free(h->frames);
-  free(h->frame_addr);
-  free(h->pref);
-  free(h->pref_next);
-  free(h->pool);
-  free(h->pref_hash);
-  free(h->span_buf);
-  free(h->plan_key);
-  free(h->plan_ord);
-  free(h->plan_sp);
-  free(h);
-}
-
-const char *bf_smp_errmsg(const bf_smp *h) { return h ? h->err : "out of memory"; }
-const char *bf_smp_python_version(const bf_smp *h) { return h->version; }
-const char *bf_smp_python_build(const bf_smp *h) { return h->build; }
-int bf_smp_pid(const bf_smp *h) { return h->pid; }
-uint64_t bf_smp_read_calls(const bf_smp *h) { return h->read_calls; }
-uint64_t bf_smp_read_bytes(const bf_smp *h) { return h->read_bytes; }
-uint64_t bf_smp_read_iovs(const bf_smp *h) { return h->read_iovs; }
-
-void bf_smp_consistency(const bf_smp *h, bf_smp_consistency_stats *out) {
-  out->retries = h->torn_retries;
-  out->invalid = h->torn_invalid;
-  out->stable = h->torn_stable;
-  out->truncated = h->truncated;
-  out->cut = h->torn_cut;
-}
-
-void smp_set_reader(bf_smp *h, smp_readv_fn fn, void *ud) {
-  h->readv = fn;
-  h->readv_ud = ud;
-}
-
-void smp_set_layout(bf_smp *h, const smp_layout *lay, uint64_t runtime_addr) {
-  h->lay = *lay;
-  h->runtime_addr = runtime_addr;
-  h->attached = 1;
-}
-
-const char *bf_smp_strerror(int err) {
-  switch (err) {
-    case -ESRCH: return "no such process";
-    case -ENOEXEC: return "not a Python process";
-    case -ENOTSUP: return "unsupported Python version or build";
-    case -EPERM:
-    case -EACCES: return "permission denied";
-    case -EAGAIN: return "Python runtime not initialised yet";
-    default: return strerror(err < 0 ? -err : err);
-  }
-}
-
-/* ---- attach ------------------------------------------------------------- */
-
-/* Why reading another process's memory is denied, and how to grant it. */
-static int explain_eperm(bf_smp *h, int pid) {
-  char path[64];
-  struct stat st;
-  snprintf(path, sizeof path, "/proc/%d", pid);
-  if (stat(path, &st) == 0 && st.st_uid != geteuid() && geteuid() != 0)
-    return seterr(h, -EPERM,
-                  "cannot read process %d: it belongs to uid %u, you are uid %u "
-                  "(run bifocal as that user or as root)",
-                  pid, (unsigned)st.st_uid, (unsigned)geteuid());
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-  int scope = -1;
-  if (f) {
-    if (fscanf(f, "%d", &scope) != 1) scope = -1;
-    fclose(f);
-  }
-  /* CAP_SYS_PTRACE is bit 19 of the effective set */
-  int has_cap = 0;
-  f = fopen("/proc/self/status", "r");
-  if (f) {
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-      unsigned long long cap;
-      if (sscanf(line, "CapEff: %llx", &cap) == 1) has_cap = (int)((cap >> 19) & 1);
-    }
-    fclose(f);
-  }
-  if (scope >= 1 && !has_cap)
-    return seterr(h, -EPERM,
-                  "cannot read process %d: kernel.yama.ptrace_scope is %d (run as root, "
-                  "`sudo sysctl kernel.yama.ptrace_scope=0`, or launch the target with "
-                  "`bifocal record -- CMD`)",
-                  pid, scope);
-  if (!has_cap)
-    return seterr(h, -EPERM,
-                  "cannot read process %d: missing CAP_SYS_PTRACE (in a container, add "
-                  "`--cap-add SYS_PTRACE`; or run as root)",
-                  pid);
-  return seterr(h, -EPERM, "cannot read process %d: permission denied (ptrace access check)",
-                pid);
-}
-
-typedef struct mapping {
-  char path[512];
-  uint64_t start;
-  int found;
-} mapping;
-
-/* Find the offset-0 mapping of a file whose basename starts with prefix
- * (or equals exact path when exact != NULL). */
-static int find_mapping(int pid, const char *prefix, const char *exact, mapping *m) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/maps", pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return -errno;
-  char line[1024];
-  m->found = 0;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long long lo, hi, off;
-    char perms[8];
-    int n = 0;
-    if (sscanf(line, "%llx-%llx %7s %llx %*s %*s %n", &lo, &hi, perms, &off, &n) < 4 || n <= 0)
-      continue;
-    char *p = line + n;
-    p[strcspn(p, "\n")] = 0;
-    if (*p != '/' || off != 0) continue;
-    const char *base = strrchr(p, '/') + 1;
-    int hit = exact ? strcmp(p, exact) == 0 : strncmp(base, prefix, strlen(prefix)) == 0;
-    if (!hit) continue;
-    if (!exact && !strstr(base, ".so")) continue;
-    snprintf(m->path, sizeof m->path, "%s", p);
-    m->start = lo;
-    m->found = 1;
-    break;
-  }
-  fclose(f);
-  return 0;
-}
-
-
-/* glibc's struct pthread keeps the kernel tid at a fixed offset; find it on
- * the main thread (tid == pid, as the target's PID namespace numbers it) so
- * 3.8-3.10 thread ids map to native tids. */
-static void calibrate_pthread(bf_smp *h, uint64_t pthread_addr) {
-  uint32_t v = 0, pid = (uint32_t)smp_ns_pid(h);
-  if (!pthread_addr) return;
-  if (smp_read(h, pthread_addr + 0x2d0, &v, 4) == 0 && v == pid) {
-    h->pthread_tid_off = 0x2d0;
-    return;
-  }
-  /* other libc layouts: scan (struct pthread may end near its mapping's end) */
-  unsigned char buf[1024];
-  for (size_t span = sizeof buf; span >= 256; span /= 2) {
-    if (smp_read(h, pthread_addr, buf, span) < 0) continue;
-    for (size_t off = 0; off + 4 <= span; off += 4)
-      if (rd32(buf + off) == pid) {
-        h->pthread_tid_off = (int64_t)off;
-        return;
-      }
-    return;
-  }
-}
-
-int bf_smp_attach(bf_smp *h, int pid) {
-  smp_elf elf = {0};
-  int rc;
-  /* a re-attach (e.g. the process exec'd) starts from a clean slate */
-  if (h->code_tab) code_cache_clear(h);
-  for (size_t i = 0; i < h->nslots; i++) slot_close(&h->slots[i]);
-  h->nslots = 0;
-  h->interp_head = 0;
-  h->pthread_tid_off = -1;
-  smp_ns_reset(h);
-  h->pid = pid;
-  h->readv = pvm_readv;
-  h->readv_ud = (void *)(intptr_t)pid;
-  h->attached = 0;
-  if (pid <= 0) return seterr(h, -ESRCH, "invalid pid %d", pid);
-  if (kill(pid, 0) < 0 && errno == ESRCH) return seterr(h, -ESRCH, "no process with pid %d", pid);
-  char exe_link[64], exe[512];
-  snprintf(exe_link, sizeof exe_link, "/proc/%d/exe", pid);
-  ssize_t n = readlink(exe_link, exe, sizeof exe - 1);
-  if (n < 0) {
-    if (errno == ENOENT) {
-      char st[64], buf[512];
-      snprintf(st, sizeof st, "/proc/%d/stat", pid);
-      FILE *f = fopen(st, "re");
-      size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-      if (f) fclose(f);
-      buf[got] = 0;
-      const char *rp = strrchr(buf, ')');
-      if (rp && rp[1] == ' ' && rp[2] == 'Z')
-        return seterr(h, -ESRCH,
-                      "process %d has exited (a zombie its parent has not reaped): there is nothing to "
-                      "sample; profile a running process",
-                      pid);
-      return seterr(h, -ESRCH, "no process with pid %d", pid);
-    }
-    if (errno == EACCES || errno == EPERM) return explain_eperm(h, pid);
-    return seterr(h, -errno, "cannot read %s: %s", exe_link, strerror(errno));
-  }
-  exe[n] = 0;
-  if (strstr(exe, " (deleted)")) *strstr(exe, " (deleted)") = 0;
-  mapping m;
-  rc = find_mapping(pid, "libpython3.", NULL, &m);
-  if (rc < 0) {
-    if (rc == -EACCES || rc == -EPERM) return explain_eperm(h, pid);
-    return seterr(h, rc == -ENOENT ? -ESRCH : rc, "cannot read /proc/%d/maps: %s", pid,
-                  strerror(-rc));
-  }
-  char file[600];
-  const char *obj_name;
-  if (m.found) {
-    snprintf(file, sizeof file, "/proc/%d/root%s", pid, m.path);
-    obj_name = m.path;
-  } else {
-    rc = find_mapping(pid, NULL, exe, &m);
-    if (rc < 0 || !m.found)
-      return seterr(h, -ENOEXEC, "process %d (%s) is not a Python process", pid, exe);
-    snprintf(file, sizeof file, "/proc/%d/exe", pid);
-    obj_name = exe;
-  }
-  rc = smp_elf_load(file, &elf);
-  if (rc < 0) {
-    if (rc == -EACCES || rc == -EPERM) return explain_eperm(h, pid);
-    return seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (%s unreadable)", pid,
-                  exe, obj_name);
-  }
-  uint64_t bias = m.start - elf.load_vaddr;
-  uint64_t rt, rt_size, val, sz;
-  if (smp_elf_symbol(&elf, "_PyRuntime", &rt, &rt_size) < 0) {
-    int old = smp_elf_symbol(&elf, "Py_Initialize", &val, &sz) == 0; /* a Python before 3.7 */
-    smp_elf_free(&elf);
-    int mj = 0, mn = 0; /* libpythonX.Y.so or pythonX.Y names the version */
-    for (int k = 0; k < 2 && !mj; k++) {
-      const char *b = strrchr(k ? exe : obj_name, '/');
-      b = strstr(b ? b : k ? exe : obj_name, "python");
-      if (!b || sscanf(b + 6, "%d.%d", &mj, &mn) != 2 || mj > 3 || (mj == 3 && mn > 6)) mj = 0;
-    }
-    if (mj)
-      return seterr(h, -ENOTSUP, "process %d runs unsupported Python version %d.%d; bifocal supports 3.8–3.14",
-                    pid, mj, mn);
-    if (old)
-      return seterr(h, -ENOTSUP, "process %d runs an unsupported Python (older than 3.7); bifocal supports 3.8–3.14",
-                    pid);
-    return seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (no _PyRuntime symbol)",
-                  pid, exe);
-  }
-  h->runtime_addr = bias + rt;
-  h->code_type_addr = smp_elf_symbol(&elf, "PyCode_Type", &val, &sz) == 0 ? bias + val : 0;
-  h->dict_type_addr = smp_elf_symbol(&elf, "PyDict_Type", &val, &sz) == 0 ? bias + val : 0;
-  h->long_type_addr = smp_elf_symbol(&elf, "PyLong_Type", &val, &sz) == 0 ? bias + val : 0;
-  h->module_type_addr = smp_elf_symbol(&elf, "PyModule_Type", &val, &sz) == 0 ? bias + val : 0;
-  /* version: Py_Version (3.11+) in memory, else the name and .rodata */
-  const char *base = strrchr(obj_name, '/') ? strrchr(obj_name, '/') + 1 : obj_name;
-  int minor = -1;
-  const char *vp = strstr(base, "python3.");
-  if (vp) minor = atoi(vp + 8);
-  uint32_t vhex = 0;
-  if (smp_elf_symbol(&elf, "Py_Version", &val, &sz) == 0) {
-    rc = smp_read(h, bias + val, &vhex, 4);
-    if (rc == -EPERM) {
-      smp_elf_free(&elf);
-      return explain_eperm(h, pid);
-    }
-    if (rc < 0) {
-      smp_elf_free(&elf);
-      return seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
-    }
-    if ((vhex >> 24) == 3) minor = (int)((vhex >> 16) & 0xff);
-  }
-  if (minor < 0) {
-    smp_elf_free(&elf);
-    return seterr(h, -ENOTSUP, "process %d (%s): cannot tell the Python version", pid, exe);
-  }
-  if (vhex) {
-    unsigned lvl = (vhex >> 4) & 0xf, ser = vhex & 0xf;
-    snprintf(h->version, sizeof h->version, "3.%u.%u%s", (vhex >> 16) & 0xff, (vhex >> 8) & 0xff,
-             lvl == 0xa ? "a" : lvl == 0xb ? "b" : lvl == 0xc ? "rc" : "");
-    if (lvl != 0xf && ser) snprintf(h->version + strlen(h->version), 4, "%u", ser);
-  } else {
-    char pre[16];
-    snprintf(pre, sizeof pre, "3.%d.", minor);
-    if (smp_elf_find_version(&elf, pre, h->version, sizeof h->version) < 0)
-      snprintf(h->version, sizeof h->version, "3.%d", minor);
-  }
-  int debug = smp_elf_symbol(&elf, "_Py_RefTotal", &val, &sz) == 0 ||
-              smp_elf_symbol(&elf, "_Py_GetGlobalRefTotal", &val, &sz) == 0;
-  int ft = strstr(base, "python3.") && strchr(base + (vp - base) + 8, 't') &&
-           strstr(base, "t.so") != NULL;
-  smp_elf_free(&elf);
-  h->build = debug ? "debug" : "release";
-  if (minor < 8)
-    return seterr(h, -ENOTSUP, "process %d runs unsupported Python version %s; bifocal supports 3.8–3.14", pid,
-                  h->version);
-  if (minor <= 12) {
-    if (debug)
-      return seterr(h, -ENOTSUP, "Python %s debug builds are not supported (release builds only)",
-                    h->version);
-    smp_layout_builtin(minor, &h->lay);
-  } else {
-    unsigned char blob[1024];
-    size_t want = rt_size && rt_size < sizeof blob ? (size_t)rt_size : sizeof blob;
-    rc = smp_read(h, h->runtime_addr, blob, want);
-    if (rc == -EPERM) return explain_eperm(h, pid);
-    if (rc < 0) return seterr(h, rc, "cannot read _PyRuntime of process %d", pid);
-    int free_threaded = 0;
-    const char *msg;
-    rc = smp_layout_from_debug_offsets(blob, want, &h->lay, &free_threaded, &msg);
-    if (free_threaded || ft) h->build = debug ? "free-threaded-debug" : "free-threaded";
-    /* no cookie yet: the loader may not have mapped libpython's data yet */
-    if (rc == -EINVAL && memcmp(blob, "xdebugpy", 8) != 0)
-      return seterr(h, -EAGAIN, "Python %s runtime of process %d not initialised yet (%s)",
-                    h->version, pid, msg);
-    if (rc < 0) return seterr(h, -ENOTSUP, "Python %s (%s): %s", h->version, h->build, msg);
-  }
-  /* the runtime must be initialised: an interpreter with a thread */
-  uint64_t interp = 0, ts = 0;
-  rc = smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8);
-  if (rc == -EPERM) return explain_eperm(h, pid);
-  if (rc < 0) return seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
-  if (!interp) return seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);
-  if (smp_read(h, interp + h->lay.is_tstate_head, &ts, 8) < 0 || !ts)
-    return seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);
-  /* 3.8-3.10: find the main thread (tid == pid) among the thread states */
-  for (int i = 0; h->lay.frames_are_objects && ts && i < 256 && h->pthread_tid_off < 0; i++) {
-    uint64_t tid = 0;
-    if (smp_read(h, ts + h->lay.ts_thread_id, &tid, 8) == 0) calibrate_pthread(h, tid);
-    if (smp_read(h, ts + h->lay.ts_next, &ts, 8) < 0) break;
-  }
-  smp_prefetch_reset(h);
-  h->attached = 1;
-  smp_pynames_attach(h); /* thread names: read once now, then only when needed */
-  snprintf(h->err, sizeof h->err, "ok");
-  return 0;
+  h->code_tab = NULL;
+  h->code_cap = 0;
 }
 
 /* ---- code objects ----------------------------------------------------- */
@@ -655,7 +277,7 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
     return NULL;
   }
   /* a bound on distinct code objects: past it start over */
-  if (h->ncode > 200000) code_cache_clear(h);
+  if (h->ncode > 200000) smp_code_cache_clear(h);
   const smp_layout *l = &h->lay;
   unsigned char co[512];
   size_t cl = (size_t)l->co_size;
@@ -727,122 +349,73 @@ static int32_t code_line(const smp_layout *l, const smp_code *c, uint64_t code_a
   return line < 0 ? (int32_t)c->pub.firstlineno : line;
 }
 
-/* ---- threads ---------------------------------------------------------- */
-
-static smp_tslot *slot_get(bf_smp *h, uint64_t tstate, int64_t tid) {
-  for (size_t i = 0; i < h->nslots; i++)
-    if (h->slots[i].tstate == tstate && h->slots[i].tid == tid) {
-      h->slots[i].seen = h->gen;
-      return &h->slots[i];
-    }
-  if (h->nslots == h->cap_slots) {
-    size_t nc = h->cap_slots ? h->cap_slots * 2 : 16;
-    smp_tslot *ns = realloc(h->slots, nc * sizeof *ns);
-    if (!ns) return NULL;
-    h->slots = ns;
-    h->cap_slots = nc;
-  }
-  smp_tslot *s = &h->slots[h->nslots++];
-  memset(s, 0, sizeof *s);
-  s->tstate = tstate;
-  s->tid = tid;
-  s->stat_fd = s->sched_fd = -1;
-  s->seen = h->gen;
-  if (tid > 0 && h->pid > 0) {
-    char p[96];
-    snprintf(p, sizeof p, "/proc/%d/task/%lld/comm", h->pid, (long long)tid);
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      char nm[32];
-      ssize_t n = read(fd, nm, sizeof nm - 1);
-      if (n > 0) {
-        nm[n - (nm[n - 1] == '\n')] = 0;
-        if (nm[0]) s->name = strdup(nm); /* NULL when out of memory: no name */
-      }
-      close(fd);
-    }
-  }
-  return s;
-}
-
-static void slots_sweep(bf_smp *h) {
-  size_t o = 0;
-  for (size_t i = 0; i < h->nslots; i++) {
-    if (h->gen - h->slots[i].seen > 64) {
-      slot_close(&h->slots[i]);
-      continue;
-    }
-    h->slots[o++] = h->slots[i];
-  }
-  h->nslots = o;
-}
-
-/* native.c hook: tid is gone. On 3.8-3.10 a slot caches the tid read from
- * glibc's struct pthread, whose address a new thread may reuse: drop the
- * slot so the next walk reads the tid afresh. */
-void smp_forget_tid(bf_smp *h, int64_t tid) {
-  size_t o = 0;
-  for (size_t i = 0; i < h->nslots; i++) {
-    if (h->slots[i].tid == tid) {
-      slot_close(&h->slots[i]);
-      continue;
-    }
-    h->slots[o++] = h->slots[i];
-  }
-  h->nslots = o;
-}
-
-static int proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *buf, size_t len) {
-  if (*fd < 0) {
-    char p[96];
-    snprintf(p, sizeof p, "/proc/%d/task/%lld/%s", h->pid, (long long)s->tid, what);
-    *fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0) return -1;
-  }
-  ssize_t n = pread(*fd, buf, len - 1, 0);
-  if (n <= 0) return -1;
-  buf[n] = 0;
-  return 0;
-}
-
-/* /proc reads cost a few microseconds each, so a thread's state is
- * refreshed at most every SMP_STATE_MIN_NS; in between the last one is kept
- * (and no new CPU time is reported: cpu_ns stays -1). */
-#define SMP_STATE_MIN_NS 200000
-
-static void thread_status(bf_smp *h, smp_tslot *s, unsigned want, bf_smp_thread *t) {
-  char buf[512];
-  if (!s || s->tid <= 0 || h->pid <= 0) return;
-  if (s->state_ns && h->now_ns - s->state_ns < SMP_STATE_MIN_NS) {
-    if (want & BF_SMP_WANT_STATE) t->flags |= s->state_flags;
-    return;
-  }
-  s->state_ns = h->now_ns;
-  s->state_flags = 0;
-  if ((want & BF_SMP_WANT_STATE) && proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) == 0) {
-    const char *p = strrchr(buf, ')');
-    if (p && p[1] == ' ' && p[2]) s->state_flags = (p[2] == 'R') ? BF_SMP_ON_CPU : BF_SMP_IDLE;
-    t->flags |= s->state_flags;
-  }
-  if ((want & BF_SMP_WANT_CPU_TIME) &&
-      proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) == 0)
-    t->cpu_ns = strtoll(buf, NULL, 10);
-}
+/* ---- threads (slots: threads.c) -------------------------------------- */
 
 static int push_frame(bf_smp *h, const smp_code *c, int32_t line, uint64_t fa) {
-  if (h->nframes == h->cap_frames) {
-    size_t nc = h->cap_frames ? h->cap_frames * 2 : 256;
-    bf_smp_frame *nf = realloc(h->frames, nc * sizeof *nf);
-    if (!nf) return -ENOMEM;
-    h->frames = nf;
-    uint64_t *na = realloc(h->frame_addr, nc * sizeof *na);
-    if (!na) return -ENOMEM;
-    h->frame_addr = na;
-    h->cap_frames = nc;
+  if (h->nframes == h->cap_frames) { /* frames and frame_addr share cap_frames */
+    size_t cf = h->cap_frames, ca = h->cap_frames;
+    if (bf_vec_grow((void **)&h->frames, &cf, h->nframes + 1, sizeof *h->frames, 256) < 0 ||
+        bf_vec_grow((void **)&h->frame_addr, &ca, h->nframes + 1, sizeof *h->frame_addr, 256) < 0)
+      return -ENOMEM;
+    h->cap_frames = cf;
   }
   h->frame_addr[h->nframes] = fa;
   h->frames[h->nframes++] = (bf_smp_frame){&c->pub, line, 0};
   return 0;
+}
+
+/* The code object at code, through the cache. A cached code object's
+ * identity is re-checked (its address may now hold another one) at most once
+ * per sample and once per SMP_CODE_TRUST_NS: a code object on a stack is
+ * alive, so a death *and* a reuse of the address inside that window is what
+ * could slip through. NULL + *err (-EIO for an unreadable fingerprint). */
+static inline smp_code *frame_code(bf_smp *h, uint64_t code, int *err) {
+  const smp_layout *l = &h->lay;
+  smp_code *c = code_find(h, code);
+  if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
+    const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, err);
+    if (!cw) {
+      if (*err == -EINVAL) *err = -EIO;
+      return NULL;
+    }
+    c = code_get(h, code, code_fp(l, cw), err);
+    if (c) {
+      c->checked_gen = h->gen;
+      c->checked_ns = h->now_ns;
+    }
+  }
+  return c;
+}
+
+/* End of a thread's walk (its frames from first on): the checks on the
+ * chain as a whole, and the cut at the outermost caller found not at a call
+ * (cut; 0: none). last_owner: 3.11+ owner of the outermost frame. */
+static inline void walk_end(bf_smp *h, size_t first, size_t cut, int last_owner, int64_t max_py) {
+  const smp_layout *l = &h->lay;
+  if (max_py >= 0 && (int64_t)(h->nframes - first) > max_py)
+    torn(h, "more frames than the recursion depth");
+  if (cut >= h->nframes && cut > first) /* nothing left to keep */
+    torn(h, "no frame of the stack was still running");
+  if (cut > first && !h->torn) { /* keep the outermost cut frame's callers */
+    size_t keep = h->nframes - cut;
+    memmove(h->frames + first, h->frames + cut, keep * sizeof *h->frames);
+    memmove(h->frame_addr + first, h->frame_addr + cut, keep * sizeof *h->frame_addr);
+    h->nframes = first + keep;
+    h->cut_here = 1;
+  }
+  /* a generator runs on top of the frame that resumed it; as the outermost
+   * frame it had yielded when its link was read (3.8-3.10 by its code's
+   * flags, 3.11+ by the frame's owner) */
+  if (h->nframes > first && h->frames[h->nframes - 1].code != &h->trunc.pub &&
+      (((const smp_code *)h->frames[h->nframes - 1].code)->is_gen ||
+       (l->fr_owner && last_owner == 1))) /* 3.11+: FRAME_OWNED_BY_GENERATOR */
+    torn_root(h, "a generator frame is outermost");
+  /* 3.11+: a thread's outermost frame began an eval call (3.11 is_entry,
+   * 3.12+ a C-stack shim below it); a chain that ends elsewhere went
+   * through a generator that yielded meanwhile (its link is cleared) */
+  if (h->nframes > first && !l->frames_are_objects && (l->fr_entry || l->fr_owner) &&
+      !(h->frames[h->nframes - 1].flags & BF_SMP_FRAME_ENTRY))
+    torn_root(h, "the outermost frame did not begin an eval call");
 }
 
 /* Walk one thread's frames starting at frame address fa. max_py: the
@@ -897,20 +470,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
       h->truncated++;
       return push_frame(h, &h->trunc, 0, 0); /* no frame behind it */
     }
-    /* A cached code object's identity is re-checked (its address may now hold
-     * another one) at most once per sample and once per SMP_CODE_TRUST_NS:
-     * a code object on a stack is alive, so a death *and* a reuse of the
-     * address inside that window is what could slip through. */
-    smp_code *c = code_find(h, code);
-    if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
-      const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
-      if (!cw) return err == -EINVAL ? -EIO : err;
-      c = code_get(h, code, code_fp(l, cw), &err);
-      if (c) {
-        c->checked_gen = h->gen;
-        c->checked_ns = h->now_ns;
-      }
-    }
+    smp_code *c = frame_code(h, code, &err);
     if (!c) {
       if (err == -EINVAL && l->version_hex >= 0x030D0000) { /* non-code executable */
         fa = back;
@@ -943,36 +503,12 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     last_owner = owner;
     fa = back;
   }
-  if (max_py >= 0 && (int64_t)(h->nframes - first) > max_py)
-    torn(h, "more frames than the recursion depth");
-  if (cut >= h->nframes && cut > first) /* nothing left to keep */
-    torn(h, "no frame of the stack was still running");
-  if (cut > first && !h->torn) { /* keep the outermost cut frame's callers */
-    size_t keep = h->nframes - cut;
-    memmove(h->frames + first, h->frames + cut, keep * sizeof *h->frames);
-    memmove(h->frame_addr + first, h->frame_addr + cut, keep * sizeof *h->frame_addr);
-    h->nframes = first + keep;
-    h->cut_here = 1;
-  }
-  /* a generator runs on top of the frame that resumed it; as the outermost
-   * frame it had yielded when its link was read (3.8-3.10 by its code's
-   * flags, 3.11+ by the frame's owner) */
-  if (h->nframes > first && h->frames[h->nframes - 1].code != &h->trunc.pub &&
-      (((const smp_code *)h->frames[h->nframes - 1].code)->is_gen ||
-       (l->fr_owner && last_owner == 1))) /* 3.11+: FRAME_OWNED_BY_GENERATOR */
-    torn_root(h, "a generator frame is outermost");
-  /* 3.11+: a thread's outermost frame began an eval call (3.11 is_entry,
-   * 3.12+ a C-stack shim below it); a chain that ends elsewhere went
-   * through a generator that yielded meanwhile (its link is cleared) */
-  if (h->nframes > first && !l->frames_are_objects && (l->fr_entry || l->fr_owner) &&
-      !(h->frames[h->nframes - 1].flags & BF_SMP_FRAME_ENTRY))
-    torn_root(h, "the outermost frame did not begin an eval call");
+  walk_end(h, first, cut, last_owner, max_py);
   return 0;
 }
 
-int smp_walk(bf_smp *h, unsigned want) {
-  const smp_layout *l = &h->lay;
-  int err = 0;
+/* Start of a walk: reset the per-sample state, read the clock, prefetch. */
+static inline void walk_begin(bf_smp *h, unsigned want) {
   h->gen++;
   h->nthreads = h->nframes = 0;
   h->walk_steps = 0;
@@ -990,9 +526,176 @@ int smp_walk(bf_smp *h, unsigned want) {
   }
   smp_pynames_tick(h); /* a thread-name lookup when due: rare, not per sample */
   smp_prefetch(h);
+}
+
+/* Who holds the GIL and whether a collection runs, as last read (3.8-3.11
+ * keep them in _PyRuntime, 3.12+ per interpreter). */
+typedef struct walk_gil {
+  int gc;
+  uint64_t holder;
+  int locked;
+} walk_gil;
+
+static inline int runtime_gil(bf_smp *h, walk_gil *g) {
+  const smp_layout *l = &h->lay;
+  const unsigned char *p;
+  int err = 0;
+  if (l->rt_gc_collecting) {
+    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gc_collecting, 4, &err))) return err;
+    g->gc = rd32(p) != 0;
+  }
+  if (l->rt_gil_last_holder) {
+    size_t span = (size_t)(l->rt_gil_locked - l->rt_gil_last_holder + 4);
+    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gil_last_holder, span, &err))) return err;
+    g->holder = rd64(p);
+    g->locked = rd32(p + (l->rt_gil_locked - l->rt_gil_last_holder)) != 0;
+  }
+  return 0;
+}
+
+/* Interpreter interp: OUT its first thread state, the next interpreter, and
+ * its GC and GIL state where it keeps them. */
+static inline int interp_state(bf_smp *h, uint64_t interp, uint64_t *ts, uint64_t *next_interp,
+                               walk_gil *g) {
+  const smp_layout *l = &h->lay;
+  const unsigned char *p;
+  int err = 0;
+  if (!(p = smp_read_hot(h, interp + l->is_tstate_head, 8, &err))) return err;
+  *ts = rd64(p);
+  if (!(p = smp_read_hot(h, interp + l->is_next, 8, &err))) return err;
+  *next_interp = rd64(p);
+  if (l->is_gc_collecting) {
+    if (!(p = smp_read_hot(h, interp + l->is_gc_collecting, 4, &err))) return err;
+    g->gc = rd32(p) != 0;
+  }
+  if (l->is_gil_ptr) {
+    if (!(p = smp_read_hot(h, interp + l->is_gil_ptr, 8, &err))) return err;
+    uint64_t gp = rd64(p);
+    size_t span = (size_t)(l->gil_locked - l->gil_last_holder + 4);
+    if (gp && (p = smp_read_hot(h, gp + l->gil_last_holder, span, &err))) {
+      g->holder = rd64(p);
+      g->locked = rd32(p + (l->gil_locked - l->gil_last_holder)) != 0;
+    } else if (gp) {
+      return err;
+    }
+  }
+  if (l->is_gil_holder) {
+    if (!(p = smp_read_hot(h, interp + l->is_gil_holder, 8, &err))) return err;
+    g->holder = rd64(p);
+    if (!(p = smp_read_hot(h, interp + l->is_gil_locked, 4, &err))) return err;
+    g->locked = rd32(p) != 0;
+  }
+  return 0;
+}
+
+/* The innermost frame of thread state tb (its first ts_read bytes). OUT: *fa. */
+static inline int thread_frame(bf_smp *h, const unsigned char *tb, uint64_t *fa) {
+  const smp_layout *l = &h->lay;
+  int err = 0;
+  if (l->has_cframe) {
+    uint64_t cf = rd64(tb + l->ts_cframe);
+    *fa = 0;
+    if (cf) {
+      const unsigned char *p = smp_read_hot(h, cf + l->cf_current_frame, 8, &err);
+      if (!p) return err;
+      *fa = rd64(p);
+    }
+  } else {
+    *fa = rd64(tb + l->ts_frame);
+  }
+  return 0;
+}
+
+/* The slot of thread state ts (Python thread id thread_id). *tid: the host
+ * tid read from the thread state (0 when it has none), updated on 3.8-3.10. */
+static inline smp_tslot *thread_slot(bf_smp *h, uint64_t ts, uint64_t thread_id, int64_t *tid) {
+  if (h->lay.ts_native_thread_id || h->pthread_tid_off < 0 || !thread_id) return smp_slot_get(h, ts, *tid);
+  /* 3.8-3.10: the tid lives in glibc's struct pthread (cached per slot) */
+  smp_tslot *slot = NULL;
+  for (size_t i = 0; i < h->nslots; i++)
+    if (h->slots[i].tstate == thread_id) slot = &h->slots[i];
+  if (slot && slot->tid > 0) { /* tid 0: not mapped to the host yet, look again */
+    *tid = slot->tid;
+    slot->seen = h->gen;
+    return slot;
+  }
+  uint32_t t32 = 0;
+  if (smp_read(h, thread_id + (uint64_t)h->pthread_tid_off, &t32, 4) == 0) *tid = smp_host_tid(h, t32);
+  return smp_slot_get(h, thread_id, *tid);
+}
+
+/* Recursion depth + 1 of thread state tb (the push/pop window): more Python
+ * frames cannot be live. -1 when unknown. */
+static inline int64_t thread_max_py(const smp_layout *l, const unsigned char *tb) {
+  int64_t max_py = -1;
+  if (l->ts_rec_depth) {
+    max_py = (int64_t)(int32_t)rd32(tb + l->ts_rec_depth) + 1;
+  } else if (l->ts_rec_limit) {
+    int32_t lim = (int32_t)rd32(tb + l->ts_rec_limit), rem = (int32_t)rd32(tb + l->ts_rec_remaining);
+    if (lim > 0) max_py = (int64_t)lim - rem + 1;
+  }
+  return max_py < 1 ? -1 : max_py; /* unreadable or not sensible: no bound */
+}
+
+/* A new thread record for the thread of slot (may be NULL). */
+static inline bf_smp_thread *thread_add(bf_smp *h, smp_tslot *slot, int64_t tid, uint64_t thread_id,
+                                        int holds, int gc) {
+  if (h->nthreads == h->cap_threads &&
+      bf_vec_grow((void **)&h->threads, &h->cap_threads, h->nthreads + 1, sizeof *h->threads, 16) < 0)
+    return NULL;
+  bf_smp_thread *t = &h->threads[h->nthreads++];
+  memset(t, 0, sizeof *t);
+  t->native_tid = tid;
+  t->ns_tid = smp_ns_tid(h, tid);
+  t->thread_id = thread_id;
+  t->name = slot ? slot->name : NULL;
+  if (slot) {
+    if (slot->py_ident != thread_id || slot->py_gen != h->pn_gen) smp_pynames_resolve(h, slot, thread_id);
+    t->py_name = slot->py_name;
+    t->py_name_pending = !slot->py_name && slot->py_first_ns + SMP_PYNAME_GRACE_NS >= h->pn_start_ns;
+    if (!slot->py_name) h->pn_unnamed |= 1 | (t->py_name_pending << 1);
+  }
+  t->cpu_ns = -1;
+  t->flags = (holds ? BF_SMP_GIL : 0) | (gc ? BF_SMP_GC : 0);
+  return t;
+}
+
+/* One thread: thread state ts (its first ts_read bytes tb), innermost frame fa. */
+static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsigned char *tb, uint64_t fa,
+                              int holds, int gc) {
+  const smp_layout *l = &h->lay;
+  uint64_t thread_id = rd64(tb + l->ts_thread_id);
+  /* host tids: the target may live in its own PID namespace (remote.c) */
+  int64_t tid = l->ts_native_thread_id ? smp_host_tid(h, (int64_t)rd64(tb + l->ts_native_thread_id)) : 0;
+  smp_tslot *slot = thread_slot(h, ts, thread_id, &tid);
+  bf_smp_thread *t = thread_add(h, slot, tid, thread_id, holds, gc);
+  if (!t) return -ENOMEM;
+  size_t first = h->nframes;
+  h->torn_here = 0;
+  int rc = walk_frames(h, fa, thread_max_py(l, tb));
+  if (rc < 0) return rc;
+  if (h->torn_here) { /* which threads were torn: see smp_thread_off_cpu */
+    if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
+      h->torn_tids[h->ntorn_tids++] = tid;
+    else
+      h->torn_tids_over = 1;
+  }
+  t->nframes = h->nframes - first;
+  if (!t->nframes && !tid) { /* a thread state whose OS thread has not started */
+    h->nthreads--;
+    return 0;
+  }
+  t->frames = (const bf_smp_frame *)(uintptr_t)first; /* fixed up in smp_walk */
+  if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) smp_thread_status(h, slot, want, t);
+  return 0;
+}
+
+int smp_walk(bf_smp *h, unsigned want) {
+  const smp_layout *l = &h->lay;
+  int err = 0;
+  walk_begin(h, want);
   /* the interpreter list head barely ever changes: re-read it every 256
    * samples (and after any failed sample) rather than every time */
-  const unsigned char *p;
   if (!h->interp_head || (h->gen & 255) == 0) {
     uint64_t v = 0;
     int rc = smp_read(h, h->runtime_addr + l->rt_interp_head, &v, 8);
@@ -1000,141 +703,28 @@ int smp_walk(bf_smp *h, unsigned want) {
     h->interp_head = v;
   }
   uint64_t interp = h->interp_head;
-  int gc = 0;
-  uint64_t gil_holder = 0;
-  int gil_locked = 0;
-  if (l->rt_gc_collecting) {
-    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gc_collecting, 4, &err))) return err;
-    gc = rd32(p) != 0;
-  }
-  if (l->rt_gil_last_holder) {
-    size_t span = (size_t)(l->rt_gil_locked - l->rt_gil_last_holder + 4);
-    if (!(p = smp_read_hot(h, h->runtime_addr + l->rt_gil_last_holder, span, &err))) return err;
-    gil_holder = rd64(p);
-    gil_locked = rd32(p + (l->rt_gil_locked - l->rt_gil_last_holder)) != 0;
-  }
+  walk_gil g = {0, 0, 0};
+  if ((err = runtime_gil(h, &g)) < 0) return err;
   for (int ni = 0; interp && ni < SMP_MAX_INTERPS; ni++) {
-    if (!(p = smp_read_hot(h, interp + l->is_tstate_head, 8, &err))) return err;
-    uint64_t ts = rd64(p);
-    if (!(p = smp_read_hot(h, interp + l->is_next, 8, &err))) return err;
-    uint64_t next_interp = rd64(p);
-    if (l->is_gc_collecting) {
-      if (!(p = smp_read_hot(h, interp + l->is_gc_collecting, 4, &err))) return err;
-      gc = rd32(p) != 0;
-    }
-    if (l->is_gil_ptr) {
-      if (!(p = smp_read_hot(h, interp + l->is_gil_ptr, 8, &err))) return err;
-      uint64_t g = rd64(p);
-      size_t span = (size_t)(l->gil_locked - l->gil_last_holder + 4);
-      if (g && (p = smp_read_hot(h, g + l->gil_last_holder, span, &err))) {
-        gil_holder = rd64(p);
-        gil_locked = rd32(p + (l->gil_locked - l->gil_last_holder)) != 0;
-      } else if (g) {
-        return err;
-      }
-    }
-    if (l->is_gil_holder) {
-      if (!(p = smp_read_hot(h, interp + l->is_gil_holder, 8, &err))) return err;
-      gil_holder = rd64(p);
-      if (!(p = smp_read_hot(h, interp + l->is_gil_locked, 4, &err))) return err;
-      gil_locked = rd32(p) != 0;
-    }
+    uint64_t ts = 0, next_interp = 0;
+    if ((err = interp_state(h, interp, &ts, &next_interp, &g)) < 0) return err;
     for (int nt = 0; ts && nt < SMP_MAX_THREADS; nt++) {
       if (++h->walk_steps > SMP_MAX_STEPS) return -EIO;
       const unsigned char *tb = smp_read_hot(h, ts, (size_t)l->ts_read, &err);
       if (!tb) return err;
-      uint64_t next = rd64(tb + l->ts_next);
-      uint64_t thread_id = rd64(tb + l->ts_thread_id);
-      /* host tids: the target may live in its own PID namespace (remote.c) */
-      int64_t tid =
-          l->ts_native_thread_id ? smp_host_tid(h, (int64_t)rd64(tb + l->ts_native_thread_id)) : 0;
-      uint64_t fa;
-      if (l->has_cframe) {
-        uint64_t cf = rd64(tb + l->ts_cframe);
-        fa = 0;
-        if (cf) {
-          if (!(p = smp_read_hot(h, cf + l->cf_current_frame, 8, &err))) return err;
-          fa = rd64(p);
-        }
-      } else {
-        fa = rd64(tb + l->ts_frame);
-      }
+      uint64_t next = rd64(tb + l->ts_next), fa;
+      if ((err = thread_frame(h, tb, &fa)) < 0) return err;
       if (next == ts) return -EIO;
-      int holds = gil_locked && gil_holder == ts;
+      int holds = g.locked && g.holder == ts;
+      uint64_t cur = ts;
       ts = next;
       if ((want & BF_SMP_WANT_GIL_ONLY) && !holds) continue;
-      smp_tslot *slot = NULL;
-      if (!l->ts_native_thread_id && h->pthread_tid_off >= 0 && thread_id) {
-        /* 3.8-3.10: the tid lives in glibc's struct pthread (cached per slot) */
-        for (size_t i = 0; i < h->nslots; i++)
-          if (h->slots[i].tstate == thread_id) slot = &h->slots[i];
-        if (slot && slot->tid > 0) { /* tid 0: not mapped to the host yet, look again */
-          tid = slot->tid;
-          slot->seen = h->gen;
-        } else {
-          uint32_t t32 = 0;
-          if (smp_read(h, thread_id + (uint64_t)h->pthread_tid_off, &t32, 4) == 0)
-            tid = smp_host_tid(h, t32);
-          slot = slot_get(h, thread_id, tid);
-        }
-      } else {
-        slot = slot_get(h, ts, tid);
-      }
-      if (h->nthreads == h->cap_threads) {
-        size_t nc = h->cap_threads ? h->cap_threads * 2 : 16;
-        bf_smp_thread *nt2 = realloc(h->threads, nc * sizeof *nt2);
-        if (!nt2) return -ENOMEM;
-        h->threads = nt2;
-        h->cap_threads = nc;
-      }
-      bf_smp_thread *t = &h->threads[h->nthreads++];
-      memset(t, 0, sizeof *t);
-      t->native_tid = tid;
-      t->ns_tid = smp_ns_tid(h, tid);
-      t->thread_id = thread_id;
-      t->name = slot ? slot->name : NULL;
-      if (slot) {
-        if (slot->py_ident != thread_id || slot->py_gen != h->pn_gen)
-          smp_pynames_resolve(h, slot, thread_id);
-        t->py_name = slot->py_name;
-        t->py_name_pending =
-            !slot->py_name && slot->py_first_ns + SMP_PYNAME_GRACE_NS >= h->pn_start_ns;
-        if (!slot->py_name) h->pn_unnamed |= 1 | (t->py_name_pending << 1);
-      }
-      t->cpu_ns = -1;
-      t->flags = (holds ? BF_SMP_GIL : 0) | (gc ? BF_SMP_GC : 0);
-      size_t first = h->nframes;
-      int64_t max_py = -1; /* recursion depth + 1 (the push/pop window) */
-      if (l->ts_rec_depth) {
-        max_py = (int64_t)(int32_t)rd32(tb + l->ts_rec_depth) + 1;
-      } else if (l->ts_rec_limit) {
-        int32_t lim = (int32_t)rd32(tb + l->ts_rec_limit),
-                rem = (int32_t)rd32(tb + l->ts_rec_remaining);
-        if (lim > 0) max_py = (int64_t)lim - rem + 1;
-      }
-      if (max_py < 1) max_py = -1; /* unreadable or not sensible: no bound */
-      h->torn_here = 0;
-      int rc = walk_frames(h, fa, max_py);
-      if (rc < 0) return rc;
-      if (h->torn_here) { /* which threads were torn: see thread_off_cpu */
-        if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
-          h->torn_tids[h->ntorn_tids++] = tid;
-        else
-          h->torn_tids_over = 1;
-      }
-      t->nframes = h->nframes - first;
-      if (!t->nframes && !tid) { /* a thread state whose OS thread has not started */
-        h->nthreads--;
-        continue;
-      }
-      t->frames = (const bf_smp_frame *)(uintptr_t)first; /* fixed up below */
-      if (want & (BF_SMP_WANT_STATE | BF_SMP_WANT_CPU_TIME)) thread_status(h, slot, want, t);
+      if ((err = walk_thread(h, want, cur, tb, fa, holds, g.gc)) < 0) return err;
     }
     interp = next_interp;
   }
-  for (size_t i = 0; i < h->nthreads; i++)
-    h->threads[i].frames = h->frames + (uintptr_t)h->threads[i].frames;
-  if ((h->gen & 63) == 0) slots_sweep(h);
+  for (size_t i = 0; i < h->nthreads; i++) h->threads[i].frames = h->frames + (uintptr_t)h->threads[i].frames;
+  if ((h->gen & 63) == 0) smp_slots_sweep(h);
   return 0;
 }
 
@@ -1150,35 +740,21 @@ static uint64_t settle_sig(const bf_smp *h) {
   return s;
 }
 
-/* Whether thread tid is off CPU now: asleep or stopped, or runnable but last
- * run on the CPU this code runs on (a sampler that displaced it, as under
- * --clock cpu). OUT: *pcount, the times it has been scheduled in so far
- * (/proc/PID/task/TID/schedstat). A thread off CPU whose count has not
- * moved later did not run in between: its frames did not change. -1 when
- * that cannot be told. */
-static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
-  smp_tslot *s = NULL;
-  char buf[512];
-  for (size_t i = 0; i < h->nslots && !s; i++)
-    if (h->slots[i].tid == tid) s = &h->slots[i];
-  if (!s || h->pid <= 0) return -1;
-  unsigned long long run, wait, pc;
-  if (proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) < 0 ||
-      sscanf(buf, "%llu %llu %llu", &run, &wait, &pc) != 3)
-    return -1;
-  *pcount = pc;
-  int cpu = sched_getcpu();
-  if (proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) < 0) return -1;
-  const char *p = strrchr(buf, ')');
-  if (!p || p[1] != ' ' || !p[2]) return -1;
-  if (p[2] != 'R') return 1;
-  /* runnable: field 39, the CPU it last ran on (36 fields after the state) */
-  p += 2;
-  for (int f = 0; f < 36 && p; f++) {
-    p = strchr(p, ' ');
-    if (p) p++;
+/* A sample that failed with rc (why: the last torn read's reason): the
+ * process exited, or the error for h->err. */
+static int sample_failed(bf_smp *h, int rc, const char *why) {
+  h->interp_head = 0;
+  if (rc == -ESRCH || (h->pid > 0 && kill(h->pid, 0) < 0 && errno == ESRCH)) {
+    h->attached = 0;
+    return smp_seterr(h, -ESRCH, "process %d exited", h->pid);
   }
-  return p && cpu >= 0 && atoi(p) == cpu && sched_getcpu() == cpu;
+  if (rc == -ENOMEM) return smp_seterr(h, rc, "out of memory");
+  if (rc == -EPERM) return smp_seterr(h, rc, "lost permission to read process %d", h->pid);
+  h->torn_invalid++;
+  return smp_seterr(h, -EIO,
+                    "stack of process %d changed while it was read, every read in a row (%s); "
+                    "sample skipped",
+                    h->pid, why ? why : "torn");
 }
 
 /* One sample, consistent. A walk that found a torn stack (or failed on a
@@ -1190,7 +766,7 @@ static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
  * check can still be real (a trace function, a signal handler or __del__
  * running where no call is, a frame caught between two stores): it is kept
  * when its thread provably did not run while it was read (off CPU before
- * the read, not scheduled in until after it: thread_off_cpu), looked at once
+ * the read, not scheduled in until after it: smp_thread_off_cpu), looked at once
  * a torn walk has read the same twice in a row; or when it read the same
  * SMP_TORN_SAME_READS times over SMP_TORN_SAME_NS (no running thread holds
  * a window of a few instructions that long). Two equal torn reads alone
@@ -1199,7 +775,7 @@ static int thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
  * BF_SMP_WANT_SETTLED (dump): no cuts; read until two reads in a row agree
  * (a torn stack only counts when its thread was proven off CPU). */
 int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_t *n) {
-  if (!h->attached) return seterr(h, -EINVAL, "not attached");
+  if (!h->attached) return smp_seterr(h, -EINVAL, "not attached");
   int rc = 0;
   uint64_t last_sig = 0, last_settle = 0;
   int settled = (want & BF_SMP_WANT_SETTLED) != 0, have_settle = 0;
@@ -1227,7 +803,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
         int k = 0;
         uint64_t pc;
         while (k < noff && off_tid[k] != h->torn_tids[i]) k++;
-        frozen = k < noff && thread_off_cpu(h, off_tid[k], &pc) >= 0 && pc == off_pc[k];
+        frozen = k < noff && smp_thread_off_cpu(h, off_tid[k], &pc) >= 0 && pc == off_pc[k];
       }
       if (frozen) h->torn_stable++;
       ok = frozen;
@@ -1266,7 +842,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
       /* read the same torn stack twice: is its thread stopped? */
       for (int i = 0; i < h->ntorn_tids; i++) {
         off_tid[noff] = h->torn_tids[i];
-        if (thread_off_cpu(h, off_tid[noff], &off_pc[noff]) != 1) {
+        if (smp_thread_off_cpu(h, off_tid[noff], &off_pc[noff]) != 1) {
           noff = 0;
           break;
         }
@@ -1285,20 +861,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
     if (rc != -EIO) break;
   }
   if (rc == -EAGAIN) rc = -EIO;
-  if (rc < 0) {
-    h->interp_head = 0;
-    if (rc == -ESRCH || (h->pid > 0 && kill(h->pid, 0) < 0 && errno == ESRCH)) {
-      h->attached = 0;
-      return seterr(h, -ESRCH, "process %d exited", h->pid);
-    }
-    if (rc == -ENOMEM) return seterr(h, rc, "out of memory");
-    if (rc == -EPERM) return seterr(h, rc, "lost permission to read process %d", h->pid);
-    h->torn_invalid++;
-    return seterr(h, -EIO,
-                  "stack of process %d changed while it was read, every read in a row (%s); "
-                  "sample skipped",
-                  h->pid, why ? why : "torn");
-  }
+  if (rc < 0) return sample_failed(h, rc, why);
   h->torn_cut += h->cut_here;
   *threads = h->threads;
   *n = h->nthreads;
