@@ -137,228 +137,232 @@ static int gzip_write(const uint8_t *d, size_t n, FILE *out) {
   return zr == Z_STREAM_END ? 0 : -EIO;
 }
 
+/* What the profile message is built from while one session is written. */
+typedef struct px {
+  bf_store *s;
+  const bf_wstacks *w;
+  pb prof, sub, sub2, locs_out, funcs_out;
+  strtab st;
+  bf_map3 locs, funcs, names; /* (fid, line) → location id; fid seen; (hash, length) of display names */
+  char **owned;               /* display names, kept alive for the string table */
+  size_t nowned, owncap, locn;
+  uint64_t *locids;
+  int imported;
+  int64_t thread_key, task_key;
+  int64_t *tnames, *ttasks; /* per thread: label string id; task name id (0: not a task) */
+  char **tlabels;
+} px;
+
+/* The thread labels, and the task label of asyncio tasks (record --async):
+ * their name, so `pprof -tagfocus task=NAME` selects a task's logical stacks. */
+static int px_threads(px *x) {
+  const bf_wstacks *w = x->w;
+  size_t n = w->nthreads ? w->nthreads : 1;
+  x->thread_key = str_id(&x->st, "thread");
+  x->tnames = calloc(n, sizeof *x->tnames);
+  x->tlabels = calloc(n, sizeof *x->tlabels);
+  x->ttasks = calloc(n, sizeof *x->ttasks);
+  if (!x->tnames || !x->tlabels || !x->ttasks) return -ENOMEM;
+  for (size_t t = 0; t < w->nthreads; t++) {
+    char lb[256];
+    bf_wthread_label(&w->threads[t], lb, sizeof lb);
+    x->tlabels[t] = strdup(lb);
+    x->tnames[t] = x->tlabels[t] ? str_id(&x->st, x->tlabels[t]) : 0;
+    const char *task = bf_task_name(w->threads[t].name, w->threads[t].native_tid);
+    if (task && !x->task_key) x->task_key = str_id(&x->st, "task");
+    if (task) x->ttasks[t] = str_id(&x->st, task);
+  }
+  return 0;
+}
+
+/* The Function message of fid: a display name unique per identity
+ * ("mod.qualname", then ":firstline", then "#id"). */
+static int px_function(px *x, int64_t fid) {
+  bf_function_ref ref;
+  int rc = bf_store_function_get(x->s, fid, &ref);
+  if (rc) return rc;
+  if (bf_map3_put(&x->funcs, fid, 0, 0, 1)) x->prof.oom = 1;
+  char nm[1024], sys[1200];
+  display_name(nm, sizeof nm, &ref);
+  for (int attempt = 0; attempt < 3; attempt++) {
+    if (attempt == 1) snprintf(nm + strlen(nm), sizeof nm - strlen(nm), ":%lld", (long long)ref.firstlineno);
+    if (attempt == 2) snprintf(nm + strlen(nm), sizeof nm - strlen(nm), "#%lld", (long long)fid);
+    size_t l = strlen(nm);
+    uint64_t h = bf_hash_str(nm, l);
+    if (bf_map3_get(&x->names, (int64_t)h, (int64_t)l, 0) && attempt < 2) continue;
+    if (bf_map3_put(&x->names, (int64_t)h, (int64_t)l, 0, fid)) x->prof.oom = 1;
+    break;
+  }
+  snprintf(sys, sizeof sys, "%s:%lld:%s", ref.file, (long long)ref.firstlineno, ref.qualname);
+  if (bf_vec_grow((void **)&x->owned, &x->owncap, x->nowned + 2, sizeof *x->owned, 64)) return -ENOMEM;
+  x->owned[x->nowned] = strdup(nm);
+  x->owned[x->nowned + 1] = strdup(sys);
+  if (!x->owned[x->nowned] || !x->owned[x->nowned + 1]) {
+    free(x->owned[x->nowned]);
+    free(x->owned[x->nowned + 1]);
+    return -ENOMEM;
+  }
+  x->nowned += 2;
+  pb_uint(&x->sub, 1, (uint64_t)fid);
+  pb_uint(&x->sub, 2, (uint64_t)str_id(&x->st, x->owned[x->nowned - 2]));
+  pb_uint(&x->sub, 3, (uint64_t)str_id(&x->st, x->owned[x->nowned - 1]));
+  pb_uint(&x->sub, 4, (uint64_t)str_id(&x->st, ref.file));
+  pb_uint(&x->sub, 5, (uint64_t)ref.firstlineno);
+  pb_msg(&x->funcs_out, 5, &x->sub);
+  return 0;
+}
+
+/* The location id of (fid, line), writing its Location (and Function) the
+ * first time. 0 on error (rc in *rc). */
+static uint64_t px_location(px *x, int64_t fid, int64_t line, int *rc) {
+  int64_t *hit = bf_map3_get(&x->locs, fid, line, 0);
+  if (hit) return (uint64_t)*hit;
+  if (!bf_map3_get(&x->funcs, fid, 0, 0) && (*rc = px_function(x, fid))) return 0;
+  x->locn++;
+  if (bf_map3_put(&x->locs, fid, line, 0, (int64_t)x->locn)) x->prof.oom = 1;
+  pb_uint(&x->sub2, 1, (uint64_t)fid);
+  pb_uint(&x->sub2, 2, (uint64_t)line);
+  pb_uint(&x->sub, 1, x->locn);
+  pb_msg(&x->sub, 4, &x->sub2);
+  pb_msg(&x->locs_out, 4, &x->sub);
+  return x->locn;
+}
+
+/* One Sample: x->sub2 holds its packed location ids; then values and labels. */
+static void px_sample(px *x, size_t thread, int64_t count, double weight) {
+  pb_bytes(&x->sub, 1, x->sub2.b, x->sub2.n);
+  x->sub2.n = 0;
+  pb_varint(&x->sub2, (uint64_t)count);
+  if (!x->imported) pb_varint(&x->sub2, (uint64_t)(weight + 0.5));
+  pb_bytes(&x->sub, 2, x->sub2.b, x->sub2.n);
+  x->sub2.n = 0;
+  pb_uint(&x->sub2, 1, (uint64_t)x->thread_key);
+  pb_uint(&x->sub2, 2, (uint64_t)x->tnames[thread]);
+  pb_msg(&x->sub, 3, &x->sub2);
+  if (x->ttasks[thread]) {
+    pb_uint(&x->sub2, 1, (uint64_t)x->task_key);
+    pb_uint(&x->sub2, 2, (uint64_t)x->ttasks[thread]);
+    pb_msg(&x->sub, 3, &x->sub2);
+  }
+  pb_msg(&x->prof, 2, &x->sub);
+}
+
+/* Every stack as a Sample (pprof wants the leaf first). */
+static int px_stacks(px *x) {
+  const bf_wstacks *w = x->w;
+  size_t maxd = 0;
+  for (size_t i = 0; i < w->n; i++)
+    if (w->v[i].depth > maxd) maxd = w->v[i].depth;
+  x->locids = malloc((maxd ? maxd : 1) * sizeof *x->locids);
+  if (!x->locids) return -ENOMEM;
+  for (size_t i = 0; i < w->n; i++) {
+    const bf_wstack *sk = &w->v[i];
+    int rc = 0;
+    for (uint32_t d = 0; d < sk->depth; d++) {
+      uint64_t id = px_location(x, w->fids[sk->off + d], w->lines[sk->off + d], &rc);
+      if (rc) return rc;
+      x->locids[sk->depth - 1 - d] = id;
+    }
+    for (uint32_t d = 0; d < sk->depth; d++) pb_varint(&x->sub2, x->locids[d]);
+    px_sample(x, (size_t)sk->thread, sk->count, sk->weight);
+  }
+  return 0;
+}
+
+/* Samples without a Python frame: one location of a pseudo function, per thread. */
+static void px_no_frame(px *x, int64_t noframe_name, int64_t noframe_sys) {
+  const bf_wstacks *w = x->w;
+  if (w->empty_count <= 0) return;
+  uint64_t fid0 = 0, loc0 = ++x->locn;
+  for (size_t i = 0; i < w->n; i++)
+    for (uint32_t d = 0; d < w->v[i].depth; d++)
+      if ((uint64_t)w->fids[w->v[i].off + d] > fid0) fid0 = (uint64_t)w->fids[w->v[i].off + d];
+  fid0++;
+  pb_uint(&x->sub, 1, fid0);
+  pb_uint(&x->sub, 2, (uint64_t)noframe_name);
+  pb_uint(&x->sub, 3, (uint64_t)noframe_sys);
+  pb_msg(&x->funcs_out, 5, &x->sub);
+  pb_uint(&x->sub2, 1, fid0);
+  pb_uint(&x->sub, 1, loc0);
+  pb_msg(&x->sub, 4, &x->sub2);
+  pb_msg(&x->locs_out, 4, &x->sub);
+  for (size_t t = 0; t < w->nthreads; t++) {
+    if (w->threads[t].empty_count <= 0) continue;
+    pb_varint(&x->sub2, loc0);
+    px_sample(x, t, w->threads[t].empty_count, w->threads[t].empty_weight);
+  }
+}
+
+static void px_free(px *x) {
+  for (size_t i = 0; i < x->nowned; i++) free(x->owned[i]);
+  free(x->owned);
+  bf_map3_free(&x->names);
+  free(x->locs_out.b);
+  free(x->funcs_out.b);
+  free(x->locids);
+  for (size_t t = 0; x->tlabels && t < x->w->nthreads; t++) free(x->tlabels[t]);
+  free(x->tlabels);
+  free(x->tnames);
+  free(x->ttasks);
+  free(x->prof.b);
+  free(x->sub.b);
+  free(x->sub2.b);
+  free(x->st.out.b);
+  free(x->st.v);
+  bf_map3_free(&x->st.idx);
+  bf_map3_free(&x->locs);
+  bf_map3_free(&x->funcs);
+}
+
 int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
   bf_wstacks *w = NULL;
   int rc = bf_wstacks_load(s, session_id, f, &w);
   if (rc) return rc;
-  pb prof = {0}, sub = {0}, sub2 = {0};
-  strtab st = {0};
-  bf_map3 locs = {0}, funcs = {0};
-  uint64_t *locids = NULL;
-  size_t locn = 0;
-  int imported = (bf_q_kind_of(w->info) == BF_Q_IMPORTED);
+  px x = {.s = s, .w = w, .imported = bf_q_kind_of(w->info) == BF_Q_IMPORTED};
   const char *clock = bf_q_clock_of(w->info) == BF_Q_CPU ? "cpu" : "wall";
-  bf_map3 names = {0}; /* (hash, length) of each display name given out */
-  char **owned = NULL; /* display names, kept alive for the string table */
-  size_t nowned = 0, owncap = 0;
-  str_id(&st, "");
+  str_id(&x.st, "");
   /* sample types: samples/count, then (not for imports) cpu|wall/nanoseconds */
-  int64_t count_type = str_id(&st, w->traced ? "calls" : "samples");
-  pb_uint(&sub, 1, (uint64_t)count_type);
-  pb_uint(&sub, 2, (uint64_t)str_id(&st, "count"));
-  pb_msg(&prof, 1, &sub);
-  int64_t time_type = str_id(&st, clock);
-  if (!imported) {
-    pb_uint(&sub, 1, (uint64_t)time_type);
-    pb_uint(&sub, 2, (uint64_t)str_id(&st, "nanoseconds"));
-    pb_msg(&prof, 1, &sub);
+  int64_t count_type = str_id(&x.st, w->traced ? "calls" : "samples");
+  pb_uint(&x.sub, 1, (uint64_t)count_type);
+  pb_uint(&x.sub, 2, (uint64_t)str_id(&x.st, "count"));
+  pb_msg(&x.prof, 1, &x.sub);
+  int64_t time_type = str_id(&x.st, clock);
+  if (!x.imported) {
+    pb_uint(&x.sub, 1, (uint64_t)time_type);
+    pb_uint(&x.sub, 2, (uint64_t)str_id(&x.st, "nanoseconds"));
+    pb_msg(&x.prof, 1, &x.sub);
   }
   /* pprof's default index is what replay's shares are computed from */
-  int64_t default_type = (imported || !w->by_weight) ? count_type : time_type;
-  int64_t noframe_name = str_id(&st, "[no Python frame]");
-  int64_t noframe_sys = str_id(&st, "bifocal:no-python-frame");
-  int64_t thread_key = str_id(&st, "thread");
-  int64_t *tnames = calloc(w->nthreads ? w->nthreads : 1, sizeof *tnames);
-  if (!tnames) {
-    rc = -ENOMEM;
-    goto out;
-  }
-  char **tlabels = calloc(w->nthreads ? w->nthreads : 1, sizeof *tlabels);
-  if (!tlabels) {
-    free(tnames);
-    rc = -ENOMEM;
-    goto out;
-  }
-  /* asyncio tasks (record --async) also get a "task" label: their name, so
-   * `pprof -tagfocus task=NAME` selects a task's logical stacks */
-  int64_t *ttasks = calloc(w->nthreads ? w->nthreads : 1, sizeof *ttasks);
-  int64_t task_key = 0;
-  if (!ttasks) {
-    free(tnames);
-    free(tlabels);
-    rc = -ENOMEM;
-    goto out;
-  }
-  for (size_t t = 0; t < w->nthreads; t++) {
-    char lb[256];
-    bf_wthread_label(&w->threads[t], lb, sizeof lb);
-    tlabels[t] = strdup(lb);
-    tnames[t] = tlabels[t] ? str_id(&st, tlabels[t]) : 0;
-    const char *task = bf_task_name(w->threads[t].name, w->threads[t].native_tid);
-    if (task && !task_key) task_key = str_id(&st, "task");
-    if (task) ttasks[t] = str_id(&st, task);
-  }
-  size_t maxd = 0;
-  for (size_t i = 0; i < w->n; i++)
-    if (w->v[i].depth > maxd) maxd = w->v[i].depth;
-  locids = malloc((maxd ? maxd : 1) * sizeof *locids);
-  if (!locids) {
-    rc = -ENOMEM;
-    goto free_threads;
-  }
-  pb locs_out = {0}, funcs_out = {0};
-  for (size_t i = 0; i < w->n; i++) {
-    const bf_wstack *sk = &w->v[i];
-    for (uint32_t d = 0; d < sk->depth; d++) {
-      int64_t fid = w->fids[sk->off + d], line = w->lines[sk->off + d];
-      int64_t *hit = bf_map3_get(&locs, fid, line, 0);
-      if (!hit) {
-        if (!bf_map3_get(&funcs, fid, 0, 0)) {
-          bf_function_ref ref;
-          if ((rc = bf_store_function_get(s, fid, &ref))) goto free_all;
-          if (bf_map3_put(&funcs, fid, 0, 0, 1)) prof.oom = 1;
-          /* unique name per identity: "mod.qualname", then ":firstline", then "#id" */
-          char nm[1024], sys[1200];
-          display_name(nm, sizeof nm, &ref);
-          for (int attempt = 0; attempt < 3; attempt++) {
-            if (attempt == 1) snprintf(nm + strlen(nm), sizeof nm - strlen(nm), ":%lld", (long long)ref.firstlineno);
-            if (attempt == 2) snprintf(nm + strlen(nm), sizeof nm - strlen(nm), "#%lld", (long long)fid);
-            size_t l = strlen(nm);
-            uint64_t h = bf_hash_str(nm, l);
-            if (bf_map3_get(&names, (int64_t)h, (int64_t)l, 0) && attempt < 2) continue;
-            if (bf_map3_put(&names, (int64_t)h, (int64_t)l, 0, fid)) prof.oom = 1;
-            break;
-          }
-          snprintf(sys, sizeof sys, "%s:%lld:%s", ref.file, (long long)ref.firstlineno, ref.qualname);
-          if (bf_vec_grow((void **)&owned, &owncap, nowned + 2, sizeof *owned, 64)) {
-            rc = -ENOMEM;
-            goto free_all;
-          }
-          owned[nowned] = strdup(nm);
-          owned[nowned + 1] = strdup(sys);
-          if (!owned[nowned] || !owned[nowned + 1]) {
-            free(owned[nowned]);
-            free(owned[nowned + 1]);
-            rc = -ENOMEM;
-            goto free_all;
-          }
-          nowned += 2;
-          pb_uint(&sub, 1, (uint64_t)fid);
-          pb_uint(&sub, 2, (uint64_t)str_id(&st, owned[nowned - 2]));
-          pb_uint(&sub, 3, (uint64_t)str_id(&st, owned[nowned - 1]));
-          pb_uint(&sub, 4, (uint64_t)str_id(&st, ref.file));
-          pb_uint(&sub, 5, (uint64_t)ref.firstlineno);
-          pb_msg(&funcs_out, 5, &sub);
-        }
-        locn++;
-        if (bf_map3_put(&locs, fid, line, 0, (int64_t)locn)) prof.oom = 1;
-        pb_uint(&sub2, 1, (uint64_t)fid);
-        pb_uint(&sub2, 2, (uint64_t)line);
-        pb_uint(&sub, 1, locn);
-        pb_msg(&sub, 4, &sub2);
-        pb_msg(&locs_out, 4, &sub);
-        locids[sk->depth - 1 - d] = locn;
-      } else {
-        locids[sk->depth - 1 - d] = (uint64_t)*hit; /* pprof wants the leaf first */
-      }
-    }
-    /* Sample: packed location ids, packed values, thread label */
-    for (uint32_t d = 0; d < sk->depth; d++) pb_varint(&sub2, locids[d]);
-    pb_bytes(&sub, 1, sub2.b, sub2.n);
-    sub2.n = 0;
-    pb_varint(&sub2, (uint64_t)sk->count);
-    if (!imported) pb_varint(&sub2, (uint64_t)(sk->weight + 0.5));
-    pb_bytes(&sub, 2, sub2.b, sub2.n);
-    sub2.n = 0;
-    pb_uint(&sub2, 1, (uint64_t)thread_key);
-    pb_uint(&sub2, 2, (uint64_t)tnames[sk->thread]);
-    pb_msg(&sub, 3, &sub2);
-    if (ttasks[sk->thread]) {
-      pb_uint(&sub2, 1, (uint64_t)task_key);
-      pb_uint(&sub2, 2, (uint64_t)ttasks[sk->thread]);
-      pb_msg(&sub, 3, &sub2);
-    }
-    pb_msg(&prof, 2, &sub);
-  }
-  /* samples without a Python frame: one location of a pseudo function, per thread */
-  if (w->empty_count > 0) {
-    uint64_t fid0 = 0, loc0 = ++locn;
-    for (size_t i = 0; i < w->n; i++)
-      for (uint32_t d = 0; d < w->v[i].depth; d++)
-        if ((uint64_t)w->fids[w->v[i].off + d] > fid0) fid0 = (uint64_t)w->fids[w->v[i].off + d];
-    fid0++;
-    pb_uint(&sub, 1, fid0);
-    pb_uint(&sub, 2, (uint64_t)noframe_name);
-    pb_uint(&sub, 3, (uint64_t)noframe_sys);
-    pb_msg(&funcs_out, 5, &sub);
-    pb_uint(&sub2, 1, fid0);
-    pb_uint(&sub, 1, loc0);
-    pb_msg(&sub, 4, &sub2);
-    pb_msg(&locs_out, 4, &sub);
-    for (size_t t = 0; t < w->nthreads; t++) {
-      if (w->threads[t].empty_count <= 0) continue;
-      pb_varint(&sub2, loc0);
-      pb_bytes(&sub, 1, sub2.b, sub2.n);
-      sub2.n = 0;
-      pb_varint(&sub2, (uint64_t)w->threads[t].empty_count);
-      if (!imported) pb_varint(&sub2, (uint64_t)(w->threads[t].empty_weight + 0.5));
-      pb_bytes(&sub, 2, sub2.b, sub2.n);
-      sub2.n = 0;
-      pb_uint(&sub2, 1, (uint64_t)thread_key);
-      pb_uint(&sub2, 2, (uint64_t)tnames[t]);
-      pb_msg(&sub, 3, &sub2);
-      if (ttasks[t]) {
-        pb_uint(&sub2, 1, (uint64_t)task_key);
-        pb_uint(&sub2, 2, (uint64_t)ttasks[t]);
-        pb_msg(&sub, 3, &sub2);
-      }
-      pb_msg(&prof, 2, &sub);
-    }
-  }
-  pb_raw(&prof, locs_out.b, locs_out.n);
-  pb_raw(&prof, funcs_out.b, funcs_out.n);
-  prof.oom |= locs_out.oom | funcs_out.oom;
-  pb_raw(&prof, st.out.b, st.out.n);
-  prof.oom |= st.out.oom;
-  if (w->info->start_ns > 0) pb_uint(&prof, 9, (uint64_t)w->info->start_ns);
-  if (w->info->duration_ns > 0) pb_uint(&prof, 10, (uint64_t)w->info->duration_ns);
-  if (!imported) {
+  int64_t default_type = (x.imported || !w->by_weight) ? count_type : time_type;
+  int64_t noframe_name = str_id(&x.st, "[no Python frame]");
+  int64_t noframe_sys = str_id(&x.st, "bifocal:no-python-frame");
+  if ((rc = px_threads(&x)) || (rc = px_stacks(&x))) goto out;
+  px_no_frame(&x, noframe_name, noframe_sys);
+  pb_raw(&x.prof, x.locs_out.b, x.locs_out.n);
+  pb_raw(&x.prof, x.funcs_out.b, x.funcs_out.n);
+  x.prof.oom |= x.locs_out.oom | x.funcs_out.oom;
+  pb_raw(&x.prof, x.st.out.b, x.st.out.n);
+  x.prof.oom |= x.st.out.oom;
+  if (w->info->start_ns > 0) pb_uint(&x.prof, 9, (uint64_t)w->info->start_ns);
+  if (w->info->duration_ns > 0) pb_uint(&x.prof, 10, (uint64_t)w->info->duration_ns);
+  if (!x.imported) {
     /* period type and period: the sampling interval (strings appended after
      * the table above would be lost, so both were interned up front) */
-    pb_uint(&sub, 1, (uint64_t)str_id(&st, clock));
-    pb_uint(&sub, 2, (uint64_t)str_id(&st, "nanoseconds"));
-    pb_msg(&prof, 11, &sub);
-    if (w->info->rate_hz > 0) pb_uint(&prof, 12, (uint64_t)(1e9 / w->info->rate_hz + 0.5));
+    pb_uint(&x.sub, 1, (uint64_t)str_id(&x.st, clock));
+    pb_uint(&x.sub, 2, (uint64_t)str_id(&x.st, "nanoseconds"));
+    pb_msg(&x.prof, 11, &x.sub);
+    if (w->info->rate_hz > 0) pb_uint(&x.prof, 12, (uint64_t)(1e9 / w->info->rate_hz + 0.5));
   }
-  pb_uint(&prof, 14, (uint64_t)default_type);
-  if (prof.oom) {
+  pb_uint(&x.prof, 14, (uint64_t)default_type);
+  if (x.prof.oom) {
     rc = -ENOMEM;
-    goto free_all;
+    goto out;
   }
-  rc = gzip_write(prof.b, prof.n, out);
+  rc = gzip_write(x.prof.b, x.prof.n, out);
   if (rc == -EIO) bf_store_fail(s, rc, "gzip compression failed");
-free_all:
-  for (size_t i = 0; i < nowned; i++) free(owned[i]);
-  free(owned);
-  bf_map3_free(&names);
-  free(locs_out.b);
-  free(funcs_out.b);
-  free(locids);
-free_threads:
-  for (size_t t = 0; t < w->nthreads; t++) free(tlabels[t]);
-  free(tlabels);
-  free(tnames);
-  free(ttasks);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
-  free(prof.b);
-  free(sub.b);
-  free(sub2.b);
-  free(st.out.b);
-  free(st.v);
-  bf_map3_free(&st.idx);
-  bf_map3_free(&locs);
-  bf_map3_free(&funcs);
+  px_free(&x);
   bf_wstacks_free(w);
   return rc;
 }

@@ -216,6 +216,149 @@ static void ci(char *buf, size_t len, double k, double n, int64_t samples) {
   snprintf(buf, len, "[%.1f-%.1f]", lo * 100, hi * 100);
 }
 
+static size_t tasks_limit(const bf_view_opts *o) {
+  return o->limit > 0 ? (size_t)o->limit : o->limit < 0 ? (size_t)-1 : 25;
+}
+
+/* One task's await points as JSON. */
+static int task_awaits_json(const tv *v, const tstat *t, FILE *out) {
+  int rc;
+  fputs(",\"await_points\":[", out);
+  for (size_t k = 0; k < t->nap; k++) {
+    bf_function_ref f = {0, "", "(await point not read)", 0};
+    if (t->ap[k].fid && (rc = bf_store_function_get(v->s, t->ap[k].fid, &f))) return rc;
+    fputs(k ? ",{\"qualname\":" : "{\"qualname\":", out);
+    bf_json_str(out, f.qualname);
+    fputs(",\"file\":", out);
+    bf_json_str(out, f.file);
+    fprintf(out, ",\"firstlineno\":%lld,\"line\":%lld", (long long)f.firstlineno, (long long)t->ap[k].line);
+    json_share(out, "wall", t->ap[k].n, t->n, t->samples);
+    fputc('}', out);
+  }
+  fputs("]}", out);
+  return 0;
+}
+
+static int tasks_json(const tv *v, const bf_session_info *info, const bf_view_opts *o, size_t ntask, FILE *out) {
+  int rc;
+  size_t limit = tasks_limit(o);
+  fputs("{\"session\":", out);
+  bf_json_session(out, info);
+  fprintf(out, ",\"task_count\":%zu,\"tasks\":[", ntask);
+  size_t shown = 0;
+  for (size_t i = 0; i < v->nt && shown < limit; i++) {
+    const tstat *t = &v->t[i];
+    if (!t->is_task || !t->samples) continue;
+    fputs(shown++ ? ",{\"name\":" : "{\"name\":", out);
+    bf_json_str(out, t->name + 5);
+    fprintf(out, ",\"id\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->samples);
+    json_share(out, "running", t->running, t->n, t->samples);
+    json_share(out, "ready", t->ready, t->n, t->samples);
+    json_share(out, "waiting", t->waiting, t->n, t->samples);
+    if ((rc = task_awaits_json(v, t, out))) return rc;
+  }
+  fputs("],\"loops\":[", out);
+  int first = 1;
+  for (size_t i = 0; i < v->nt; i++) {
+    const tstat *t = &v->t[i];
+    if (t->is_task || !t->loop_samples) continue;
+    fputs(first ? "{\"thread\":" : ",{\"thread\":", out);
+    first = 0;
+    bf_json_str(out, t->name);
+    fprintf(out, ",\"native_tid\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->loop_samples);
+    json_share(out, "running_task_code", t->loop_run, t->loop_n, t->loop_samples);
+    json_share(out, "loop_overhead", t->loop_other, t->loop_n, t->loop_samples);
+    json_share(out, "waiting_for_io", t->loop_io, t->loop_n, t->loop_samples);
+    fputc('}', out);
+  }
+  fputs("]}\n", out);
+  return 0;
+}
+
+/* The tasks as text: each task's states and its top three await points. */
+static int tasks_text_tasks(const tv *v, const bf_view_opts *o, size_t ntask, FILE *out) {
+  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+  size_t limit = tasks_limit(o), shown = 0;
+  int width = o->width > 40 ? o->width : 80, rc;
+  char c1[32];
+  for (size_t i = 0; i < v->nt && shown < limit; i++) {
+    const tstat *t = &v->t[i];
+    if (!t->is_task || !t->samples) continue;
+    shown++;
+    char lb[160];
+    snprintf(lb, sizeof lb, "%s (%lld)", t->name + 5, (long long)t->native_tid);
+    fputs(b, out);
+    bf_put_fit(out, lb, width);
+    fprintf(out, "%s\n  %lld samples · running %.1f%% · ready %.1f%% · waiting %.1f%%\n", rst, (long long)t->samples,
+            pc(t->running, t->n), pc(t->ready, t->n), pc(t->waiting, t->n));
+    for (size_t k = 0; k < t->nap && k < 3; k++) {
+      bf_function_ref f = {0, "", "(await point not read)", 0};
+      if (t->ap[k].fid && (rc = bf_store_function_get(v->s, t->ap[k].fid, &f))) return rc;
+      char loc[1024];
+      bf_fit_func(loc, sizeof loc, f.qualname, f.file, t->ap[k].line, width - 36);
+      ci(c1, sizeof c1, t->ap[k].n, t->n, t->samples);
+      fprintf(out, "  %-7s%5.1f%% %-13s  %s\n", k ? "" : "awaits", pc(t->ap[k].n, t->n), c1, loc);
+    }
+  }
+  if (ntask > shown) {
+    char how[64] = ""; /* the option is the caller's */
+    if (o->limit_option) snprintf(how, sizeof how, " (%s N shows more)", o->limit_option);
+    fprintf(out, "%s… %zu more tasks%s%s\n", dim, ntask - shown, how, rst);
+  }
+  return 0;
+}
+
+/* The event loops as text: task code / loop overhead / I/O wait. */
+static void tasks_text_loops(const tv *v, const bf_view_opts *o, FILE *out) {
+  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+  char c1[32], c2[32], c3[32];
+  int any_loop = 0;
+  for (size_t i = 0; i < v->nt; i++) {
+    const tstat *t = &v->t[i];
+    if (t->is_task || !t->loop_samples) continue;
+    if (!any_loop++)
+      fprintf(out, "\n%sEvent loops%s (shares of the loop thread's samples inside run_forever)\n", b, rst);
+    bf_wthread lt = {t->thread_id, t->native_tid, (char *)t->name, 0, 0, 0, 0};
+    char lb[256];
+    bf_wthread_label(&lt, lb, sizeof lb);
+    ci(c1, sizeof c1, t->loop_run, t->loop_n, t->loop_samples);
+    ci(c2, sizeof c2, t->loop_other, t->loop_n, t->loop_samples);
+    ci(c3, sizeof c3, t->loop_io, t->loop_n, t->loop_samples);
+    fprintf(out, "%s · %lld samples\n  running task code %5.1f%% %-13s\n  loop overhead     %5.1f%% %-13s\n"
+                 "  waiting for I/O   %5.1f%% %-13s\n",
+            lb, (long long)t->loop_samples, pc(t->loop_run, t->loop_n), c1, pc(t->loop_other, t->loop_n), c2,
+            pc(t->loop_io, t->loop_n), c3);
+  }
+  if (any_loop && !v->any_task)
+    fprintf(out, "%s(no task data: every callback counted as task code; record --async to tell them apart)%s\n",
+            dim, rst);
+  if (!any_loop && v->any_task)
+    fprintf(out, "\n%sNo asyncio event loop seen on a thread (no BaseEventLoop.run_forever frame): a loop "
+                 "written in C, such as uvloop, shows its tasks but no split of task code, loop overhead "
+                 "and I/O wait%s\n",
+            dim, rst);
+}
+
+static int tasks_text(const tv *v, const bf_session_info *info, const bf_view_opts *o, size_t ntask, FILE *out) {
+  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
+  char sub[1024], head[1100];
+  bf_session_line(info, 0, sub, sizeof sub);
+  snprintf(head, sizeof head, "tasks · %s", sub);
+  fputs(b, out);
+  bf_put_fit(out, head, o->width > 40 ? o->width : 80);
+  fputs(rst, out);
+  fputc('\n', out);
+  if (!ntask)
+    fputs("no asyncio tasks observed (record with `bifocal record --async`; only C _asyncio tasks of\n"
+          "the main interpreter on CPython 3.8-3.13 are read)\n",
+          out);
+  else
+    fprintf(out, "%s%zu tasks · shares of each task's samples · 95%% intervals%s\n", dim, ntask, rst);
+  int rc = tasks_text_tasks(v, o, ntask, out);
+  if (!rc) tasks_text_loops(v, o, out);
+  return rc;
+}
+
 int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_view_opts def = {0};
   if (!o) o = &def;
@@ -255,117 +398,10 @@ int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
     ntask += v.t[i].is_task && v.t[i].samples > 0;
     if (v.t[i].nap) qsort(v.t[i].ap, v.t[i].nap, sizeof *v.t[i].ap, cmp_ap);
   }
-  size_t limit = o->limit > 0 ? (size_t)o->limit : o->limit < 0 ? (size_t)-1 : 25;
-  int width = o->width > 40 ? o->width : 80;
-  if (o->json) {
-    fputs("{\"session\":", out);
-    bf_json_session(out, info);
-    fprintf(out, ",\"task_count\":%zu,\"tasks\":[", ntask);
-    size_t shown = 0;
-    for (size_t i = 0; i < v.nt && shown < limit; i++) {
-      const tstat *t = &v.t[i];
-      if (!t->is_task || !t->samples) continue;
-      fputs(shown++ ? ",{\"name\":" : "{\"name\":", out);
-      bf_json_str(out, t->name + 5);
-      fprintf(out, ",\"id\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->samples);
-      json_share(out, "running", t->running, t->n, t->samples);
-      json_share(out, "ready", t->ready, t->n, t->samples);
-      json_share(out, "waiting", t->waiting, t->n, t->samples);
-      fputs(",\"await_points\":[", out);
-      for (size_t k = 0; k < t->nap; k++) {
-        bf_function_ref f = {0, "", "(await point not read)", 0};
-        if (t->ap[k].fid && (rc = bf_store_function_get(s, t->ap[k].fid, &f))) goto out;
-        fputs(k ? ",{\"qualname\":" : "{\"qualname\":", out);
-        bf_json_str(out, f.qualname);
-        fputs(",\"file\":", out);
-        bf_json_str(out, f.file);
-        fprintf(out, ",\"firstlineno\":%lld,\"line\":%lld", (long long)f.firstlineno, (long long)t->ap[k].line);
-        json_share(out, "wall", t->ap[k].n, t->n, t->samples);
-        fputc('}', out);
-      }
-      fputs("]}", out);
-    }
-    fputs("],\"loops\":[", out);
-    int first = 1;
-    for (size_t i = 0; i < v.nt; i++) {
-      const tstat *t = &v.t[i];
-      if (t->is_task || !t->loop_samples) continue;
-      fputs(first ? "{\"thread\":" : ",{\"thread\":", out);
-      first = 0;
-      bf_json_str(out, t->name);
-      fprintf(out, ",\"native_tid\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->loop_samples);
-      json_share(out, "running_task_code", t->loop_run, t->loop_n, t->loop_samples);
-      json_share(out, "loop_overhead", t->loop_other, t->loop_n, t->loop_samples);
-      json_share(out, "waiting_for_io", t->loop_io, t->loop_n, t->loop_samples);
-      fputc('}', out);
-    }
-    fputs("]}\n", out);
-    goto out;
-  }
-  const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
-  char sub[1024], head[1100], c1[32], c2[32], c3[32];
-  bf_session_line(info, 0, sub, sizeof sub);
-  snprintf(head, sizeof head, "tasks · %s", sub);
-  fputs(b, out);
-  bf_put_fit(out, head, width);
-  fputs(rst, out);
-  fputc('\n', out);
-  if (!ntask)
-    fputs("no asyncio tasks observed (record with `bifocal record --async`; only C _asyncio tasks of\n"
-          "the main interpreter on CPython 3.8-3.13 are read)\n",
-          out);
+  if (o->json)
+    rc = tasks_json(&v, info, o, ntask, out);
   else
-    fprintf(out, "%s%zu tasks · shares of each task's samples · 95%% intervals%s\n", dim, ntask, rst);
-  size_t shown = 0;
-  for (size_t i = 0; i < v.nt && shown < limit; i++) {
-    const tstat *t = &v.t[i];
-    if (!t->is_task || !t->samples) continue;
-    shown++;
-    char lb[160];
-    snprintf(lb, sizeof lb, "%s (%lld)", t->name + 5, (long long)t->native_tid);
-    fputs(b, out);
-    bf_put_fit(out, lb, width);
-    fprintf(out, "%s\n  %lld samples · running %.1f%% · ready %.1f%% · waiting %.1f%%\n", rst, (long long)t->samples,
-            pc(t->running, t->n), pc(t->ready, t->n), pc(t->waiting, t->n));
-    for (size_t k = 0; k < t->nap && k < 3; k++) {
-      bf_function_ref f = {0, "", "(await point not read)", 0};
-      if (t->ap[k].fid && (rc = bf_store_function_get(s, t->ap[k].fid, &f))) goto out;
-      char loc[1024];
-      bf_fit_func(loc, sizeof loc, f.qualname, f.file, t->ap[k].line, width - 36);
-      ci(c1, sizeof c1, t->ap[k].n, t->n, t->samples);
-      fprintf(out, "  %-7s%5.1f%% %-13s  %s\n", k ? "" : "awaits", pc(t->ap[k].n, t->n), c1, loc);
-    }
-  }
-  if (ntask > shown) {
-    char how[64] = ""; /* the option is the caller's */
-    if (o->limit_option) snprintf(how, sizeof how, " (%s N shows more)", o->limit_option);
-    fprintf(out, "%s… %zu more tasks%s%s\n", dim, ntask - shown, how, rst);
-  }
-  int any_loop = 0;
-  for (size_t i = 0; i < v.nt; i++) {
-    const tstat *t = &v.t[i];
-    if (t->is_task || !t->loop_samples) continue;
-    if (!any_loop++)
-      fprintf(out, "\n%sEvent loops%s (shares of the loop thread's samples inside run_forever)\n", b, rst);
-    bf_wthread lt = {t->thread_id, t->native_tid, (char *)t->name, 0, 0, 0, 0};
-    char lb[256];
-    bf_wthread_label(&lt, lb, sizeof lb);
-    ci(c1, sizeof c1, t->loop_run, t->loop_n, t->loop_samples);
-    ci(c2, sizeof c2, t->loop_other, t->loop_n, t->loop_samples);
-    ci(c3, sizeof c3, t->loop_io, t->loop_n, t->loop_samples);
-    fprintf(out, "%s · %lld samples\n  running task code %5.1f%% %-13s\n  loop overhead     %5.1f%% %-13s\n"
-                 "  waiting for I/O   %5.1f%% %-13s\n",
-            lb, (long long)t->loop_samples, pc(t->loop_run, t->loop_n), c1, pc(t->loop_other, t->loop_n), c2,
-            pc(t->loop_io, t->loop_n), c3);
-  }
-  if (any_loop && !v.any_task)
-    fprintf(out, "%s(no task data: every callback counted as task code; record --async to tell them apart)%s\n",
-            dim, rst);
-  if (!any_loop && v.any_task)
-    fprintf(out, "\n%sNo asyncio event loop seen on a thread (no BaseEventLoop.run_forever frame): a loop "
-                 "written in C, such as uvloop, shows its tasks but no split of task code, loop overhead "
-                 "and I/O wait%s\n",
-            dim, rst);
+    rc = tasks_text(&v, info, o, ntask, out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   for (size_t i = 0; i < v.nt; i++) free(v.t[i].ap);
