@@ -133,40 +133,58 @@ local function info(stack_id)
   return v
 end
 local wait = {}       -- site -> {ns, samples, by_root = {root -> ns}}
-local root_tasks = {} -- root -> {tasks seen, ns, samples}
-local seen = {}
+local root_tasks = {} -- root -> {tasks seen whole, ns, samples}
 -- a task's wall time: its first to its last sample, from their timestamps (a
 -- sampler that fell behind its rate misses ticks: counts times the interval
 -- would come out short; a record of n merged ticks spans its weight)
-local span, task_root = {}, {}
+local acc = {}        -- task thread id -> {root, name, ns, samples, first, last_end, by_site = {site -> n}}
+local t_first, s_end  -- the first tick any task was seen; the session's last sample
 for smp in sampled:samples() do
+  if not s_end or smp.ts_ns + smp.weight > s_end then s_end = smp.ts_ns + smp.weight end
   local t = tasks[smp.thread_id]
   if t then
     local v = info(smp.stack_id)
-    if v.root then
-      local r = root_tasks[v.root] or { n = 0, ns = 0, samples = 0, name = v.root_name }
-      root_tasks[v.root] = r
-      if not seen[smp.thread_id] then seen[smp.thread_id] = true; r.n = r.n + 1; task_root[smp.thread_id] = r end
-      r.ns, r.samples = r.ns + smp.weight, r.samples + smp.count
-      local sp = span[smp.thread_id] or { smp.ts_ns, smp.ts_ns }
-      span[smp.thread_id] = sp
-      if smp.ts_ns + smp.weight > sp[2] then sp[2] = smp.ts_ns + smp.weight end
+    if not t_first or smp.ts_ns < t_first then t_first = smp.ts_ns end
+    local a = acc[smp.thread_id]
+    if v.root and not a then
+      a = { root = v.root, name = v.root_name, ns = 0, samples = 0, first = smp.ts_ns, last_end = smp.ts_ns,
+            by_site = {} }
+      acc[smp.thread_id] = a
+    end
+    if a then
+      a.ns, a.samples = a.ns + smp.weight, a.samples + smp.count
+      if smp.ts_ns < a.first then a.first = smp.ts_ns end
+      if smp.ts_ns + smp.weight > a.last_end then a.last_end = smp.ts_ns + smp.weight end
     end
     if smp.flags & WAITING ~= 0 and v.site then
       local w = wait[v.site] or { ns = 0, samples = 0, by_root = {}, by_root_n = {}, frame = v.frame }
       wait[v.site] = w
       w.ns, w.samples = w.ns + smp.weight, w.samples + smp.count
-      if v.root then
-        w.by_root[v.root] = (w.by_root[v.root] or 0) + smp.weight
-        w.by_root_n[v.root] = (w.by_root_n[v.root] or 0) + smp.count
-      end
+      if v.root then w.by_root[v.root] = (w.by_root[v.root] or 0) + smp.weight end
+      if a then a.by_site[v.site] = (a.by_site[v.site] or 0) + smp.count end
     end
   end
 end
 
-for tid, sp in pairs(span) do
-  local r = task_root[tid]
-  r.life = (r.life or 0) + (sp[2] - sp[1])
+-- Per-request figures come from the tasks seen whole: a task already running
+-- when tasks were first read (e.g. attached to a live service, or started
+-- before the reader was ready) or still running at the end of the session
+-- would make a request look shorter than it is.
+local interval = (sampled.achieved_rate_hz and sampled.achieved_rate_hz > 0) and 1e9 / sampled.achieved_rate_hz or 0
+local partial = {}    -- root -> tasks left out
+for _, a in pairs(acc) do
+  local whole = a.first > t_first and a.last_end < s_end - interval
+  local r = root_tasks[a.root] or { n = 0, ns = 0, samples = 0, life = 0, name = a.name }
+  root_tasks[a.root] = r
+  if whole then
+    r.n, r.ns, r.samples, r.life = r.n + 1, r.ns + a.ns, r.samples + a.samples, r.life + (a.last_end - a.first)
+    for site, n in pairs(a.by_site) do
+      local w = wait[site]
+      w.by_root_n[a.root] = (w.by_root_n[a.root] or 0) + n
+    end
+  else
+    partial[a.root] = (partial[a.root] or 0) + 1
+  end
 end
 
 -- ---- the join ----------------------------------------------------------------
@@ -216,4 +234,11 @@ for i, r in ipairs(rows) do
     r.ci and bifocal.fmt_ns(r.ci[1]) or "-", r.ci and bifocal.fmt_ns(r.ci[2]) or "-",
     r.each and bifocal.fmt_ns(r.each) or "-", r.life and bifocal.fmt_ns(r.life) or "-",
     r.traced_life and bifocal.fmt_ns(r.traced_life) or "-"))
+end
+for root, n in pairs(partial) do
+  local r = root_tasks[root]
+  if r and (opt.per == "" or r.name == opt.per or per_key == root) then
+    print(string.format("(%d task%s of %s left out of the per-request figures: running when tasks were first read or at the end)",
+      n, n == 1 and "" or "s", bifocal.inert(r.name or "?")))
+  end
 end

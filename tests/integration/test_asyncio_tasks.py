@@ -142,7 +142,7 @@ def test_logical_stacks_outermost_first(python, tmp_path_factory, tmp_path):
     assert any(s[:3] == ["burner", "burner", "sleep"] for s in stacks), stacks[:5]  # waiting: the await chain
     rows = collapsed(db, sid, "task:alt", tmp_path)
     assert any(r[0][:3] == ["alt", "alt", "sleep"] for r in rows)
-    assert any(r[0][:2] == ["alt", "alt"] and r[0][2].endswith("get") for r in rows)
+    assert any(r[0][:2] == ["alt", "alt"] and len(r[0]) > 2 and r[0][2].endswith("get") for r in rows), rows[:5]
 
 
 def test_thousands_of_short_tasks(python, tmp_path_factory):
@@ -299,7 +299,6 @@ def test_awaits_lua_joins_sampled_waits_with_exact_hits(tmp_path):
     if not ps:
         pytest.skip("no supported interpreter")
     rel = 0.10 if QUIET else 0.25
-    known = []
     for p in {ps[0]["path"]: ps[0], ps[-1]["path"]: ps[-1]}.values():
         db, truth = str(tmp_path / ("a%s.db" % p["tag"])), tmp_path / ("truth%s.json" % p["tag"])
         s = last_line_id(run(["record", "--async", "--rate", "1000", "--", p["path"], AWAITS, str(truth), "16"], db=db))
@@ -314,16 +313,7 @@ def test_awaits_lua_joins_sampled_waits_with_exact_hits(tmp_path):
             each = float(m.group(2)) * {"s": 1, "ms": 1e-3, "us": 1e-6}[m.group(3)]
             why = "%s %s: %.1f ms per hit sampled, %.1f ms timed (%d%%%s)" % (
                 p["tag"], q, each * 1e3, tr[tag] * 1e3, 100 * rel, "" if QUIET else ", host overloaded")
-            if q == "fetch" and abs(each - tr[tag]) > rel * tr[tag]:
-                # known defect (issue #17, open): on a quiet host the sampled
-                # wait of fetch, the first await of each new task, comes out
-                # 9-13% short (3.8: 35 vs 40 ms; a request's sampled life is
-                # ~15 ms short of its true 141 ms); not yet explained
-                known.append(why)
-                continue
             assert abs(each - tr[tag]) <= rel * tr[tag], why
-    if known:
-        pytest.xfail("known defect (issue #17): " + "; ".join(known))
 
 
 # ---- exports keep the logical task stacks, read by their own consumers ----------
