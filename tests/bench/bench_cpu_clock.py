@@ -32,12 +32,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pythons  # noqa: E402
+from progress_target import ProgressTarget  # noqa: E402
 
 MEASURED = ("steady", "crunch", "nap", "digest", "squeeze", "wait_io", "parse")
 
@@ -135,45 +134,16 @@ def slowdown(bifocal, py, source, n, secs=0.5):
     kind, per second of wall time and per second of its own CPU time:
     {"SCHED_FIFO": ([wall...], [cpu...]), "no SCHED_FIFO": (...)}."""
     kinds = (("SCHED_FIFO", {}), ("no SCHED_FIFO", {"BIFOCAL_CPU_CLOCK_RT": "0"}))
-    with tempfile.TemporaryDirectory() as d:
-        script = os.path.join(d, "target.py")
-        with open(script, "w") as f:
-            f.write(source)
-        db = os.path.join(d, "w.db")
-        p = subprocess.Popen([py, script], stdout=subprocess.PIPE, text=True)
-        lines = []
-
-        def reader():
-            for line in p.stdout:
-                t, c, k = line.split()
-                lines.append((int(t), int(c), int(k)))
-        th = threading.Thread(target=reader, daemon=True)
-        th.start()
-        spans = []  # (kind or None, t0, t1)
-        try:
-            time.sleep(0.5)  # steady state
-            for i in range(4 * n + 1):
-                kind = None if i % 2 == 0 else kinds[(i // 2) % 2]
-                t0 = time.monotonic_ns()
-                if kind:
-                    subprocess.run([bifocal, "--db", db, "record", "--pid", str(p.pid), "--clock", "cpu",
-                                    "--rate", "1000", "--duration", str(secs)],
-                                   capture_output=True, check=True, env=dict(os.environ, **kind[1]))
-                else:
-                    time.sleep(secs)
-                spans.append((kind[0] if kind else None, t0, time.monotonic_ns()))
-        finally:
-            p.kill()
-            p.wait()
-            th.join(timeout=5)
-
-    def rate(t0, t1):
-        inside = [x for x in lines if t0 <= x[0] <= t1]
-        if len(inside) < 2 or inside[-1][0] == inside[0][0] or inside[-1][1] == inside[0][1]:
-            return None
-        a, b = inside[0], inside[-1]
-        return ((b[2] - a[2]) / (b[0] - a[0]), (b[2] - a[2]) / (b[1] - a[1]))
-    r = [rate(t0, t1) for _, t0, t1 in spans]
+    spans = []  # (kind or None, t0, t1)
+    with ProgressTarget(py, source) as tg:
+        db = os.path.join(tg.dir, "w.db")
+        for i in range(4 * n + 1):
+            kind = None if i % 2 == 0 else kinds[(i // 2) % 2]
+            run = (lambda k=kind: subprocess.run(
+                [bifocal, "--db", db, "record", "--pid", str(tg.pid), "--clock", "cpu", "--rate", "1000",
+                 "--duration", str(secs)], capture_output=True, check=True, env=dict(os.environ, **k[1]))) if kind else None
+            spans.append((kind[0] if kind else None,) + tg.window(run, secs))
+    r = [tg.rate(t0, t1) for _, t0, t1 in spans]
     out = {k[0]: ([], []) for k in kinds}
     for i in range(1, len(spans) - 1, 2):
         if r[i] and r[i - 1] and r[i + 1]:

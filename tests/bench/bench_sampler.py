@@ -19,11 +19,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pythons  # noqa: E402
+from progress_target import ProgressTarget  # noqa: E402
 
 # The CPU-bound work: a 19-deep recursion ending in a small loop.
 F = r"""
@@ -64,55 +64,24 @@ def windows(bifocal, py, n, secs):
     compared with the mean of the two windows alone around it, so a host
     that changes speed over seconds cancels out. Returns the per-window
     slowdowns of wall-clock and of the target's CPU-time progress."""
-    import threading
-    with tempfile.TemporaryDirectory() as d:
-        script = os.path.join(d, "progress.py")
-        with open(script, "w") as f:
-            f.write(PROGRESS)
-        db = os.path.join(d, "w.db")
-        p = subprocess.Popen([py, script], stdout=subprocess.PIPE, text=True)
-        lines = []
-
-        def reader():
-            for line in p.stdout:
-                t, c, k = line.split()
-                lines.append((int(t), int(c), int(k)))
-        th = threading.Thread(target=reader, daemon=True)
-        th.start()
-        try:
-            time.sleep(0.5)  # imports done, steady state
-            spans = []  # (sampled, t0, t1) in monotonic ns
-            for i in range(2 * n + 1):
-                sampled = i % 2 == 1
-                t0 = time.monotonic_ns()
-                if sampled:
-                    subprocess.run([bifocal, "--db", db, "record", "--pid", str(p.pid), "--rate",
-                                    "1000", "--duration", str(secs)],
-                                   capture_output=True, check=True)
-                else:
-                    time.sleep(secs)
-                spans.append((sampled, t0, time.monotonic_ns()))
-            torn = torn_rates(bifocal, db)
-        finally:
-            p.kill()
-            p.wait()
-            th.join(timeout=5)
-
-        def rates(t0, t1):
-            inside = [x for x in lines if t0 <= x[0] <= t1]
-            if len(inside) < 2:
-                return None
-            a, b = inside[0], inside[-1]
-            return ((b[2] - a[2]) / (b[0] - a[0]), (b[2] - a[2]) / max(1, b[1] - a[1]))
-        r = [rates(t0, t1) for _, t0, t1 in spans]
-        wall, cpu = [], []
-        for i in range(1, len(spans) - 1, 2):
-            on, before, after = r[i], r[i - 1], r[i + 1]
-            if not (on and before and after):
-                continue
-            wall.append((before[0] + after[0]) / 2 / on[0])
-            cpu.append((before[1] + after[1]) / 2 / on[1])
-        return wall, cpu, torn
+    spans = []  # (sampled, t0, t1) in monotonic ns
+    with ProgressTarget(py, PROGRESS) as tg:
+        db = os.path.join(tg.dir, "w.db")
+        for i in range(2 * n + 1):
+            sampled = i % 2 == 1
+            run = (lambda: subprocess.run([bifocal, "--db", db, "record", "--pid", str(tg.pid), "--rate", "1000",
+                                           "--duration", str(secs)], capture_output=True, check=True)) if sampled else None
+            spans.append((sampled,) + tg.window(run, secs))
+        torn = torn_rates(bifocal, db)
+    r = [tg.rate(t0, t1) for _, t0, t1 in spans]
+    wall, cpu = [], []
+    for i in range(1, len(spans) - 1, 2):
+        on, before, after = r[i], r[i - 1], r[i + 1]
+        if not (on and before and after):
+            continue
+        wall.append((before[0] + after[0]) / 2 / on[0])
+        cpu.append((before[1] + after[1]) / 2 / on[1])
+    return wall, cpu, torn
 
 
 def torn_rates(bifocal, db):

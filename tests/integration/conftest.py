@@ -79,8 +79,8 @@ def wait_session(db, proc=None, timeout=30):
     wait_until(ready, timeout, what="a session in %s" % db, interval=0.05)
 
 
-def task_states(pid):
-    """{tid: state letter} of every thread of pid (/proc/PID/task/TID/stat);
+def task_files(pid, name):
+    """{tid: text of /proc/PID/task/TID/<name>} for every thread of pid;
     threads that vanish while read are left out."""
     out = {}
     try:
@@ -89,28 +89,64 @@ def task_states(pid):
         return out
     for tid in tids:
         try:
-            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                out[int(tid)] = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            with open("/proc/%d/task/%s/%s" % (pid, tid, name)) as f:
+                out[int(tid)] = f.read()
+        except OSError:
+            continue
+    return out
+
+
+def task_states(pid):
+    """{tid: state letter} of every thread of pid (/proc/PID/task/TID/stat)."""
+    out = {}
+    for tid, text in task_files(pid, "stat").items():
+        try:
+            out[tid] = text.rsplit(")", 1)[1].split()[0]
+        except IndexError:
             continue
     return out
 
 
 def task_cpu_ns(pid):
     """CPU time (ns, user + system) all threads of pid have run so far
-    (/proc/PID/task/TID/schedstat); threads that vanish are left out."""
+    (/proc/PID/task/TID/schedstat)."""
     total = 0
-    try:
-        tids = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return total
-    for tid in tids:
+    for text in task_files(pid, "schedstat").values():
         try:
-            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
+            total += int(text.split()[0])
+        except (ValueError, IndexError):
             continue
     return total
+
+
+def traced_or_stopped(pid):
+    """[(tid, state, tracer pid)] of pid's threads that still have a tracer
+    or stand stopped ('t'/'T'); [] when none."""
+    bad = []
+    for tid, st in sorted(task_files(pid, "status").items()):
+        fields = dict(line.split(":", 1) for line in st.splitlines() if ":" in line)
+        state = fields.get("State", "").split()[0]
+        if fields.get("TracerPid", "0").strip() != "0" or state in ("t", "T"):
+            bad.append((str(tid), state, fields.get("TracerPid", "").strip()))
+    return bad
+
+
+# A parent that runs a busy child process: the subprocess-tree workload of
+# test_sampler.py and test_cli.py.
+SUBPROCESS_TREE = '''\
+import subprocess, sys
+CHILD = """
+import time
+def child_busy():
+    end = time.time() + 0.8
+    while time.time() < end:
+        pass
+child_busy()
+"""
+def parent_wait():
+    subprocess.run([sys.executable, "-c", CHILD], check=True)
+parent_wait()
+'''
 
 
 def tracer_of(pid):

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import bifocal_bin, wait_until
+from conftest import SUBPROCESS_TREE, bifocal_bin, wait_until
 
 HOT_SHARE = 0.75
 WORK = """\
@@ -449,25 +449,9 @@ def test_dump_locals_match_the_targets_own_repr(python, tmp_path):
     assert t.returncode == 0 and "      lst: list (not shown)" in t.stdout and "      a = 7" in t.stdout, t.stdout
 
 
-TREE = '''\
-import subprocess, sys
-CHILD = """
-import time
-def child_busy():
-    end = time.time() + 0.8
-    while time.time() < end:
-        pass
-child_busy()
-"""
-def parent_wait():
-    subprocess.run([sys.executable, "-c", CHILD], check=True)
-parent_wait()
-'''
-
-
 def test_subprocess_tree_viewed_and_written_as_one(newest, tmp_path):
     src = tmp_path / "parent.py"
-    src.write_text(TREE)
+    src.write_text(SUBPROCESS_TREE)
     env = env_for(tmp_path)
     db = str(tmp_path / "t.db")
     r = bf(["--db", db, "record", "-s", "-r", "500", "-o", str(tmp_path / "tree.txt"), "--", newest, str(src)], env)

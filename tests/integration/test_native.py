@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from conftest import (ROOT, bifocal_bin, last_line_id, run, task_cpu_ns, task_states, tracer_of,
-                      wait_session, wait_until)
+from conftest import (ROOT, bifocal_bin, last_line_id, run, task_cpu_ns, task_states, traced_or_stopped,
+                      tracer_of, wait_session, wait_until)
 
 
 MOST = 0.6
@@ -227,21 +227,6 @@ def write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text)
     return str(p)
-
-
-def traced_or_stopped(pid):
-    """Threads of pid that still have a tracer or stand stopped ('t'/'T')."""
-    bad = []
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            st = open("/proc/%d/task/%s/status" % (pid, tid)).read()
-        except OSError:
-            continue
-        fields = dict(l.split(":", 1) for l in st.splitlines() if ":" in l)
-        state = fields.get("State", "").split()[0]
-        if fields.get("TracerPid", "0").strip() != "0" or state in ("t", "T"):
-            bad.append((tid, state, fields.get("TracerPid", "").strip()))
-    return bad
 
 
 def test_zlib_frames_under_python(python, db, tmp_path):

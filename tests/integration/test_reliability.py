@@ -27,7 +27,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import pythons  # noqa: E402
-from conftest import bifocal_bin, last_line_id, run, task_states, wait_session, wait_until  # noqa: E402
+from conftest import (bifocal_bin, last_line_id, run, task_states, traced_or_stopped, wait_session,  # noqa: E402
+                      wait_until)
 
 WORK = """\
 import sys, time
@@ -508,20 +509,6 @@ print("done", flush=True)
 """
 
 
-def _traced_or_stopped(pid):
-    bad = []
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            st = open("/proc/%d/task/%s/status" % (pid, tid)).read()
-        except OSError:
-            continue
-        f = dict(line.split(":", 1) for line in st.splitlines() if ":" in line)
-        state = f.get("State", "").split()[0]
-        if f.get("TracerPid", "0").strip() != "0" or state in ("t", "T"):
-            bad.append((tid, state))
-    return bad
-
-
 def test_sigtstp_releases_native_target(tmp_path):
     """Ctrl-Z (SIGTSTP) of `record --native` at 1000 Hz: while bifocal stands
     stopped, no thread of the target is traced or stopped (it was 7 of 9
@@ -551,8 +538,8 @@ def test_sigtstp_releases_native_target(tmp_path):
             wait_until(lambda: task_states(rec.pid).get(rec.pid) == "T", 5,
                        what="bifocal to stop on SIGTSTP")
             # it released the target before it stopped (the same 0.2 s grace as ever)
-            wait_until(lambda: _traced_or_stopped(target.pid) == [], 0.2)
-            assert _traced_or_stopped(target.pid) == []
+            wait_until(lambda: traced_or_stopped(target.pid) == [], 0.2)
+            assert traced_or_stopped(target.pid) == []
             rec.send_signal(signal.SIGCONT)
         out, err = rec.communicate(timeout=60)
         assert rec.returncode == 0, err

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from conftest import ROOT, bifocal_bin, last_line_id, run, task_cpu_ns, task_states, wait_session, wait_until
+from conftest import (ROOT, SUBPROCESS_TREE, bifocal_bin, last_line_id, run, task_cpu_ns, task_states, wait_session,
+                      wait_until)
 import pythons
 
 TOL_POINTS = 7.0
@@ -300,25 +301,9 @@ def test_top(python, tmp_path, work):
         proc.wait()
 
 
-PARENT = '''\
-import subprocess, sys
-CHILD = """
-import time
-def child_busy():
-    end = time.time() + 0.8
-    while time.time() < end:
-        pass
-child_busy()
-"""
-def parent_wait():
-    subprocess.run([sys.executable, "-c", CHILD], check=True)
-parent_wait()
-'''
-
-
 def test_subprocesses(python, db, tmp_path):
     p = tmp_path / "parent.py"
-    p.write_text(PARENT)
+    p.write_text(SUBPROCESS_TREE)
     r = run(["record", "--subprocesses", "--", python, str(p)], db=db)
     parent = last_line_id(r)
     out = json.loads(run(["sessions", "--json"], db=db).stdout)
