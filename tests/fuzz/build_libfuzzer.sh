@@ -22,6 +22,6 @@ if [ "${1:-}" = lua ]; then
   exec "$out/fuzz_lua_lf" -max_total_time="${2:-60}" -max_len=4096 -timeout=10 "$out/corpus-lua"
 fi
 clang -g -O1 -fsanitize=fuzzer,address,undefined -DBF_LIBFUZZER -D_GNU_SOURCE -std=c11 \
-  -Isampling -Icore tests/fuzz/fuzz_sampler.c sampling/remote.c sampling/elf.c \
+  -Isampling -Isampling/internal -Icore tests/fuzz/fuzz_sampler.c sampling/remote.c sampling/elf.c \
   sampling/layouts.c sampling/linetable.c sampling/walker.c sampling/pynames.c -o "$out/fuzz_sampler_lf"
 "$out/fuzz_sampler_lf" -max_total_time="${1:-60}" -max_len=8192 "$out/corpus"

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "../../sampling/smp_int.h"
+#include "smp_int.h" /* sampling/internal/: on this test's include path only */
 
 #define FAKE_BASE 0x100000000000ull
 

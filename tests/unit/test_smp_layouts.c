@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "../../sampling/smp_int.h"
+#include "smp_int.h" /* sampling/internal/: on this test's include path only */
 #include "check.h"
 
 static void put(unsigned char *b, size_t pos, uint64_t v) { memcpy(b + pos, &v, 8); }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../sampling/smp_int.h"
+#include "smp_int.h" /* sampling/internal/: on this test's include path only */
 #include "check.h"
 
 typedef struct vec {
