@@ -310,8 +310,10 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   if (tty) fputs("\r\033[K", stderr);
   int status = 0;
   if (rc < 0) {
+    const char *hint = bf_cli_hint(bf_smp_errmsg(h)); /* said before the session note */
     if (sid > 0) /* the session keeps what was recorded; no id on stdout for a failure */
-      bf_cli_error("%s (session %lld keeps the samples taken until then)", bf_smp_errmsg(h), (long long)sid);
+      bf_cli_error("%s%s%s%s (session %lld keeps the samples taken until then)", bf_smp_errmsg(h),
+                   hint ? " (" : "", hint ? hint : "", hint ? ")" : "", (long long)sid);
     else
       bf_cli_error("%s", bf_smp_errmsg(h));
     status = 1;

@@ -40,8 +40,11 @@ int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char 
   n->pid = bf_smp_pid(h);
   int rc = nat_parse_filter(n, threads);
   if (rc < 0) {
-    snprintf(errbuf, len, "bad --native-threads '%s' (a comma list of thread ids or name globs)",
-             threads ? threads : "");
+    if (rc == -ENOMEM)
+      snprintf(errbuf, len, "out of memory");
+    else /* repl/cli_hints.c names the option */
+      snprintf(errbuf, len, "native thread filter '%s' is not a comma list of thread ids or name globs",
+               threads ? threads : "");
     bf_smp_native_free(n);
     return rc;
   }

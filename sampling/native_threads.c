@@ -362,10 +362,8 @@ static const char *explain_trace(bf_smp_native *n, int tid, int err, char *buf, 
       if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
       fclose(f);
     }
-    snprintf(buf, len,
-             "it is already traced by process %ld (%s); only one tracer at a time (detach it, "
-             "or record without --native)",
-             tracer, comm);
+    snprintf(buf, len, "it is already traced by process %ld (%s); only one tracer at a time", tracer,
+             comm); /* repl/cli_hints.c adds the remedy */
     return buf;
   }
   return "ptrace refused: kernel.yama.ptrace_scope or a missing CAP_SYS_PTRACE forbids it (run "

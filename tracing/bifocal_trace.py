@@ -31,6 +31,8 @@ _USAGE = ("usage: python -m bifocal_trace [--db DB] [--session ID] [--clock wall
 
 
 def _fail(msg, code=2):
+    if msg.endswith("(tool_id=N)"):  # trc_monitoring.c names Profile's keyword; here it is an option
+        msg = msg[:-len("(tool_id=N)")] + "(--tool-id N)"
     _sys.stderr.write("bifocal: %s\n" % msg)
     raise SystemExit(code)
 

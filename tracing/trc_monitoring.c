@@ -523,8 +523,8 @@ static int trc_claim_tool(int tool) {
   if (!holder) return -1;
   if (holder != Py_None) {
     PyErr_Format(PyExc_RuntimeError,
-                 "sys.monitoring tool id %d is already in use by %R; pick another free id "
-                 "with --tool-id N (tool_id=N), 0-5",
+                 "sys.monitoring tool id %d is already in use by %R; pick another free id, 0-5 "
+                 "(tool_id=N)", /* the runner (bifocal_trace.py) names its option instead */
                  tool, holder);
     Py_DECREF(holder);
     return -1;

@@ -448,6 +448,8 @@ def test_one_tracer_at_a_time(python, db, tmp_path):
         r = run(["dump", "--native", str(target.pid)], check=False)
         assert r.returncode == 1, r
         assert "already traced by process %d (bifocal)" % first.pid in r.stderr, r.stderr
+        # the library names the cause, the command line the remedy (repl/cli_hints.c)
+        assert r.stderr.endswith("only one tracer at a time (detach it, or record without --native)\n"), r.stderr
         first.send_signal(signal.SIGINT)
         assert first.wait(timeout=30) == 0
         assert traced_or_stopped(target.pid) == []
