@@ -1,0 +1,96 @@
+/* record_int.h — what record.c (the loop, the sessions' metadata) and
+ * record_keep.c (a tick's stacks into the store) share: the state kept per
+ * target process and per thread, and the keeping functions.
+ */
+#ifndef BF_RECORD_INT_H
+#define BF_RECORD_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpuclock.h"
+#include "native.h"
+#include "session_meta.h"
+#include "smp_int.h"
+#include "store.h"
+#include "tasks.h"
+
+/* Per-thread memory between ticks: CPU clock and the last stack interned. */
+typedef struct rec_thread {
+  int64_t tid;
+  int64_t store_thread_id;
+  int64_t last_cpu_ns;    /* cpu clock: the thread's CPU time charged up to */
+  int64_t cpu_seen_ns;    /* cpu clock: the thread's CPU time at the last tick */
+  bf_sample *batch;       /* cpu clock: on-CPU samples not written yet (see rec_cpu_charge) */
+  size_t nbatch;
+  bf_sample *wbatch;      /* cpu clock: samples of where it waits, meanwhile */
+  size_t nwbatch;
+  int64_t last_switch_ns, switch_seen_ns; /* cpu clock: its switch work, charged / seen */
+  int64_t last_stack_id;
+  int named;              /* the store has its name (it keeps the first one it gets) */
+  bf_smp_frame *last_frames;
+  size_t last_n, last_cap;
+  int gen;
+  int64_t seen_ns;        /* monotonic time of the last tick that returned the thread */
+  bf_sample held;         /* --async task: its current run of one stack, not written yet */
+} rec_thread;
+
+typedef struct target {
+  bf_smp *h;
+  int pid;
+  int own;          /* h allocated here (subprocess) */
+  int64_t session_id;
+  bf_session_info info;
+  bf_meta meta; /* host, commit, command: the session's strings */
+  char version[32];
+  int64_t samples, missed, invalid, ticks;
+  int64_t late, max_late_ns; /* ticks sampled over one period behind schedule (caught up) */
+  bf_smp_consistency_stats cs0; /* the handle's torn-stack figures at session start */
+  int invalid_run; /* consecutive invalid samples */
+  int64_t start_mono;
+  int64_t start_cpu_ns; /* profiler CPU when the session began */
+  int exited;
+  rec_thread *threads;
+  size_t nthreads, cap_threads;
+  int gen;
+  /* samples held in memory while another process holds the database's write
+   * lock (drained in order once it is free; bounded, the excess counted) */
+  struct pend_sample *pend;
+  size_t npend, pend_head, cap_pend, pend_bytes;
+  int64_t lock_held, lock_dropped, next_drain_ns;
+  bf_smp_native *nat; /* --native: stops threads, merges C frames (native.c) */
+  bf_cpuclock *cc;    /* --clock cpu: the threads' real CPU time (cpuclock.c) */
+  int64_t cpu_charged_ns, proc_cpu0_ns; /* cpu clock: weights written; process CPU at start */
+  int64_t deadline_ns; /* cpu clock: this tick's deadline if the sampler slept until it, else 0 */
+  int sampler_rt;      /* cpu clock: the sampler runs SCHED_FIFO (1), or was refused (0) */
+  int64_t lag_sum_ns, lag_n; /* cpu clock: from the on-CPU instant to the stacks' read */
+  char *nat_json;     /* its figures for the session's extra_json */
+  char *py_json;      /* extra.python: the interpreter it runs (interp.c), or NULL */
+  bf_smp_tasks *tk;   /* --async: asyncio tasks read after each sample */
+  size_t next_hint;   /* rec_thread_get: where the next thread likely is */
+} target;
+
+/* record_keep.c. Unless said otherwise each returns 0 or a negative errno
+ * (a store error has its message on the store). */
+
+/* The thread's state, added zeroed when new; NULL when out of memory. */
+rec_thread *rec_thread_get(target *t, int64_t tid);
+/* cpu clock: write r's batch of on-CPU samples, sharing the CPU it used up
+ * to cpu_ns among them (its switch work among the waits seen meanwhile). */
+int rec_cpu_charge(bf_store *st, target *t, rec_thread *r, int64_t cpu_ns);
+/* rec_cpu_charge for every thread of t, up to the CPU time last seen. */
+int rec_cpu_flush(bf_store *st, target *t);
+/* Drop threads no tick has returned for a second (gil_only: also gone from /proc). */
+void rec_forget_threads(bf_store *st, target *t, int64_t now, int gil_only);
+/* Intern th's stack, reusing r's last one when unchanged. OUT: *stack_id.
+ * -EBUSY: another process holds the write lock. */
+int rec_intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64_t *stack_id);
+/* Store a sample, or hold it (in order) while the database is locked. */
+int rec_keep_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th, const char *tname,
+                    int64_t ts, uint32_t flags, int64_t weight);
+/* Write held samples while the lock is free: 0 (some may remain) or a fatal error. */
+int rec_drain_pending(bf_store *st, target *t, int64_t now);
+/* Free the samples still held (never written). */
+void rec_pending_free(target *t);
+
+#endif

@@ -1,0 +1,302 @@
+/* record_keep.c — how a tick's stacks become rows of the session: threads
+ * and stacks interned (a thread's last stack reused), cpu-clock batches that
+ * share a thread's CPU time, an asyncio task's run of one stack kept as one
+ * record, and samples held in order while another process holds the
+ * database's write lock. The loop that reads the stacks is record.c's.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "record_int.h"
+#include "vec.h"
+
+#define TASK_RUN_NS 100000000LL /* --async: ticks of one task with one stack kept as one record for up to this long */
+
+typedef struct pend_sample {
+  int interned;        /* cpu clock: stack and thread already interned (smp) */
+  bf_sample smp;
+  int64_t tid, ts, weight;
+  uint32_t flags;
+  char *name;
+  size_t nframes;
+  bf_smp_frame *frames; /* code pointers stay valid until bf_smp_free */
+} pend_sample;
+
+#define PEND_MAX_BYTES (64u << 20) /* at most this much held while the database is locked */
+
+static int hold_interned(bf_store *st, target *t, rec_thread *r, const bf_sample *smp);
+
+/* weights: total shared equally among b[0..n) */
+static void share(bf_sample *b, size_t n, int64_t total) {
+  for (size_t k = 0; k < n; k++)
+    b[k].weight = total > 0 ? total / (int64_t)n + ((int64_t)k < total % (int64_t)n) : 0;
+}
+
+/* cpu clock: write a thread's batch of on-CPU samples, sharing the CPU it
+ * used since the last batch (up to cpu_ns) equally among them; the part that
+ * was the scheduler's work around its switches (switch_ns since the last
+ * batch) goes to the stacks where it was found waiting meanwhile, if any:
+ * a thread's CPU time counts that work inside the call that waits. */
+int rec_cpu_charge(bf_store *st, target *t, rec_thread *r, int64_t cpu_ns) {
+  size_t n = r->nbatch, nw = r->nwbatch;
+  if (!n) return 0; /* waits alone: kept until on-CPU samples come */
+  r->nbatch = r->nwbatch = 0;
+  int64_t total = cpu_ns - r->last_cpu_ns;
+  int64_t sw = r->switch_seen_ns - r->last_switch_ns;
+  r->last_cpu_ns = cpu_ns;
+  r->last_switch_ns = r->switch_seen_ns;
+  if (total <= 0) return 0;
+  if (!nw || sw < 0) sw = 0;
+  if (sw > total) sw = total;
+  share(r->batch, n, total - sw);
+  share(r->wbatch, sw ? nw : 0, sw);
+  if (!sw) nw = 0;
+  /* written in time order within the thread, as the store requires */
+  for (size_t i = 0, j = 0; i < n || j < nw;) {
+    int on = j >= nw || (i < n && r->batch[i].ts_ns <= r->wbatch[j].ts_ns);
+    bf_sample *x = on ? &r->batch[i++] : &r->wbatch[j++];
+    if (!x->weight) continue;
+    int rc = hold_interned(st, t, r, x); /* held while the database is locked */
+    if (rc < 0) return rc;
+    t->cpu_charged_ns += x->weight;
+  }
+  return 0;
+}
+
+int rec_cpu_flush(bf_store *st, target *t) {
+  int rc = 0;
+  for (size_t i = 0; i < t->nthreads; i++) {
+    int rc2 = rec_cpu_charge(st, t, &t->threads[i], t->threads[i].cpu_seen_ns);
+    if (rc2 < 0 && !rc) rc = rc2;
+  }
+  return rc;
+}
+
+rec_thread *rec_thread_get(target *t, int64_t tid) {
+  /* threads (and --async tasks) come in the same order tick after tick */
+  if (t->next_hint < t->nthreads && t->threads[t->next_hint].tid == tid) return &t->threads[t->next_hint++];
+  for (size_t i = 0; i < t->nthreads; i++)
+    if (t->threads[i].tid == tid) {
+      t->next_hint = i + 1;
+      return &t->threads[i];
+    }
+  t->next_hint = t->nthreads + 1;
+  if (bf_vec_grow((void **)&t->threads, &t->cap_threads, t->nthreads + 1, sizeof *t->threads, 8)) return NULL;
+  rec_thread *r = &t->threads[t->nthreads++];
+  memset(r, 0, sizeof *r);
+  r->tid = tid;
+  r->last_cpu_ns = -1;
+  r->last_stack_id = -1;
+  return r;
+}
+
+/* Forget threads that are gone, so thread churn keeps memory bounded: a
+ * thread no tick has returned for a second is dropped (with --gil only the
+ * GIL holder is returned, so there it must also be missing from /proc). A
+ * thread dropped too early is only looked up again (same store id). */
+void rec_forget_threads(bf_store *st, target *t, int64_t now, int gil_only) {
+  for (size_t i = 0; i < t->nthreads;) {
+    rec_thread *r = &t->threads[i];
+    int gone = r->seen_ns && now - r->seen_ns > 1000000000LL;
+    if (gone && gil_only) {
+      char p[64];
+      snprintf(p, sizeof p, "/proc/%d/task/%lld", t->pid, (long long)r->tid);
+      gone = access(p, F_OK) != 0;
+    }
+    if (gone && r->nbatch && rec_cpu_charge(st, t, r, r->cpu_seen_ns) < 0) gone = 0; /* its CPU first */
+    if (gone && r->held.count && bf_store_sample_add(st, t->session_id, &r->held) < 0) gone = 0;
+    if (!gone) {
+      i++;
+      continue;
+    }
+    free(r->last_frames);
+    free(r->batch);
+    free(r->wbatch);
+    t->threads[i] = t->threads[--t->nthreads];
+  }
+  if (t->cap_threads > 64 && t->nthreads < t->cap_threads / 4) {
+    rec_thread *n = realloc(t->threads, t->cap_threads / 2 * sizeof *n);
+    if (n) {
+      t->threads = n;
+      t->cap_threads /= 2;
+    }
+  }
+}
+
+/* Intern a thread's stack (outermost first), reusing the last one when the
+ * frames did not change. OUT: *stack_id. */
+int rec_intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64_t *stack_id) {
+  if (r->last_stack_id >= 0 && r->last_n == th->nframes &&
+      (!th->nframes || memcmp(r->last_frames, th->frames, th->nframes * sizeof *th->frames) == 0)) {
+    *stack_id = r->last_stack_id;
+    return 0;
+  }
+  int64_t parent = 0;
+  int rc;
+  for (size_t k = th->nframes; k-- > 0;) {
+    bf_smp_code *c = (bf_smp_code *)th->frames[k].code;
+    if (!c) continue; /* never dereference a frame without code (seen once from a task chain; cause unknown) */
+    if (!c->user_id) {
+      rc = bf_store_intern_function(st, c->filename, c->qualname, c->firstlineno, &c->user_id);
+      if (rc < 0) return rc;
+    }
+    int64_t fid, sid;
+    if ((rc = bf_store_intern_frame(st, c->user_id, th->frames[k].line, &fid)) < 0) return rc;
+    if ((rc = bf_store_intern_stack(st, parent, fid, &sid)) < 0) return rc;
+    parent = sid;
+  }
+  if (th->nframes > r->last_cap) {
+    bf_smp_frame *nf = realloc(r->last_frames, th->nframes * sizeof *nf);
+    if (!nf) {
+      r->last_stack_id = -1;
+      *stack_id = parent;
+      return 0;
+    }
+    r->last_frames = nf;
+    r->last_cap = th->nframes;
+  }
+  if (th->nframes) memcpy(r->last_frames, th->frames, th->nframes * sizeof *th->frames);
+  r->last_n = th->nframes;
+  r->last_stack_id = parent;
+  *stack_id = parent;
+  return 0;
+}
+
+/* Write one thread's sample to the store. -EBUSY: another process holds the
+ * write lock; nothing of this sample was added (interning is idempotent). */
+static int store_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th,
+                        const char *tname, int64_t ts, uint32_t flags, int64_t weight) {
+  int rc;
+  if (!r->store_thread_id || (tname && !r->named)) {
+    rc = bf_store_intern_thread(st, t->session_id, r->tid, tname, &r->store_thread_id);
+    if (rc < 0) return rc;
+    r->named = tname != NULL;
+  }
+  int64_t stack_id;
+  if ((rc = rec_intern_stack(st, r, th, &stack_id)) < 0) return rc;
+  bf_sample s = {r->store_thread_id, stack_id, ts, flags, 1, weight};
+  if (r->tid < 0) { /* an asyncio task (tasks.h): a run of one stack is one record */
+    if (r->held.count && r->held.stack_id == stack_id && r->held.flags == flags &&
+        ts - r->held.ts_ns < TASK_RUN_NS) {
+      r->held.count++;
+      r->held.weight += weight;
+      t->samples++;
+      return 0;
+    }
+    if (r->held.count && (rc = bf_store_sample_add(st, t->session_id, &r->held)) < 0) return rc;
+    r->held = s;
+    t->samples++;
+    return 0;
+  }
+  if ((rc = bf_store_sample_add(st, t->session_id, &s)) < 0) return rc;
+  t->samples++;
+  return 0;
+}
+
+/* Store a sample, or hold it while the database is locked (in order: once
+ * anything is held, later samples queue behind it). */
+int rec_keep_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th,
+                       const char *tname, int64_t ts, uint32_t flags, int64_t weight) {
+  if (t->npend == t->pend_head) {
+    int rc = store_sample(st, t, r, th, tname, ts, flags, weight);
+    if (rc != -EBUSY) return rc;
+  }
+  size_t bytes = sizeof(pend_sample) + th->nframes * sizeof *th->frames + (tname ? strlen(tname) + 1 : 0);
+  if (t->pend_bytes + bytes > PEND_MAX_BYTES) {
+    t->lock_dropped++;
+    return 0;
+  }
+  if (bf_vec_grow((void **)&t->pend, &t->cap_pend, t->npend + 1, sizeof *t->pend, 1024)) return -ENOMEM;
+  pend_sample *p = &t->pend[t->npend];
+  p->interned = 0;
+  p->frames = th->nframes ? malloc(th->nframes * sizeof *th->frames) : NULL;
+  p->name = tname ? strdup(tname) : NULL;
+  if ((th->nframes && !p->frames) || (tname && !p->name)) {
+    free(p->frames);
+    free(p->name);
+    return -ENOMEM;
+  }
+  if (th->nframes) memcpy(p->frames, th->frames, th->nframes * sizeof *th->frames);
+  p->nframes = th->nframes;
+  p->tid = r->tid;
+  p->ts = ts;
+  p->flags = flags;
+  p->weight = weight;
+  t->npend++;
+  t->pend_bytes += bytes;
+  t->lock_held++;
+  return 0;
+}
+
+/* cpu clock: add a sample whose stack is interned, or hold it (in order)
+ * while the database is locked. */
+static int hold_interned(bf_store *st, target *t, rec_thread *r, const bf_sample *smp) {
+  if (t->npend == t->pend_head) {
+    int rc = bf_store_sample_add(st, t->session_id, smp);
+    if (rc == 0) t->samples++;
+    if (rc != -EBUSY) return rc;
+  }
+  if (t->pend_bytes + sizeof(pend_sample) > PEND_MAX_BYTES) {
+    t->lock_dropped++;
+    return 0;
+  }
+  if (bf_vec_grow((void **)&t->pend, &t->cap_pend, t->npend + 1, sizeof *t->pend, 1024)) return -ENOMEM;
+  pend_sample *p = &t->pend[t->npend++];
+  memset(p, 0, sizeof *p);
+  p->interned = 1;
+  p->smp = *smp;
+  p->tid = r->tid;
+  t->pend_bytes += sizeof(pend_sample);
+  t->lock_held++;
+  return 0;
+}
+
+/* Write held samples while the lock is free. Returns 0 (some may remain), or
+ * a fatal store error. */
+int rec_drain_pending(bf_store *st, target *t, int64_t now) {
+  while (t->pend_head < t->npend) {
+    pend_sample *p = &t->pend[t->pend_head];
+    if (p->interned) {
+      int rc = bf_store_sample_add(st, t->session_id, &p->smp);
+      if (rc == -EBUSY) {
+        t->next_drain_ns = now + 50000000;
+        return 0;
+      }
+      if (rc < 0) return rc;
+      t->samples++;
+      t->pend_bytes -= sizeof(pend_sample);
+      t->pend_head++;
+      continue;
+    }
+    rec_thread *r = rec_thread_get(t, p->tid);
+    if (!r) return -ENOMEM;
+    if (!r->seen_ns) r->seen_ns = now;
+    bf_smp_thread th = {.native_tid = p->tid, .nframes = p->nframes, .frames = p->frames};
+    int rc = store_sample(st, t, r, &th, p->name, p->ts, p->flags, p->weight);
+    if (rc == -EBUSY) {
+      t->next_drain_ns = now + 50000000; /* look again in 50 ms */
+      return 0;
+    }
+    if (rc < 0) return rc;
+    t->pend_bytes -= sizeof(pend_sample) + p->nframes * sizeof *p->frames + (p->name ? strlen(p->name) + 1 : 0);
+    free(p->frames);
+    free(p->name);
+    t->pend_head++;
+  }
+  t->npend = t->pend_head = 0;
+  t->pend_bytes = 0;
+  return 0;
+}
+
+void rec_pending_free(target *t) {
+  for (size_t i = t->pend_head; i < t->npend; i++) {
+    free(t->pend[i].frames);
+    free(t->pend[i].name);
+  }
+  free(t->pend);
+  t->pend = NULL;
+  t->npend = t->pend_head = t->cap_pend = 0;
+}
