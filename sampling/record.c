@@ -215,6 +215,59 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
 }
 
 
+/* cpu clock: one thread of a tick. A stack is kept only when its thread was
+ * on a CPU at the moment it was read (not merely runnable). Ticks are
+ * uniform in time, so each CPU instant of a thread is equally likely to be
+ * seen: the samples of a thread split its exact CPU time in proportion to
+ * their counts (a batch of CPU_BATCH at a time shares the CPU the thread
+ * used meanwhile). Threads' totals are exact; functions get their share.
+ * Returns 0 or a fatal negative errno. */
+static int tick_cpu_thread(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th, int64_t tid,
+                           const char *tname, int64_t ts, uint32_t flags, int64_t on_from, int64_t read_at,
+                           int64_t read_end) {
+  int rc;
+  if (!r->store_thread_id || (tname && !r->named)) {
+    rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
+    if (rc == -EBUSY) return 0; /* database locked: look again next tick */
+    if (rc < 0) return rc;
+    r->named = tname != NULL;
+  }
+  int64_t stack_id;
+  int64_t cpu;
+  int known, on;
+  if (!th->native_tid) return 0; /* no host tid: no CPU time to go by */
+  int64_t sw;
+  int waiting;
+  rc = bf_cpuclock_thread(t->cc, th->native_tid, on_from, read_at, read_end, &cpu, &on, &known,
+                          &sw, &waiting);
+  if (rc < 0) return rc;
+  if (!known || r->last_cpu_ns < 0 || cpu < r->cpu_seen_ns) { /* new, or a tid reused */
+    if ((rc = rec_cpu_charge(st, t, r, r->cpu_seen_ns)) < 0) return rc;
+    r->nwbatch = 0;
+    r->last_cpu_ns = r->cpu_seen_ns = cpu;
+    r->last_switch_ns = r->switch_seen_ns = sw;
+    return 0;
+  }
+  r->cpu_seen_ns = cpu;
+  r->switch_seen_ns = sw;
+  if (!on && !(waiting && r->nwbatch < CPU_BATCH)) return 0;
+  if ((rc = rec_intern_stack(st, r, th, &stack_id)) == -EBUSY) { /* a new stack, locked out */
+    t->lock_dropped++;
+    return 0;
+  }
+  if (rc < 0) return rc;
+  flags = (flags & ~(uint32_t)BF_SAMPLE_IDLE) | BF_SAMPLE_ON_CPU;
+  if (!on) { /* where it waits: its switch work goes there (see rec_cpu_charge) */
+    if (!r->wbatch && !(r->wbatch = malloc(CPU_BATCH * sizeof *r->wbatch))) return -ENOMEM;
+    r->wbatch[r->nwbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
+    return 0;
+  }
+  if (!r->batch && !(r->batch = malloc(CPU_BATCH * sizeof *r->batch))) return -ENOMEM;
+  r->batch[r->nbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
+  if (r->nbatch == CPU_BATCH && (rc = rec_cpu_charge(st, t, r, cpu)) < 0) return rc;
+  return 0;
+}
+
 /* One tick for one target. Returns 0, or -ESRCH when it is gone, or a fatal
  * store error. */
 static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t now,
@@ -300,51 +353,8 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
       tname = nsname;
     }
     if (o->clock_cpu) {
-      if (!r->store_thread_id || (tname && !r->named)) {
-        rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
-        if (rc == -EBUSY) continue; /* database locked: look again next tick */
-        if (rc < 0) return rc;
-        r->named = tname != NULL;
-      }
-      int64_t stack_id;
-      /* A stack is kept only when its thread was on a CPU at the moment it
-       * was read (not merely runnable). Ticks are uniform in time, so each
-       * CPU instant of a thread is equally likely to be seen: the samples of
-       * a thread split its exact CPU time in proportion to their counts
-       * (a batch of CPU_BATCH at a time shares the CPU the thread used
-       * meanwhile). Threads' totals are exact; functions get their share. */
-      int64_t cpu;
-      int known, on;
-      if (!th[i].native_tid) continue; /* no host tid: no CPU time to go by */
-      int64_t sw;
-      int waiting;
-      rc = bf_cpuclock_thread(t->cc, th[i].native_tid, on_from, read_at, read_end, &cpu, &on, &known,
-                              &sw, &waiting);
+      rc = tick_cpu_thread(st, t, r, &th[i], tid, tname, ts, flags, on_from, read_at, read_end);
       if (rc < 0) return rc;
-      if (!known || r->last_cpu_ns < 0 || cpu < r->cpu_seen_ns) { /* new, or a tid reused */
-        if ((rc = rec_cpu_charge(st, t, r, r->cpu_seen_ns)) < 0) return rc;
-        r->nwbatch = 0;
-        r->last_cpu_ns = r->cpu_seen_ns = cpu;
-        r->last_switch_ns = r->switch_seen_ns = sw;
-        continue;
-      }
-      r->cpu_seen_ns = cpu;
-      r->switch_seen_ns = sw;
-      if (!on && !(waiting && r->nwbatch < CPU_BATCH)) continue;
-      if ((rc = rec_intern_stack(st, r, &th[i], &stack_id)) == -EBUSY) { /* a new stack, locked out */
-        t->lock_dropped++;
-        continue;
-      }
-      if (rc < 0) return rc;
-      flags = (flags & ~(uint32_t)BF_SAMPLE_IDLE) | BF_SAMPLE_ON_CPU;
-      if (!on) { /* where it waits: its switch work goes there (see rec_cpu_charge) */
-        if (!r->wbatch && !(r->wbatch = malloc(CPU_BATCH * sizeof *r->wbatch))) return -ENOMEM;
-        r->wbatch[r->nwbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
-        continue;
-      }
-      if (!r->batch && !(r->batch = malloc(CPU_BATCH * sizeof *r->batch))) return -ENOMEM;
-      r->batch[r->nbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
-      if (r->nbatch == CPU_BATCH && (rc = rec_cpu_charge(st, t, r, cpu)) < 0) return rc;
       continue;
     }
     if ((rc = rec_keep_sample(st, t, r, &th[i], tname, ts, flags, weight)) < 0) return rc;
@@ -462,90 +472,54 @@ static int launch(bf_smp *h, char *const *argv) {
   return c;
 }
 
-int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t *session_id,
-                  int *exit_status) {
-  int rc = 0;
-  int launched = 0, child_status = -1, child_reaped = 0;
-  target tg[MAX_TARGETS];
-  size_t ntg = 0;
-  memset(tg, 0, sizeof tg);
-  *exit_status = -1;
-  *session_id = 0;
-  if (!(o->rate_hz >= 1 && o->rate_hz <= 1e6))
-    return seterr(h, -EINVAL, "rate must be between 1 and 1000000 Hz");
-  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  int pid = o->pid;
-  if (o->argv && o->argv[0]) {
-    pid = launch(h, o->argv);
-    if (pid < 0) return pid;
-    launched = 1;
-    if (o->child_pid) *o->child_pid = pid;
-    /* wait for the interpreter to be initialised: shims may exec first */
-    int64_t give_up = bf_mono_ns() + 15 * 1000000000LL;
-    for (;;) {
-      rc = bf_smp_attach(h, pid);
-      if (rc == 0) break;
-      int st2;
-      if (waitpid(pid, &st2, WNOHANG) == pid) {
-        *exit_status = st2;
-        return seterr(h, -ENOEXEC, "'%s' exited before a Python runtime was seen in it", o->argv[0]);
-      }
-      if ((rc != -EAGAIN && rc != -ENOEXEC && rc != -ESRCH) || bf_mono_ns() > give_up ||
-          (o->stop && *o->stop)) {
-        if (rc == -ENOEXEC) seterr(h, rc, "'%s' (pid %d) is not a Python process", o->argv[0], pid);
-        if (o->stop && *o->stop) { /* signalled (and passed on) before the runtime was up: wait */
-          while (waitpid(pid, &st2, 0) < 0 && errno == EINTR) {
-          }
-          if (o->child_pid) *o->child_pid = 0;
-          *exit_status = st2;
-          return seterr(h, -EINTR, "interrupted before '%s' started its Python runtime; nothing recorded",
-                        o->argv[0]);
-        }
-        /* cannot be profiled: it is not stopped half-way either; it runs to its
-         * end (a stop signal is passed on meanwhile) and the error follows */
-        char msg[sizeof h->err];
-        snprintf(msg, sizeof msg, "%s", h->err);
+/* Launch o->argv and wait for its interpreter to be initialised (shims may
+ * exec first), attaching h to it. Returns the pid, or a negative errno with
+ * the message on h (and *exit_status once the command has ended). */
+static int launch_attached(bf_smp *h, const bf_smp_record_opts *o, int *exit_status) {
+  int pid = launch(h, o->argv);
+  if (pid < 0) return pid;
+  if (o->child_pid) *o->child_pid = pid;
+  int64_t give_up = bf_mono_ns() + 15 * 1000000000LL;
+  for (;;) {
+    int rc = bf_smp_attach(h, pid);
+    if (rc == 0) return pid;
+    int st2;
+    if (waitpid(pid, &st2, WNOHANG) == pid) {
+      *exit_status = st2;
+      return seterr(h, -ENOEXEC, "'%s' exited before a Python runtime was seen in it", o->argv[0]);
+    }
+    if ((rc != -EAGAIN && rc != -ENOEXEC && rc != -ESRCH) || bf_mono_ns() > give_up ||
+        (o->stop && *o->stop)) {
+      if (rc == -ENOEXEC) seterr(h, rc, "'%s' (pid %d) is not a Python process", o->argv[0], pid);
+      if (o->stop && *o->stop) { /* signalled (and passed on) before the runtime was up: wait */
         while (waitpid(pid, &st2, 0) < 0 && errno == EINTR) {
         }
         if (o->child_pid) *o->child_pid = 0;
         *exit_status = st2;
-        return seterr(h, rc, "%s (the command ran unprofiled to its end)", msg);
+        return seterr(h, -EINTR, "interrupted before '%s' started its Python runtime; nothing recorded",
+                      o->argv[0]);
       }
-      struct timespec ts = {0, 200000};
-      nanosleep(&ts, NULL);
+      /* cannot be profiled: it is not stopped half-way either; it runs to its
+       * end (a stop signal is passed on meanwhile) and the error follows */
+      char msg[sizeof h->err];
+      snprintf(msg, sizeof msg, "%s", h->err);
+      while (waitpid(pid, &st2, 0) < 0 && errno == EINTR) {
+      }
+      if (o->child_pid) *o->child_pid = 0;
+      *exit_status = st2;
+      return seterr(h, rc, "%s (the command ran unprofiled to its end)", msg);
     }
-  } else {
-    rc = bf_smp_attach(h, pid);
-    if (rc < 0) return rc;
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
   }
-  tg[0].h = h;
-  tg[0].pid = pid;
-  ntg = 1;
-  if (o->native) {
-    char msg[256];
-    rc = bf_smp_native_new(h, o->native_threads, &tg[0].nat, msg, sizeof msg);
-    if (rc < 0) {
-      seterr(h, rc, "%s", msg);
-      if (launched) wait_launched(pid, o, exit_status);
-      return rc;
-    }
-  }
-  rc = session_start(h, st, &tg[0], o, o->parent_session);
-  if (rc < 0) {
-    bf_smp_native_free(tg[0].nat);
-    if (launched) wait_launched(pid, o, exit_status);
-    return rc;
-  }
-  *session_id = tg[0].session_id;
-  /* from here a locked database never stops the capture: samples are held */
-  bf_store_set_busy_timeout(st, BUSY_MS);
+}
 
-  int64_t interval = (int64_t)(1e9 / o->rate_hz);
-  /* cpu clock: a sampler that waits for a CPU after its timer fires runs
-   * when a thread of the target leaves one, and sees the target at those
-   * moments only; real-time priority makes it run at its deadline. Not when
-   * it spins between ticks (interval below 200 us): it would hog a CPU;
-   * nor when BIFOCAL_CPU_CLOCK_RT=0. */
+/* cpu clock: a sampler that waits for a CPU after its timer fires runs
+ * when a thread of the target leaves one, and sees the target at those
+ * moments only; real-time priority makes it run at its deadline. Not when
+ * it spins between ticks (interval below 200 us): it would hog a CPU;
+ * nor when BIFOCAL_CPU_CLOCK_RT=0. Returns whether it runs real-time. */
+static int sampler_priority(const bf_smp_record_opts *o, int64_t interval) {
   int sampler_rt = 0;
   const char *rt = getenv("BIFOCAL_CPU_CLOCK_RT");
   if (o->clock_cpu && interval >= 200000 && !(rt && strcmp(rt, "0") == 0)) {
@@ -557,136 +531,165 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
    * within 50 us of it, which is often a target thread's own timer: ticks
    * would then fall just as that thread wakes (real-time tasks have none) */
   if (o->clock_cpu && !sampler_rt) prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  /* A sampler that fell behind (preempted; a store write) samples back to
-   * back until it is on schedule again, as long as it is at most this late;
-   * ticks further behind are dropped and counted missed. Each sample still
-   * carries the time since the previous one, so time estimates hold. */
-  int64_t backlog = interval > SMP_BACKLOG_NS ? interval : SMP_BACKLOG_NS;
-  uint64_t rng = (uint64_t)bf_mono_ns() | 1;
-  int64_t start = bf_mono_ns(), next = start, last_progress = start, last_progress_cb = start, last_children = start;
+  return sampler_rt;
+}
+
+/* One recording: its targets (the first is the command or --pid, then the
+ * subprocesses followed), the launched command, and the tick schedule. */
+typedef struct rec_run {
+  bf_smp *h;
+  bf_store *st;
+  const bf_smp_record_opts *o;
+  target tg[MAX_TARGETS];
+  size_t ntg;
+  int pid, launched, child_status, child_reaped;
+  int sampler_rt;
+  int64_t interval, backlog, next; /* ns; next: the coming tick's time */
+  uint64_t rng;
+} rec_run;
+
+/* Wait for the next tick (jittered); returns its time. OUT: *deadline, the
+ * time slept until (0 when the tick was late), for the cpu clock (see tick). */
+static int64_t next_tick(rec_run *r, int64_t *deadline) {
+  target *tg = r->tg;
+  int64_t interval = r->interval;
+  /* jitter: uniform in [0.5, 1.5) intervals so periodic work is not aliased */
+  int64_t step = interval / 2 + (int64_t)(xorshift(&r->rng) % (uint64_t)(interval > 0 ? interval : 1));
+  r->next += step;
+  int64_t next = r->next;
+  int64_t now = bf_mono_ns();
+  *deadline = now < next ? next : 0;
+  if (now < next) {
+    if (tg[0].nat && !tg[0].exited) /* hands signals on to seized threads meanwhile */
+      bf_smp_native_wait_until(tg[0].nat, next);
+    else
+      wait_until(next, interval);
+    now = bf_mono_ns();
+  } else if (now - next > r->backlog) {
+    /* too far behind to catch up: those ticks are lost */
+    int64_t lost = (now - next) / interval;
+    for (size_t i = 0; i < r->ntg; i++)
+      if (!tg[i].exited) tg[i].missed += lost;
+    r->next = now;
+  } else if (now - next > interval) { /* late but within the backlog: sample now, back to
+                                        * back, until on time */
+    for (size_t i = 0; i < r->ntg; i++)
+      if (!tg[i].exited) {
+        tg[i].late++;
+        if (now - next > tg[i].max_late_ns) tg[i].max_late_ns = now - next;
+      }
+  }
+  return now;
+}
+
+/* Tick every live target. Returns 0 (OUT: *alive, the targets still there)
+ * or a fatal negative errno, its message on r->h. */
+static int tick_targets(rec_run *r, int64_t now, int64_t w, int64_t deadline, int *alive) {
+  target *tg = r->tg;
+  *alive = 0;
+  for (size_t i = 0; i < r->ntg; i++) {
+    if (tg[i].exited) continue;
+    tg[i].deadline_ns = deadline;
+    tg[i].sampler_rt = r->sampler_rt;
+    int rc = tick(r->st, &tg[i], r->o, now, w);
+    if (rc == -ESRCH) {
+      tg[i].exited = 1;
+      session_finish(r->st, &tg[i], r->launched && i == 0 ? "complete" : "target-exited", now,
+                     profiler_cpu_ns());
+      continue;
+    }
+    if (rc == -EPERM && tg[i].nat) return rc; /* message set by tick */
+    if (rc < 0) return seterr(r->h, rc, "%s", rc == -ENOMEM ? "out of memory" : bf_store_errmsg(r->st));
+    (*alive)++;
+  }
+  /* a traced child reports its stops and exit through native.c's waits */
+  if (r->launched && !r->child_reaped &&
+      (tg[0].nat ? bf_smp_native_child_exited(tg[0].nat, &r->child_status)
+                 : waitpid(r->pid, &r->child_status, WNOHANG) == r->pid)) {
+    r->child_reaped = 1;
+    if (!tg[0].exited) {
+      tg[0].exited = 1;
+      session_finish(r->st, &tg[0], "complete", now, profiler_cpu_ns());
+    }
+  }
+  return 0;
+}
+
+/* --subprocesses: a session (child of its parent's) for each new Python
+ * process below a target; one not Python yet is looked at again later. */
+static void follow_children(rec_run *r) {
+  target *tg = r->tg;
+  for (size_t i = 0; i < r->ntg && r->ntg < MAX_TARGETS; i++) {
+    if (tg[i].exited) continue;
+    int kids[64];
+    size_t nk = children_of(tg[i].pid, kids, 64);
+    for (size_t k = 0; k < nk && r->ntg < MAX_TARGETS; k++) {
+      int known = 0;
+      for (size_t j = 0; j < r->ntg; j++) known |= tg[j].pid == kids[k];
+      if (known) continue;
+      bf_smp *ch = bf_smp_new();
+      if (!ch) continue;
+      if (bf_smp_attach(ch, kids[k]) < 0) { /* not Python (yet): try again later */
+        bf_smp_free(ch);
+        continue;
+      }
+      target *nt = &tg[r->ntg];
+      memset(nt, 0, sizeof *nt);
+      nt->h = ch;
+      nt->own = 1;
+      nt->pid = kids[k];
+      if (session_start(r->h, r->st, nt, r->o, tg[i].session_id) < 0) {
+        bf_smp_free(ch);
+        continue;
+      }
+      r->ntg++;
+    }
+  }
+}
+
+/* Sample until the duration ends, every target is gone, or a stop. Returns 0
+ * or a fatal negative errno (message on r->h). OUT: *status ("complete" or
+ * "interrupted"). */
+static int sample_loop(rec_run *r, int64_t start, const char **status) {
+  const bf_smp_record_opts *o = r->o;
+  target *tg = r->tg;
+  int rc;
+  int64_t last_progress = start, last_progress_cb = start, last_children = start;
   int64_t end = o->duration_s > 0 ? start + (int64_t)(o->duration_s * 1e9) : INT64_MAX;
-  int64_t prev = start - interval;
-  const char *status = "complete";
-  int fatal = 0;
+  int64_t prev = start - r->interval;
+  *status = "complete";
   for (;;) {
     if (o->stop && *o->stop) {
-      status = "interrupted";
-      break;
+      *status = "interrupted";
+      return 0;
     }
     if (o->suspend && *o->suspend) {
       *o->suspend = 0;
-      if ((rc = suspend_native(h, tg, ntg, o)) < 0) {
-        fatal = 1;
-        break;
-      }
+      if ((rc = suspend_native(r->h, tg, r->ntg, o)) < 0) return rc;
       if (o->stop && *o->stop) continue;
     }
-    /* jitter: uniform in [0.5, 1.5) intervals so periodic work is not aliased */
-    int64_t step = interval / 2 + (int64_t)(xorshift(&rng) % (uint64_t)(interval > 0 ? interval : 1));
-    next += step;
-    int64_t now = bf_mono_ns();
-    int64_t deadline = now < next ? next : 0; /* cpu clock: see tick */
-    if (now < next) {
-      if (tg[0].nat && !tg[0].exited) /* hands signals on to seized threads meanwhile */
-        bf_smp_native_wait_until(tg[0].nat, next);
-      else
-        wait_until(next, interval);
-      now = bf_mono_ns();
-    } else if (now - next > backlog) {
-      /* too far behind to catch up: those ticks are lost */
-      int64_t lost = (now - next) / interval;
-      for (size_t i = 0; i < ntg; i++)
-        if (!tg[i].exited) tg[i].missed += lost;
-      next = now;
-    } else if (now - next > interval) { /* late but within the backlog: sample now, back to
-                                          * back, until on time */
-      for (size_t i = 0; i < ntg; i++)
-        if (!tg[i].exited) {
-          tg[i].late++;
-          if (now - next > tg[i].max_late_ns) tg[i].max_late_ns = now - next;
-        }
-    }
-    if (now >= end) break;
+    int64_t deadline, now = next_tick(r, &deadline);
+    if (now >= end) return 0;
     int64_t w = now - prev;
     prev = now;
-    int alive = 0;
-    for (size_t i = 0; i < ntg; i++) {
-      if (tg[i].exited) continue;
-      tg[i].deadline_ns = deadline;
-      tg[i].sampler_rt = sampler_rt;
-      rc = tick(st, &tg[i], o, now, w);
-      if (rc == -ESRCH) {
-        tg[i].exited = 1;
-        session_finish(st, &tg[i], launched && i == 0 ? "complete" : "target-exited", now,
-                       profiler_cpu_ns());
-        continue;
-      }
-      if (rc == -EPERM && tg[i].nat) { /* message set by tick */
-        fatal = 1;
-        break;
-      }
-      if (rc < 0) {
-        seterr(h, rc, "%s", rc == -ENOMEM ? "out of memory" : bf_store_errmsg(st));
-        fatal = 1;
-        break;
-      }
-      alive++;
-    }
-    if (fatal) break;
-    /* a traced child reports its stops and exit through native.c's waits */
-    if (launched && !child_reaped &&
-        (tg[0].nat ? bf_smp_native_child_exited(tg[0].nat, &child_status)
-                   : waitpid(pid, &child_status, WNOHANG) == pid)) {
-      child_reaped = 1;
-      if (!tg[0].exited) {
-        tg[0].exited = 1;
-        session_finish(st, &tg[0], "complete", now, profiler_cpu_ns());
-      }
-    }
-    if (!alive && !(ntg > 1 && !tg[0].exited)) {
+    int alive;
+    if ((rc = tick_targets(r, now, w, deadline, &alive)) < 0) return rc;
+    if (!alive && !(r->ntg > 1 && !tg[0].exited)) {
       int any = 0;
-      for (size_t i = 0; i < ntg; i++) any |= !tg[i].exited;
-      if (!any) break;
+      for (size_t i = 0; i < r->ntg; i++) any |= !tg[i].exited;
+      if (!any) return 0;
     }
     if (o->subprocesses && now - last_children > 50000000) {
       last_children = now;
-      for (size_t i = 0; i < ntg && ntg < MAX_TARGETS; i++) {
-        if (tg[i].exited) continue;
-        int kids[64];
-        size_t nk = children_of(tg[i].pid, kids, 64);
-        for (size_t k = 0; k < nk && ntg < MAX_TARGETS; k++) {
-          int known = 0;
-          for (size_t j = 0; j < ntg; j++) known |= tg[j].pid == kids[k];
-          if (known) continue;
-          bf_smp *ch = bf_smp_new();
-          if (!ch) continue;
-          if (bf_smp_attach(ch, kids[k]) < 0) { /* not Python (yet): try again later */
-            bf_smp_free(ch);
-            continue;
-          }
-          target *nt = &tg[ntg];
-          memset(nt, 0, sizeof *nt);
-          nt->h = ch;
-          nt->own = 1;
-          nt->pid = kids[k];
-          if (session_start(h, st, nt, o, tg[i].session_id) < 0) {
-            bf_smp_free(ch);
-            continue;
-          }
-          ntg++;
-        }
-      }
+      follow_children(r);
     }
     if (now - last_progress > 250000000) {
       last_progress = now;
-      for (size_t i = 0; i < ntg; i++)
-        if (!tg[i].exited) rec_forget_threads(st, &tg[i], now, o->gil_only);
+      for (size_t i = 0; i < r->ntg; i++)
+        if (!tg[i].exited) rec_forget_threads(r->st, &tg[i], now, o->gil_only);
       /* never hold the database's write lock for long (a tracer may share it) */
-      if ((rc = bf_store_checkpoint(st)) < 0 && rc != -EBUSY) {
-        seterr(h, rc, "%s", bf_store_errmsg(st));
-        fatal = 1;
-        break;
-      }
+      if ((rc = bf_store_checkpoint(r->st)) < 0 && rc != -EBUSY)
+        return seterr(r->h, rc, "%s", bf_store_errmsg(r->st));
     }
     if (o->progress && now - last_progress_cb > 250000000) {
       last_progress_cb = now;
@@ -695,19 +698,24 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
       o->progress(o->progress_ud, &p);
     }
   }
-  int64_t stop = bf_mono_ns();
-  if (fatal) status = "incomplete";
+}
+
+/* Finish every target's session (status, at stop) and free its state; a
+ * native target is released before a launched child is waited for. Returns
+ * 0 or the first store error. */
+static int finish_targets(rec_run *r, const char *status, int64_t stop) {
+  target *tg = r->tg;
   int64_t cpu = profiler_cpu_ns();
   int frc = 0;
-  for (size_t i = 0; i < ntg; i++) {
+  for (size_t i = 0; i < r->ntg; i++) {
     if (!tg[i].exited) {
-      int r2 = session_finish(st, &tg[i], status, stop, cpu);
+      int r2 = session_finish(r->st, &tg[i], status, stop, cpu);
       if (r2 < 0 && !frc) frc = r2;
     }
     if (tg[i].nat) { /* resume and detach before waiting for a launched child */
-      if (launched && i == 0 && !child_reaped &&
-          bf_smp_native_child_exited(tg[i].nat, &child_status))
-        child_reaped = 1;
+      if (r->launched && i == 0 && !r->child_reaped &&
+          bf_smp_native_child_exited(tg[i].nat, &r->child_status))
+        r->child_reaped = 1;
       bf_smp_native_free(tg[i].nat);
     }
     free(tg[i].nat_json); /* every session_finish makes one, --native or not */
@@ -723,23 +731,85 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     free(tg[i].threads);
     rec_pending_free(&tg[i]);
   }
+  return frc;
+}
+
+int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t *session_id,
+                  int *exit_status) {
+  int rc = 0;
+  rec_run run, *r = &run;
+  memset(r, 0, sizeof *r);
+  r->h = h;
+  r->st = st;
+  r->o = o;
+  r->child_status = -1;
+  target *tg = r->tg;
+  *exit_status = -1;
+  *session_id = 0;
+  if (!(o->rate_hz >= 1 && o->rate_hz <= 1e6))
+    return seterr(h, -EINVAL, "rate must be between 1 and 1000000 Hz");
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  r->pid = o->pid;
+  if (o->argv && o->argv[0]) {
+    if ((r->pid = launch_attached(h, o, exit_status)) < 0) return r->pid;
+    r->launched = 1;
+  } else if ((rc = bf_smp_attach(h, r->pid)) < 0) {
+    return rc;
+  }
+  tg[0].h = h;
+  tg[0].pid = r->pid;
+  r->ntg = 1;
+  if (o->native) {
+    char msg[256];
+    rc = bf_smp_native_new(h, o->native_threads, &tg[0].nat, msg, sizeof msg);
+    if (rc < 0) {
+      seterr(h, rc, "%s", msg);
+      if (r->launched) wait_launched(r->pid, o, exit_status);
+      return rc;
+    }
+  }
+  rc = session_start(h, st, &tg[0], o, o->parent_session);
+  if (rc < 0) {
+    bf_smp_native_free(tg[0].nat);
+    if (r->launched) wait_launched(r->pid, o, exit_status);
+    return rc;
+  }
+  *session_id = tg[0].session_id;
+  /* from here a locked database never stops the capture: samples are held */
+  bf_store_set_busy_timeout(st, BUSY_MS);
+
+  r->interval = (int64_t)(1e9 / o->rate_hz);
+  r->sampler_rt = sampler_priority(o, r->interval);
+  /* A sampler that fell behind (preempted; a store write) samples back to
+   * back until it is on schedule again, as long as it is at most this late;
+   * ticks further behind are dropped and counted missed. Each sample still
+   * carries the time since the previous one, so time estimates hold. */
+  r->backlog = r->interval > SMP_BACKLOG_NS ? r->interval : SMP_BACKLOG_NS;
+  r->rng = (uint64_t)bf_mono_ns() | 1;
+  int64_t start = bf_mono_ns();
+  r->next = start;
+  const char *status;
+  rc = sample_loop(r, start, &status);
+  int64_t stop = bf_mono_ns();
+  if (rc < 0) status = "incomplete";
+  int frc = finish_targets(r, status, stop);
   if (o->progress) {
     bf_smp_progress p = {(double)(stop - start) / 1e9, tg[0].samples, tg[0].missed, tg[0].invalid,
                          tg[0].info.achieved_rate_hz};
     o->progress(o->progress_ud, &p);
   }
-  if (launched) {
+  if (r->launched) {
     /* never leave the command behind: a stop signal was passed on to it (or
      * the recording alone was stopped); wait for it either way */
-    while (!child_reaped) {
-      pid_t w = waitpid(pid, &child_status, 0);
-      if (w == pid) child_reaped = 1;
+    while (!r->child_reaped) {
+      pid_t w = waitpid(r->pid, &r->child_status, 0);
+      if (w == r->pid) r->child_reaped = 1;
       else if (w < 0 && errno != EINTR) break;
     }
     if (o->child_pid) *o->child_pid = 0;
-    if (child_reaped) *exit_status = child_status;
+    if (r->child_reaped) *exit_status = r->child_status;
   }
-  if (fatal) return rc < 0 ? rc : -EIO;
+  if (rc < 0) return rc;
   if (frc < 0) return seterr(h, frc, "%s", bf_store_errmsg(st));
   return 0;
 }
