@@ -176,7 +176,7 @@ int bf_share_keygen(const char *name, char fpr[17], char *err, size_t errlen) {
   }
   if (access(pub_path, F_OK) == 0 || access(key_path, F_OK) == 0) {
     rc = -EEXIST;
-    snprintf(err, errlen, "'%s' or '%s' already exists; choose another name with -o", pub_path, key_path);
+    snprintf(err, errlen, "'%s' or '%s' already exists; choose another name", pub_path, key_path);
     goto out;
   }
   sodium_bin2base64(b64, sizeof b64, sk, sizeof sk, sodium_base64_VARIANT_ORIGINAL);

@@ -28,6 +28,9 @@ static const struct {
     {"is traced: the GIL view needs a sampled session", "bifocal record samples each thread's GIL and CPU state"},
     /* core/store/handle.c (bfs opening a database that is not there) */
     {"does not exist yet", "record or import something first, or pass --db"},
+    /* core/store/handle.c (bfs_fail_sql) */
+    {"the disk is full; free some space", "or use another --db"},
+    {"try again when that process is done", "or use another --db"},
     /* core/store/schema.c */
     {"is a SQLite database but not a bifocal one", "choose another file with --db"},
     /* core/share.c */
@@ -36,6 +39,7 @@ static const struct {
     {"is a public key, not your secret key", "--key takes your .key file"},
     {"is not a bifocal public key", "make one with `bifocal keygen`"},
     {"is not a bifocal secret key", "make one with `bifocal keygen`"},
+    {"already exists; choose another name", "keygen -o NAME"},
     /* sampling/attach.c (explain_eperm; yama's ptrace_scope is 0 to 3) */
     {"kernel.yama.ptrace_scope is 1",
      "run as root, `sudo sysctl kernel.yama.ptrace_scope=0`, or launch the target with `bifocal record -- CMD`"},

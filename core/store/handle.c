@@ -63,12 +63,12 @@ int bf_store_fail(bf_store *s, int rc, const char *fmt, ...) {
 int bfs_fail_sql(bf_store *s, const char *what) {
   int code = sqlite3_errcode(s->db);
   if (code == SQLITE_FULL)
-    return bf_store_fail(s, -ENOSPC, "database '%s': %s: the disk is full; free some space (or use another -d)",
+    return bf_store_fail(s, -ENOSPC, "database '%s': %s: the disk is full; free some space",
                          s->path, strncmp(what, "BEGIN", 5) == 0 ? "write" : what);
   if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
     return bf_store_fail(s, -EBUSY,
                          "database '%s' is locked by another process (waited %d ms to %s); try again when "
-                         "that process is done, or use another -d",
+                         "that process is done",
                          s->path, s->busy_ms, strncmp(what, "BEGIN", 5) == 0 ? "write" : what);
   int rc = (code == SQLITE_FULL) ? -ENOSPC : (code == SQLITE_READONLY || code == SQLITE_PERM) ? -EACCES
            : (code == SQLITE_BUSY || code == SQLITE_LOCKED) ? -EBUSY : (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) ? -EINVAL : -EIO;

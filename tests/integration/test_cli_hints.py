@@ -87,6 +87,8 @@ def test_store_and_key_errors_carry_the_option_that_helps(hdb, tmp_path):
         "bifocal: '%s' is a SQLite database but not a bifocal one (choose another file with --db)\n" % other)
     me = str(tmp_path / "me")
     run(["keygen", "-o", me], db=path)
+    assert err_line(path, ["keygen", "-o", me]) == (
+        "bifocal: '%s.pub' or '%s.key' already exists; choose another name (keygen -o NAME)\n" % (me, me))
     out = str(tmp_path / "x.bfs")
     i = str(s["imported"])
     assert err_line(path, ["export", i, "--format", "bifocal", "--encrypt-to", me + ".key", "-o", out]) == (
