@@ -35,7 +35,7 @@ static int type_is(bf_smp *h, uint64_t addr, uint64_t want) {
 }
 
 /* Return non-zero to stop the walk. */
-typedef int (*pn_visit)(bf_smp *h, uint64_t key, uint64_t value, void *ud);
+typedef smp_pn_visit pn_visit;
 
 #define PN_CHUNK 128
 
@@ -171,9 +171,10 @@ static int dict_get(bf_smp *h, uint64_t dict, const char *name, uint64_t *value)
   return 0;
 }
 
-/* Instance attribute obj.name from the object's own attributes (no type
- * lookup, no descriptors: enough for Thread._name). OUT: *value. */
-static int attr_get(bf_smp *h, uint64_t obj, const char *name, uint64_t *value) {
+/* Visit the object's own attributes (no type lookup, no descriptors):
+ * inline/split values or its instance dict. Returns 1 if fn stopped the
+ * walk, 0, -ENOENT (no attributes) or -EIO. */
+static int attr_each(bf_smp *h, uint64_t obj, pn_visit fn, void *ud) {
   const struct smp_names_layout *n = &h->lay.nm;
   unsigned char tb[1024];
   uint64_t type;
@@ -186,29 +187,20 @@ static int attr_get(bf_smp *h, uint64_t obj, const char *name, uint64_t *value) 
   uint64_t flags = rd64(tb + n->tp_flags);
   int64_t dictoffset = (int64_t)rd64(tb + n->tp_dictoffset);
   uint64_t cached = (flags & n->tpf_heaptype) ? rd64(tb + n->ht_cached_keys) : 0;
-  find_ctx f = {name, 0};
   uint64_t dict = 0, p;
   int managed = n->tpf_managed_dict && (flags & n->tpf_managed_dict);
   switch (n->attr_mode) {
     case SMP_ATTR_VALUES_PTR:
       if (!managed) break;
       if (pn_read64(h, obj + (uint64_t)n->obj_values_ptr, &p) < 0) return -EIO;
-      if (p) {
-        if (keys_each(h, cached, p + n->dv_values, SMP_DICT_MAX, find_visit, &f) != 1) return -ENOENT;
-        *value = f.value;
-        return 0;
-      }
+      if (p) return keys_each(h, cached, p + n->dv_values, SMP_DICT_MAX, fn, ud);
       if (pn_read64(h, obj + (uint64_t)n->obj_managed_dict, &dict) < 0) return -EIO;
       break;
     case SMP_ATTR_DORV:
       if (!managed) break;
       if (pn_read64(h, obj + (uint64_t)n->obj_managed_dict, &p) < 0) return -EIO;
-      if (p & 1) { /* tagged: values pointer - 1 */
-        if (keys_each(h, cached, p + 1 + n->dv_values, SMP_DICT_MAX, find_visit, &f) != 1)
-          return -ENOENT;
-        *value = f.value;
-        return 0;
-      }
+      if (p & 1) /* tagged: values pointer - 1 */
+        return keys_each(h, cached, p + 1 + n->dv_values, SMP_DICT_MAX, fn, ud);
       dict = p;
       break;
     case SMP_ATTR_INLINE:
@@ -219,12 +211,8 @@ static int attr_get(bf_smp *h, uint64_t obj, const char *name, uint64_t *value) 
             n->dv_capacity >= n->dv_values)
           return -EIO;
         if (pn_read(h, vals, vh, (size_t)n->dv_values) < 0) return -EIO;
-        if (vh[n->dv_valid]) {
-          if (keys_each(h, cached, vals + n->dv_values, vh[n->dv_capacity], find_visit, &f) != 1)
-            return -ENOENT;
-          *value = f.value;
-          return 0;
-        }
+        if (vh[n->dv_valid])
+          return keys_each(h, cached, vals + n->dv_values, vh[n->dv_capacity], fn, ud);
       }
       if (!managed) break;
       if (pn_read64(h, obj + (uint64_t)n->obj_managed_dict, &dict) < 0) return -EIO;
@@ -236,7 +224,16 @@ static int attr_get(bf_smp *h, uint64_t obj, const char *name, uint64_t *value) 
       pn_read64(h, obj + (uint64_t)dictoffset, &dict) < 0)
     return -EIO;
   if (!dict) return -ENOENT;
-  return dict_get(h, dict, name, value);
+  return dict_each(h, dict, fn, ud);
+}
+
+/* Instance attribute obj.name from the object's own attributes (enough for
+ * Thread._name). OUT: *value. */
+static int attr_get(bf_smp *h, uint64_t obj, const char *name, uint64_t *value) {
+  find_ctx f = {name, 0};
+  if (attr_each(h, obj, find_visit, &f) != 1) return -ENOENT;
+  *value = f.value;
+  return 0;
 }
 
 /* threading._active of one interpreter, or 0. */
@@ -383,6 +380,11 @@ int smp_pn_attr_get(bf_smp *h, uint64_t obj, const char *name, uint64_t *value) 
   h->pn_budget = SMP_PYNAME_BUDGET;
   return attr_get(h, obj, name, value);
 }
+int smp_pn_attr_each(bf_smp *h, uint64_t obj, smp_pn_visit fn, void *ud) {
+  h->pn_budget = SMP_PYNAME_BUDGET;
+  return attr_each(h, obj, fn, ud);
+}
+int smp_pn_str_is(bf_smp *h, uint64_t addr, const char *s) { return str_is(h, addr, s); }
 int smp_pn_long_read(bf_smp *h, uint64_t addr, uint64_t *out) {
   h->pn_budget = SMP_PYNAME_BUDGET;
   return long_read(h, addr, out);

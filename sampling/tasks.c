@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "smp_int.h"
-#include "tasks.h"
+#include "tasks_int.h"
 
 #define TK_MAX_TASKS 20000          /* tasks read per sample */
 #define TK_MAX_CHAIN 16             /* coroutines followed per task */
@@ -31,6 +30,9 @@
 #define TK_DEAD_NS 60000000000LL    /* a retired name is freed a minute later */
 #define TK_TP_BASE 256              /* PyTypeObject.tp_base (3.8-3.13 release builds) */
 #define TK_MAX_BASES 8              /* base classes followed to find a Task */
+#define TK_MAX_PY 1000              /* pure-Python Tasks read per sample (~8 reads each) */
+#define BF_STR_(x) #x
+#define BF_STR(x) BF_STR_(x)
 
 /* Offsets of the C _asyncio Task and of coroutines, per 3.minor. Measured in
  * each interpreter by tests/tools/probe_asyncio_offsets.py (known pointers
@@ -56,10 +58,6 @@ static const tk_layout tk_layouts[] = {
     {12, 176, 88, 128, 136, 144, 0, 0, 0, 72, 0, 0, 0, 64, 72},
     {13, 144, 96, 112, 120, 128, 0, 0, 0, 72, 0, 0, 0, 64, 72},
 };
-
-/* TK_PYTASK: asyncio's pure-Python Task (or a subclass of it), not read */
-enum tk_kind { TK_OTHER, TK_NONE, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, TK_WEAKREF, TK_SET, TK_STR, TK_INT,
-               TK_PYTASK };
 
 /* A name object's text. Its address is reused once it is freed, by the name
  * of a new task often at a finished one's address with its coroutine at the
@@ -135,12 +133,14 @@ struct bf_smp_tasks {
   int uvloop; /* the uvloop module is loaded */
   int new_names; /* read this sample */
   tk_chain *cache; /* TK_CACHE entries, or NULL */
+  tk_py *py;       /* pure-Python Tasks' key cache (tasks_py.c) */
 };
 
 bf_smp_tasks *bf_smp_tasks_new(bf_smp *h) {
   bf_smp_tasks *tk = calloc(1, sizeof *tk);
   if (!tk) return NULL;
   tk->h = h;
+  tk->py = tk_py_new();
   int minor = (int)((h->lay.version_hex >> 16) & 0xff);
   if (!minor && h->version[0] == '3' && h->version[1] == '.') minor = atoi(h->version + 2);
   for (size_t i = 0; i < sizeof tk_layouts / sizeof tk_layouts[0]; i++)
@@ -181,6 +181,7 @@ void bf_smp_tasks_free(bf_smp_tasks *tk) {
   free(tk->span);
   free(tk->cur);
   free(tk->cache);
+  tk_py_free(tk->py);
   free(tk);
 }
 
@@ -334,7 +335,9 @@ static int type_kind(bf_smp_tasks *tk, uint64_t type_addr) {
   return k;
 }
 
-static int obj_kind(bf_smp_tasks *tk, uint64_t obj) {
+bf_smp *tk_sampler(bf_smp_tasks *tk) { return tk->h; }
+
+int tk_obj_kind(bf_smp_tasks *tk, uint64_t obj) {
   uint64_t t;
   if (!obj || smp_read(tk->h, obj + tk->h->lay.ob_type, &t, 8) < 0) return TK_OTHER;
   return type_kind(tk, t);
@@ -473,7 +476,7 @@ static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
    * would then follow the target's state): the rest wait for later ticks */
   if (++tk->new_names > TK_NEW_NAMES) return NULL;
   char *s = NULL;
-  int k = obj_kind(tk, obj);
+  int k = tk_obj_kind(tk, obj);
   if (k == TK_STR) {
     if (smp_read_str(tk->h, obj, &s) < 0) return NULL;
     size_t len = strlen(s);
@@ -698,30 +701,39 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   if (grow((void **)&tk->tasks, &tk->cap_tasks, tk->naddrs, sizeof *tk->tasks) < 0) return;
   tk->ntasks = 0;
   int foreign = 0;
+  size_t npy = 0;
   for (size_t i = 0; i < tk->naddrs; i++) {
     const unsigned char *b = tk->buf + i * L->task_size;
-    if (!tk->ok[i]) continue;
-    int k = type_kind(tk, rd64(b + h->lay.ob_type));
-    if (k != TK_TASK) { /* a pure-Python Task; else a dead weak reference, or
-                          * a task freed since the registry was read */
-      foreign += k == TK_PYTASK;
+    /* a pure-Python Task is smaller than a C one: its read may end past
+     * the end of its memory */
+    int k = tk->ok[i] ? type_kind(tk, rd64(b + h->lay.ob_type)) : tk_obj_kind(tk, tk->addrs[i]);
+    tk_py_task pt;
+    if (k == TK_PYTASK) { /* else a dead weak reference, or a task freed
+                           * since the registry was read */
+      int rc = ++npy > TK_MAX_PY ? -EIO : tk_py_read(tk, tk->py, tk->addrs[i], &pt);
+      foreign += rc == -ENOTSUP;
+      if (rc <= 0) continue;
+    } else if (k != TK_TASK || !tk->ok[i] || rd32(b + L->fut_state) != 0) { /* or done, cancelled */
       continue;
+    } else {
+      pt = (tk_py_task){rd64(b + L->task_coro), rd64(b + L->task_fut_waiter), rd64(b + L->task_name)};
     }
-    if (rd32(b + L->fut_state) != 0) continue; /* done or cancelled */
     tk_task *t = &tk->tasks[tk->ntasks];
     t->addr = tk->addrs[i];
-    t->coro = rd64(b + L->task_coro);
-    t->waiter = rd64(b + L->task_fut_waiter);
-    t->name_obj = rd64(b + L->task_name);
+    t->coro = pt.coro;
+    t->waiter = pt.waiter;
+    t->name_obj = pt.name_obj;
     t->nchain = 0;
     t->run_tid = 0;
     t->frame = t->instr = 0;
     tk->ntasks++;
   }
-  if (foreign && !tk->warned_custom) {
+  if ((foreign || npy > TK_MAX_PY) && !tk->warned_custom) {
     tk->warned_custom = 1;
-    set_status(tk, "some tasks are asyncio's pure-Python Task, not C _asyncio.Task objects "
-                   "(asyncio's C accelerator not used by the loop's task factory): those are not shown");
+    set_status(tk, foreign ? "some tasks are asyncio's pure-Python Task, whose attributes this Python's "
+                             "layout cannot read: those are not shown"
+                           : "over " BF_STR(TK_MAX_PY) " pure-Python Tasks (asyncio.tasks._PyTask) were "
+                             "live: the others were not shown");
   }
   /* running or not: from the task coroutine's own state */
   if (!(tk->cur = realloc(tk->cur, (tk->ntasks ? tk->ntasks : 1) * 8))) return;

@@ -415,6 +415,13 @@ int smp_interp_json(const bf_smp *h, int pid, char **out);
  * code cache (walker.c) for one frame's (function, line). */
 int smp_pn_dict_get(bf_smp *h, uint64_t dict, const char *name, uint64_t *value);
 int smp_pn_attr_get(bf_smp *h, uint64_t obj, const char *name, uint64_t *value);
+/* tasks_py.c: every (key, value) of an instance's own attributes, on one
+ * budget; fn returns non-zero to stop (then 1 is returned), else 0, -ENOENT
+ * or -EIO. smp_pn_str_is: addr is a compact ASCII str equal to short s
+ * (its read counts against the running call's budget). */
+typedef int (*smp_pn_visit)(bf_smp *h, uint64_t key, uint64_t value, void *ud);
+int smp_pn_attr_each(bf_smp *h, uint64_t obj, smp_pn_visit fn, void *ud);
+int smp_pn_str_is(bf_smp *h, uint64_t addr, const char *s);
 int smp_pn_long_read(bf_smp *h, uint64_t addr, uint64_t *out);
 int smp_code_frame(bf_smp *h, uint64_t code, uint64_t instr, bf_smp_frame *out);
 

@@ -1,0 +1,100 @@
+"""Pure-Python-task oracle workload for test_asyncio_pytasks.py: every task,
+the main one too, is asyncio's pure-Python Task (asyncio.tasks._PyTask,
+through loop.set_task_factory); with argv[3] == "noaccel" the C accelerator
+is blocked before asyncio is imported, so asyncio.Task and Future are the
+pure-Python classes themselves. Tasks time their own awaits and CPU steps;
+the truth goes as JSON to argv[1]; runs about argv[2] seconds. Each await
+the test checks is on a line tagged '# AWAIT-X'."""
+import sys
+
+if len(sys.argv) > 3 and sys.argv[3] == "noaccel":
+    sys.modules["_asyncio"] = None  # import _asyncio now fails: no C Task/Future
+import asyncio  # noqa: E402
+import asyncio.tasks  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+
+pc = time.perf_counter
+DUR = float(sys.argv[2])
+truth = {"tasks": {}, "pure": asyncio.Task is asyncio.tasks._PyTask}
+
+
+def burn(s):
+    t = pc()
+    while pc() - t < s:
+        pass
+    return pc() - t
+
+
+async def alt(q, need, end):
+    t_start, a, b = pc(), 0.0, 0.0
+    while pc() < end:
+        t0 = pc()
+        await asyncio.sleep(0.03)  # AWAIT-A
+        t1 = pc()
+        need.set()
+        await q.get()  # AWAIT-B
+        t2 = pc()
+        a += t1 - t0
+        b += t2 - t1
+    life = pc() - t_start
+    truth["tasks"]["alt"] = {"life": life, "A": a / life, "B": b / life}
+
+
+async def producer(q, need, end):
+    while pc() < end + 0.1:
+        await need.wait()
+        need.clear()
+        await asyncio.sleep(0.015)
+        q.put_nowait(1)
+
+
+async def burner(end):
+    t_start, cpu, d = pc(), 0.0, 0.0
+    while pc() < end:
+        cpu += burn(0.004)
+        t0 = pc()
+        await asyncio.sleep(0.008)  # AWAIT-D
+        d += pc() - t0
+    life = pc() - t_start
+    truth["tasks"]["burner"] = {"life": life, "running": cpu / life, "D": d / life}
+
+
+async def inner(end):
+    t_start, e = pc(), 0.0
+    while pc() < end:
+        t0 = pc()
+        await asyncio.sleep(0.02)  # AWAIT-E
+        e += pc() - t0
+    return t_start, e
+
+
+async def middle(end):
+    return await inner(end)
+
+
+async def outer(end):
+    t_start, e = await middle(end)
+    life = pc() - t_start
+    truth["tasks"]["deep"] = {"life": life, "E": e / life}
+
+
+async def main():
+    loop = asyncio.get_running_loop()
+    end = pc() + DUR
+    q, need = asyncio.Queue(), asyncio.Event()
+    helper = loop.create_task(producer(q, need, end), name="producer")
+    ts = [loop.create_task(alt(q, need, end), name="alt"), loop.create_task(burner(end), name="burner"),
+          loop.create_task(outer(end), name="deep")]
+    truth["task_types"] = sorted({"%s.%s" % (type(t).__module__, type(t).__qualname__) for t in ts})
+    await asyncio.gather(*ts)
+    helper.cancel()
+    await asyncio.gather(helper, return_exceptions=True)
+
+
+loop = asyncio.new_event_loop()
+loop.set_task_factory(lambda loop, coro, **kw: asyncio.tasks._PyTask(coro, loop=loop, **kw))
+loop.run_until_complete(main())
+loop.close()
+with open(sys.argv[1], "w") as f:
+    json.dump(truth, f)
