@@ -134,7 +134,11 @@ struct bf_smp_tasks {
   int new_names; /* read this sample */
   tk_chain *cache; /* TK_CACHE entries, or NULL */
   tk_py *py;       /* pure-Python Tasks' key cache (tasks_py.c) */
+  int v314;        /* 3.14+: tasks from _asyncio's debug offsets (tasks_314.c), 1 once found */
+  tk314 t314;
 };
+
+static void set_status(bf_smp_tasks *tk, const char *what);
 
 bf_smp_tasks *bf_smp_tasks_new(bf_smp *h) {
   bf_smp_tasks *tk = calloc(1, sizeof *tk);
@@ -148,6 +152,10 @@ bf_smp_tasks *bf_smp_tasks_new(bf_smp *h) {
       tk->lay = tk_layouts[i];
       tk->supported = h->lay.nm.minor != 0 && strcmp(h->build, "release") == 0;
     }
+  if (minor == 14 && strcmp(h->build, "release") == 0) { /* its layout comes with _asyncio */
+    tk->supported = tk->v314 = -1;
+    set_status(tk, "Python 3.14 tasks are read through _asyncio's debug offsets: not verified");
+  }
   if (!tk->supported)
     snprintf(tk->status, sizeof tk->status,
              "asyncio tasks: Python %s (%s) is not supported (3.8-3.13 release builds); "
@@ -410,9 +418,50 @@ static void find_registry(bf_smp_tasks *tk) {
   tk->mod_dict = tk->reg_sets[0] ? md : 0;
 }
 
+/* 3.14: the Task layout from _asyncio's debug offsets once it is loaded,
+ * then the tasks linked in the thread states (tasks_314.c). */
+static void refresh_314(bf_smp_tasks *tk) {
+  bf_smp *h = tk->h;
+  tk->naddrs = 0;
+  if (tk->v314 < 0 && (!tk->found_ns || h->now_ns - tk->found_ns > TK_RETRY_NS)) {
+    const char *msg;
+    tk->found_ns = h->now_ns;
+    int rc = tk314_find(h, &tk->t314, &msg);
+    if (rc == 0) {
+      const tk314 *o = &tk->t314;
+      tk->lay = (tk_layout){14, (uint32_t)o->task_size, (uint32_t)o->task_fut_state, (uint32_t)o->task_fut_waiter,
+                            (uint32_t)o->task_coro, (uint32_t)o->task_name, 0, 0, 0, (uint32_t)o->gen_iframe,
+                            (uint32_t)o->fr_stackpointer, 0, 0, 0, 0};
+      tk->v314 = 1;
+      /* 3.14 has no vendored attribute layout, but an unnamed Task's name
+       * is an int: its layout from the target's offsets */
+      if (!h->lay.nm.long_digit) {
+        h->lay.nm.long_size = o->long_tag;
+        h->lay.nm.long_digit = o->long_digit;
+        h->lay.nm.long_tagged = 1;
+      }
+    } else if (rc != -ENOENT) {
+      char m[200];
+      snprintf(m, sizeof m, "Python 3.14 tasks not read: %s", msg);
+      set_status(tk, m);
+      tk->v314 = 0;
+      tk->supported = 0;
+    }
+  }
+  uint64_t interp = 0;
+  if (tk->v314 != 1 || smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8) < 0) return;
+  if (grow((void **)&tk->addrs, &tk->cap_addrs, TK_MAX_TASKS, 8) < 0) return;
+  tk314_tasks(h, &tk->t314, interp, tk->addrs, TK_MAX_TASKS, &tk->naddrs);
+  if (tk->naddrs > 1) qsort(tk->addrs, tk->naddrs, 8, cmp_u64);
+}
+
 static void refresh_registry(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
   tk->reg_ns = h->now_ns;
+  if (tk->v314) {
+    refresh_314(tk);
+    return;
+  }
   int64_t since = h->now_ns - tk->found_ns;
   if ((!tk->mod_dict && (!tk->found_ns || since > TK_RETRY_NS)) || since > TK_REFIND_NS)
     find_registry(tk);
@@ -661,8 +710,10 @@ static int walk_chains(bf_smp_tasks *tk) {
       if (!slot[i]) tk->cur[i] = 0;
     }
     if ((rc = read_many(tk, slot, n, 8)) < 0) goto out;
+    /* 3.14: the stack holds tagged references */
+    uint64_t mask = h->lay.executable_tagged ? ~(uint64_t)7 : ~(uint64_t)0;
     for (size_t i = 0; i < n; i++)
-      if (slot[i]) tk->cur[i] = tk->ok[i] ? rd64(tk->buf + i * 8) : 0;
+      if (slot[i]) tk->cur[i] = tk->ok[i] ? rd64(tk->buf + i * 8) & mask : 0;
   }
 out:
   free(slot);
@@ -692,6 +743,10 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   *out = th;
   *nout = n;
   if (!tk->supported) return;
+  if (tk->v314 && tk->v314 != 1) { /* _asyncio not found yet: nothing to read */
+    refresh_registry(tk);
+    if (tk->v314 != 1) return;
+  }
   /* a big registry costs a read per task: re-read it ten times less often */
   int64_t every = tk->naddrs > 1000 ? 10 * TK_REFRESH_NS : TK_REFRESH_NS;
   if (!tk->reg_ns || h->now_ns - tk->reg_ns >= every) refresh_registry(tk);

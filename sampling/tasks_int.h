@@ -42,4 +42,40 @@ void tk_py_free(tk_py *py);
  * dicts can be read) or -EIO (not a readable Task now). */
 int tk_py_read(bf_smp_tasks *tk, tk_py *py, uint64_t task, tk_py_task *out);
 
+/* ---- 3.14+: the _asyncio module's debug offsets (tasks_314.c) ----
+ * NOT VERIFIED against a running 3.14 (none was available): written from
+ * CPython 3.14's Modules/_asynciomodule.c (_Py_AsyncioModuleDebugOffsets,
+ * section .AsyncioDebug, symbol _AsyncioDebug) and
+ * Include/internal/pycore_debug_offsets.h, exercised by a unit test over a
+ * fake memory image. */
+typedef struct tk314 {
+  uint64_t task_size, task_fut_state, task_fut_waiter, task_coro, task_name, task_node;
+  uint64_t is_tasks_head, ts_tasks_head; /* llist heads in the interpreter / thread state */
+  uint64_t gen_iframe, gen_frame_state;  /* PyGenObject (from _Py_DebugOffsets) */
+  uint64_t fr_stackpointer;              /* _PyInterpreterFrame.stackpointer */
+  uint64_t llist_next;                   /* struct llist_node.next */
+  uint64_t long_tag, long_digit;         /* PyLongObject (an unnamed Task's name is its number) */
+} tk314;
+
+#define TK314_ASYNCIO_LEN 104 /* 13 uint64: task 7, interpreter 2, thread 4 */
+#define TK314_PYDEBUG_LEN 760 /* _Py_DebugOffsets of 3.14 */
+
+/* Check and take the offsets: adbg (the target's _AsyncioDebug) and pydbg
+ * (its _Py_DebugOffsets, at the start of _PyRuntime). Fields the sampler
+ * needs beyond the exported ones (the Task's state and waiter) are placed
+ * from the TaskObj layout and accepted only if the exported ones sit where
+ * that layout puts them. OUT: *out; *msg says why not. 0, -EINVAL or
+ * -ENOTSUP (a version whose _Py_DebugOffsets layout is not known). */
+int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pydbg, size_t plen,
+                tk314 *out, const char **msg);
+/* Find _AsyncioDebug in the target (the _asyncio extension, or libpython /
+ * the executable when built in) and parse it with the target's
+ * _Py_DebugOffsets. OUT: *out. -ENOENT while _asyncio is not loaded. */
+int tk314_find(bf_smp *h, tk314 *out, const char **msg);
+/* Append to addrs[*n..max) the Tasks linked in interp's thread states'
+ * lists, then in the interpreter's own (tasks of finished threads). Bounded
+ * by max and by SMP_MAX_THREADS threads; a list that does not come back to
+ * its head ends at the first unreadable node. OUT: *n. */
+int tk314_tasks(bf_smp *h, const tk314 *o, uint64_t interp, uint64_t *addrs, size_t max, size_t *n);
+
 #endif

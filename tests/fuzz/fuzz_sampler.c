@@ -1,8 +1,9 @@
 /* fuzz_sampler.c — random bytes into every parser of untrusted target data:
  * the three line-table decoders, the ELF symbol/version reader, the
  * _Py_DebugOffsets validator, the frame walker and the thread-name readers
- * (dicts, ints, modules, instance attributes of 3.8-3.13; pynames.c), the
- * last two over a fake memory image in which any address at or above
+ * (dicts, ints, modules, instance attributes of 3.8-3.13; pynames.c), and
+ * Python 3.14's asyncio debug offsets and Task lists (tasks_314.c), the
+ * last three over a fake memory image in which any address at or above
  * FAKE_BASE wraps into the input, so random pointers lead somewhere and
  * walks go deep. Type checks are off over fake memory (no type addresses).
  *
@@ -19,6 +20,7 @@
 #include <sys/uio.h>
 
 #include "smp_int.h" /* sampling/internal/: on this test's include path only */
+#include "tasks_int.h"
 
 #define FAKE_BASE 0x100000000000ull
 
@@ -346,6 +348,23 @@ static void fuzz_one(const uint8_t *data, size_t size) {
       const char *msg;
       (void)smp_layout_from_debug_offsets(blob, size < sizeof blob ? size : sizeof blob, &l,
                                           &free_threaded, &msg);
+      /* 3.14 asyncio offsets (tasks_314.c): the input's tail as _AsyncioDebug,
+       * then the Task list walker over the input as memory */
+      tk314 o;
+      if (size > TK314_ASYNCIO_LEN) (void)tk314_parse(data + size - TK314_ASYNCIO_LEN, TK314_ASYNCIO_LEN, blob,
+                                                      sizeof blob, &o, &msg);
+      static const tk314 t314 = {168, 104, 120, 128, 136, 152, 1024, 1016, 72, 67, 64, 0, 16, 24};
+      bf_smp *h = bf_smp_new();
+      image im = {data, size};
+      if (h && smp_layout_builtin(12, &l) == 0) {
+        uint64_t addrs[64];
+        size_t n = 0;
+        smp_set_reader(h, fake_readv, &im);
+        smp_set_layout(h, &l, FAKE_BASE);
+        (void)tk314_tasks(h, &t314, FAKE_BASE + (sel & 0xff) * 8, addrs, 64, &n);
+        if (n > 64) abort();
+      }
+      bf_smp_free(h);
       break;
     }
     case 4: { /* thread names (pynames.c): a fake heap, mutated, then noise */
