@@ -418,6 +418,22 @@ static void find_registry(bf_smp_tasks *tk) {
   tk->mod_dict = tk->reg_sets[0] ? md : 0;
 }
 
+void tk_use_314(bf_smp_tasks *tk, const tk314 *o) {
+  bf_smp *h = tk->h;
+  tk->t314 = *o;
+  tk->lay = (tk_layout){14, (uint32_t)o->task_size, (uint32_t)o->task_fut_state, (uint32_t)o->task_fut_waiter,
+                        (uint32_t)o->task_coro, (uint32_t)o->task_name, 0, 0, 0, (uint32_t)o->gen_iframe,
+                        (uint32_t)o->fr_stackpointer, 0, 0, 0, 0};
+  tk->v314 = 1;
+  /* 3.14 has no vendored attribute layout, but an unnamed Task's name is
+   * an int: its layout from the target's offsets */
+  if (!h->lay.nm.long_digit) {
+    h->lay.nm.long_size = o->long_tag;
+    h->lay.nm.long_digit = o->long_digit;
+    h->lay.nm.long_tagged = 1;
+  }
+}
+
 /* 3.14: the Task layout from _asyncio's debug offsets once it is loaded,
  * then the tasks linked in the thread states (tasks_314.c). */
 static void refresh_314(bf_smp_tasks *tk) {
@@ -426,20 +442,10 @@ static void refresh_314(bf_smp_tasks *tk) {
   if (tk->v314 < 0 && (!tk->found_ns || h->now_ns - tk->found_ns > TK_RETRY_NS)) {
     const char *msg;
     tk->found_ns = h->now_ns;
-    int rc = tk314_find(h, &tk->t314, &msg);
+    tk314 o;
+    int rc = tk314_find(h, &o, &msg);
     if (rc == 0) {
-      const tk314 *o = &tk->t314;
-      tk->lay = (tk_layout){14, (uint32_t)o->task_size, (uint32_t)o->task_fut_state, (uint32_t)o->task_fut_waiter,
-                            (uint32_t)o->task_coro, (uint32_t)o->task_name, 0, 0, 0, (uint32_t)o->gen_iframe,
-                            (uint32_t)o->fr_stackpointer, 0, 0, 0, 0};
-      tk->v314 = 1;
-      /* 3.14 has no vendored attribute layout, but an unnamed Task's name
-       * is an int: its layout from the target's offsets */
-      if (!h->lay.nm.long_digit) {
-        h->lay.nm.long_size = o->long_tag;
-        h->lay.nm.long_digit = o->long_digit;
-        h->lay.nm.long_tagged = 1;
-      }
+      tk_use_314(tk, &o);
     } else if (rc != -ENOENT) {
       char m[200];
       snprintf(m, sizeof m, "Python 3.14 tasks not read: %s", msg);

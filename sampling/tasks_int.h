@@ -77,5 +77,8 @@ int tk314_find(bf_smp *h, tk314 *out, const char **msg);
  * by max and by SMP_MAX_THREADS threads; a list that does not come back to
  * its head ends at the first unreadable node. OUT: *n. */
 int tk314_tasks(bf_smp *h, const tk314 *o, uint64_t interp, uint64_t *addrs, size_t max, size_t *n);
+/* tasks.c: read 3.14 Tasks with offsets o from now on (once tk314_find
+ * found them; tests hand in their own). */
+void tk_use_314(bf_smp_tasks *tk, const tk314 *o);
 
 #endif

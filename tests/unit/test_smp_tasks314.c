@@ -170,8 +170,169 @@ static void test_lists(void) {
   bf_smp_free(h);
 }
 
+/* ---- the whole reader over a fake 3.14 process ----
+ * A _Py_DebugOffsets blob at _PyRuntime with self-consistent 3.14 values,
+ * one thread state listing two C Tasks: "alpha" parked two coroutines deep
+ * (outer -> inner -> a FutureIter), "beta" running. Stack references and
+ * f_executable are tagged, as in 3.14. */
+
+static const size_t dpos314[][2] = {
+    /* position in _Py_DebugOffsets, value */
+    {24, 1000}, {40, 800},                                   /* runtime: size, interpreters head */
+    {48, 4096}, {64, 8}, {72, 72}, {88, 200}, {144, 300}, {152, 304}, /* interpreter */
+    {176, 2048}, {192, 8}, {208, 56}, {216, 136}, {224, 144},         /* thread state */
+    {248, 80}, {256, 8}, {264, 0}, {272, 56}, {280, 80}, {288, 74}, {296, 64}, /* frame */
+    {312, 200}, {320, 112}, {328, 120}, {336, 128}, {344, 136}, {352, 48}, {384, 192}, /* code */
+    {400, 16}, {408, 8}, {416, 400}, {424, 24},              /* object, type */
+    {568, 32}, {576, 16}, {584, 24},                         /* long */
+    {592, 40}, {600, 16}, {608, 32},                         /* bytes */
+    {616, 64}, {624, 32}, {632, 16}, {640, 40},              /* unicode */
+    {648, 16}, {656, 4},                                     /* gc */
+    {664, 160}, {672, 16}, {680, 72}, {688, 67}, {696, 0},   /* gen, llist */
+};
+
+static uint64_t top = BASE + 0x2000; /* bump allocator over mem */
+static uint64_t alloc(size_t n) {
+  uint64_t a = top;
+  top += (n + 15) & ~(size_t)15;
+  if (top - BASE > SIZE) abort();
+  return a;
+}
+static uint64_t cstr(const char *s) {
+  uint64_t a = alloc(strlen(s) + 1);
+  memcpy(mem + (a - BASE), s, strlen(s) + 1);
+  return a;
+}
+static uint64_t type_named(const char *name) {
+  uint64_t t = alloc(400);
+  put(t + 24, cstr(name));
+  return t;
+}
+static uint64_t pystr(uint64_t str_type, const char *s) { /* compact ASCII */
+  uint64_t a = alloc(40 + strlen(s) + 1);
+  put(a + 8, str_type);
+  put(a + 16, strlen(s));
+  put(a + 32, 1 << 2 | 1 << 5 | 1 << 6);
+  memcpy(mem + (a + 40 - BASE), s, strlen(s));
+  return a;
+}
+static uint64_t code_named(uint64_t str_type, const char *qualname) {
+  uint64_t c = alloc(200 + 64);
+  put(c + 112, pystr(str_type, "app.py"));
+  put(c + 120, pystr(str_type, qualname));
+  put(c + 128, pystr(str_type, qualname));
+  put(c + 48, 10); /* firstlineno */
+  return c;
+}
+/* A coroutine at frame state st running code; its stack's top (tagged) is
+ * awaits (0: empty stack). */
+static uint64_t coro(uint64_t coro_type, uint64_t code, int st, uint64_t awaits) {
+  uint64_t g = alloc(160 + 64);
+  uint64_t f = g + 72;
+  put(g + 8, coro_type);
+  mem[g + 67 - BASE] = (unsigned char)(signed char)st;
+  put(f + 0, code | 1);        /* f_executable, tagged */
+  put(f + 56, code + 192 + 4); /* instr_ptr: the third code unit */
+  put(f + 80, awaits | 1);     /* localsplus[0], tagged */
+  put(f + 64, awaits ? f + 88 : f + 80); /* stackpointer */
+  return g;
+}
+
+static const bf_smp_thread *thread_named(const bf_smp_thread *th, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (th[i].name && strcmp(th[i].name, name) == 0) return &th[i];
+  return NULL;
+}
+
+static void check_stack(const bf_smp_thread *t, const char *const *want, size_t n) {
+  CHECK(t != NULL);
+  if (!t) return;
+  CHECK_EQ_INT(t->nframes, n);
+  for (size_t i = 0; i < n && i < t->nframes; i++) {
+    const char *q = t->frames[i].code ? t->frames[i].code->qualname : "(null)";
+    if (strcmp(q, want[i]) != 0) fprintf(stderr, "frame %zu: %s, want %s\n", i, q, want[i]);
+    CHECK(strcmp(q, want[i]) == 0);
+  }
+}
+
+static void test_reader(void) {
+  memset(mem, 0, sizeof mem);
+  top = BASE + 0x2000;
+  unsigned char p[TK314_PYDEBUG_LEN], a[TK314_ASYNCIO_LEN];
+  pydebug_blob(p, 0x030e00f0);
+  for (size_t i = 0; i < sizeof dpos314 / sizeof dpos314[0]; i++) w64(p, dpos314[i][0], dpos314[i][1]);
+  asyncio_blob(a);
+  uint64_t rt = BASE;
+  memcpy(mem, p, sizeof p);
+  smp_layout l;
+  int ft;
+  const char *msg;
+  CHECK_EQ_INT(smp_layout_from_debug_offsets(p, sizeof p, &l, &ft, &msg), 0);
+  tk314 o;
+  CHECK_EQ_INT(tk314_parse(a, sizeof a, p, sizeof p, &o, &msg), 0);
+  uint64_t interp = alloc(4096), ts = alloc(2048);
+  put(rt + 800, interp);
+  put(interp + 72, ts);
+  put(interp + 1024, interp + 1024); /* no tasks of finished threads */
+  uint64_t t_str = type_named("str"), t_coro = type_named("coroutine"), t_task = type_named("_asyncio.Task"),
+           t_iter = type_named("_asyncio.FutureIter");
+  uint64_t fut_iter = alloc(32), future = alloc(64);
+  put(fut_iter + 8, t_iter);
+  uint64_t c_inner = coro(t_coro, code_named(t_str, "inner"), -1, fut_iter);
+  uint64_t c_outer = coro(t_coro, code_named(t_str, "outer"), -1, c_inner);
+  uint64_t c_run = coro(t_coro, code_named(t_str, "run"), 0, 0);
+  uint64_t ta = alloc(168), tb = alloc(168);
+  put(ta + 8, t_task);
+  put(ta + 120, future);
+  put(ta + 128, c_outer);
+  put(ta + 136, pystr(t_str, "alpha"));
+  put(tb + 8, t_task);
+  put(tb + 128, c_run);
+  put(tb + 136, pystr(t_str, "beta"));
+  uint64_t head = ts + 1016;
+  put(head, ta + 152);
+  put(ta + 152, tb + 152);
+  put(tb + 152, head);
+
+  bf_smp *h = bf_smp_new();
+  smp_set_reader(h, fake_readv, NULL);
+  smp_set_layout(h, &l, rt);
+  h->now_ns = 1000000000;
+  bf_smp_tasks *tk = bf_smp_tasks_new(h);
+  CHECK(strstr(bf_smp_tasks_status(tk), "not verified") != NULL);
+  tk_use_314(tk, &o);
+  for (int round = 0; round < 2; round++) { /* the second from the chain cache */
+    const bf_smp_thread *out;
+    size_t n = 0;
+    bf_smp_tasks_sample(tk, NULL, 0, &out, &n);
+    CHECK_EQ_INT(n, 2);
+    const bf_smp_thread *alpha = thread_named(out, n, "task:alpha"), *beta = thread_named(out, n, "task:beta");
+    static const char *const wa[] = {"inner", "outer", "alpha"}, *const wb[] = {"run", "beta"};
+    check_stack(alpha, wa, 3);
+    check_stack(beta, wb, 2);
+    CHECK(alpha && (alpha->flags & BF_SMP_TASK_WAITING) && (alpha->flags & BF_SMP_IDLE));
+    CHECK(beta && (beta->flags & BF_SMP_TASK_RUNNING));
+    CHECK(alpha && strcmp(alpha->frames[2].code->filename, BF_SMP_TASK_FILE) == 0);
+    h->now_ns += 1000000;
+  }
+  /* inner is running now (a torn moment): alpha's chain stops at outer;
+   * a Task whose coroutine is not a coroutine is left out */
+  mem[c_inner + 67 - BASE] = 0;
+  put(tb + 128, fut_iter);
+  h->now_ns += 200000000; /* past the chain cache's life */
+  const bf_smp_thread *out;
+  size_t n = 0;
+  bf_smp_tasks_sample(tk, NULL, 0, &out, &n);
+  static const char *const wa2[] = {"outer", "alpha"};
+  check_stack(thread_named(out, n, "task:alpha"), wa2, 2);
+  CHECK(thread_named(out, n, "task:beta") == NULL || thread_named(out, n, "task:beta")->nframes == 1);
+  bf_smp_tasks_free(tk);
+  bf_smp_free(h);
+}
+
 int main(void) {
   test_parse();
   test_lists();
+  test_reader();
   return CHECK_DONE();
 }
