@@ -522,6 +522,10 @@ static const tk_name *name_put(bf_smp_tasks *tk, size_t i, uint64_t obj, char *s
 }
 
 static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
+  /* no name object: a Task torn down while still listed (its name cleared
+   * before its memory is freed). Never looked up: 0 marks the table's empty
+   * slots, whose code is NULL (that was a recorder crash) */
+  if (!obj) return NULL;
   if (!tk->names && !(tk->names = calloc(TK_MAX_NAMES, sizeof *tk->names))) return NULL;
   size_t i;
   const tk_name *hit = name_slot(tk, obj, &i);

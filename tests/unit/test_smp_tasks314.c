@@ -326,6 +326,18 @@ static void test_reader(void) {
   static const char *const wa2[] = {"outer", "alpha"};
   check_stack(thread_named(out, n, "task:alpha"), wa2, 2);
   CHECK(thread_named(out, n, "task:beta") == NULL || thread_named(out, n, "task:beta")->nframes == 1);
+  /* a Task torn down while still listed (its name already cleared, as
+   * TaskObj_clear does before the memory is freed): left out. It once gave
+   * the recorder a frame without code (the name table's empty slot 0) */
+  put(tb + 128, c_run);
+  put(tb + 136, 0);
+  h->now_ns += 1000000;
+  n = 0;
+  bf_smp_tasks_sample(tk, NULL, 0, &out, &n);
+  CHECK_EQ_INT(n, 1);
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < out[i].nframes; k++) CHECK(out[i].frames[k].code != NULL);
+  for (size_t i = 0; i < n; i++) CHECK(out[i].name != NULL);
   bf_smp_tasks_free(tk);
   bf_smp_free(h);
 }
