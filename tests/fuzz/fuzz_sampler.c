@@ -1,7 +1,8 @@
 /* fuzz_sampler.c — random bytes into every parser of untrusted target data:
  * the three line-table decoders, the ELF symbol/version reader, the
  * _Py_DebugOffsets validator, the frame walker and the thread-name readers
- * (dicts, ints, modules, instance attributes of 3.8-3.13; pynames.c), and
+ * (dicts, ints, modules, instance attributes of 3.8-3.13; pynames.c) with
+ * pure-Python Tasks' attributes (tasks_py.c), and
  * Python 3.14's asyncio debug offsets and Task lists (tasks_314.c), the
  * last three over a fake memory image in which any address at or above
  * FAKE_BASE wraps into the input, so random pointers lead somewhere and
@@ -381,6 +382,15 @@ static void fuzz_one(const uint8_t *data, size_t size) {
         for (size_t i = 0; i < h->npn; i++)
           if (!h->pn[i].name || strlen(h->pn[i].name) > SMP_PYNAME_LEN) abort();
         for (int i = 0; i < 2; i++) (void)smp_walk(h, 0); /* names onto threads */
+        /* pure-Python Tasks' attributes (tasks_py.c) over the same heap */
+        bf_smp_tasks *tk = bf_smp_tasks_new(h);
+        tk_py *py = tk_py_new();
+        for (uint64_t off = 0; tk && py && off < size && off < 64 * 16; off += 16) {
+          tk_py_task pt;
+          if (tk_py_read(tk, py, FAKE_BASE + off, &pt) == 1 && !pt.coro) abort();
+        }
+        tk_py_free(py);
+        bf_smp_tasks_free(tk);
       }
       bf_smp_free(h);
       break;
