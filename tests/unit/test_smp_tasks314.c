@@ -238,6 +238,8 @@ static uint64_t coro(uint64_t coro_type, uint64_t code, int st, uint64_t awaits)
   return g;
 }
 
+static const bf_smp_thread no_threads[1]; /* the sample's threads: none */
+
 static const bf_smp_thread *thread_named(const bf_smp_thread *th, size_t n, const char *name) {
   for (size_t i = 0; i < n; i++)
     if (th[i].name && strcmp(th[i].name, name) == 0) return &th[i];
@@ -304,7 +306,7 @@ static void test_reader(void) {
   for (int round = 0; round < 2; round++) { /* the second from the chain cache */
     const bf_smp_thread *out;
     size_t n = 0;
-    bf_smp_tasks_sample(tk, NULL, 0, &out, &n);
+    bf_smp_tasks_sample(tk, no_threads, 0, &out, &n);
     CHECK_EQ_INT(n, 2);
     const bf_smp_thread *alpha = thread_named(out, n, "task:alpha"), *beta = thread_named(out, n, "task:beta");
     static const char *const wa[] = {"inner", "outer", "alpha"}, *const wb[] = {"run", "beta"};
@@ -322,7 +324,7 @@ static void test_reader(void) {
   h->now_ns += 200000000; /* past the chain cache's life */
   const bf_smp_thread *out;
   size_t n = 0;
-  bf_smp_tasks_sample(tk, NULL, 0, &out, &n);
+  bf_smp_tasks_sample(tk, no_threads, 0, &out, &n);
   static const char *const wa2[] = {"outer", "alpha"};
   check_stack(thread_named(out, n, "task:alpha"), wa2, 2);
   CHECK(thread_named(out, n, "task:beta") == NULL || thread_named(out, n, "task:beta")->nframes == 1);
@@ -333,7 +335,7 @@ static void test_reader(void) {
   put(tb + 136, 0);
   h->now_ns += 1000000;
   n = 0;
-  bf_smp_tasks_sample(tk, NULL, 0, &out, &n);
+  bf_smp_tasks_sample(tk, no_threads, 0, &out, &n);
   CHECK_EQ_INT(n, 1);
   for (size_t i = 0; i < n; i++)
     for (size_t k = 0; k < out[i].nframes; k++) CHECK(out[i].frames[k].code != NULL);
