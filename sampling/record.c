@@ -1,7 +1,8 @@
 /* record.c — the sampling loop: launch or attach, tick at a jittered rate,
- * walk every target's threads and append samples to a store session, then
- * finalise the session's metadata (rates, totals, status) whatever happens.
- * Per-sample work hits no SQLite: ids are cached on the code objects.
+ * walk every target's threads and append samples to a store session (the
+ * rows themselves are record_keep.c's), then finalise the session's metadata
+ * (rates, totals, status) whatever happens. Per-sample work hits no SQLite:
+ * ids are cached on the code objects.
  */
 #include <errno.h>
 #include <fcntl.h>
