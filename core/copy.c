@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "copy.h"
+#include "ident.h"
 #include "store_int.h"
 
 typedef struct copier {
@@ -40,9 +41,9 @@ static int map_function(copier *c, int64_t fid, int64_t *out) {
   int rc = bf_store_function_get(c->src, fid, &ref);
   if (rc) return from_src(c, rc);
   char *file = NULL, *qual = NULL;
-  if (c->o && c->o->map_file && !(file = c->o->map_file(c->o->ud, ref.file ? ref.file : "<unknown>")))
+  if (c->o && c->o->map_file && !(file = c->o->map_file(c->o->ud, bf_ident_or_unknown(ref.file))))
     return bf_store_fail(c->dst, -ENOMEM, "out of memory");
-  if (c->o && c->o->map_qualname && !(qual = c->o->map_qualname(c->o->ud, ref.qualname ? ref.qualname : "<unknown>"))) {
+  if (c->o && c->o->map_qualname && !(qual = c->o->map_qualname(c->o->ud, bf_ident_or_unknown(ref.qualname)))) {
     free(file);
     return bf_store_fail(c->dst, -ENOMEM, "out of memory");
   }

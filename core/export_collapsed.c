@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ident.h"
 #include "query.h"
 #include "store_int.h"
 #include "views.h"
@@ -77,7 +78,7 @@ int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter 
       }
       if (j) fputc(';', out);
       put_sanitized(out, ref.qualname);
-      if (strcmp(ref.file, "<unknown>") == 0 && ref.firstlineno == 0 && line == 0) continue; /* plain frame */
+      if (bf_ident_is_unknown(ref.file, ref.firstlineno) && line == 0) continue; /* plain frame */
       fputs(" (", out);
       put_sanitized(out, ref.file);
       fprintf(out, ":%lld:%lld)", (long long)ref.firstlineno, (long long)line);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "ident.h"
 #include "query.h"
 #include "store_int.h"
 #include "views.h"
@@ -89,7 +90,7 @@ static int64_t str_id(strtab *t, const char *s) {
  * clean-up away from it ("w.<module>" stays, "<module>" would become empty). */
 static void display_name(char *buf, size_t len, const bf_function_ref *ref) {
   const char *f = ref->file;
-  if (strcmp(f, "<builtin>") == 0) {
+  if (bf_ident_is_builtin(f)) {
     snprintf(buf, len, "%s", ref->qualname);
     return;
   }

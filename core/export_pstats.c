@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ident.h"
 #include "store_int.h"
 #include "views.h"
 #include "query.h"
@@ -90,7 +91,7 @@ static int m_key(bf_store *s, FILE *out, int64_t fid) {
   bf_function_ref ref;
   int rc = bf_store_function_get(s, fid, &ref);
   if (rc) return rc;
-  if (strcmp(ref.file, "<builtin>") == 0) {
+  if (bf_ident_is_builtin(ref.file)) {
     char *name = c_label(ref.qualname);
     if (!name) return -ENOMEM;
     m_str(out, "~");

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ident.h"
 #include "import.h"
 #include "session_meta.h"
 #include "query.h"
@@ -263,7 +264,7 @@ static int parse_frames(imp *m, char *stack, int64_t *leaf, int *depth, int64_t 
     } else if (m->d == D_PYSPY && parse_pyspy_frame(p, fl, &fr) == 0) {
       /* ok */
     } else {
-      fr = (frame_id){"<unknown>", p, 9, fl, 0, 0};
+      fr = (frame_id){BF_IDENT_UNKNOWN, p, sizeof BF_IDENT_UNKNOWN - 1, fl, 0, 0};
     }
     int64_t frame, stk;
     if ((rc = intern_frame(m, &fr, &frame))) return rc;

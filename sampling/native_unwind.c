@@ -1,6 +1,7 @@
 /* native_unwind.c — the C half of a mixed stack: libunwind's remote accessors
  * over a thread's snapshot, the target's maps, symbols per address, and the
  * merge of C frames with the Python frames the eval loop runs. */
+#include "ident.h"
 #include "native_int.h"
 
 /* ---- the accessors libunwind reads the snapshot through ----------------- */
@@ -226,7 +227,7 @@ static const nat_ip *ip_lookup(bf_smp_native *n, uint64_t addr, unw_cursor_t *c)
     j = (j + 1) & (n->cap_ips - 1);
   }
   const nat_map *m = nat_maps_find(n, addr);
-  const char *path = m && m->path ? m->path : nat_intern_path(n, "[anonymous]");
+  const char *path = m && m->path ? m->path : nat_intern_path(n, BF_IDENT_ANONYMOUS);
   if (!path) return NULL;
   char name[512];
   unw_word_t off = 0;
@@ -235,17 +236,13 @@ static const nat_ip *ip_lookup(bf_smp_native *n, uint64_t addr, unw_cursor_t *c)
   if (c && unw_get_proc_info(c, &pi) == 0 && pi.start_ip && pi.start_ip <= addr &&
       addr < pi.end_ip)
     start = pi.start_ip;
-  if (!m || !m->path ||
-      _UPT_get_proc_name(n->as, addr, name, sizeof name, &off, n->upt_pid) != 0 || !name[0] ||
-      off > addr - start) {
-    /* unknown function: named by its start when the unwind tables know it,
-     * else "??" (one per library) rather than one name per address */
-    if (start != addr || !m)
-      snprintf(name, sizeof name, "0x%llx",
-               (unsigned long long)(m ? start - m->lo + m->off : start));
-    else
-      snprintf(name, sizeof name, "??");
-  }
+  int named = m && m->path &&
+              _UPT_get_proc_name(n->as, addr, name, sizeof name, &off, n->upt_pid) == 0 &&
+              off <= addr - start;
+  /* unknown function: named by its start when the unwind tables know it,
+   * else "??" (one per library) rather than one name per address */
+  bf_ident_native_name(name, sizeof name, named ? name : NULL, start != addr || !m,
+                       m ? start - m->lo + m->off : start);
   nat_code *code = code_intern(n, path, name);
   if (!code) return NULL;
   nat_ip *e = &n->ips[j];

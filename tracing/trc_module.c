@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ident.h"
 #include "json.h"
 #include "store.h"
 
@@ -175,9 +176,7 @@ static char *trc_type_name(PyTypeObject *t, const char *meth) {
   const char *ms = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "builtins";
   const char *qs = qn && PyUnicode_Check(qn) ? PyUnicode_AsUTF8(qn) : t->tp_name;
   PyErr_Clear();
-  size_t n = strlen(ms) + strlen(qs) + strlen(meth) + 3;
-  char *out = malloc(n);
-  if (out) snprintf(out, n, "%s.%s.%s", ms, qs, meth);
+  char *out = bf_ident_builtin(ms, qs, meth);
   Py_XDECREF(mod);
   Py_XDECREF(qn);
   return out;
@@ -195,10 +194,7 @@ static char *trc_cfunc_name(PyObject *callable, PyMethodDef *def) {
     if (!ms && self) ms = PyModule_GetName(self);
     PyErr_Clear();
     if (!ms) ms = "builtins";
-    size_t n = strlen(ms) + strlen(def->ml_name) + 2;
-    char *out = malloc(n);
-    if (out) snprintf(out, n, "%s.%s", ms, def->ml_name);
-    return out;
+    return bf_ident_builtin(ms, NULL, def->ml_name);
   }
   PyTypeObject *t = NULL;
   if (PyType_Check(self)) t = trc_defining_type((PyTypeObject *)self, def);
@@ -216,7 +212,7 @@ uint32_t trc_cfunc(ProfileObject *p, PyObject *callable, PyMethodDef *def) {
     return 0;
   }
   bf_trc_func *f = &p->acct.funcs[idx];
-  f->file = trc_strdup("<builtin>");
+  f->file = trc_strdup(BF_IDENT_BUILTIN);
   f->qualname = trc_cfunc_name(callable, def);
   f->firstlineno = 0;
   return idx;

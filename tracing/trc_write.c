@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ident.h"
 #include "store.h"
 #include "trc_int.h"
 
@@ -115,8 +116,8 @@ static int trc_wr_intern(trc_wr *w) {
   }
   for (size_t i = 1; i < res->nfuncs; i++) {
     const bf_trc_func *f = &res->funcs[i];
-    int rc = bf_store_intern_function(w->s, f->file ? f->file : "<unknown>",
-                                      f->qualname ? f->qualname : "<unknown>", f->firstlineno,
+    int rc = bf_store_intern_function(w->s, bf_ident_or_unknown(f->file),
+                                      bf_ident_or_unknown(f->qualname), f->firstlineno,
                                       &w->fids[i]);
     if (rc < 0) return rc;
   }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ident.h"
 #include "store_impl.h"
 #include "vec.h"
 
@@ -121,8 +122,8 @@ int bf_store_intern_function(bf_store *s, const char *file, const char *qualname
                              int64_t *id) {
   int64_t f, q;
   int rc;
-  if ((rc = bf_store_intern_string(s, file ? file : "<unknown>", &f))) return rc;
-  if ((rc = bf_store_intern_string(s, qualname ? qualname : "<unknown>", &q))) return rc;
+  if ((rc = bf_store_intern_string(s, bf_ident_or_unknown(file), &f))) return rc;
+  if ((rc = bf_store_intern_string(s, bf_ident_or_unknown(qualname), &q))) return rc;
   return intern3(s, &s->fn_map, ST_FN_FIND, ST_FN_INS, 3, f, q, firstlineno, id);
 }
 
