@@ -113,8 +113,8 @@ int bf_store_session_delete(bf_store *s, int64_t id);
 /* ---- interning (cached in memory; ids are stable for the database) ---- */
 
 int bf_store_intern_string(bf_store *s, const char *str, int64_t *id);
-/* Function identity: (file, qualname, firstlineno). C functions are
- * ("<builtin>", "module.qualname", 0). OUT: *id. */
+/* Function identity: (file, qualname, firstlineno); names for what a
+ * producer does not know are in common/ident.h (NULL: BF_IDENT_UNKNOWN). OUT: *id. */
 int bf_store_intern_function(bf_store *s, const char *file, const char *qualname,
                              int64_t firstlineno, int64_t *id);
 /* Frame = (function, current line). OUT: *id. */
