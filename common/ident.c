@@ -8,6 +8,7 @@
 #include <string.h>
 
 char *bf_ident_builtin(const char *module, const char *type, const char *name) {
+  if (!module) module = "builtins";
   size_t n = strlen(module) + (type ? strlen(type) + 1 : 0) + strlen(name) + 2;
   char *out = malloc(n);
   if (!out) return NULL;

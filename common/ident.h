@@ -20,8 +20,8 @@
 #define BF_IDENT_NO_SYMBOL "??"
 
 /* Qualname of a C function: "module.name", or "module.type.name" when type
- * is not NULL (type: the defining type's qualname). Caller frees; NULL when
- * out of memory. */
+ * is not NULL (type: the defining type's qualname); module NULL (none known)
+ * is "builtins". Caller frees; NULL when out of memory. */
 char *bf_ident_builtin(const char *module, const char *type, const char *name);
 
 /* s, or BF_IDENT_UNKNOWN when s is NULL (for a file or a qualname). */

@@ -173,7 +173,7 @@ static PyTypeObject *trc_defining_type(PyTypeObject *t, PyMethodDef *def) {
 static char *trc_type_name(PyTypeObject *t, const char *meth) {
   PyObject *mod = PyObject_GetAttrString((PyObject *)t, "__module__");
   PyObject *qn = PyObject_GetAttrString((PyObject *)t, "__qualname__");
-  const char *ms = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "builtins";
+  const char *ms = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
   const char *qs = qn && PyUnicode_Check(qn) ? PyUnicode_AsUTF8(qn) : t->tp_name;
   PyErr_Clear();
   char *out = bf_ident_builtin(ms, qs, meth);
@@ -193,7 +193,6 @@ static char *trc_cfunc_name(PyObject *callable, PyMethodDef *def) {
     if (m && PyUnicode_Check(m)) ms = PyUnicode_AsUTF8(m);
     if (!ms && self) ms = PyModule_GetName(self);
     PyErr_Clear();
-    if (!ms) ms = "builtins";
     return bf_ident_builtin(ms, NULL, def->ml_name);
   }
   PyTypeObject *t = NULL;

@@ -32,6 +32,12 @@ int main(void) {
   q = bf_ident_builtin("collections", "OrderedDict", "move_to_end");
   CHECK(same(q, "collections.OrderedDict.move_to_end"));
   free(q);
+  q = bf_ident_builtin(NULL, NULL, "print");
+  CHECK(same(q, "builtins.print"));
+  free(q);
+  q = bf_ident_builtin(NULL, "dict", "get");
+  CHECK(same(q, "builtins.dict.get"));
+  free(q);
   q = bf_ident_builtin("", NULL, "");
   CHECK(same(q, "."));
   free(q);
