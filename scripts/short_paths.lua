@@ -11,7 +11,7 @@
 -- with 95% probability (≥ 3 expected samples) and to size it (≥ 30 samples).
 -- Its expected time in the sampled run is its traced share of time × the
 -- sampled thread time (the workload mix is assumed to be the same).
--- C functions ("<builtin>") are left out unless --builtins is given: a
+-- C functions (bifocal.is_builtin) are left out unless --builtins is given: a
 -- sampler without --native never sees them, however long they run.
 -- Traced per-call times include the tracer's own overhead, so for the
 -- shortest functions the needed rates are on the low side.
@@ -34,7 +34,7 @@ end
 
 local out = {}
 for _, r in ipairs(rows) do
-  if r.traced and r.calls >= opt["min-calls"] and (opt.builtins or r.file ~= "<builtin>") and (r.self_samples or 0) <= opt["max-samples"]
+  if r.traced and r.calls >= opt["min-calls"] and (opt.builtins or not bifocal.is_builtin(r.file)) and (r.self_samples or 0) <= opt["max-samples"]
       and (r.total_samples or 0) <= opt["max-samples"] then
     local share = sum.traced_ns > 0 and r.total_ns / sum.traced_ns or 0
     local secs = share * (sum.budget_ns or 0) / 1e9

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ident.h"
 #include "lua_int.h"
 #include "text.h"
 #include "util.h"
@@ -119,6 +120,12 @@ static int l_pct(lua_State *L) {
 
 /* bifocal.inert(s): s with control characters and invalid UTF-8 as escapes
  * (\n, \x1b, \u202e), safe to print on a terminal. */
+/* bifocal.is_builtin(file): true when a row's file names a C function. */
+static int l_is_builtin(lua_State *L) {
+  lua_pushboolean(L, bf_ident_is_builtin(luaL_optstring(L, 1, NULL)));
+  return 1;
+}
+
 static int l_inert(lua_State *L) {
   const char *s = luaL_checkstring(L, 1);
   luaL_Buffer b;
@@ -248,6 +255,7 @@ static const luaL_Reg bifocal_funcs[] = {{"open", bf_lua_open},
                                          {"fmt_ns", l_fmt_ns},
                                          {"pct", l_pct},
                                          {"inert", l_inert},
+                                         {"is_builtin", l_is_builtin},
                                          {NULL, NULL}};
 
 /* Metatable name with metameth, and meth in a table at field (NULL: none). */

@@ -97,6 +97,12 @@ def test_scripts_on_real_lenses(lenses):
     assert r.returncode == 0, r.stdout + r.stderr
     r = run(["run", "short_paths.lua", "repro", "prod", "--min-calls", "100"], db=lenses, check=False)
     assert r.returncode == 0, r.stderr
+    # C functions (time.time, once per request) only with --builtins (bifocal.is_builtin)
+    every = ["run", "short_paths.lua", "repro", "prod", "--min-calls", "1", "--max-samples", "1000000000"]
+    r = run(every, db=lenses, check=False)
+    assert r.returncode == 0 and "tiny" in r.stdout and "<builtin>" not in r.stdout, r.stdout + r.stderr
+    r = run(every + ["--builtins"], db=lenses, check=False)
+    assert r.returncode == 0 and "time.time  <builtin>:0" in r.stdout, r.stdout + r.stderr
     r = run(["run", "hypothesis.lua", "prod", "repro", "--func", "tiny", "--per", "request", "--ratio", "20",
              "--min-share", "0"], db=lenses, check=False)
     assert "tiny called 20× per request" in r.stdout
