@@ -115,59 +115,92 @@ void bf_session_line(const bf_session_info *in, int with_date, char *buf, size_t
  * a million samples and many distinct paths they would dominate the file. */
 #define FOLD_SHARE 2e-5
 
-int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, const char *title,
-                   const char *subtitle, FILE *out) {
-  trie t = {0};
-  double *tc = NULL, *tv = NULL, *ta = NULL;
-  int64_t *keep = NULL, *owner = NULL, *dfs = NULL;
-  bf_map3 tsum = {0};
+/* The trie of one page and its per-node working arrays (nn entries each). */
+typedef struct flame {
+  trie t;
+  size_t nn;
+  double *tc, *tv, *ta;            /* subtree samples, value, base value */
+  int64_t *keep, *owner, *dfs;     /* written index or <0, kept owner, depth-first index */
+  double all_c, all_v, all_a;
+  size_t folded;
+} flame;
+
+static void flame_free(flame *f) {
+  free(f->tc);
+  free(f->tv);
+  free(f->ta);
+  free(f->keep);
+  free(f->owner);
+  free(f->dfs);
+  bf_map3_free(&f->t.memo);
+  free(f->t.ts);
+  bf_map3_free(&f->t.idx);
+  bf_map3_free(&f->t.fidx);
+  free(f->t.fids);
+  free(f->t.v);
+}
+
+/* Builds the trie of b (and of base, as base values) and allocates the
+ * per-node arrays. */
+static int flame_build(flame *f, const bf_wstacks *b, const bf_wstacks *base, int per_thread) {
   int rc = 0;
-  int per_thread = !base && b->nthreads > 1;
-  for (size_t i = 0; i < b->n && !rc; i++) rc = trie_add(&t, b, &b->v[i], 0, per_thread);
-  for (size_t i = 0; base && i < base->n && !rc; i++) rc = trie_add(&t, base, &base->v[i], 1, 0);
-  if (rc) goto out;
-  size_t nn = t.n ? t.n : 1;
-  tc = calloc(nn, sizeof *tc);
-  tv = calloc(nn, sizeof *tv);
-  ta = calloc(nn, sizeof *ta);
-  keep = malloc(nn * sizeof *keep);
-  owner = malloc(nn * sizeof *owner);
-  dfs = malloc(nn * sizeof *dfs);
-  if (!tc || !tv || !ta || !keep || !owner || !dfs) {
-    rc = -ENOMEM;
-    goto out;
-  }
-  /* subtree totals: children always come after their parent in t.v */
+  for (size_t i = 0; i < b->n && !rc; i++) rc = trie_add(&f->t, b, &b->v[i], 0, per_thread);
+  for (size_t i = 0; base && i < base->n && !rc; i++) rc = trie_add(&f->t, base, &base->v[i], 1, 0);
+  if (rc) return rc;
+  size_t nn = f->nn = f->t.n ? f->t.n : 1;
+  f->tc = calloc(nn, sizeof *f->tc);
+  f->tv = calloc(nn, sizeof *f->tv);
+  f->ta = calloc(nn, sizeof *f->ta);
+  f->keep = malloc(nn * sizeof *f->keep);
+  f->owner = malloc(nn * sizeof *f->owner);
+  f->dfs = malloc(nn * sizeof *f->dfs);
+  if (!f->tc || !f->tv || !f->ta || !f->keep || !f->owner || !f->dfs) return -ENOMEM;
+  return 0;
+}
+
+/* subtree totals: children always come after their parent in t.v */
+static void flame_totals(flame *f) {
+  const trie *t = &f->t;
+  double *tc = f->tc, *tv = f->tv, *ta = f->ta;
   double all_c = 0, all_v = 0, all_a = 0;
-  for (size_t i = 0; i < t.n; i++) {
-    tc[i] = t.v[i * STRIDE + 3];
-    tv[i] = t.v[i * STRIDE + 4];
-    ta[i] = t.v[i * STRIDE + 5];
+  for (size_t i = 0; i < t->n; i++) {
+    tc[i] = t->v[i * STRIDE + 3];
+    tv[i] = t->v[i * STRIDE + 4];
+    ta[i] = t->v[i * STRIDE + 5];
     all_c += tc[i];
     all_v += tv[i];
     all_a += ta[i];
   }
-  for (size_t i = t.n; i-- > 0;) {
-    int64_t p = (int64_t)t.v[i * STRIDE];
+  for (size_t i = t->n; i-- > 0;) {
+    int64_t p = (int64_t)t->v[i * STRIDE];
     if (p >= 0) {
       tc[p] += tc[i];
       tv[p] += tv[i];
       ta[p] += ta[i];
     }
   }
-  /* keep or fold; a folded node's subtree becomes self time of its kept parent */
-  double min_c = all_c * FOLD_SHARE, min_a = all_a * FOLD_SHARE;
+  f->all_c = all_c;
+  f->all_v = all_v;
+  f->all_a = all_a;
+}
+
+/* keep or fold; a folded node's subtree becomes self time of its kept parent */
+static void flame_fold(flame *f, int with_base) {
+  trie *t = &f->t;
+  const double *tc = f->tc, *tv = f->tv, *ta = f->ta;
+  int64_t *keep = f->keep, *owner = f->owner;
+  double min_c = f->all_c * FOLD_SHARE, min_a = f->all_a * FOLD_SHARE;
   size_t kept = 0, folded = 0;
-  for (size_t i = 0; i < t.n; i++) {
-    int64_t p = (int64_t)t.v[i * STRIDE];
-    int big = tc[i] >= min_c || (base && ta[i] >= min_a);
+  for (size_t i = 0; i < t->n; i++) {
+    int64_t p = (int64_t)t->v[i * STRIDE];
+    int big = tc[i] >= min_c || (with_base && ta[i] >= min_a);
     if (p >= 0 && keep[p] < 0) {
       keep[i] = -2; /* inside a folded subtree: already counted */
       owner[i] = owner[p];
     } else if (p >= 0 && !big) {
       keep[i] = -1;
       owner[i] = p;
-      double *pr = &t.v[p * STRIDE];
+      double *pr = &t->v[p * STRIDE];
       pr[3] += tc[i];
       pr[4] += tv[i];
       pr[5] += ta[i];
@@ -177,18 +210,19 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
       owner[i] = (int64_t)i;
     }
   }
-  const char *marker = strstr(bf_flame_html, "/*BF_DATA*/");
-  fwrite(bf_flame_html, 1, (size_t)(marker - bf_flame_html), out);
+  f->folded = folded;
+}
+
+/* The page's header fields: title, subtitle, kind, mode, unit, stride, note
+ * and the thread list. */
+static void flame_write_meta(const flame *f, const bf_wstacks *b, const bf_wstacks *base, const char *title,
+                             const char *subtitle, int stride, FILE *out) {
   fputs("const BF_DATA = {\"title\":", out);
   bf_json_str(out, title);
   fputs(",\"subtitle\":", out);
   bf_json_str(out, subtitle);
   fputs(",\"kind\":", out);
   bf_json_str(out, b->info->kind);
-  /* nodes: depth, function, self samples, [self value], [base value]; the
-   * value is left out when it is the sample count (wall clock) */
-  int by_value = b->by_weight || base;
-  int stride = base ? 5 : by_value ? 4 : 3;
   fprintf(out, ",\"mode\":\"%s\",\"unit\":\"%s\",\"stride\":%d", base ? "diff" : "flame",
           b->by_weight && !(bf_q_kind_of(b->info) == BF_Q_IMPORTED) ? "ns" : "samples", stride);
   char note[256] = "";
@@ -196,10 +230,10 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
     snprintf(note, sizeof note, "traced session: paths rebuilt from caller→callee edges (approximate)");
   else if (b->total_count == 0)
     snprintf(note, sizeof note, "no samples in this session or time window");
-  if (folded) {
+  if (f->folded) {
     size_t n = strlen(note);
     snprintf(note + n, sizeof note - n, "%s%zu frame paths under %.3g%% of samples folded into their callers",
-             n ? "; " : "", folded, FOLD_SHARE * 100);
+             n ? "; " : "", f->folded, FOLD_SHARE * 100);
   }
   fputs(",\"note\":", out);
   bf_json_str(out, note);
@@ -212,10 +246,15 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
     bf_json_str(out, lb);
     fprintf(out, ",%lld]", (long long)b->threads[i].count);
   }
+}
+
+/* funcs: qualname, file, first line of every function in the trie */
+static int flame_write_funcs(bf_store *s, const flame *f, FILE *out) {
+  int rc;
   fputs("],\"funcs\":[", out);
-  for (size_t i = 0; i < t.nfn; i++) {
+  for (size_t i = 0; i < f->t.nfn; i++) {
     bf_function_ref ref;
-    if ((rc = bf_store_function_get(s, t.fids[i], &ref))) goto out;
+    if ((rc = bf_store_function_get(s, f->t.fids[i], &ref))) return rc;
     if (i) fputc(',', out);
     fputc('[', out);
     bf_json_str(out, ref.qualname);
@@ -223,116 +262,139 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
     bf_json_str(out, ref.file);
     fprintf(out, ",%lld]", (long long)ref.firstlineno);
   }
+  return 0;
+}
+
+/* Depth-first order with each node's depth instead of its parent index:
+ * the parent is the last node one level up, and depths are short numbers.
+ * Fills f->dfs with each written node's place in that order. */
+static int flame_write_nodes(flame *f, int stride, FILE *out) {
+  const trie *t = &f->t;
+  size_t nn = f->nn;
+  const int64_t *keep = f->keep;
+  int64_t *dfs = f->dfs;
   fputs("],\"nodes\":[", out);
-  /* Depth-first order with each node's depth instead of its parent index:
-   * the parent is the last node one level up, and depths are short numbers. */
-  {
-    int64_t *first_child = malloc(nn * sizeof *first_child), *next = malloc(nn * sizeof *next);
-    int64_t *stk = malloc(nn * sizeof *stk), *dep = malloc(nn * sizeof *dep);
-    if (!first_child || !next || !stk || !dep) {
-      free(first_child);
-      free(next);
-      free(stk);
-      free(dep);
-      rc = -ENOMEM;
-      goto out;
-    }
-    for (size_t i = 0; i < t.n; i++) first_child[i] = next[i] = -1;
-    int64_t roots = -1;
-    for (size_t i = t.n; i-- > 0;) { /* prepend in reverse: lists keep creation order */
-      if (keep[i] < 0) continue;
-      int64_t p = (int64_t)t.v[i * STRIDE];
-      int64_t *head = p >= 0 ? &first_child[p] : &roots;
-      next[i] = *head;
-      *head = (int64_t)i;
-    }
-    size_t sp = 0, seq = 0;
-    int first = 1;
-    for (int64_t r = roots; r >= 0; r = next[r]) {
-      stk[sp] = r;
-      dep[sp++] = 0;
-      while (sp) {
-        sp--;
-        int64_t i = stk[sp], d = dep[sp];
-        const double *v = &t.v[i * STRIDE];
-        fprintf(out, "%s%lld,%.0f,%.0f", first ? "" : ",", (long long)d, v[1], v[3]);
-        if (stride >= 4) fprintf(out, ",%.0f", v[4]);
-        if (stride >= 5) fprintf(out, ",%.0f", v[5]);
-        first = 0;
-        dfs[i] = (int64_t)seq++;
-        /* push children reversed so the first child is written first */
-        size_t mark = sp;
-        for (int64_t c = first_child[i]; c >= 0; c = next[c]) {
-          stk[sp] = c;
-          dep[sp++] = d + 1;
-        }
-        for (size_t a = mark, z = sp; a + 1 < z; a++, z--) {
-          int64_t tmp = stk[a];
-          stk[a] = stk[z - 1];
-          stk[z - 1] = tmp;
-        }
-      }
-    }
+  int64_t *first_child = malloc(nn * sizeof *first_child), *next = malloc(nn * sizeof *next);
+  int64_t *stk = malloc(nn * sizeof *stk), *dep = malloc(nn * sizeof *dep);
+  if (!first_child || !next || !stk || !dep) {
     free(first_child);
     free(next);
     free(stk);
     free(dep);
+    return -ENOMEM;
   }
-  fputs("]", out);
-  if (per_thread) {
-    /* per-thread self figures of the written nodes (folded ones go to their owner):
-     * node, thread, samples, [value] */
-    size_t nagg = 0;
-    for (size_t k = 0; k < t.nts; k++) {
-      int64_t o = owner[t.ts[k].node];
-      int64_t *hit = bf_map3_get(&tsum, o, t.ts[k].thread, 0);
-      if (hit) {
-        t.ts[*hit].count += t.ts[k].count;
-        t.ts[*hit].value += t.ts[k].value;
-      } else {
-        t.ts[nagg] = (tself){o, t.ts[k].thread, t.ts[k].count, t.ts[k].value};
-        if (bf_map3_put(&tsum, o, t.ts[k].thread, 0, (int64_t)nagg)) {
-          rc = -ENOMEM;
-          goto out;
-        }
-        nagg++;
+  for (size_t i = 0; i < t->n; i++) first_child[i] = next[i] = -1;
+  int64_t roots = -1;
+  for (size_t i = t->n; i-- > 0;) { /* prepend in reverse: lists keep creation order */
+    if (keep[i] < 0) continue;
+    int64_t p = (int64_t)t->v[i * STRIDE];
+    int64_t *head = p >= 0 ? &first_child[p] : &roots;
+    next[i] = *head;
+    *head = (int64_t)i;
+  }
+  size_t sp = 0, seq = 0;
+  int first = 1;
+  for (int64_t r = roots; r >= 0; r = next[r]) {
+    stk[sp] = r;
+    dep[sp++] = 0;
+    while (sp) {
+      sp--;
+      int64_t i = stk[sp], d = dep[sp];
+      const double *v = &t->v[i * STRIDE];
+      fprintf(out, "%s%lld,%.0f,%.0f", first ? "" : ",", (long long)d, v[1], v[3]);
+      if (stride >= 4) fprintf(out, ",%.0f", v[4]);
+      if (stride >= 5) fprintf(out, ",%.0f", v[5]);
+      first = 0;
+      dfs[i] = (int64_t)seq++;
+      /* push children reversed so the first child is written first */
+      size_t mark = sp;
+      for (int64_t c = first_child[i]; c >= 0; c = next[c]) {
+        stk[sp] = c;
+        dep[sp++] = d + 1;
+      }
+      for (size_t a = mark, z = sp; a + 1 < z; a++, z--) {
+        int64_t tmp = stk[a];
+        stk[a] = stk[z - 1];
+        stk[z - 1] = tmp;
       }
     }
-    fputs(",\"tself\":[", out);
-    for (size_t k = 0; k < nagg; k++) {
-      fprintf(out, "%s%lld,%d,%lld", k ? "," : "", (long long)dfs[t.ts[k].node], (int)t.ts[k].thread,
-              (long long)t.ts[k].count);
-      if (by_value) fprintf(out, ",%.0f", t.ts[k].value);
-    }
-    fputs("]", out);
   }
-  if (base) {
-    /* largest change of a node's total share sets the colour scale */
-    double maxd = 0;
-    for (size_t i = 0; i < t.n; i++) {
-      double d = fabs((all_v > 0 ? tv[i] / all_v : 0) - (all_a > 0 ? ta[i] / all_a : 0));
-      if (d > maxd) maxd = d;
+  free(first_child);
+  free(next);
+  free(stk);
+  free(dep);
+  fputs("]", out);
+  return 0;
+}
+
+/* per-thread self figures of the written nodes (folded ones go to their owner):
+ * node, thread, samples, [value] */
+static int flame_write_tself(flame *f, int by_value, FILE *out) {
+  trie *t = &f->t;
+  const int64_t *owner = f->owner, *dfs = f->dfs;
+  bf_map3 tsum = {0};
+  size_t nagg = 0;
+  for (size_t k = 0; k < t->nts; k++) {
+    int64_t o = owner[t->ts[k].node];
+    int64_t *hit = bf_map3_get(&tsum, o, t->ts[k].thread, 0);
+    if (hit) {
+      t->ts[*hit].count += t->ts[k].count;
+      t->ts[*hit].value += t->ts[k].value;
+    } else {
+      t->ts[nagg] = (tself){o, t->ts[k].thread, t->ts[k].count, t->ts[k].value};
+      if (bf_map3_put(&tsum, o, t->ts[k].thread, 0, (int64_t)nagg)) {
+        bf_map3_free(&tsum);
+        return -ENOMEM;
+      }
+      nagg++;
     }
-    fputs(",\"maxDelta\":", out);
-    bf_json_num(out, maxd > 0 ? maxd : 0.01);
   }
+  fputs(",\"tself\":[", out);
+  for (size_t k = 0; k < nagg; k++) {
+    fprintf(out, "%s%lld,%d,%lld", k ? "," : "", (long long)dfs[t->ts[k].node], (int)t->ts[k].thread,
+            (long long)t->ts[k].count);
+    if (by_value) fprintf(out, ",%.0f", t->ts[k].value);
+  }
+  fputs("]", out);
+  bf_map3_free(&tsum);
+  return 0;
+}
+
+/* largest change of a node's total share sets the colour scale */
+static void flame_write_max_delta(const flame *f, FILE *out) {
+  double maxd = 0;
+  for (size_t i = 0; i < f->t.n; i++) {
+    double d = fabs((f->all_v > 0 ? f->tv[i] / f->all_v : 0) - (f->all_a > 0 ? f->ta[i] / f->all_a : 0));
+    if (d > maxd) maxd = d;
+  }
+  fputs(",\"maxDelta\":", out);
+  bf_json_num(out, maxd > 0 ? maxd : 0.01);
+}
+
+int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, const char *title,
+                   const char *subtitle, FILE *out) {
+  flame f = {0};
+  int per_thread = !base && b->nthreads > 1;
+  int rc = flame_build(&f, b, base, per_thread);
+  if (rc) goto out;
+  flame_totals(&f);
+  flame_fold(&f, base != NULL);
+  /* nodes: depth, function, self samples, [self value], [base value]; the
+   * value is left out when it is the sample count (wall clock) */
+  int by_value = b->by_weight || base;
+  int stride = base ? 5 : by_value ? 4 : 3;
+  const char *marker = strstr(bf_flame_html, "/*BF_DATA*/");
+  fwrite(bf_flame_html, 1, (size_t)(marker - bf_flame_html), out);
+  flame_write_meta(&f, b, base, title, subtitle, stride, out);
+  if ((rc = flame_write_funcs(s, &f, out))) goto out;
+  if ((rc = flame_write_nodes(&f, stride, out))) goto out;
+  if (per_thread && (rc = flame_write_tself(&f, by_value, out))) goto out;
+  if (base) flame_write_max_delta(&f, out);
   fputs("};\n", out);
   fputs(marker + strlen("/*BF_DATA*/"), out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
-  free(tc);
-  free(tv);
-  free(ta);
-  free(keep);
-  free(owner);
-  free(dfs);
-  bf_map3_free(&tsum);
-  bf_map3_free(&t.memo);
-  free(t.ts);
-  bf_map3_free(&t.idx);
-  bf_map3_free(&t.fidx);
-  free(t.fids);
-  free(t.v);
+  flame_free(&f);
   return rc;
 }
 
