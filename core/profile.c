@@ -109,6 +109,111 @@ static int root_total(void *ud, const bf_trace_edge *te) {
   return 0;
 }
 
+/* Traced figures: shares of the root calls' total time (or of the summed self
+ * time when that is larger); no samples, so no intervals. */
+static int profile_traced(bf_store *s, int64_t session_id, rowset *rs, bf_profile *p) {
+  int rc;
+  trace_ud t = {s, rs, 0};
+  if ((rc = bf_q_trace_funcs(s, session_id, trace_row, &t))) return rc;
+  int64_t roots = 0;
+  if ((rc = bf_q_trace_edges(s, session_id, root_total, &roots))) return rc;
+  double self_sum = 0;
+  for (size_t i = 0; i < rs->n; i++) self_sum += rs->rows[i].self_ns > 0 ? (double)rs->rows[i].self_ns : 0;
+  double denom = roots > 0 ? (double)roots : self_sum;
+  if (self_sum > denom) denom = self_sum;
+  for (size_t i = 0; i < rs->n; i++) {
+    bf_func_row *r = &rs->rows[i];
+    r->self_samples = r->total_samples = -1;
+    r->self_share = denom > 0 ? (double)r->self_ns / denom : 0;
+    r->total_share = denom > 0 ? (double)r->total_ns / denom : 0;
+    if (r->total_share > 1) r->total_share = 1;
+    r->self_lo = r->self_hi = r->self_share;
+    r->total_lo = r->total_hi = r->total_share;
+  }
+  p->traced = 1;
+  p->total_ns = (int64_t)denom;
+  return 0;
+}
+
+/* Counts one distinct stack (index k, frames[0..nf), leaf last) into its
+ * functions' rows: total once per stack even under recursion, self at the leaf. */
+static int profile_add_stack(bf_store *s, rowset *rs, const bf_q_stack *acc, size_t k, double v,
+                             const int64_t *frames, size_t nf) {
+  int rc;
+  for (size_t j = 0; j < nf; j++) {
+    int64_t fid, line;
+    if ((rc = bf_store_frame_get(s, frames[j], &fid, &line))) return rc;
+    size_t ri;
+    if ((rc = row_for(s, rs, fid, &ri))) return rc;
+    bf_func_row *r = &rs->rows[ri];
+    if (rs->seen[ri] != (int64_t)k) {
+      rs->seen[ri] = (int64_t)k;
+      r->total_samples += acc->count;
+      r->total_weight += v;
+    }
+    if (j == nf - 1) {
+      r->self_samples += acc->count;
+      r->self_weight += v;
+    }
+  }
+  return 0;
+}
+
+/* Sampled figures: samples (or weight) per function over the distinct
+ * stacks of the session, within filter f, with Wilson intervals. */
+static int profile_sampled(bf_store *s, int64_t session_id, const bf_sample_filter *f, int by_weight, rowset *rs,
+                           bf_profile *p) {
+  bf_q_stacks *q = NULL;
+  int rc;
+  if ((rc = bf_q_stacks_load(s, session_id, f, &q))) goto out;
+  if (by_weight && q->total_weight <= 0) by_weight = 0;
+  double denom = by_weight ? q->total_weight : (double)q->total_count;
+  int64_t *fids = NULL;
+  size_t fcap = 0;
+  for (size_t k = 0; k < q->n; k++) {
+    const bf_q_stack *acc = &q->v[k];
+    if (acc->stack_id <= 0) continue;
+    int64_t *frames = NULL;
+    size_t nf = 0;
+    if ((rc = bf_store_stack_frames(s, acc->stack_id, &frames, &nf))) {
+      free(fids);
+      goto out;
+    }
+    if (nf > fcap) {
+      int64_t *nfids = realloc(fids, nf * sizeof *nfids);
+      if (!nfids) {
+        free(frames);
+        free(fids);
+        rc = -ENOMEM;
+        goto out;
+      }
+      fids = nfids;
+      fcap = nf;
+    }
+    double v = by_weight ? acc->weight : (double)acc->count;
+    rc = profile_add_stack(s, rs, acc, k, v, frames, nf);
+    free(frames);
+    if (rc) {
+      free(fids);
+      goto out;
+    }
+  }
+  free(fids);
+  double n = (double)q->total_count;
+  for (size_t i = 0; i < rs->n; i++) {
+    bf_func_row *r = &rs->rows[i];
+    r->self_share = denom > 0 ? r->self_weight / denom : 0;
+    r->total_share = denom > 0 ? r->total_weight / denom : 0;
+    bf_wilson(r->self_share * n, n, &r->self_lo, &r->self_hi);
+    bf_wilson(r->total_share * n, n, &r->total_lo, &r->total_hi);
+  }
+  p->total_samples = q->total_count;
+  p->total_weight = by_weight ? q->total_weight : (double)q->total_count;
+out:
+  bf_q_stacks_free(q);
+  return rc;
+}
+
 int bf_profile_functions(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_sort sort,
                          bf_profile **out) {
   *out = NULL;
@@ -117,98 +222,17 @@ int bf_profile_functions(bf_store *s, int64_t session_id, const bf_sample_filter
   if (rc) return rc;
   bf_profile *p = calloc(1, sizeof *p);
   rowset rs = {0};
-  bf_q_stacks *q = NULL;
   if (!p) {
     rc = -ENOMEM;
     goto out;
   }
   int traced = bf_q_kind_of(info) == BF_Q_TRACED;
   int by_weight = bf_q_by_weight(info);
-  if (traced) {
-    trace_ud t = {s, &rs, 0};
-    if ((rc = bf_q_trace_funcs(s, session_id, trace_row, &t))) goto out;
-    int64_t roots = 0;
-    if ((rc = bf_q_trace_edges(s, session_id, root_total, &roots))) goto out;
-    double self_sum = 0;
-    for (size_t i = 0; i < rs.n; i++) self_sum += rs.rows[i].self_ns > 0 ? (double)rs.rows[i].self_ns : 0;
-    double denom = roots > 0 ? (double)roots : self_sum;
-    if (self_sum > denom) denom = self_sum;
-    for (size_t i = 0; i < rs.n; i++) {
-      bf_func_row *r = &rs.rows[i];
-      r->self_samples = r->total_samples = -1;
-      r->self_share = denom > 0 ? (double)r->self_ns / denom : 0;
-      r->total_share = denom > 0 ? (double)r->total_ns / denom : 0;
-      if (r->total_share > 1) r->total_share = 1;
-      r->self_lo = r->self_hi = r->self_share;
-      r->total_lo = r->total_hi = r->total_share;
-    }
-    p->traced = 1;
-    p->total_ns = (int64_t)denom;
-  } else {
-    if ((rc = bf_q_stacks_load(s, session_id, f, &q))) goto out;
-    if (by_weight && q->total_weight <= 0) by_weight = 0;
-    double denom = by_weight ? q->total_weight : (double)q->total_count;
-    int64_t *fids = NULL;
-    size_t fcap = 0;
-    for (size_t k = 0; k < q->n; k++) {
-      const bf_q_stack *acc = &q->v[k];
-      if (acc->stack_id <= 0) continue;
-      int64_t *frames = NULL;
-      size_t nf = 0;
-      if ((rc = bf_store_stack_frames(s, acc->stack_id, &frames, &nf))) {
-        free(fids);
-        goto out;
-      }
-      if (nf > fcap) {
-        int64_t *nfids = realloc(fids, nf * sizeof *nfids);
-        if (!nfids) {
-          free(frames);
-          free(fids);
-          rc = -ENOMEM;
-          goto out;
-        }
-        fids = nfids;
-        fcap = nf;
-      }
-      double v = by_weight ? acc->weight : (double)acc->count;
-      for (size_t j = 0; j < nf; j++) {
-        int64_t fid, line;
-        if ((rc = bf_store_frame_get(s, frames[j], &fid, &line))) {
-          free(frames);
-          free(fids);
-          goto out;
-        }
-        size_t ri;
-        if ((rc = row_for(s, &rs, fid, &ri))) {
-          free(frames);
-          free(fids);
-          goto out;
-        }
-        bf_func_row *r = &rs.rows[ri];
-        if (rs.seen[ri] != (int64_t)k) {
-          rs.seen[ri] = (int64_t)k;
-          r->total_samples += acc->count;
-          r->total_weight += v;
-        }
-        if (j == nf - 1) {
-          r->self_samples += acc->count;
-          r->self_weight += v;
-        }
-      }
-      free(frames);
-    }
-    free(fids);
-    double n = (double)q->total_count;
-    for (size_t i = 0; i < rs.n; i++) {
-      bf_func_row *r = &rs.rows[i];
-      r->self_share = denom > 0 ? r->self_weight / denom : 0;
-      r->total_share = denom > 0 ? r->total_weight / denom : 0;
-      bf_wilson(r->self_share * n, n, &r->self_lo, &r->self_hi);
-      bf_wilson(r->total_share * n, n, &r->total_lo, &r->total_hi);
-    }
-    p->total_samples = q->total_count;
-    p->total_weight = by_weight ? q->total_weight : (double)q->total_count;
-  }
+  if (traced)
+    rc = profile_traced(s, session_id, &rs, p);
+  else
+    rc = profile_sampled(s, session_id, f, by_weight, &rs, p);
+  if (rc) goto out;
   if (rs.n) qsort(rs.rows, rs.n, sizeof *rs.rows, sort == BF_SORT_TOTAL ? cmp_total : cmp_self);
   p->rows = rs.rows;
   p->n = rs.n;
@@ -221,7 +245,6 @@ out:
   free(rs.rows);
   free(rs.seen);
   bf_map3_free(&rs.idx);
-  bf_q_stacks_free(q);
   bf_session_info_free(info);
   return rc;
 }
