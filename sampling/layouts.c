@@ -456,17 +456,18 @@ static const dpos pos_314 = {
 /* offset off of a field of width w must lie within a section of size sz. */
 static int inside(uint64_t off, uint64_t w, uint64_t sz) { return sz <= (1u << 24) && off + w <= sz; }
 
-int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_layout *out,
-                                  int *free_threaded, const char **msg) {
-  *msg = "ok";
+/* Checks the cookie, version and build flavour of a _Py_DebugOffsets blob.
+ * OUT: *ver the version it names, *free_threaded its flag. */
+static int dbg_check_header(const unsigned char *blob, size_t len, uint64_t *ver, int *free_threaded,
+                            const char **msg) {
   if (len < 24 || memcmp(blob, "xdebugpy", 8) != 0) {
     *msg = "_Py_DebugOffsets cookie 'xdebugpy' not found";
     return -EINVAL;
   }
-  uint64_t ver = rd64(blob + 8);
+  *ver = rd64(blob + 8);
   *free_threaded = rd64(blob + 16) != 0;
-  int minor = (int)((ver >> 16) & 0xff);
-  if ((ver >> 24) != 3 || minor < 13) {
+  int minor = (int)((*ver >> 16) & 0xff);
+  if ((*ver >> 24) != 3 || minor < 13) {
     *msg = "_Py_DebugOffsets version is not 3.13 or newer";
     return -EINVAL;
   }
@@ -474,6 +475,104 @@ int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_lay
     *msg = "free-threaded (no-GIL) builds are not supported by the sampler yet";
     return -ENOTSUP;
   }
+  return 0;
+}
+
+/* Section sizes of a _Py_DebugOffsets blob, and the GC state's place in the
+ * interpreter: what the offsets are validated against. */
+typedef struct dsizes {
+  uint64_t rt, is, ts, fr, co, ob, tp, by, un, gc;
+  uint64_t gc_off, gc_coll;
+} dsizes;
+
+/* Reads the offsets at positions P of blob into *l and the section sizes
+ * into *z; nothing is validated yet. */
+static void dbg_read(const unsigned char *blob, const dpos *P, uint64_t ver, smp_layout *l, dsizes *z) {
+#define DO(f) rd64(blob + P->f)
+  memset(l, 0, sizeof *l);
+  l->version_hex = (uint32_t)ver;
+  l->lt_kind = SMP_LT_LOCATIONS;
+  l->executable_tagged = P->tagged_executable;
+  *z = (dsizes){.rt = DO(rt_size), .is = DO(is_size), .ts = DO(ts_size), .fr = DO(fr_size), .co = DO(co_size),
+                .ob = DO(ob_size), .tp = DO(tp_size), .by = DO(by_size), .un = DO(un_size), .gc = DO(gc_size),
+                .gc_off = DO(is_gc), .gc_coll = DO(gc_collecting)};
+  l->rt_interp_head = DO(rt_interp_head);
+  l->is_next = DO(is_next);
+  l->is_tstate_head = DO(is_threads_head);
+  l->is_gc_collecting = z->gc_off + z->gc_coll;
+  l->is_gil_locked = DO(is_gil_locked);
+  l->is_gil_holder = DO(is_gil_holder);
+  l->is_size = z->is;
+  l->ts_next = DO(ts_next);
+  l->ts_frame = DO(ts_current_frame);
+  l->ts_thread_id = DO(ts_thread_id);
+  l->ts_native_thread_id = DO(ts_native_thread_id);
+  l->ts_size = z->ts;
+  l->fr_back = DO(fr_previous);
+  l->fr_code = DO(fr_executable);
+  l->fr_instr = DO(fr_instr_ptr);
+  l->fr_owner = DO(fr_owner);
+  l->fr_size = z->fr;
+  l->co_filename = DO(co_filename);
+  l->co_name = DO(co_name);
+  l->co_qualname = DO(co_qualname);
+  l->co_linetable = DO(co_linetable);
+  l->co_firstlineno = DO(co_firstlineno);
+  l->co_code_adaptive = DO(co_code_adaptive);
+  l->co_size = z->co;
+  l->ob_type = DO(ob_type);
+  l->tp_name = DO(tp_name);
+  l->bytes_size = DO(by_ob_size);
+  l->bytes_sval = DO(by_sval);
+  l->uni_state = DO(un_state);
+  l->uni_length = DO(un_length);
+  l->uni_ascii_size = DO(un_ascii_size);
+  l->uni_compact_size = l->uni_ascii_size + 16; /* + utf8_length + utf8 */
+#undef DO
+}
+
+/* Every offset the sampler reads lies within its section, and the sizes are
+ * plausible. */
+static int dbg_valid(const smp_layout *l, const dsizes *z) {
+  return inside(l->rt_interp_head, 8, z->rt) && inside(l->is_next, 8, z->is) &&
+         inside(l->is_tstate_head, 8, z->is) && inside(z->gc_off, z->gc, z->is) &&
+         inside(z->gc_coll, 4, z->gc) && inside(l->is_gil_locked, 4, z->is) &&
+         inside(l->is_gil_holder, 8, z->is) && inside(l->ts_next, 8, z->ts) &&
+         inside(l->ts_frame, 8, z->ts) && inside(l->ts_thread_id, 8, z->ts) &&
+         inside(l->ts_native_thread_id, 8, z->ts) && inside(l->fr_back, 8, z->fr) &&
+         inside(l->fr_code, 8, z->fr) && inside(l->fr_instr, 8, z->fr) &&
+         inside(l->fr_owner, 1, z->fr) && inside(l->co_filename, 8, z->co) &&
+         inside(l->co_name, 8, z->co) && inside(l->co_qualname, 8, z->co) &&
+         inside(l->co_linetable, 8, z->co) && inside(l->co_firstlineno, 4, z->co) &&
+         l->co_code_adaptive <= z->co && l->co_code_adaptive >= 8 &&
+         inside(l->ob_type, 8, z->ob) && inside(l->tp_name, 8, z->tp) &&
+         inside(l->bytes_size, 8, z->by) && l->bytes_sval <= z->by &&
+         inside(l->uni_state, 4, z->un) && inside(l->uni_length, 8, z->un) &&
+         l->uni_ascii_size <= z->un + 64 && l->uni_ascii_size >= 16 &&
+         l->uni_compact_size <= 128 && z->co <= 4096 && z->fr <= 4096 &&
+         z->ts <= 65536 && l->is_tstate_head != l->is_next && l->fr_back != l->fr_code;
+}
+
+/* thread names: the vendored table of this minor version, with the
+ * modules dict from the target's own offsets where they give it */
+static void dbg_names(const unsigned char *blob, const dpos *P, int minor, uint64_t is_size, smp_layout *l) {
+  names_layout(minor, &l->nm);
+  if (l->nm.minor && P->is_imports_modules) {
+    uint64_t mods = rd64(blob + P->is_imports_modules);
+    if (inside(mods, 8, is_size))
+      l->nm.is_modules = mods;
+    else
+      l->nm.minor = 0; /* disagrees with the target: read no names */
+  }
+}
+
+int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_layout *out,
+                                  int *free_threaded, const char **msg) {
+  *msg = "ok";
+  uint64_t ver;
+  int rc = dbg_check_header(blob, len, &ver, free_threaded, msg);
+  if (rc) return rc;
+  int minor = (int)((ver >> 16) & 0xff);
   /* 3.15+ is tried with the 3.14 positions: the checks below refuse it if
    * the sections moved */
   const dpos *P = minor == 13 ? &pos_313 : &pos_314;
@@ -481,89 +580,22 @@ int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_lay
     *msg = "_Py_DebugOffsets shorter than the layout of its version";
     return -EINVAL;
   }
-#define DO(f) rd64(blob + P->f)
   smp_layout l;
-  memset(&l, 0, sizeof l);
-  l.version_hex = (uint32_t)ver;
-  l.lt_kind = SMP_LT_LOCATIONS;
-  l.executable_tagged = P->tagged_executable;
-  uint64_t rt_size = DO(rt_size), is_size = DO(is_size), ts_size = DO(ts_size),
-           fr_size = DO(fr_size), co_size = DO(co_size), ob_size = DO(ob_size),
-           tp_size = DO(tp_size), by_size = DO(by_size), un_size = DO(un_size),
-           gc_size = DO(gc_size);
-  uint64_t gc_off = DO(is_gc), gc_coll = DO(gc_collecting);
-  l.rt_interp_head = DO(rt_interp_head);
-  l.is_next = DO(is_next);
-  l.is_tstate_head = DO(is_threads_head);
-  l.is_gc_collecting = gc_off + gc_coll;
-  l.is_gil_locked = DO(is_gil_locked);
-  l.is_gil_holder = DO(is_gil_holder);
-  l.is_size = is_size;
-  l.ts_next = DO(ts_next);
-  l.ts_frame = DO(ts_current_frame);
-  l.ts_thread_id = DO(ts_thread_id);
-  l.ts_native_thread_id = DO(ts_native_thread_id);
-  l.ts_size = ts_size;
-  l.fr_back = DO(fr_previous);
-  l.fr_code = DO(fr_executable);
-  l.fr_instr = DO(fr_instr_ptr);
-  l.fr_owner = DO(fr_owner);
-  l.fr_size = fr_size;
-  l.co_filename = DO(co_filename);
-  l.co_name = DO(co_name);
-  l.co_qualname = DO(co_qualname);
-  l.co_linetable = DO(co_linetable);
-  l.co_firstlineno = DO(co_firstlineno);
-  l.co_code_adaptive = DO(co_code_adaptive);
-  l.co_size = co_size;
-  l.ob_type = DO(ob_type);
-  l.tp_name = DO(tp_name);
-  l.bytes_size = DO(by_ob_size);
-  l.bytes_sval = DO(by_sval);
-  l.uni_state = DO(un_state);
-  l.uni_length = DO(un_length);
-  l.uni_ascii_size = DO(un_ascii_size);
-  l.uni_compact_size = l.uni_ascii_size + 16; /* + utf8_length + utf8 */
-#undef DO
-  int good = inside(l.rt_interp_head, 8, rt_size) && inside(l.is_next, 8, is_size) &&
-             inside(l.is_tstate_head, 8, is_size) && inside(gc_off, gc_size, is_size) &&
-             inside(gc_coll, 4, gc_size) && inside(l.is_gil_locked, 4, is_size) &&
-             inside(l.is_gil_holder, 8, is_size) && inside(l.ts_next, 8, ts_size) &&
-             inside(l.ts_frame, 8, ts_size) && inside(l.ts_thread_id, 8, ts_size) &&
-             inside(l.ts_native_thread_id, 8, ts_size) && inside(l.fr_back, 8, fr_size) &&
-             inside(l.fr_code, 8, fr_size) && inside(l.fr_instr, 8, fr_size) &&
-             inside(l.fr_owner, 1, fr_size) && inside(l.co_filename, 8, co_size) &&
-             inside(l.co_name, 8, co_size) && inside(l.co_qualname, 8, co_size) &&
-             inside(l.co_linetable, 8, co_size) && inside(l.co_firstlineno, 4, co_size) &&
-             l.co_code_adaptive <= co_size && l.co_code_adaptive >= 8 &&
-             inside(l.ob_type, 8, ob_size) && inside(l.tp_name, 8, tp_size) &&
-             inside(l.bytes_size, 8, by_size) && l.bytes_sval <= by_size &&
-             inside(l.uni_state, 4, un_size) && inside(l.uni_length, 8, un_size) &&
-             l.uni_ascii_size <= un_size + 64 && l.uni_ascii_size >= 16 &&
-             l.uni_compact_size <= 128 && co_size <= 4096 && fr_size <= 4096 &&
-             ts_size <= 65536 && l.is_tstate_head != l.is_next && l.fr_back != l.fr_code;
-  if (!good) {
+  dsizes z;
+  dbg_read(blob, P, ver, &l, &z);
+  if (!dbg_valid(&l, &z)) {
     *msg = minor > 14 ? "_Py_DebugOffsets of this Python version has a layout this build does "
                         "not know (3.15+ is unverified)"
                       : "_Py_DebugOffsets has an offset outside its section size";
     return minor > 14 ? -ENOTSUP : -EINVAL;
   }
-  /* thread names: the vendored table of this minor version, with the
-   * modules dict from the target's own offsets where they give it */
-  names_layout(minor, &l.nm);
-  if (l.nm.minor && P->is_imports_modules) {
-    uint64_t mods = rd64(blob + P->is_imports_modules);
-    if (inside(mods, 8, is_size))
-      l.nm.is_modules = mods;
-    else
-      l.nm.minor = 0; /* disagrees with the target: read no names */
-  }
+  dbg_names(blob, P, minor, z.is, &l);
   /* torn-stack check: code units follow the code object's header (Py_SIZE);
    * the recursion counters are not in _Py_DebugOffsets: 3.13's from its
    * headers (PyThreadState is ABI-stable within 3.13), checked against the
    * section size; other versions go unbounded */
   l.co_ob_size = 16;
-  if (minor == 13 && inside(48, 4, ts_size)) {
+  if (minor == 13 && inside(48, 4, z.ts)) {
     l.ts_rec_remaining = 44; /* py_recursion_remaining */
     l.ts_rec_limit = 48;     /* py_recursion_limit */
   }
