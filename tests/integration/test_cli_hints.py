@@ -2,10 +2,12 @@
 the command line adds the option that helps (repl/cli_hints.c). The lines a
 user sees are pinned here word for word, so a library message edited without
 its hint (or the other way round) fails, and a Lua script sees the library's
-message without the command-line advice. No interpreter is needed: sessions
-come from tests/tools/gen_sessions and `bifocal import`."""
+message without the command-line advice. No interpreter is needed except for
+one short asyncio recording: sessions come from tests/tools/gen_sessions and
+`bifocal import`."""
 import pytest
 
+import pythons
 from conftest import run
 from views_helpers import COLLAPSED, gen, last_line_id
 
@@ -61,6 +63,34 @@ def test_more_rows_footers_name_limit(hdb):
     assert " more functions (use --limit)\n" in r.stdout
     r = run(["diff", str(s["sampled"]), str(s["sampled"]), "--threshold", "0", "--limit", "1"], db=path)
     assert " more below 0.0 pp or past --limit\n" in r.stdout
+
+
+LOOP = """
+import asyncio, time
+async def spin():
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:
+        sum(range(2000))
+        await asyncio.sleep(0)
+asyncio.run(spin())
+"""
+
+
+def test_tasks_view_hints_name_record_async(hdb, tmp_path):
+    path, s, _ = hdb
+    r = run(["replay", str(s["sampled"]), "--view", "tasks"], db=path)
+    assert ("no asyncio tasks observed (record with `bifocal record --async`; only C _asyncio tasks of\n"
+            "the main interpreter on CPython 3.8-3.13 are read)\n") in r.stdout, r.stdout
+    # an event loop recorded without --async: the loop split is shown, task data is not
+    ps = pythons.discover()
+    if not ps:
+        pytest.skip("no Python interpreter found to record an event loop")
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    sid = last_line_id(run(["record", "-r", "500", "--", ps[0]["path"], str(script)], db=path))
+    r = run(["replay", str(sid), "--view", "tasks"], db=path)
+    assert "(no task data: every callback counted as task code; record --async to tell them apart)\n" in r.stdout, (
+        ps[0]["path"], r.stdout)
 
 
 def test_lua_sees_the_library_message_without_cli_advice(hdb):
