@@ -329,9 +329,10 @@ static void tasks_text_loops(const tv *v, const bf_view_opts *o, FILE *out) {
             lb, (long long)t->loop_samples, pc(t->loop_run, t->loop_n), c1, pc(t->loop_other, t->loop_n), c2,
             pc(t->loop_io, t->loop_n), c3);
   }
-  if (any_loop && !v->any_task)
-    fprintf(out, "%s(no task data: every callback counted as task code; record --async to tell them apart)%s\n",
-            dim, rst);
+  if (any_loop && !v->any_task) /* the option is the caller's */
+    fprintf(out, "%s(no task data: every callback counted as task code%s%s%s)%s\n", dim,
+            o->async_option ? "; " : "", o->async_option ? o->async_option : "",
+            o->async_option ? " to tell them apart" : "", rst);
   if (!any_loop && v->any_task)
     fprintf(out, "\n%sNo asyncio event loop seen on a thread (no BaseEventLoop.run_forever frame): a loop "
                  "written in C, such as uvloop, shows its tasks but no split of task code, loop overhead "
@@ -349,9 +350,10 @@ static int tasks_text(const tv *v, const bf_session_info *info, const bf_view_op
   fputs(rst, out);
   fputc('\n', out);
   if (!ntask)
-    fputs("no asyncio tasks observed (record with `bifocal record --async`; only C _asyncio tasks of\n"
-          "the main interpreter on CPython 3.8-3.13 are read)\n",
-          out);
+    fprintf(out, "no asyncio tasks observed (%s%s%sonly C _asyncio tasks of\n"
+                 "the main interpreter on CPython 3.8-3.13 are read)\n",
+            o->async_option ? "record with `bifocal " : "", o->async_option ? o->async_option : "",
+            o->async_option ? "`; " : "");
   else
     fprintf(out, "%s%zu tasks · shares of each task's samples · 95%% intervals%s\n", dim, ntask, rst);
   int rc = tasks_text_tasks(v, o, ntask, out);

@@ -20,6 +20,8 @@ typedef struct bf_view_opts {
   int buckets;              /* heatmap: time buckets (0 = fit the width / 60) */
   const char *limit_option; /* how the caller's user asks for more rows (e.g. "--limit"), named in
                                "… N more" lines; NULL: not named */
+  const char *async_option; /* tasks view: how the caller's user records asyncio tasks (e.g.
+                               "record --async"), named in its hints; NULL: not named */
 } bf_view_opts;
 
 /* Function table with shares, 95% intervals and samples (sampled/imported) or

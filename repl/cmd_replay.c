@@ -53,6 +53,7 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
                                        {0}};
   r->view = "functions";
   r->vo.limit_option = "--limit";
+  r->vo.async_option = "record --async";
   r->vo.color = cli->color;
   int c;
   while ((c = getopt_long(argc, argv, "v:jn:s:t:o:h", opts, NULL)) != -1) {
