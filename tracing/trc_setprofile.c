@@ -29,6 +29,9 @@ void trc_backend_reset(ProfileObject *p) { (void)p; }
 typedef struct trc_iframe311 {
   PyObject *f_func, *f_globals, *f_builtins, *f_locals;
   PyCodeObject *f_code;
+  PyObject *frame_obj;
+  struct trc_iframe311 *previous;
+  const uint16_t *prev_instr; /* _Py_CODEUNIT: the unit before the next instruction */
 } trc_iframe311;
 typedef struct {
   PyObject_HEAD
@@ -37,6 +40,13 @@ typedef struct {
 } trc_frame311;
 static int trc_frame_direct; /* the layout above matched the running interpreter */
 
+/* PyFrame_GetLasti from the layout above: bytes into the code, -1 before the
+ * first instruction. */
+static inline int trc_iframe_lasti(const trc_iframe311 *i) {
+  ptrdiff_t u = i->prev_instr - (const uint16_t *)i->f_code->co_code_adaptive;
+  return u < 0 ? -1 : (int)(u * 2);
+}
+
 static void trc_frame_layout_check(void) {
   PyFrameObject *f = PyEval_GetFrame(); /* borrowed; NULL when no Python frame runs */
   trc_frame_direct = 0;
@@ -44,7 +54,8 @@ static void trc_frame_layout_check(void) {
   PyCodeObject *co = PyFrame_GetCode(f);
   PyObject *g = PyFrame_GetGlobals(f);
   const trc_iframe311 *i = ((const trc_frame311 *)f)->f_frame;
-  trc_frame_direct = i && i->f_code == co && i->f_globals == g;
+  trc_frame_direct = i && i->f_code == co && i->f_globals == g &&
+                     trc_iframe_lasti(i) == PyFrame_GetLasti(f);
   Py_XDECREF(co);
   Py_XDECREF(g);
   PyErr_Clear();
@@ -64,6 +75,7 @@ static inline PyCodeObject *trc_frame_code(PyFrameObject *f) {
 
 static inline PyObject *trc_frame_globals(PyFrameObject *f) {
 #if PY_VERSION_HEX >= 0x030B0000
+  if (trc_frame_direct) return ((const trc_frame311 *)f)->f_frame->f_globals;
   PyObject *g = PyFrame_GetGlobals(f);
   Py_XDECREF(g); /* borrowed from the frame for this event */
   return g;
@@ -74,6 +86,7 @@ static inline PyObject *trc_frame_globals(PyFrameObject *f) {
 
 static inline int trc_frame_lasti(PyFrameObject *f) {
 #if PY_VERSION_HEX >= 0x030B0000
+  if (trc_frame_direct) return trc_iframe_lasti(((const trc_frame311 *)f)->f_frame);
   return PyFrame_GetLasti(f);
 #else
   return f->f_lasti;
@@ -119,11 +132,14 @@ static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObjec
     trc_push(&p->acct, t, fi, co, flags, now);
     break;
   }
-  case PyTrace_RETURN:
-    trc_tasks_frame_return(frame, arg != NULL); /* an await's hit, or a task's end (trc_tasks.c) */
+  case PyTrace_RETURN: {
+    PyCodeObject *co = trc_frame_code(frame);
+    if (co->co_flags & CO_COROUTINE) /* an await's hit, or a task's end (trc_tasks.c) */
+      trc_tasks_frame_return(co, frame, arg != NULL);
     if (t->depth == 0) break;
-    trc_leave(&p->acct, t, trc_frame_code(frame), trc_now(p));
+    trc_leave(&p->acct, t, co, trc_now(p));
     break;
+  }
   case PyTrace_C_CALL: {
     if (arg == trc_start_new_thread) trc_thread_starting();
     if (!p->builtins) break;

@@ -128,7 +128,6 @@ static PyCodeObject *tk_caller_code(PyFrameObject *f) {
   return co;
 }
 #else
-static PyCodeObject *tk_frame_code(PyFrameObject *f) { return f->f_code; }
 static uintptr_t tk_frame_coro(PyFrameObject *f) { return (uintptr_t)f->f_gen; }
 static PyCodeObject *tk_caller_code(PyFrameObject *f) { return f->f_back ? f->f_back->f_code : NULL; }
 #endif
@@ -173,9 +172,8 @@ void trc_tasks_yield(PyCodeObject *co, PyObject *offset) {
   tk_hit(co, (int)off);
 }
 
-void trc_tasks_frame_return(PyFrameObject *frame, int has_value) {
+void trc_tasks_frame_return(PyCodeObject *co, PyFrameObject *frame, int has_value) {
 #if PY_VERSION_HEX < 0x030C0000
-  PyCodeObject *co = tk_frame_code(frame);
   if (!(co->co_flags & CO_COROUTINE)) return;
   /* a suspension always passes a value up; an exception never does */
 #if PY_VERSION_HEX >= 0x030B0000
@@ -194,6 +192,7 @@ void trc_tasks_frame_return(PyFrameObject *frame, int has_value) {
     tk_end(tk_frame_coro(frame));
   }
 #else
+  (void)co;
   (void)frame;
   (void)has_value;
 #endif

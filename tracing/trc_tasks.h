@@ -18,9 +18,9 @@
 /* 3.12+: PY_YIELD of code co at instruction offset (a Python int, bytes). */
 void trc_tasks_yield(PyCodeObject *co, PyObject *offset);
 
-/* 3.8-3.11: a profile 'return' event of frame (has_value: its value is not
- * NULL): an await's hit, or a coroutine's end. */
-void trc_tasks_frame_return(PyFrameObject *frame, int has_value);
+/* 3.8-3.11: a profile 'return' event of frame running code co (has_value:
+ * its value is not NULL): an await's hit, or a coroutine's end. */
+void trc_tasks_frame_return(PyCodeObject *co, PyFrameObject *frame, int has_value);
 
 /* The first step of coroutine code co (frame: its frame, or NULL for the
  * current one): when no coroutine started it, a task's start. */
