@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,13 +66,144 @@ int bf_meta_capture(char *const argv[], const char *dir, char *buf, size_t len) 
 }
 
 /* `git rev-parse HEAD` in dir (NULL: here), or "" (quietly). */
-static void git_head(const char *dir, char *out, size_t len) {
+static void git_run_head(const char *dir, char *out, size_t len) {
   char buf[128];
   char *argv[] = {"git", "rev-parse", "HEAD", NULL};
   out[0] = 0;
   if (bf_meta_capture(argv, dir, buf, sizeof buf) != 0) return;
   buf[strcspn(buf, "\n")] = 0;
   if (strlen(buf) >= 7 && strlen(buf) < len) memcpy(out, buf, strlen(buf) + 1);
+}
+
+/* The first line of file path (at most len-1 bytes, newline dropped); -1 when
+ * it cannot be read or is empty. */
+static int git_read_line(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) fd = open(path, O_RDONLY | O_CLOEXEC); /* worktrees may link files */
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, len - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  buf[strcspn(buf, "\r\n")] = 0;
+  return buf[0] ? 0 : -1;
+}
+
+/* A full object name: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits. */
+static int git_is_oid(const char *s) {
+  size_t n = strspn(s, "0123456789abcdef");
+  return (n == 40 || n == 64) && (s[n] == 0 || s[n] == ' ');
+}
+
+/* A ref name safe to join to a git directory: refs/..., no "..", no "//". */
+static int git_ref_ok(const char *r) {
+  return strncmp(r, "refs/", 5) == 0 && !strstr(r, "..") && !strstr(r, "//") && strlen(r) < 256 &&
+         strspn(r, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+@") ==
+             strlen(r);
+}
+
+/* ref's object name from packed-refs in common: 0 found, -1 not there. */
+static int git_packed(const char *common, const char *ref, char *oid, size_t len) {
+  char path[PATH_MAX], line[512];
+  if (snprintf(path, sizeof path, "%s/packed-refs", common) >= (int)sizeof path) return -1;
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  int rc = -1;
+  size_t rl = strlen(ref);
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\r\n")] = 0;
+    if (!git_is_oid(line)) continue; /* "# pack-refs", "^peeled" */
+    const char *name = strchr(line, ' ');
+    if (name && strncmp(name + 1, ref, rl) == 0 && name[1 + rl] == 0) {
+      size_t n = (size_t)(name - line);
+      if (n < len) {
+        memcpy(oid, line, n);
+        oid[n] = 0;
+        rc = 0;
+      }
+      break;
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+/* HEAD of the repository whose git directory is gitdir, read from its files:
+ * HEAD, a loose ref (in gitdir, then the common directory of a linked
+ * worktree) or packed-refs. 0 found; -1 when the files do not say (an unborn
+ * branch, another ref store, garbage): git itself is then asked. */
+static int git_read_head(const char *gitdir, char *out, size_t len) {
+  char common[PATH_MAX], path[PATH_MAX], line[PATH_MAX], ref[300];
+  snprintf(common, sizeof common, "%s", gitdir);
+  if (snprintf(path, sizeof path, "%s/commondir", gitdir) < (int)sizeof path &&
+      git_read_line(path, line, sizeof line) == 0) {
+    int n = line[0] == '/' ? snprintf(common, sizeof common, "%s", line)
+                           : snprintf(common, sizeof common, "%s/%s", gitdir, line);
+    if (n >= (int)sizeof common) return -1;
+  }
+  if (snprintf(path, sizeof path, "%s/HEAD", gitdir) >= (int)sizeof path ||
+      git_read_line(path, line, sizeof line) < 0)
+    return -1;
+  for (int depth = 0; depth < 5; depth++) {
+    if (git_is_oid(line)) {
+      size_t n = strspn(line, "0123456789abcdef");
+      if (n >= len) return -1;
+      memcpy(out, line, n);
+      out[n] = 0;
+      return 0;
+    }
+    if (strncmp(line, "ref: ", 5) != 0) return -1;
+    snprintf(ref, sizeof ref, "%.299s", line + 5);
+    if (!git_ref_ok(ref)) return -1;
+    if ((snprintf(path, sizeof path, "%s/%s", gitdir, ref) >= (int)sizeof path ||
+         git_read_line(path, line, sizeof line) < 0) &&
+        (snprintf(path, sizeof path, "%s/%s", common, ref) >= (int)sizeof path ||
+         git_read_line(path, line, sizeof line) < 0))
+      return git_packed(common, ref, out, len) == 0 && git_is_oid(out) ? 0 : -1;
+  }
+  return -1;
+}
+
+/* The commit checked out in dir (NULL: here), or "" (quietly): the nearest
+ * .git at or above dir (a directory, or a linked worktree's "gitdir:" file)
+ * read directly; `git rev-parse HEAD` when $GIT_DIR is set or those files do
+ * not say. No .git up to / means no repository: "". */
+static void git_head(const char *dir, char *out, size_t len) {
+  char d[PATH_MAX], dotgit[PATH_MAX + 8], gitdir[PATH_MAX], line[PATH_MAX];
+  out[0] = 0;
+  if (getenv("GIT_DIR")) {
+    git_run_head(dir, out, len);
+    return;
+  }
+  if (dir ? snprintf(d, sizeof d, "%s", dir) >= (int)sizeof d : !getcwd(d, sizeof d)) return;
+  for (;;) {
+    struct stat sb;
+    snprintf(dotgit, sizeof dotgit, "%s/.git", strcmp(d, "/") ? d : "");
+    if (stat(dotgit, &sb) == 0) {
+      int ok = 0;
+      if (S_ISDIR(sb.st_mode)) {
+        ok = snprintf(gitdir, sizeof gitdir, "%s", dotgit) < (int)sizeof gitdir;
+      } else if (S_ISREG(sb.st_mode) && git_read_line(dotgit, line, sizeof line) == 0 &&
+                 strncmp(line, "gitdir: ", 8) == 0 && line[8]) {
+        const char *g = line + 8;
+        ok = (g[0] == '/' ? snprintf(gitdir, sizeof gitdir, "%s", g)
+                          : snprintf(gitdir, sizeof gitdir, "%s/%s", strcmp(d, "/") ? d : "", g)) <
+             (int)sizeof gitdir;
+      }
+      if (!ok || git_read_head(gitdir, out, len) < 0) {
+        out[0] = 0;
+        git_run_head(dir, out, len);
+      }
+      return;
+    }
+    char *slash = strrchr(d, '/');
+    if (!slash || slash == d) {
+      if (!strcmp(d, "/")) return;
+      snprintf(d, sizeof d, "/");
+    } else {
+      *slash = 0;
+    }
+  }
 }
 
 /* /proc/PID/cmdline, NULs as spaces, trailing spaces dropped; "" if unknown. */

@@ -313,3 +313,81 @@ def test_counts_equal_a_setprofile_oracle_started_before_the_script(python, db, 
     # nothing runs at the root but the program
     assert roots == [("<module>", 1)], roots
 
+
+
+def _git(cwd, *args):
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    return subprocess.run(["git"] + list(args), cwd=str(cwd), capture_output=True, text=True,
+                          env=env, timeout=30)
+
+
+def _traced_commit(cwd, db, python, path=None):
+    """The commit a `bifocal trace` started in cwd recorded (None: none);
+    path: $PATH for bifocal (the interpreter is given by its full path)."""
+    from conftest import bifocal_bin
+    env = dict(os.environ)
+    if path is not None:
+        env["PATH"] = path
+    env.pop("BIFOCAL_DB", None)
+    env.pop("GIT_DIR", None)
+    r = subprocess.run([bifocal_bin(), "--db", db, "trace", "--", python, "-c", "pass"], cwd=str(cwd),
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    return session(db, last_line_id(r))["commit_id"]
+
+
+def test_trace_records_the_commit_git_says(tmp_path):
+    """The commit of a traced session is read from .git's files (no git
+    process); the oracle is `git rev-parse HEAD` run in the same directory:
+    loose and packed refs, a detached HEAD, a subdirectory, a linked worktree
+    (a `gitdir:` file), an unborn branch, and garbage .git files (no commit,
+    no failure)."""
+    if subprocess.run(["git", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("git is not installed")
+    python = os.path.realpath(pythons.discover()[0]["path"])
+    db = str(tmp_path / "c.db")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "sub").mkdir()
+    nogit = str(tmp_path / "empty-path")  # $PATH without git: the commit must come from the files
+    os.mkdir(nogit)
+    assert _git(repo, "init", "-q", "-b", "main").returncode == 0
+    for i in range(2):
+        (repo / "f").write_text(str(i))
+        _git(repo, "add", "f")
+        assert _git(repo, "commit", "-q", "-m", "c%d" % i).returncode == 0
+    wt = tmp_path / "wt"
+    assert _git(repo, "worktree", "add", "-q", "-b", "side", str(wt), "HEAD~1").returncode == 0
+
+    def oracle(d):
+        r = _git(d, "rev-parse", "HEAD")
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    cases = [("loose ref", repo), ("subdirectory", repo / "sub"), ("linked worktree", wt)]
+    got = [(name, _traced_commit(d, db, python, nogit), oracle(d)) for name, d in cases]
+    assert _git(repo, "pack-refs", "--all").returncode == 0
+    assert not (repo / ".git" / "refs" / "heads" / "main").exists()
+    got.append(("packed ref", _traced_commit(repo, db, python, nogit), oracle(repo)))
+    got.append(("worktree, packed", _traced_commit(wt, db, python, nogit), oracle(wt)))
+    assert _git(repo, "checkout", "-q", "--detach", "HEAD~1").returncode == 0
+    got.append(("detached", _traced_commit(repo, db, python, nogit), oracle(repo)))
+    for name, mine, want in got:
+        assert want and mine == want, (name, mine, want)
+    assert got[0][1] != got[2][1]  # the worktree is on the other commit
+
+    unborn = tmp_path / "unborn"
+    unborn.mkdir()
+    assert _git(unborn, "init", "-q").returncode == 0
+    assert oracle(unborn) is None and _traced_commit(unborn, db, python) is None
+    for name, content in (("file", "gitdir: /nonexistent/x\n"), ("file2", "\x00\xff garbage"),
+                          ("dir", None)):
+        g = tmp_path / ("garbage-" + name)
+        g.mkdir()
+        if content is None:
+            (g / ".git").mkdir()
+            (g / ".git" / "HEAD").write_text("ref: refs/heads/../../../../etc/passwd\n")
+        else:
+            (g / ".git").write_bytes(content.encode("latin-1"))
+        assert oracle(g) is None, name
+        assert _traced_commit(g, db, python) is None, name
