@@ -105,6 +105,104 @@ static int probe_interpreter(const bf_trace_opts *o, bf_trace_plan *p) {
   return 0;
 }
 
+/* cmd as execvp would find it (PATH searched when it has no '/'), resolved
+ * (realpath). OUT: out. 0, or -1 when not found. */
+static int trc_which(const char *cmd, char *out) {
+  if (strchr(cmd, '/')) return realpath(cmd, out) ? 0 : -1;
+  const char *path = getenv("PATH");
+  if (!path) path = "/bin:/usr/bin";
+  while (1) {
+    size_t n = strcspn(path, ":");
+    char cand[PATH_MAX];
+    struct stat sb;
+    if (snprintf(cand, sizeof cand, "%.*s%s%s", (int)n, path, n ? "/" : "", cmd) < (int)sizeof cand &&
+        stat(cand, &sb) == 0 && S_ISREG(sb.st_mode) && access(cand, X_OK) == 0)
+      return realpath(cand, out) ? 0 : -1;
+    if (!path[n]) return -1;
+    path += n + 1;
+  }
+}
+
+/* EXT_SUFFIX as written in a _sysconfigdata file (untrusted: checked to be a
+ * plain CPython suffix for major.minor). 0, or -1. */
+static int trc_sysconfig_suffix(const char *file, int major, int minor, char *out, size_t len) {
+  char buf[1 << 16];
+  static const char key[] = "'EXT_SUFFIX': '";
+  FILE *f = fopen(file, "re");
+  if (!f) return -1;
+  int rc = -1;
+  char want[32];
+  snprintf(want, sizeof want, ".cpython-%d%d-", major, minor);
+  /* the key sits in one line of build_time_vars; read line by line */
+  while (fgets(buf, sizeof buf, f)) {
+    const char *k = strstr(buf, key);
+    if (!k) continue;
+    k += sizeof key - 1;
+    size_t n = strcspn(k, "'");
+    if (k[n] == '\'' && n < len && n > strlen(want) + 3 && strncmp(k, want, strlen(want)) == 0 &&
+        strspn(k, "abcdefghijklmnopqrstuvwxyz0123456789._-") == n && strncmp(k + n - 3, ".so", 3) == 0) {
+      memcpy(out, k, n);
+      out[n] = 0;
+      rc = 0;
+    }
+    break;
+  }
+  fclose(f);
+  return rc;
+}
+
+/* The interpreter's version and extension suffix from its files, without
+ * running it: an ELF binary named pythonX.Y (after links: a venv's python
+ * leads to its base interpreter) whose PREFIX/lib/pythonX.Y/_sysconfigdata_*.py
+ * files all give one EXT_SUFFIX. Returns 0 with p->version ("X.Y": the
+ * runner records the full version), p->suffix and p->exe set; -1 when the
+ * files do not say (a launcher script such as a pyenv shim, a free-threaded
+ * or debug name, a copied venv binary): then the interpreter is asked. */
+static int trc_files_probe(const bf_trace_opts *o, bf_trace_plan *p) {
+  char exe[PATH_MAX];
+  if (trc_which(o->cmd[0], exe) < 0) return -1;
+  unsigned char magic[4];
+  int fd = open(exe, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t r = read(fd, magic, sizeof magic);
+  close(fd);
+  if (r != 4 || memcmp(magic, "\177ELF", 4) != 0) return -1;
+  const char *base = strrchr(exe, '/') + 1; /* realpath: absolute */
+  int major = 0, minor = 0, used = 0;
+  if (sscanf(base, "python%d.%d%n", &major, &minor, &used) != 2 || base[used] || major != 3 || minor < 0 ||
+      minor > 99)
+    return -1;
+  char prefix[PATH_MAX];
+  snprintf(prefix, sizeof prefix, "%.*s", (int)(base - 1 - exe), exe); /* .../bin */
+  char *slash = strrchr(prefix, '/');
+  if (!slash) return -1;
+  *slash = 0; /* PREFIX ("" for /bin) */
+  char suffix[128] = "";
+  static const char *libs[] = {"lib", "lib64"};
+  for (size_t l = 0; l < 2 && !suffix[0]; l++) {
+    char pat[PATH_MAX + 64];
+    snprintf(pat, sizeof pat, "%.4000s/%s/python%d.%d/_sysconfigdata_*.py", prefix, libs[l], major, minor);
+    glob_t g;
+    if (glob(pat, 0, NULL, &g) != 0) continue;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+      char one[128];
+      if (trc_sysconfig_suffix(g.gl_pathv[i], major, minor, one, sizeof one) < 0 ||
+          (suffix[0] && strcmp(one, suffix) != 0)) {
+        suffix[0] = 0; /* unreadable, or two that disagree: ask the interpreter */
+        break;
+      }
+      snprintf(suffix, sizeof suffix, "%s", one);
+    }
+    globfree(&g);
+  }
+  if (!suffix[0]) return -1;
+  snprintf(p->version, sizeof p->version, "%d.%d", major, minor);
+  snprintf(p->suffix, sizeof p->suffix, "%s", suffix);
+  snprintf(p->exe, sizeof p->exe, "%s", exe);
+  p->from_files = 1;
+  return 0;
+}
+
 int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
   memset(p, 0, sizeof *p);
   /* Interpreter options come before the program; -X/-W take a value. */
@@ -119,8 +217,20 @@ int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
     return 2;
   }
   p->first = first;
-  int rc = probe_interpreter(o, p);
-  if (rc) return rc;
+  int rc = 0;
+  if (trc_files_probe(o, p) < 0) {
+    rc = probe_interpreter(o, p);
+    if (rc) return rc;
+  } else {
+    int major = 0, minor = 0;
+    sscanf(p->version, "%d.%d", &major, &minor);
+    if (minor < 8) {
+      snprintf(p->err, sizeof p->err,
+               "Python %s (%s) is too old to trace: bifocal supports CPython 3.8 and newer", p->version,
+               o->cmd[0]);
+      return 2;
+    }
+  }
   char tried[4 * PATH_MAX];
   if (trc_find_ext(p->suffix, p->extdir, sizeof p->extdir, tried, sizeof tried) < 0) {
     snprintf(p->err, sizeof p->err,
@@ -150,7 +260,7 @@ static char *probe_extra(const bf_trace_plan *p) {
   bf_json_str(pf, p->exe[0] ? p->exe : NULL);
   fputs(",\"ext_suffix\":", pf);
   bf_json_str(pf, p->suffix);
-  fputs(",\"source\":\"probe\"}}", pf);
+  fputs(p->from_files ? ",\"source\":\"files\"}}" : ",\"source\":\"probe\"}}", pf);
   if (fclose(pf) != 0) {
     free(pre_extra);
     return NULL;

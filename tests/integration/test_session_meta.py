@@ -391,3 +391,35 @@ def test_trace_records_the_commit_git_says(tmp_path):
             (g / ".git").write_bytes(content.encode("latin-1"))
         assert oracle(g) is None, name
         assert _traced_commit(g, db, python) is None, name
+
+
+def test_killed_trace_still_says_which_python_without_asking_it_twice(tmp_path):
+    """A program killed outright leaves the session bifocal began before
+    starting it: which interpreter it was comes from the interpreter's files
+    (its name and _sysconfigdata, no extra interpreter run) for a real binary,
+    and from asking it for a launcher script it cannot read (a shim). The
+    oracle is the interpreter's own sys/sysconfig."""
+    db = str(tmp_path / "k.db")
+    kill = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    seen = 0
+    for p in pythons.discover():
+        if p["free_threaded"]:
+            continue
+        info = probe(p["path"])
+        shim = tmp_path / ("shim-" + info["version"])
+        shim.write_text("#!/bin/sh\nexec %s \"$@\"\n" % info["executable"])
+        shim.chmod(0o755)
+        for launcher, source in ((p["path"], "files"), (str(shim), "probe")):
+            r = run(["trace", "--", launcher, "-c", kill], db=db, check=False)
+            assert r.returncode == 128 + 9, r.stderr
+            sid = max(row[0] for row in sqlite3.connect(db).execute("SELECT id FROM sessions"))
+            s = session(db, sid)
+            py = s["extra"]["python"]
+            assert s["status"] == "incomplete" and py["executable"] == info["executable"], (s, info)
+            assert py["ext_suffix"] == info["ext_suffix"], (py, info)
+            if py["source"] == "files":  # name and _sysconfigdata: major.minor only
+                assert source == "files" and s["python_version"] == ".".join(info["version"].split(".")[:2])
+            else:
+                assert py["source"] == "probe" and s["python_version"] == info["version"][:len(s["python_version"])]
+            seen += py["source"] == "files"
+    assert seen, "no interpreter's files were read (every one was asked)"
