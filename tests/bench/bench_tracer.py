@@ -1,6 +1,7 @@
 """Tracer overhead measured the way users run it, per kind of call.
 
     /usr/bin/python3 tests/bench/bench_tracer.py [--runs 7] [--all] [--warm] [--python PATH ...]
+        [--against OTHER/bifocal]
 
 Fresh processes, interleaved run by run (order shuffled each run): plain
 `python kinds.py`, `python -m cProfile -o /dev/null kinds.py` and
@@ -156,8 +157,8 @@ def run_mode(mode, python, script, args, db, bifocal):
         cmd = [python, script] + args
     elif mode == "cprofile":
         cmd = [python, "-m", "cProfile", "-o", os.devnull, script] + args
-    else:
-        cmd = [bifocal, "--db", db, "trace", "--", python, script] + args
+    else:  # "bifocal", or "before": the --against binary
+        cmd = [bifocal[mode], "--db", db, "trace", "--", python, script] + args
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -170,7 +171,7 @@ def run_mode(mode, python, script, args, db, bifocal):
     return wall, cpu, r.stdout
 
 
-MODES = ("plain", "cprofile", "bifocal")
+MODES = ["plain", "cprofile", "bifocal"]  # + "before" with --against
 
 
 def fresh_kinds(python, tmp, bifocal, runs, n, timer):
@@ -248,8 +249,14 @@ def main():
     ap.add_argument("--no-program", action="store_true", help="skip the whole-program figure")
     ap.add_argument("--no-kinds", action="store_true", help="skip the per-kind table")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--against", metavar="BIFOCAL",
+                    help="another bifocal binary (e.g. main's build) run interleaved with this one: "
+                         "before/after in one run")
     a = ap.parse_args()
-    bifocal = os.path.join(a.build, "bifocal")
+    bifocal = {"bifocal": os.path.join(a.build, "bifocal")}
+    if a.against:
+        bifocal["before"] = a.against
+        MODES.append("before")
     pys = interpreters(a, (3, 12))
     tmp = tempfile.mkdtemp(prefix="bench_tracer.")
     print("load average at start: %.1f %.1f %.1f" % os.getloadavg())
@@ -264,19 +271,21 @@ def main():
         except RuntimeError as e:
             print("%-6s %s" % (tag, e))
     tags = list(rows)
-    if tags:
+    for who in [m for m in MODES if m not in ("plain", "cprofile")] if tags else []:
+        if who == "before":
+            print("\nThe same runs, --against %s (interleaved with the above):\n" % a.against)
         print("| kind of call | " + " | ".join(tags) + " |")
         print("|---|" + "---|" * len(tags))
-    for k, label in (KINDS + [("all", "all kinds")]) if tags else []:
-        cells = []
-        for tag in tags:
-            med = rows[tag]
-            ks = [k] if k != "all" else [kk for kk, _ in KINDS]
-            add_b = sum(med["bifocal"][kk] - med["plain"][kk] for kk in ks)
-            add_c = sum(med["cprofile"][kk] - med["plain"][kk] for kk in ks)
-            cells.append("%.2f (%.0f / %.0f ns)" % (add_b / add_c if add_c > 0 else float("nan"),
-                                                    add_b, add_c))
-        print("| %s | %s |" % (label, " | ".join(cells)))
+        for k, label in KINDS + [("all", "all kinds")]:
+            cells = []
+            for tag in tags:
+                med = rows[tag]
+                ks = [k] if k != "all" else [kk for kk, _ in KINDS]
+                add_b = sum(med[who][kk] - med["plain"][kk] for kk in ks)
+                add_c = sum(med["cprofile"][kk] - med["plain"][kk] for kk in ks)
+                cells.append("%.2f (%.0f / %.0f ns)" % (add_b / add_c if add_c > 0 else float("nan"),
+                                                        add_b, add_c))
+            print("| %s | %s |" % (label, " | ".join(cells)))
     if not a.no_program:
         print("\nWhole program, fresh process (median of %d interleaved runs): wall s, and CPU s "
               "of the whole process tree (steadier on a busy host); bifocal's time outside the "
@@ -292,20 +301,21 @@ def main():
                 continue
             h, e = r["heavy"], r["empty"]
             out = {m: h[m][0] - h[m][1] for m in MODES}
-            startup = e["bifocal"][0] - e["bifocal"][1]
-            add_b = h["bifocal"][0] - h["plain"][0]
-            add_c = h["cprofile"][0] - h["plain"][0]
-            cadd_b = h["bifocal"][2] - h["plain"][2]
-            cadd_c = h["cprofile"][2] - h["plain"][2]
-            print("| %s | %.3f (CPU %.3f) | %.3f (CPU %.3f) | %.3f (CPU %.3f) | %.2f; %.2f | %.3f s "
-                  "(python's own: %.3f; start-up of an empty traced script %.3f, so writing ~%.3f; "
-                  "empty script CPU: bifocal %.3f, cProfile %.3f, python %.3f) |" % (
-                      tag, h["plain"][0], h["plain"][2], h["cprofile"][0], h["cprofile"][2],
-                      h["bifocal"][0], h["bifocal"][2],
-                      add_b / add_c if add_c > 0 else float("nan"),
-                      cadd_b / cadd_c if cadd_c > 0 else float("nan"), out["bifocal"], out["plain"],
-                      startup, max(0.0, out["bifocal"] - startup),
-                      e["bifocal"][2], e["cprofile"][2], e["plain"][2]))
+            for who in [m for m in MODES if m not in ("plain", "cprofile")]:
+                startup = e[who][0] - e[who][1]
+                add_b = h[who][0] - h["plain"][0]
+                add_c = h["cprofile"][0] - h["plain"][0]
+                cadd_b = h[who][2] - h["plain"][2]
+                cadd_c = h["cprofile"][2] - h["plain"][2]
+                print("| %s | %.3f (CPU %.3f) | %.3f (CPU %.3f) | %.3f (CPU %.3f) | %.2f; %.2f | %.3f s "
+                      "(python's own: %.3f; start-up of an empty traced script %.3f, so writing ~%.3f; "
+                      "empty script CPU: bifocal %.3f, cProfile %.3f, python %.3f) |" % (
+                          tag + (" --against" if who == "before" else ""), h["plain"][0], h["plain"][2],
+                          h["cprofile"][0], h["cprofile"][2], h[who][0], h[who][2],
+                          add_b / add_c if add_c > 0 else float("nan"),
+                          cadd_b / cadd_c if cadd_c > 0 else float("nan"), out[who], out["plain"],
+                          startup, max(0.0, out[who] - startup),
+                          e[who][2], e["cprofile"][2], e["plain"][2]))
     print("\nload average at end: %.1f %.1f %.1f" % os.getloadavg())
     if a.warm:
         warm_table(a)
