@@ -110,9 +110,12 @@ static int git_packed(const char *common, const char *ref, char *oid, size_t len
   if (!f) return -1;
   int rc = -1;
   size_t rl = strlen(ref);
+  int cont = 0; /* this chunk continues a line longer than the buffer: skipped */
   while (fgets(line, sizeof line, f)) {
+    int was_cont = cont;
+    cont = !strchr(line, '\n');
     line[strcspn(line, "\r\n")] = 0;
-    if (!git_is_oid(line)) continue; /* "# pack-refs", "^peeled" */
+    if (was_cont || !git_is_oid(line)) continue; /* "# pack-refs", "^peeled" */
     const char *name = strchr(line, ' ');
     if (name && strncmp(name + 1, ref, rl) == 0 && name[1 + rl] == 0) {
       size_t n = (size_t)(name - line);
