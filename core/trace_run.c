@@ -126,7 +126,7 @@ static int trc_which(const char *cmd, char *out) {
 /* EXT_SUFFIX as written in a _sysconfigdata file (untrusted: checked to be a
  * plain CPython suffix for major.minor). 0, or -1. */
 static int trc_sysconfig_suffix(const char *file, int major, int minor, char *out, size_t len) {
-  char buf[1 << 16];
+  char buf[8192]; /* a longer line is read in pieces; the key's own line is short */
   static const char key[] = "'EXT_SUFFIX': '";
   FILE *f = fopen(file, "re");
   if (!f) return -1;
@@ -162,7 +162,9 @@ static int trc_files_probe(const bf_trace_opts *o, bf_trace_plan *p) {
   char exe[PATH_MAX];
   if (trc_which(o->cmd[0], exe) < 0) return -1;
   unsigned char magic[4];
-  int fd = open(exe, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (stat(exe, &sb) < 0 || !S_ISREG(sb.st_mode)) return -1; /* never block on a FIFO */
+  int fd = open(exe, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return -1;
   ssize_t r = read(fd, magic, sizeof magic);
   close(fd);
