@@ -21,6 +21,30 @@ static const char trc_boot[] =
     "import sys;d=sys.argv.pop(1);sys.path.insert(0,d);import bifocal_trace as b;"
     "sys.path.remove(d);sys.exit(b._main(sys.argv[1:]))";
 
+/* The same for an interpreter not known before it runs (a launcher script
+ * such as a pyenv shim): the second argument is a newline-separated list of
+ * tracing directories, the third a file descriptor the bootstrap answers on
+ * before the program runs: "ok", or why it cannot trace ("impl NAME", "old
+ * X.Y.Z", "noext X.Y.Z SUFFIX"). Python 2 must parse it, to say "old". */
+static const char trc_boot_check[] =
+    "import sys,os\n"
+    "d=sys.argv.pop(1).split('\\n');f=int(sys.argv.pop(1))\n"
+    "def s(m):\n"
+    " os.write(f,m if isinstance(m,bytes) else m.encode('utf-8','replace'))\n"
+    "v=sys.version_info\n"
+    "i=getattr(getattr(sys,'implementation',None),'name','?')\n"
+    "if v<(3,8):s('old %d.%d.%d'%(v[0],v[1],v[2]));sys.exit(2)\n"
+    "if i!='cpython':s('impl '+i);sys.exit(2)\n"
+    "import _imp\n"
+    "x=([e for e in _imp.extension_suffixes() if e.count('.')>=2]+[''])[0]\n"
+    "h=[p for p in d if os.path.isfile(os.path.join(p,'_bifocal_trace'+x))]\n"
+    "if not h:s('noext %d.%d.%d %s'%(v[0],v[1],v[2],x));sys.exit(2)\n"
+    "s('ok');os.close(f);d=h[0];sys.path.insert(0,d);import bifocal_trace as b;sys.path.remove(d)\n"
+    "sys.exit(b._main(sys.argv[1:]))";
+
+/* A session the bootstrap refused to run (bf_trace_outcome drops it). */
+static int64_t trc_refused_session;
+
 static const char trc_probe[] =
     "import sys,sysconfig,os;print(sys.implementation.name);"
     "print('%d.%d.%d'%sys.version_info[:3]);print(sysconfig.get_config_var('EXT_SUFFIX') or '');"
@@ -41,12 +65,14 @@ static int trc_has(const char *dir, const char *name) {
 
 /* Directory holding _bifocal_trace<suffix> and bifocal_trace.py: $BIFOCAL_TRACING_DIR,
  * beside the binary (build/tracing), or the install location. OUT: dir;
- * tried gets the places looked at. Returns 0 or -ENOENT. */
+ * tried gets the places looked at. suffix NULL (not known yet): every such
+ * place with bifocal_trace.py, newline-separated, in that order. Returns 0 or
+ * -ENOENT. */
 static int trc_find_ext(const char *suffix, char *dir, size_t len, char *tried, size_t tlen) {
   char modname[256], exe[PATH_MAX], base[PATH_MAX];
   char cands[8][PATH_MAX];
   int nc = 0;
-  snprintf(modname, sizeof modname, "_bifocal_trace%s", suffix);
+  snprintf(modname, sizeof modname, "_bifocal_trace%s", suffix ? suffix : "");
   const char *env = getenv("BIFOCAL_TRACING_DIR");
   if (env && *env) snprintf(cands[nc++], PATH_MAX, "%s", env);
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -66,17 +92,27 @@ static int trc_find_ext(const char *suffix, char *dir, size_t len, char *tried, 
     }
   }
   tried[0] = 0;
+  if (!suffix) dir[0] = 0;
   for (int i = 0; i < nc; i++) {
-    if (trc_has(cands[i], modname) && trc_has(cands[i], "bifocal_trace.py")) {
+    if (!suffix && trc_has(cands[i], "bifocal_trace.py")) {
       char *rp = realpath(cands[i], NULL);
-      snprintf(dir, len, "%s", rp ? rp : cands[i]);
+      const char *d = rp ? rp : cands[i];
+      size_t used = strlen(dir);
+      if (!strchr(d, '\n') && used + strlen(d) + 2 < len)
+        snprintf(dir + used, len - used, "%s%s", used ? "\n" : "", d);
+      free(rp);
+      continue;
+    }
+    if (suffix && trc_has(cands[i], modname) && trc_has(cands[i], "bifocal_trace.py")) {
+      char *rp = realpath(cands[i], NULL);
+      snprintf(dir, len, "%.*s", (int)(len - 1), rp ? rp : cands[i]);
       free(rp);
       return 0;
     }
     size_t used = strlen(tried);
     snprintf(tried + used, tlen - used, "%s%s", used ? ", " : "", cands[i]);
   }
-  return -ENOENT;
+  return !suffix && dir[0] ? 0 : -ENOENT;
 }
 
 /* Run the interpreter's probe: implementation, version, EXT_SUFFIX, executable. */
@@ -174,6 +210,12 @@ static int trc_files_probe(const bf_trace_opts *o, bf_trace_plan *p) {
   if (sscanf(base, "python%d.%d%n", &major, &minor, &used) != 2 || base[used] || major != 3 || minor < 0 ||
       minor > 99)
     return -1;
+  if (minor < 8) { /* too old whatever its files say */
+    snprintf(p->version, sizeof p->version, "%d.%d", major, minor);
+    snprintf(p->exe, sizeof p->exe, "%s", exe);
+    p->from_files = 1;
+    return 0;
+  }
   char prefix[PATH_MAX];
   snprintf(prefix, sizeof prefix, "%.*s", (int)(base - 1 - exe), exe); /* .../bin */
   char *slash = strrchr(prefix, '/');
@@ -220,8 +262,27 @@ int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
   }
   p->first = first;
   int rc = 0;
+  char found[PATH_MAX];
   if (trc_files_probe(o, p) < 0) {
-    rc = probe_interpreter(o, p);
+    if (trc_which(o->cmd[0], found) == 0) {
+      /* it exists but its files do not say: the runner's bootstrap checks it */
+      char tried[4 * PATH_MAX];
+      p->boot_check = 1;
+      snprintf(p->exe, sizeof p->exe, "%s", found);
+      if (trc_find_ext(NULL, p->extdir, sizeof p->extdir, tried, sizeof tried) < 0) {
+        snprintf(p->err, sizeof p->err,
+                 "bifocal's tracing module (bifocal_trace.py) is not installed: looked in %s; rebuild "
+                 "(meson compile -C build) or set BIFOCAL_TRACING_DIR",
+                 tried[0] ? tried : "(nowhere)");
+        return 2;
+      }
+      if (!(p->command = bf_meta_join_argv(o->ncmd, o->cmd))) {
+        snprintf(p->err, sizeof p->err, "out of memory");
+        return 1;
+      }
+      return 0;
+    }
+    rc = probe_interpreter(o, p); /* not found: says so */
     if (rc) return rc;
   } else {
     int major = 0, minor = 0;
@@ -275,11 +336,12 @@ int bf_trace_begin(bf_store *s, const bf_trace_opts *o, bf_trace_plan *p) {
   bf_session_info info;
   bf_meta_src ms = {.kind = "traced", .clock = o->clock, .mode = o->focus ? "focus" : "trace",
                     .command = p->command, .commit = o->commit, .find_commit = 1,
-                    .python_version = p->version, .profiler_version = BF_VERSION, .label = o->label,
+                    .python_version = p->boot_check ? NULL : p->version,
+                    .profiler_version = BF_VERSION, .label = o->label,
                     .ttl_ns = o->ttl_ns};
   bf_meta_collect(&ms, &meta, &info);
   snprintf(p->commit, sizeof p->commit, "%s", meta.commit);
-  char *pre_extra = probe_extra(p);
+  char *pre_extra = p->boot_check ? NULL : probe_extra(p); /* the runner says, once it runs */
   info.extra_json = pre_extra;
   int rc = bf_store_session_begin(s, &info, &p->session_id);
   free(pre_extra);
@@ -287,7 +349,7 @@ int bf_trace_begin(bf_store *s, const bf_trace_opts *o, bf_trace_plan *p) {
 }
 
 /* The runner's command line (malloc'd; the strings are borrowed). */
-static char **runner_argv(const bf_trace_opts *o, const bf_trace_plan *p, char bufs[4][32], char *dbabs) {
+static char **runner_argv(const bf_trace_opts *o, const bf_trace_plan *p, char bufs[5][32], char *dbabs) {
   char **cargv = calloc((size_t)o->ncmd + 40, sizeof *cargv);
   if (!cargv) return NULL;
   snprintf(bufs[0], 32, "%lld", (long long)p->session_id);
@@ -296,9 +358,12 @@ static char **runner_argv(const bf_trace_opts *o, const bf_trace_plan *p, char b
   snprintf(bufs[3], 32, "%.3f", (double)o->ttl_ns / 1e9);
   int k = 0;
   for (int i = 0; i < p->first; i++) cargv[k++] = o->cmd[i];
-  char *fixed[] = {"-c",      (char *)trc_boot, (char *)p->extdir, "--db",      dbabs,   "--session",
-                   bufs[0],   "--clock",        (char *)o->clock,  "--tool-id", bufs[1], "--records",
-                   bufs[2],   "--ttl-s",        bufs[3],           "--command", p->command};
+  cargv[k++] = "-c";
+  cargv[k++] = (char *)(p->boot_check ? trc_boot_check : trc_boot);
+  cargv[k++] = (char *)p->extdir;
+  if (p->boot_check) cargv[k++] = bufs[4]; /* the answer's file descriptor */
+  char *fixed[] = {"--db",    dbabs,   "--session", bufs[0], "--clock",   (char *)o->clock, "--tool-id",
+                   bufs[1],   "--records", bufs[2], "--ttl-s", bufs[3], "--command",      p->command};
   for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) cargv[k++] = fixed[i];
   if (o->focus) {
     cargv[k++] = "--focus";
@@ -320,7 +385,7 @@ static char **runner_argv(const bf_trace_opts *o, const bf_trace_plan *p, char b
 }
 
 /* fork + exec cargv; an exec failure comes back through a close-on-exec pipe. */
-static pid_t spawn(char **cargv, const struct sigaction old[4], int *exec_errno) {
+static pid_t spawn(char **cargv, const struct sigaction old[4], int keep_fd, int *exec_errno) {
   int ep[2];
   *exec_errno = 0;
   if (pipe2(ep, O_CLOEXEC) < 0) return -1;
@@ -329,6 +394,7 @@ static pid_t spawn(char **cargv, const struct sigaction old[4], int *exec_errno)
     static const int sigs[4] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
     for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
     close(ep[0]);
+    if (keep_fd >= 0) fcntl(keep_fd, F_SETFD, 0); /* inherited by the runner's bootstrap */
     execvp(cargv[0], cargv);
     int e = errno;
     ssize_t w = write(ep[1], &e, sizeof e);
@@ -346,8 +412,39 @@ static pid_t spawn(char **cargv, const struct sigaction old[4], int *exec_errno)
   return pid;
 }
 
+/* The bootstrap's answer (see trc_boot_check) as the exit status and p->err;
+ * 0 when it went on to run the program. */
+static int trc_boot_answer(const bf_trace_opts *o, bf_trace_plan *p, const char *ans, int exit_code) {
+  char what[16] = "", ver[64] = "", more[128] = "";
+  if (sscanf(ans, "%15s %63s %127s", what, ver, more) < 1) what[0] = 0;
+  if (!strcmp(what, "ok")) return 0;
+  if (!strcmp(what, "impl")) {
+    snprintf(p->err, sizeof p->err, "'%s' is not a CPython interpreter bifocal can trace", o->cmd[0]);
+  } else if (!strcmp(what, "old")) {
+    snprintf(p->err, sizeof p->err,
+             "Python %s (%s) is too old to trace: bifocal supports CPython 3.8 and newer", ver, o->cmd[0]);
+  } else if (!strcmp(what, "noext")) {
+    char dirs[sizeof p->extdir];
+    snprintf(dirs, sizeof dirs, "%s", p->extdir);
+    for (char *c = dirs; *c; c++)
+      if (*c == '\n') *c = ',';
+    snprintf(p->err, sizeof p->err,
+             "no tracing extension was built for Python %s (%s): looked for _bifocal_trace%s in %s; "
+             "install that Python's headers and rebuild (meson setup --reconfigure build), or set "
+             "BIFOCAL_TRACING_DIR",
+             ver, o->cmd[0], more, dirs);
+  } else if (!p->err[0]) {
+    snprintf(p->err, sizeof p->err, "cannot run '%s' as a Python interpreter (exit status %d)", o->cmd[0],
+             exit_code);
+    return 127;
+  } else {
+    return exit_code ? exit_code : 127;
+  }
+  return 2;
+}
+
 int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p) {
-  char dbabs[PATH_MAX], bufs[4][32];
+  char dbabs[PATH_MAX], bufs[5][32];
   if (o->db_path[0] != '/') {
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd) || snprintf(dbabs, sizeof dbabs, "%s/%s", cwd, o->db_path) >= (int)sizeof dbabs)
@@ -355,9 +452,20 @@ int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p) {
   } else {
     snprintf(dbabs, sizeof dbabs, "%s", o->db_path);
   }
+  int ans[2] = {-1, -1}; /* the bootstrap's answer (boot_check) */
+  if (p->boot_check && pipe2(ans, O_CLOEXEC) < 0) {
+    snprintf(p->err, sizeof p->err, "cannot start '%s': %s", o->cmd[0], strerror(errno));
+    trc_refused_session = p->session_id;
+    return 1;
+  }
+  snprintf(bufs[4], 32, "%d", ans[1]);
   char **cargv = runner_argv(o, p, bufs, dbabs);
   if (!cargv) {
     snprintf(p->err, sizeof p->err, "out of memory");
+    if (ans[0] >= 0) {
+      close(ans[0]);
+      close(ans[1]);
+    }
     return 1;
   }
   fflush(stdout);
@@ -372,7 +480,8 @@ int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p) {
   sigaction(SIGTERM, &fwd, &old[2]);
   sigaction(SIGHUP, &fwd, &old[3]);
   int status = 0, exit_code = 1, exec_errno;
-  pid_t pid = spawn(cargv, old, &exec_errno);
+  pid_t pid = spawn(cargv, old, ans[1], &exec_errno);
+  if (ans[1] >= 0) close(ans[1]);
   if (pid < 0) {
     snprintf(p->err, sizeof p->err, "cannot start '%s': %s", o->cmd[0], strerror(errno));
   } else {
@@ -383,6 +492,24 @@ int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p) {
     trc_child_pid = 0;
     exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1);
   }
+  if (ans[0] >= 0) {
+    char buf[256];
+    ssize_t n = 0, r;
+    while (n < (ssize_t)sizeof buf - 1 && (r = read(ans[0], buf + n, sizeof buf - 1 - (size_t)n)) != 0) {
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      n += r;
+    }
+    buf[n] = 0;
+    close(ans[0]);
+    int rc = pid < 0 ? 1 : trc_boot_answer(o, p, buf, exit_code);
+    if (rc) { /* it never ran the program: no session */
+      trc_refused_session = p->session_id;
+      exit_code = rc;
+    }
+  }
   sigaction(SIGINT, &old[0], NULL);
   sigaction(SIGQUIT, &old[1], NULL);
   sigaction(SIGTERM, &old[2], NULL);
@@ -392,6 +519,10 @@ int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p) {
 }
 
 int bf_trace_outcome(bf_store *s, int64_t session_id) {
+  if (session_id && session_id == trc_refused_session) {
+    int rc = bf_store_session_delete(s, session_id);
+    return rc < 0 ? rc : -ENOENT;
+  }
   bf_session_info *got = NULL;
   int rc = bf_store_session_get(s, session_id, &got);
   if (rc == 0) rc = !(got->status && strcmp(got->status, "incomplete") == 0);

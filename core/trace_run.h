@@ -29,6 +29,8 @@ typedef struct bf_trace_plan {
   int first;                  /* index of the program in cmd (after interpreter options) */
   char version[64], suffix[128], exe[PATH_MAX]; /* version "X.Y" only when from_files */
   int from_files;             /* version and suffix read from the interpreter's files, not asked */
+  int boot_check;             /* neither read nor asked: the runner's bootstrap checks (a launcher
+                               * script); version and suffix empty, extdir newline-separated */
   char extdir[PATH_MAX];      /* where _bifocal_trace<suffix> and bifocal_trace.py are */
   char commit[128];
   char *command;              /* cmd joined (malloc'd) */

@@ -395,10 +395,11 @@ def test_trace_records_the_commit_git_says(tmp_path):
 
 def test_killed_trace_still_says_which_python_without_asking_it_twice(tmp_path):
     """A program killed outright leaves the session bifocal began before
-    starting it: which interpreter it was comes from the interpreter's files
-    (its name and _sysconfigdata, no extra interpreter run) for a real binary,
-    and from asking it for a launcher script it cannot read (a shim). The
-    oracle is the interpreter's own sys/sysconfig."""
+    starting it. For a real interpreter binary that session already names it,
+    from the interpreter's files (its name and _sysconfigdata, no extra
+    interpreter run); a launcher script it cannot read (a shim) is not run
+    twice either: its session says nothing of the interpreter until the runner
+    does. The oracle is the interpreter's own sys/sysconfig."""
     db = str(tmp_path / "k.db")
     kill = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     seen = 0
@@ -409,17 +410,68 @@ def test_killed_trace_still_says_which_python_without_asking_it_twice(tmp_path):
         shim = tmp_path / ("shim-" + info["version"])
         shim.write_text("#!/bin/sh\nexec %s \"$@\"\n" % info["executable"])
         shim.chmod(0o755)
-        for launcher, source in ((p["path"], "files"), (str(shim), "probe")):
+        for launcher in (p["path"], str(shim)):
             r = run(["trace", "--", launcher, "-c", kill], db=db, check=False)
             assert r.returncode == 128 + 9, r.stderr
             sid = max(row[0] for row in sqlite3.connect(db).execute("SELECT id FROM sessions"))
             s = session(db, sid)
+            assert s["status"] == "incomplete", s
+            if launcher == str(shim):
+                assert s["python_version"] is None and "python" not in s["extra"], s
+                continue
             py = s["extra"]["python"]
-            assert s["status"] == "incomplete" and py["executable"] == info["executable"], (s, info)
-            assert py["ext_suffix"] == info["ext_suffix"], (py, info)
+            assert py["executable"] == info["executable"] and py["ext_suffix"] == info["ext_suffix"], (py, info)
             if py["source"] == "files":  # name and _sysconfigdata: major.minor only
-                assert source == "files" and s["python_version"] == ".".join(info["version"].split(".")[:2])
+                assert s["python_version"] == ".".join(info["version"].split(".")[:2])
+                seen += 1
             else:
                 assert py["source"] == "probe" and s["python_version"] == info["version"][:len(s["python_version"])]
-            seen += py["source"] == "files"
     assert seen, "no interpreter's files were read (every one was asked)"
+
+
+def test_launcher_script_is_checked_by_the_runner(tmp_path):
+    """An interpreter bifocal cannot read before it runs (a launcher script)
+    is started once: the runner's bootstrap says whether it can be traced.
+    A traced run records the interpreter that ran (oracle: its own sys); an
+    old Python, a non-Python and a missing extension are refused in one line
+    with no session left behind."""
+    db = str(tmp_path / "l.db")
+    py = pythons.discover()[0]
+    info = probe(py["path"])
+    shim = tmp_path / "py-shim"
+    starts = tmp_path / "starts"
+    shim.write_text("#!/bin/sh\necho started >> %s\nexec %s \"$@\"\n" % (starts, info["executable"]))
+    shim.chmod(0o755)
+    r = run(["trace", "--", str(shim), "-c", "import sys; sys.exit(3)"], db=db, check=False)
+    assert r.returncode == 3, r.stderr
+    assert starts.read_text().count("started") == 1  # the launcher ran once: no probe run
+    s = session(db, last_line_id(r))
+    assert s["status"] == "complete" and s["python_version"] == info["version"]
+    assert s["extra"]["python"]["executable"] == info["executable"]
+    refused = []
+    old = [p for p in sorted(os.popen("ls -d ~/.pyenv/versions/3.[0-7].*/bin/python3.[0-7] 2>/dev/null").read().split())]
+    if old:
+        refused.append(("#!/bin/sh\nexec %s \"$@\"\n" % old[0], 2, "too old"))
+    refused.append(("#!/bin/sh\nexit 0\n", 127, "as a Python interpreter"))
+    for i, (text, rc, msg) in enumerate(refused):
+        bad = tmp_path / ("bad-%d" % i)
+        bad.write_text(text)
+        bad.chmod(0o755)
+        r = run(["trace", "--", str(bad), "-c", "pass"], db=db, check=False)
+        assert r.returncode == rc and msg in r.stderr and r.stderr.count("\n") == 1, r.stderr
+        assert r.stdout.strip() == ""
+    e = dict(os.environ, BIFOCAL_TRACING_DIR=str(tmp_path / "empty-tracing"))
+    os.mkdir(e["BIFOCAL_TRACING_DIR"])
+    with open(os.path.join(e["BIFOCAL_TRACING_DIR"], "bifocal_trace.py"), "w") as f:
+        f.write("raise SystemExit('must not be imported')\n")
+    import shutil
+    from conftest import bifocal_bin
+    solo = tmp_path / "solo"  # a bifocal with no extension beside it: only the .py in $BIFOCAL_TRACING_DIR
+    solo.mkdir()
+    shutil.copy(bifocal_bin(), str(solo / "bifocal"))
+    r = subprocess.run([str(solo / "bifocal"), "--db", db, "trace", "--", str(shim), "-c", "pass"],
+                       capture_output=True, text=True, env=e, timeout=60)
+    assert r.returncode == 2 and "no tracing extension was built for Python " + info["version"] in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+    n = sqlite3.connect(db).execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+    assert n == 1  # only the traced run
