@@ -39,11 +39,10 @@ typedef smp_pn_visit pn_visit;
 
 #define PN_CHUNK 128
 
-/* Visit the live entries of a dict keys object, in insertion order; values
- * come from the split-table array values (0: from the entries) holding at
- * most max_values slots. Returns 1 if fn stopped the walk, 0, or -EIO. */
-static int keys_each(bf_smp *h, uint64_t keys, uint64_t values, uint64_t max_values, pn_visit fn,
-                     void *ud) {
+/* Where a dict keys object's entries are: OUT: *entries (address), *esize,
+ * *ekey, *eval (entry size, key / value offsets), *nent (entries used). */
+static int keys_geom(bf_smp *h, uint64_t keys, uint64_t *entries, uint64_t *esize_out,
+                     uint64_t *ekey_out, uint64_t *eval_out, int64_t *nent_out) {
   const struct smp_names_layout *n = &h->lay.nm;
   unsigned char hdr[64];
   if (!keys || n->dk_indices > sizeof hdr || n->dk_nentries + 8 > n->dk_indices) return -EIO;
@@ -69,9 +68,24 @@ static int keys_each(bf_smp *h, uint64_t keys, uint64_t values, uint64_t max_val
   if (nent < 0 || (uint64_t)nent > size || !esize || esize > 32 || ekey + 8 > esize ||
       eval + 8 > esize)
     return -EIO;
+  *entries = keys + n->dk_indices + index_bytes;
+  *esize_out = esize;
+  *ekey_out = ekey;
+  *eval_out = eval;
+  *nent_out = nent;
+  return 0;
+}
+
+/* Visit the live entries of a dict keys object, in insertion order; values
+ * come from the split-table array values (0: from the entries) holding at
+ * most max_values slots. Returns 1 if fn stopped the walk, 0, or -EIO. */
+static int keys_each(bf_smp *h, uint64_t keys, uint64_t values, uint64_t max_values, pn_visit fn,
+                     void *ud) {
+  uint64_t entries, esize, ekey, eval;
+  int64_t nent;
+  if (keys_geom(h, keys, &entries, &esize, &ekey, &eval, &nent) < 0) return -EIO;
   if (nent > SMP_DICT_MAX) nent = SMP_DICT_MAX;
   if (values && (uint64_t)nent > max_values) nent = (int64_t)max_values;
-  uint64_t entries = keys + n->dk_indices + index_bytes;
   unsigned char eb[PN_CHUNK * 32], vb[PN_CHUNK * 8];
   for (int64_t i = 0; i < nent; i += PN_CHUNK) {
     size_t c = (size_t)(nent - i < PN_CHUNK ? nent - i : PN_CHUNK);
@@ -388,4 +402,27 @@ int smp_pn_str_is(bf_smp *h, uint64_t addr, const char *s) { return str_is(h, ad
 int smp_pn_long_read(bf_smp *h, uint64_t addr, uint64_t *out) {
   h->pn_budget = SMP_PYNAME_BUDGET;
   return long_read(h, addr, out);
+}
+
+int smp_pn_keys_index(bf_smp *h, uint64_t keys, const char *const *names, int n, int *idx,
+                      int max_entries, int64_t *nentries) {
+  uint64_t entries, esize, ekey, eval;
+  int64_t nent;
+  unsigned char eb[PN_CHUNK * 32];
+  h->pn_budget = SMP_PYNAME_BUDGET;
+  for (int f = 0; f < n; f++) idx[f] = -1;
+  if (keys_geom(h, keys, &entries, &esize, &ekey, &eval, &nent) < 0 || nent > max_entries ||
+      nent > PN_CHUNK)
+    return -EIO;
+  if (nent && pn_read(h, entries, eb, (size_t)nent * esize) < 0) return -EIO;
+  for (int64_t i = 0; i < nent; i++) {
+    uint64_t k = rd64(eb + (size_t)i * esize + ekey);
+    for (int f = 0; k && f < n; f++)
+      if (idx[f] < 0 && str_is(h, k, names[f])) {
+        idx[f] = (int)i;
+        break;
+      }
+  }
+  *nentries = nent;
+  return 0;
 }

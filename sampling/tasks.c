@@ -30,9 +30,6 @@
 #define TK_DEAD_NS 60000000000LL    /* a retired name is freed a minute later */
 #define TK_TP_BASE 256              /* PyTypeObject.tp_base (3.8-3.13 release builds) */
 #define TK_MAX_BASES 8              /* base classes followed to find a Task */
-#define TK_MAX_PY 1000              /* pure-Python Tasks read per sample (~8 reads each) */
-#define BF_STR_(x) #x
-#define BF_STR(x) BF_STR_(x)
 
 /* Offsets of the C _asyncio Task and of coroutines, per 3.minor. Measured in
  * each interpreter by tests/tools/probe_asyncio_offsets.py (known pointers
@@ -298,6 +295,14 @@ static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t l
     }
   }
   return 0;
+}
+
+int tk_read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t len,
+                 const unsigned char **buf, const unsigned char **ok) {
+  int rc = read_many(tk, addrs, n, len);
+  *buf = tk->buf;
+  *ok = tk->ok;
+  return rc;
 }
 
 /* Kind of the type at type_addr: from its tp_name, cached per address
@@ -766,39 +771,55 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   if (grow((void **)&tk->tasks, &tk->cap_tasks, tk->naddrs, sizeof *tk->tasks) < 0) return;
   tk->ntasks = 0;
   int foreign = 0;
-  size_t npy = 0;
+  size_t npy = 0, pyskip = 0;
+  uint64_t *pya = NULL;
   for (size_t i = 0; i < tk->naddrs; i++) {
     const unsigned char *b = tk->buf + i * L->task_size;
     /* a pure-Python Task is smaller than a C one: its read may end past
      * the end of its memory */
     int k = tk->ok[i] ? type_kind(tk, rd64(b + h->lay.ob_type)) : tk_obj_kind(tk, tk->addrs[i]);
-    tk_py_task pt;
-    if (k == TK_PYTASK) { /* else a dead weak reference, or a task freed
-                           * since the registry was read */
-      int rc = ++npy > TK_MAX_PY ? -EIO : tk_py_read(tk, tk->py, tk->addrs[i], &pt);
-      foreign += rc == -ENOTSUP;
-      if (rc <= 0) continue;
-    } else if (k != TK_TASK || !tk->ok[i] || rd32(b + L->fut_state) != 0) { /* or done, cancelled */
+    if (k == TK_PYTASK) { /* read together after this loop (tasks_py.c) */
+      if (!pya && !(pya = malloc(tk->naddrs * 8))) return;
+      pya[npy++] = tk->addrs[i];
       continue;
-    } else {
-      pt = (tk_py_task){rd64(b + L->task_coro), rd64(b + L->task_fut_waiter), rd64(b + L->task_name)};
-    }
-    tk_task *t = &tk->tasks[tk->ntasks];
+    } /* else a dead weak reference, or a task freed since the registry was read */
+    if (k != TK_TASK || !tk->ok[i] || rd32(b + L->fut_state) != 0) continue; /* or done, cancelled */
+    tk_task *t = &tk->tasks[tk->ntasks++];
     t->addr = tk->addrs[i];
-    t->coro = pt.coro;
-    t->waiter = pt.waiter;
-    t->name_obj = pt.name_obj;
+    t->coro = rd64(b + L->task_coro);
+    t->waiter = rd64(b + L->task_fut_waiter);
+    t->name_obj = rd64(b + L->task_name);
     t->nchain = 0;
     t->run_tid = 0;
     t->frame = t->instr = 0;
-    tk->ntasks++;
   }
-  if ((foreign || npy > TK_MAX_PY) && !tk->warned_custom) {
+  if (npy) {
+    tk_py_task *pt = calloc(npy, sizeof *pt);
+    int *prc = calloc(npy, sizeof *prc);
+    int skipped = pt && prc ? tk_py_read_many(tk, tk->py, pya, npy, pt, prc) : -ENOMEM;
+    pyskip = skipped > 0 ? (size_t)skipped : 0;
+    for (size_t i = 0; skipped >= 0 && i < npy; i++) {
+      foreign += prc[i] == -ENOTSUP;
+      if (prc[i] <= 0) continue;
+      tk_task *t = &tk->tasks[tk->ntasks++];
+      t->addr = pya[i];
+      t->coro = pt[i].coro;
+      t->waiter = pt[i].waiter;
+      t->name_obj = pt[i].name_obj;
+      t->nchain = 0;
+      t->run_tid = 0;
+      t->frame = t->instr = 0;
+    }
+    free(pt);
+    free(prc);
+  }
+  free(pya);
+  if ((foreign || pyskip) && !tk->warned_custom) {
     tk->warned_custom = 1;
     set_status(tk, foreign ? "some tasks are asyncio's pure-Python Task, whose attributes this Python's "
                              "layout cannot read: those are not shown"
-                           : "over " BF_STR(TK_MAX_PY) " pure-Python Tasks (asyncio.tasks._PyTask) were "
-                             "live: the others were not shown");
+                           : "some pure-Python Tasks (asyncio.tasks._PyTask) have no shared attribute "
+                             "layout and were past the per-sample bound: those were not shown");
   }
   /* running or not: from the task coroutine's own state */
   if (!(tk->cur = realloc(tk->cur, (tk->ntasks ? tk->ntasks : 1) * 8))) return;

@@ -27,11 +27,15 @@ struct tk_py {
   unsigned char pending[PY_STATES];
   size_t nstates;
   uint64_t none; /* Py_None, once seen */
+  struct py_cache *cache; /* the batched reader's layouts (below), made on first use */
 };
 
 tk_py *tk_py_new(void) { return calloc(1, sizeof(tk_py)); }
 
-void tk_py_free(tk_py *py) { free(py); }
+void tk_py_free(tk_py *py) {
+  if (py) free(py->cache);
+  free(py);
+}
 
 typedef struct py_visit {
   tk_py *py;
@@ -110,4 +114,331 @@ int tk_py_read(bf_smp_tasks *tk, tk_py *py, uint64_t task, tk_py_task *out) {
   out->waiter = w;
   out->name_obj = v.value[PY_NAME];
   return 1;
+}
+
+/* ---- many Tasks at once ----
+ * A Task's attributes sit in values that go with a dict keys object shared
+ * by the instances of its class (split table, 3.8-3.10; the class's cached
+ * keys with the values inline or beside the object, 3.11+). Which entry of
+ * those keys holds _coro, _fut_waiter, _name and _state is learned once per
+ * keys object (compared as text) and checked again on every call by its
+ * entry count (keys are only ever appended); each Task then costs a few
+ * bytes in each of two or three batched reads: the object (its values, or
+ * where they are), its dict when it has one, its values. */
+#define PY_TYPES 8      /* Task classes remembered */
+#define PY_KEYSETS 8    /* shared keys objects remembered */
+#define PY_MAX_INDEX 63 /* entries of a shared keys object looked at */
+#define PY_SLOW_MAX 128 /* Tasks read attribute by attribute per call */
+#define PY_CORO_TYPES 16 /* types of coroutines and waiters remembered */
+
+typedef struct py_type {
+  uint64_t type, keys, flags, basicsize;
+  int64_t dictoffset;
+  unsigned gen; /* the call that read it last */
+  int ok;
+} py_type;
+
+typedef struct py_keys {
+  uint64_t keys;
+  int64_t nentries;
+  int idx[PY_NFIELDS];
+  int maxidx; /* highest idx[] (-1: none) */
+  unsigned gen;
+  int ok;
+} py_keys;
+
+typedef struct py_cache {
+  py_type types[PY_TYPES];
+  size_t ntypes, next_type;
+  py_keys keys[PY_KEYSETS];
+  size_t nkeys, next_keys;
+  uint64_t coro_types[PY_CORO_TYPES];
+  unsigned char coro_kind[PY_CORO_TYPES];
+  size_t ncoro;
+  unsigned gen;
+} py_cache;
+
+static py_cache *cache_of(tk_py *py) {
+  if (py && !py->cache) py->cache = calloc(1, sizeof *py->cache);
+  return py ? py->cache : NULL;
+}
+
+/* The class at type, read once per call. NULL: not readable. */
+static py_type *type_get(bf_smp *h, py_cache *c, uint64_t type) {
+  const struct smp_names_layout *n = &h->lay.nm;
+  py_type *t = NULL;
+  for (size_t i = 0; i < c->ntypes && !t; i++)
+    if (c->types[i].type == type) t = &c->types[i];
+  if (!t) {
+    t = &c->types[c->ntypes < PY_TYPES ? c->ntypes++ : c->next_type++ % PY_TYPES];
+    memset(t, 0, sizeof *t);
+    t->type = type;
+  }
+  if (t->gen == c->gen) return t->ok ? t : NULL;
+  t->gen = c->gen;
+  t->ok = 0;
+  unsigned char tb[1024];
+  size_t tl = (size_t)n->ht_cached_keys + 8;
+  if (!type || tl > sizeof tb || n->tp_flags + 8 > tl || n->tp_dictoffset + 8 > tl ||
+      n->tp_basicsize + 8 > tl || smp_read(h, type, tb, tl) < 0)
+    return NULL;
+  t->flags = rd64(tb + n->tp_flags);
+  t->dictoffset = (int64_t)rd64(tb + n->tp_dictoffset);
+  t->basicsize = rd64(tb + n->tp_basicsize);
+  t->keys = (t->flags & n->tpf_heaptype) ? rd64(tb + n->ht_cached_keys) : 0;
+  if (t->basicsize < 16 || t->basicsize > 4096) return NULL;
+  t->ok = 1;
+  return t;
+}
+
+/* The field entries of shared keys object keys, checked once per call. */
+static py_keys *keys_get(bf_smp *h, py_cache *c, uint64_t keys) {
+  py_keys *k = NULL;
+  if (!keys) return NULL;
+  for (size_t i = 0; i < c->nkeys && !k; i++)
+    if (c->keys[i].keys == keys) k = &c->keys[i];
+  if (!k) {
+    k = &c->keys[c->nkeys < PY_KEYSETS ? c->nkeys++ : c->next_keys++ % PY_KEYSETS];
+    memset(k, 0, sizeof *k);
+    k->keys = keys;
+    k->nentries = -1;
+  }
+  if (k->gen == c->gen) return k->ok ? k : NULL;
+  k->gen = c->gen;
+  uint64_t ne = 0;
+  if (smp_read(h, keys + h->lay.nm.dk_nentries, &ne, 8) < 0) return (k->ok = 0), NULL;
+  if ((int64_t)ne == k->nentries && k->ok) return k;
+  k->ok = 0;
+  if (smp_pn_keys_index(h, keys, py_field, PY_NFIELDS, k->idx, PY_MAX_INDEX + 1, &k->nentries) < 0)
+    return NULL;
+  k->maxidx = -1;
+  for (int f = 0; f < PY_NFIELDS; f++)
+    if (k->idx[f] > k->maxidx) k->maxidx = k->idx[f];
+  /* a Task sets these three in __init__ */
+  k->ok = k->idx[PY_CORO] >= 0 && k->idx[PY_WAITER] >= 0 && k->idx[PY_NAME] >= 0;
+  return k->ok ? k : NULL;
+}
+
+/* Kind of obj, whose type is type (read in a batch), cached per type. */
+static int coro_kind(bf_smp_tasks *tk, py_cache *c, uint64_t coro, uint64_t type) {
+  for (size_t i = 0; i < c->ncoro; i++)
+    if (c->coro_types[i] == type) return c->coro_kind[i];
+  int k = tk_obj_kind(tk, coro);
+  uint64_t t2 = 0;
+  /* remembered only when the type read again is the one batched */
+  if (c->ncoro < PY_CORO_TYPES && smp_read(tk_sampler(tk), coro + tk_sampler(tk)->lay.ob_type, &t2, 8) == 0 &&
+      t2 == type) {
+    c->coro_types[c->ncoro] = type;
+    c->coro_kind[c->ncoro++] = (unsigned char)k;
+  }
+  return k;
+}
+
+int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n, tk_py_task *out,
+                    int *rc) {
+  bf_smp *h = tk_sampler(tk);
+  const struct smp_names_layout *nm = &h->lay.nm;
+  py_cache *c = cache_of(py);
+  int mode = nm->attr_mode, skipped = 0;
+  size_t slow_left = PY_SLOW_MAX;
+  for (size_t i = 0; i < n; i++) rc[i] = -EIO;
+  if (!n) return 0;
+  if (!nm->minor || !mode) {
+    for (size_t i = 0; i < n; i++) rc[i] = -ENOTSUP;
+    return 0;
+  }
+  if (!c) return -ENOMEM;
+  c->gen++;
+  uint64_t *a = calloc(2 * n, 8), *vals = calloc(n, 8), *st = calloc(n, 8);
+  py_keys **kp = calloc(n, sizeof *kp);
+  unsigned char *slow = calloc(n, 1);
+  int ret = -ENOMEM;
+  if (!a || !vals || !st || !kp || !slow) goto out;
+  /* the object's bytes: [obj + lo, obj + hi) hold its type, and its values,
+   * or where they are, for every class known (the first Task's class is
+   * learned before) */
+  int64_t lo = h->lay.ob_type, hi = h->lay.ob_type + 8;
+  if (mode == SMP_ATTR_VALUES_PTR) lo = nm->obj_values_ptr < nm->obj_managed_dict ? nm->obj_values_ptr : nm->obj_managed_dict;
+  if (mode == SMP_ATTR_DORV || mode == SMP_ATTR_INLINE) lo = nm->obj_managed_dict;
+  if (lo > (int64_t)h->lay.ob_type || lo < -64) goto out;
+  if (!c->ntypes) {
+    uint64_t t0 = 0;
+    if (smp_read(h, addrs[0] + h->lay.ob_type, &t0, 8) == 0) (void)type_get(h, c, t0);
+  }
+  for (size_t j = 0; j < c->ntypes; j++) {
+    py_type *t = type_get(h, c, c->types[j].type);
+    if (!t) continue;
+    if (mode == SMP_ATTR_DICTOFFSET && t->dictoffset > 0 && t->dictoffset <= 512 && t->dictoffset + 8 > hi)
+      hi = t->dictoffset + 8;
+    py_keys *k = mode == SMP_ATTR_INLINE ? keys_get(h, c, t->keys) : NULL;
+    if (k && (int64_t)(t->basicsize + nm->dv_values) + 8 * (k->maxidx + 1) > hi)
+      hi = (int64_t)(t->basicsize + nm->dv_values) + 8 * (k->maxidx + 1);
+  }
+  if (hi > 1024) hi = 1024;
+  size_t alen = (size_t)(hi - lo);
+  for (size_t i = 0; i < n; i++) a[i] = addrs[i] ? addrs[i] + (uint64_t)lo : 0;
+  const unsigned char *buf, *ok;
+  if ((ret = tk_read_many(tk, a, n, alen, &buf, &ok)) < 0) goto out;
+  int ndict = 0;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char *b = buf + i * alen;
+    a[i] = 0; /* from here: the Task's dict, when its values are in one */
+    if (!ok[i]) continue;
+    py_type *t = type_get(h, c, rd64(b + h->lay.ob_type - lo));
+    if (!t) continue;
+    int managed = nm->tpf_managed_dict && (t->flags & nm->tpf_managed_dict);
+    uint64_t p;
+    switch (mode) {
+      case SMP_ATTR_DICTOFFSET:
+        if (t->dictoffset <= 0 || t->dictoffset + 8 > hi) {
+          slow[i] = 1;
+          break;
+        }
+        a[i] = rd64(b + t->dictoffset - lo);
+        break;
+      case SMP_ATTR_VALUES_PTR:
+        if (!managed) {
+          slow[i] = 1;
+          break;
+        }
+        p = rd64(b + nm->obj_values_ptr - lo);
+        if (p) {
+          vals[i] = p + nm->dv_values;
+          kp[i] = keys_get(h, c, t->keys);
+        } else {
+          a[i] = rd64(b + nm->obj_managed_dict - lo);
+        }
+        break;
+      case SMP_ATTR_DORV:
+        if (!managed) {
+          slow[i] = 1;
+          break;
+        }
+        p = rd64(b + nm->obj_managed_dict - lo);
+        if (p & 1) {
+          vals[i] = p + 1 + nm->dv_values;
+          kp[i] = keys_get(h, c, t->keys);
+        } else {
+          a[i] = p;
+        }
+        break;
+      case SMP_ATTR_INLINE: {
+        py_keys *k = nm->tpf_inline_values && (t->flags & nm->tpf_inline_values) ? keys_get(h, c, t->keys) : NULL;
+        int64_t at = (int64_t)t->basicsize;
+        if (!k || at + (int64_t)nm->dv_values + 8 * (k->maxidx + 1) > hi || nm->dv_valid >= nm->dv_values ||
+            nm->dv_capacity >= nm->dv_values) {
+          if (managed) a[i] = rd64(b + nm->obj_managed_dict - lo);
+          else slow[i] = 1;
+          break;
+        }
+        const unsigned char *vh = b + at - lo;
+        if (!vh[nm->dv_valid]) { /* values moved to a dict */
+          a[i] = rd64(b + nm->obj_managed_dict - lo);
+          break;
+        }
+        if (vh[nm->dv_capacity] <= k->maxidx) {
+          slow[i] = 1;
+          break;
+        }
+        kp[i] = k;
+        const unsigned char *v = vh + nm->dv_values;
+        out[i].coro = rd64(v + 8 * k->idx[PY_CORO]);
+        out[i].waiter = rd64(v + 8 * k->idx[PY_WAITER]);
+        out[i].name_obj = rd64(v + 8 * k->idx[PY_NAME]);
+        st[i] = k->idx[PY_STATE] >= 0 ? rd64(v + 8 * k->idx[PY_STATE]) : 0;
+        rc[i] = 2; /* fields read */
+        break;
+      }
+      default:
+        break;
+    }
+    ndict += a[i] != 0;
+  }
+  /* values in a dict (a split table: values with the class's shared keys) */
+  if (ndict) {
+    size_t dl = (size_t)nm->dict_size;
+    if (!dl || dl > 64 || nm->dict_keys + 8 > dl || nm->dict_values + 8 > dl) goto out;
+    if ((ret = tk_read_many(tk, a, n, dl, &buf, &ok)) < 0) goto out;
+    for (size_t i = 0; i < n; i++) {
+      if (!a[i]) continue;
+      const unsigned char *d = buf + i * dl;
+      uint64_t v = ok[i] ? rd64(d + nm->dict_values) : 0;
+      if (!ok[i] || (h->dict_type_addr && rd64(d + h->lay.ob_type) != h->dict_type_addr)) continue;
+      if (!v) { /* a combined table: attribute by attribute */
+        slow[i] = 1;
+        continue;
+      }
+      vals[i] = v + nm->dv_values;
+      kp[i] = keys_get(h, c, rd64(d + nm->dict_keys));
+    }
+  }
+  /* the values, where not inline */
+  int maxidx = -1;
+  for (size_t i = 0; i < n; i++)
+    if (rc[i] != 2 && kp[i] && vals[i] && kp[i]->maxidx > maxidx) maxidx = kp[i]->maxidx;
+  if (maxidx >= 0) {
+    size_t vl = 8 * (size_t)(maxidx + 1);
+    for (size_t i = 0; i < n; i++) a[i] = rc[i] != 2 && kp[i] ? vals[i] : 0;
+    if ((ret = tk_read_many(tk, a, n, vl, &buf, &ok)) < 0) goto out;
+    for (size_t i = 0; i < n; i++) {
+      if (!a[i] || !ok[i]) continue;
+      const unsigned char *v = buf + i * vl;
+      const py_keys *k = kp[i];
+      out[i].coro = rd64(v + 8 * k->idx[PY_CORO]);
+      out[i].waiter = rd64(v + 8 * k->idx[PY_WAITER]);
+      out[i].name_obj = rd64(v + 8 * k->idx[PY_NAME]);
+      st[i] = k->idx[PY_STATE] >= 0 ? rd64(v + 8 * k->idx[PY_STATE]) : 0;
+      rc[i] = 2;
+    }
+  }
+  /* the fields, then each coroutine's type */
+  for (size_t i = 0; i < n; i++) {
+    a[2 * i] = a[2 * i + 1] = 0;
+    if (rc[i] != 2) continue;
+    rc[i] = -EIO;
+    if (!out[i].coro || !out[i].waiter || !out[i].name_obj) continue; /* set in __init__ */
+    if (st[i]) { /* _state set: done, cancelled, or pending again */
+      int p = state_pending(tk, py, st[i]);
+      if (p <= 0) {
+        rc[i] = p;
+        continue;
+      }
+    }
+    a[2 * i] = out[i].coro;
+    a[2 * i + 1] = out[i].waiter != py->none ? out[i].waiter : 0;
+  }
+  size_t tl = (size_t)h->lay.ob_type + 8;
+  if ((ret = tk_read_many(tk, a, 2 * n, tl, &buf, &ok)) < 0) goto out;
+  for (size_t i = 0; i < n; i++) {
+    if (!a[2 * i] || !ok[2 * i]) continue;
+    int k = coro_kind(tk, c, a[2 * i], rd64(buf + 2 * i * tl + h->lay.ob_type));
+    if (k != TK_CORO && k != TK_GEN) continue; /* a done Task holds None */
+    uint64_t w = a[2 * i + 1];
+    if (w && (!ok[2 * i + 1] ||
+              coro_kind(tk, c, w, rd64(buf + (2 * i + 1) * tl + h->lay.ob_type)) == TK_NONE)) {
+      if (ok[2 * i + 1]) py->none = w;
+      else continue; /* unreadable: not a Task now */
+      w = 0;
+    }
+    out[i].waiter = w;
+    rc[i] = 1;
+  }
+  /* the others, attribute by attribute, a bounded number */
+  for (size_t i = 0; i < n; i++) {
+    if (!slow[i]) continue;
+    if (!slow_left) {
+      skipped++;
+      continue;
+    }
+    slow_left--;
+    rc[i] = tk_py_read(tk, py, addrs[i], &out[i]);
+  }
+  ret = skipped;
+out:
+  free(a);
+  free(vals);
+  free(kp);
+  free(slow);
+  free(st);
+  return ret;
 }

@@ -423,6 +423,11 @@ typedef int (*smp_pn_visit)(bf_smp *h, uint64_t key, uint64_t value, void *ud);
 int smp_pn_attr_each(bf_smp *h, uint64_t obj, smp_pn_visit fn, void *ud);
 int smp_pn_str_is(bf_smp *h, uint64_t addr, const char *s);
 int smp_pn_long_read(bf_smp *h, uint64_t addr, uint64_t *out);
+/* tasks_py.c: the entry index in the dict keys object keys of each of the
+ * str keys names[0..n) (-1: absent). Fails (-EIO) past max_entries entries.
+ * OUT: idx[n], *nentries (entries used, DK_ENTRIES' count). */
+int smp_pn_keys_index(bf_smp *h, uint64_t keys, const char *const *names, int n, int *idx,
+                      int max_entries, int64_t *nentries);
 int smp_code_frame(bf_smp *h, uint64_t code, uint64_t instr, bf_smp_frame *out);
 
 /* ==== end Python thread names ============================================ */

@@ -21,6 +21,10 @@ enum tk_kind { TK_OTHER, TK_NONE, TK_CORO, TK_GEN, TK_TASK, TK_FUTITER, TK_FUT, 
 int tk_obj_kind(bf_smp_tasks *tk, uint64_t obj);
 /* The sampler handle tk reads through (borrowed). */
 bf_smp *tk_sampler(bf_smp_tasks *tk);
+/* tasks.c's batched reader: n regions of len bytes at addrs[i] (0: skip).
+ * OUT: *buf (n * len bytes), *ok (n flags), valid until its next call. */
+int tk_read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t len,
+                 const unsigned char **buf, const unsigned char **ok);
 
 /* ---- pure-Python Tasks (tasks_py.c) ---- */
 typedef struct tk_py tk_py;
@@ -41,6 +45,14 @@ void tk_py_free(tk_py *py);
  * cancelled), -ENOTSUP (no attribute layout for this Python: no instance
  * dicts can be read) or -EIO (not a readable Task now). */
 int tk_py_read(bf_smp_tasks *tk, tk_py *py, uint64_t task, tk_py_task *out);
+/* Read the n Tasks at addrs together: the attribute layout learned once per
+ * class and shared keys object, then each level (the instance's dict or
+ * values pointer, its values, its coroutine's type) read for all Tasks in
+ * one batch. Tasks whose attributes are not in shared-keys values go
+ * through tk_py_read, a bounded number per call. OUT: out[i], rc[i] as
+ * tk_py_read's. Returns how many were not read for that bound, or -ENOMEM. */
+int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n, tk_py_task *out,
+                    int *rc);
 
 /* ---- 3.14+: the _asyncio module's debug offsets (tasks_314.c) ----
  * NOT VERIFIED against a running 3.14 (none was available): written from

@@ -389,6 +389,16 @@ static void fuzz_one(const uint8_t *data, size_t size) {
           tk_py_task pt;
           if (tk_py_read(tk, py, FAKE_BASE + off, &pt) == 1 && !pt.coro) abort();
         }
+        /* and all at once (the batched reader, layouts learned per class) */
+        uint64_t pa[64];
+        tk_py_task pts[64];
+        int prc[64];
+        size_t np = 0;
+        for (uint64_t off = 0; off < size && np < 64; off += 16) pa[np++] = FAKE_BASE + off;
+        for (int round = 0; tk && py && np && round < 2; round++)
+          if (tk_py_read_many(tk, py, pa, np, pts, prc) >= 0)
+            for (size_t i = 0; i < np; i++)
+              if (prc[i] == 1 && (!pts[i].coro || !pts[i].name_obj)) abort();
         tk_py_free(py);
         bf_smp_tasks_free(tk);
       }
