@@ -404,23 +404,29 @@ int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n
         continue;
       }
     }
-    a[2 * i] = out[i].coro;
-    a[2 * i + 1] = out[i].waiter != py->none ? out[i].waiter : 0;
+    /* a Task parked on a future is not followed here: tasks.c type-checks
+     * its coroutine before it walks the chain. Read: the coroutine of the
+     * others (tasks.c reads its state next), and the waiter until None's
+     * address is known */
+    if (!py->none) a[2 * i + 1] = out[i].waiter;
+    if (out[i].waiter == py->none || !py->none) a[2 * i] = out[i].coro;
+    if (!a[2 * i] && !a[2 * i + 1]) rc[i] = 1;
   }
   size_t tl = (size_t)h->lay.ob_type + 8;
   if ((ret = tk_read_many(tk, a, 2 * n, tl, &buf, &ok)) < 0) goto out;
   for (size_t i = 0; i < n; i++) {
+    uint64_t w = a[2 * i + 1];
+    if (w && ok[2 * i + 1] && coro_kind(tk, c, w, rd64(buf + (2 * i + 1) * tl + h->lay.ob_type)) == TK_NONE)
+      py->none = w;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (rc[i] == 1) { /* parked on a future */
+      continue;
+    }
     if (!a[2 * i] || !ok[2 * i]) continue;
     int k = coro_kind(tk, c, a[2 * i], rd64(buf + 2 * i * tl + h->lay.ob_type));
     if (k != TK_CORO && k != TK_GEN) continue; /* a done Task holds None */
-    uint64_t w = a[2 * i + 1];
-    if (w && (!ok[2 * i + 1] ||
-              coro_kind(tk, c, w, rd64(buf + (2 * i + 1) * tl + h->lay.ob_type)) == TK_NONE)) {
-      if (ok[2 * i + 1]) py->none = w;
-      else continue; /* unreadable: not a Task now */
-      w = 0;
-    }
-    out[i].waiter = w;
+    if (out[i].waiter == py->none) out[i].waiter = 0;
     rc[i] = 1;
   }
   /* the others, attribute by attribute, a bounded number */

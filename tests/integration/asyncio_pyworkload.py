@@ -79,17 +79,37 @@ async def outer(end):
     truth["tasks"]["deep"] = {"life": life, "E": e / life}
 
 
+async def short():
+    burn(0.0004)
+
+
+async def spawner(end):
+    # keeps the loop busy between the timed tasks' steps with thousands of
+    # short tasks (each born, run and finished: a finished pure-Python Task
+    # adds _state and _result to its class's shared keys): the process then
+    # wants a CPU all the time, whichever task runs, so on a loaded host the
+    # sampler's missed ticks do not fall more on one task's steps than on
+    # another's waits
+    n = 0
+    while pc() < end + 0.1:
+        await asyncio.get_running_loop().create_task(short(), name="short-%d" % (n % 64))
+        n += 1
+    truth["short_tasks"] = n
+
+
 async def main():
     loop = asyncio.get_running_loop()
     end = pc() + DUR
     q, need = asyncio.Queue(), asyncio.Event()
-    helper = loop.create_task(producer(q, need, end), name="producer")
+    helpers = [loop.create_task(producer(q, need, end), name="producer"),
+               loop.create_task(spawner(end), name="spawner")]
     ts = [loop.create_task(alt(q, need, end), name="alt"), loop.create_task(burner(end), name="burner"),
           loop.create_task(outer(end), name="deep")]
     truth["task_types"] = sorted({"%s.%s" % (type(t).__module__, type(t).__qualname__) for t in ts})
     await asyncio.gather(*ts)
-    helper.cancel()
-    await asyncio.gather(helper, return_exceptions=True)
+    for h in helpers:
+        h.cancel()
+    await asyncio.gather(*helpers, return_exceptions=True)
 
 
 loop = asyncio.new_event_loop()
