@@ -249,6 +249,7 @@ int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n
   }
   if (!c) return -ENOMEM;
   c->gen++;
+  h->pn_budget = SMP_PYNAME_BUDGET; /* new _state strings are compared as text */
   uint64_t *a = calloc(2 * n, 8), *vals = calloc(n, 8), *st = calloc(n, 8);
   py_keys **kp = calloc(n, sizeof *kp);
   unsigned char *slow = calloc(n, 1);
