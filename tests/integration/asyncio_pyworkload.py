@@ -91,10 +91,12 @@ async def spawner(end):
     # sampler's missed ticks do not fall more on one task's steps than on
     # another's waits
     n = 0
-    while pc() < end + 0.1:
-        await asyncio.get_running_loop().create_task(short(), name="short-%d" % (n % 64))
-        n += 1
-    truth["short_tasks"] = n
+    try:
+        while pc() < end + 0.1:
+            await asyncio.get_running_loop().create_task(short(), name="short-%d" % (n % 64))
+            n += 1
+    finally:
+        truth["short_tasks"] = n
 
 
 async def main():

@@ -17,8 +17,12 @@ Checked, per interpreter, from one recording (cached for the module):
 Tolerances as in test_asyncio_tasks.py: 2 points (~3 sigma at ~2,000
 samples per task of a 2 s run at 2 kHz, binomial p = 0.5), 6 points when the
 load average exceeds the CPU count (the sampler is then preempted for
-milliseconds at a time); the messages say which applied. Free-threaded
-builds and 3.14+ are skipped, saying why.
+milliseconds at a time); the messages say which applied. Sampled shares
+match the truth only if ticks are taken evenly: on such a host the sampler
+asks for 1 kHz (at 2 kHz it needs more CPU than a loaded host gives it, and
+missed up to 45% of its ticks), and a recording that missed more than 10%
+of its ticks is taken once more (the messages give the missed share).
+Free-threaded builds and 3.14+ are skipped, saying why.
 """
 import json
 import os
@@ -32,6 +36,7 @@ from conftest import ROOT, last_line_id, run
 WORKLOAD = os.path.join(ROOT, "tests", "integration", "asyncio_pyworkload.py")
 QUIET = os.getloadavg()[0] <= (os.cpu_count() or 1)
 TOL = 0.02 if QUIET else 0.06
+RATE = "2000" if QUIET else "1000"
 _CACHE = {}
 
 
@@ -53,7 +58,13 @@ def supported(p):
     return None
 
 
-def recording(python, tmp_path_factory, mode="pytask", seconds="2.0", rate="2000"):
+def missed(sess):
+    """Share of the session's ticks the sampler missed."""
+    ticks = sess["rate_hz"] * sess["duration_s"]
+    return sess["missed"] / ticks if ticks else 1.0
+
+
+def recording(python, tmp_path_factory, mode="pytask", seconds="2.0", rate=None):
     key = (python, mode)
     if key in _CACHE:
         return _CACHE[key]
@@ -61,14 +72,19 @@ def recording(python, tmp_path_factory, mode="pytask", seconds="2.0", rate="2000
     why = supported(p)
     if why:
         pytest.skip(why)
+    rate = rate or RATE
     d = tmp_path_factory.mktemp("pytasks")
-    db, truth_path = str(d / "t.db"), str(d / "truth.json")
-    r = run(["record", "--async", "--rate", rate, "--", python, WORKLOAD, truth_path, seconds, mode], db=db, timeout=120)
-    sid = last_line_id(r)
+    for attempt in (1, 2):  # again once if the sampler missed too many ticks
+        db, truth_path = str(d / ("t%d.db" % attempt)), str(d / ("truth%d.json" % attempt))
+        r = run(["record", "--async", "--rate", rate, "--", python, WORKLOAD, truth_path, seconds, mode], db=db,
+                timeout=120)
+        sid = last_line_id(r)
+        sess = json.loads(run(["sessions", "--json"], db=db).stdout)[-1]
+        if missed(sess) <= 0.10:
+            break
     with open(truth_path) as f:
         truth = json.load(f)
     view = json.loads(run(["replay", str(sid), "--view", "tasks", "--json", "--limit", "100000"], db=db).stdout)
-    sess = json.loads(run(["sessions", "--json"], db=db).stdout)[-1]
     _CACHE[key] = (db, sid, truth, view, sess)
     return _CACHE[key]
 
@@ -84,9 +100,10 @@ def share_at(t, line):
                if a["line"] == line and a["file"].endswith("asyncio_pyworkload.py"))
 
 
-def close(measured, truth, what):
-    assert abs(measured - truth) <= TOL, "%s: sampled %.1f%%, measured by the workload %.1f%% (tolerance %.0f points%s)" % (
-        what, 100 * measured, 100 * truth, 100 * TOL, "" if QUIET else ", host overloaded")
+def close(measured, truth, what, sess):
+    assert abs(measured - truth) <= TOL, (
+        "%s: sampled %.1f%%, measured by the workload %.1f%% (tolerance %.0f points%s; %.0f%% of ticks missed)" % (
+            what, 100 * measured, 100 * truth, 100 * TOL, "" if QUIET else ", host overloaded", 100 * missed(sess)))
 
 
 def collapsed(db, sid, thread, tmp_path):
@@ -108,12 +125,12 @@ def test_pure_python_task_names_and_await_shares(python, tmp_path_factory):
         assert n in names, "pure-Python task %r not shown (have %s)" % (n, sorted(names))
     lines = tagged_lines()
     alt, tr = task(view, "alt"), truth["tasks"]["alt"]
-    close(share_at(alt, lines["A"]), tr["A"], "alt waiting on asyncio.sleep")
-    close(share_at(alt, lines["B"]), tr["B"], "alt waiting on a queue")
+    close(share_at(alt, lines["A"]), tr["A"], "alt waiting on asyncio.sleep", sess)
+    close(share_at(alt, lines["B"]), tr["B"], "alt waiting on a queue", sess)
     b, tr = task(view, "burner"), truth["tasks"]["burner"]
-    close(b["running"]["share"], tr["running"], "burner running its CPU steps")
-    close(share_at(b, lines["D"]), tr["D"], "burner waiting on asyncio.sleep")
-    close(share_at(task(view, "deep"), lines["E"]), truth["tasks"]["deep"]["E"], "deep waiting three coroutines down")
+    close(b["running"]["share"], tr["running"], "burner running its CPU steps", sess)
+    close(share_at(b, lines["D"]), tr["D"], "burner waiting on asyncio.sleep", sess)
+    close(share_at(task(view, "deep"), lines["E"]), truth["tasks"]["deep"]["E"], "deep waiting three coroutines down", sess)
 
 
 def test_pure_python_logical_stacks_outermost_first(python, tmp_path_factory, tmp_path):
