@@ -36,7 +36,7 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pythons  # noqa: E402
-from progress_target import ProgressTarget  # noqa: E402
+from progress_target import CPU_PROGRESS as CPU_BOUND, ProgressTarget  # noqa: E402
 
 MEASURED = ("steady", "crunch", "nap", "digest", "squeeze", "wait_io", "parse")
 
@@ -91,25 +91,8 @@ def run_austin(austin, py, app, cpu_s, tmp):
 
 
 # Long-running targets reporting progress ("monotonic_ns cpu_ns iterations") every
-# ~10 ms of work: one CPU-bound thread; four threads that burst and sleep.
-CPU_BOUND = r"""
-import sys, time
-def f(n):
-    if n == 0:
-        x = 0
-        for i in range(200):
-            x += i
-        return x
-    return f(n - 1)
-k = 0
-while True:
-    for _ in range(100):
-        f(18)
-    k += 100
-    sys.stdout.write("%d %d %d\n" % (time.monotonic_ns(), time.process_time_ns(), k))
-    sys.stdout.flush()
-"""
-
+# ~10 ms of work: one CPU-bound thread (progress_target.CPU_PROGRESS); four
+# threads that burst and sleep.
 SWITCHY = r"""
 import sys, threading, time
 done = [0]

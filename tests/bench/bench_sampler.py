@@ -23,37 +23,13 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pythons  # noqa: E402
-from progress_target import ProgressTarget  # noqa: E402
-
-# The CPU-bound work: a 19-deep recursion ending in a small loop.
-F = r"""
-import sys, time
-def f(n):
-    if n == 0:
-        x = 0
-        for i in range(200):
-            x += i
-        return x
-    return f(n - 1)
-"""
+from progress_target import CPU_PROGRESS as PROGRESS, CPU_WORK as F, ProgressTarget  # noqa: E402
 
 WORK = F + r"""
 t, c = time.perf_counter(), time.process_time()
 for _ in range(int(sys.argv[1])):
     f(18)
 print("%.6f %.6f" % (time.perf_counter() - t, time.process_time() - c))
-"""
-
-# One long-running copy of the same work, reporting its progress (monotonic
-# ns, its own CPU ns, iterations done) every 100 iterations.
-PROGRESS = F + r"""
-k = 0
-while True:
-    for _ in range(100):
-        f(18)
-    k += 100
-    sys.stdout.write("%d %d %d\n" % (time.monotonic_ns(), time.process_time_ns(), k))
-    sys.stdout.flush()
 """
 
 

@@ -14,6 +14,30 @@ import threading
 import time
 
 
+# The CPU-bound work of the sampler benches: a 19-deep recursion ending in a
+# small loop (bench_sampler times it; both slowdown benches run CPU_PROGRESS).
+CPU_WORK = r"""
+import sys, time
+def f(n):
+    if n == 0:
+        x = 0
+        for i in range(200):
+            x += i
+        return x
+    return f(n - 1)
+"""
+
+# One long-running copy of that work, reporting its progress (monotonic ns,
+# its own CPU ns, iterations done) every 100 iterations.
+CPU_PROGRESS = CPU_WORK + r"""k = 0
+while True:
+    for _ in range(100):
+        f(18)
+    k += 100
+    sys.stdout.write("%d %d %d\n" % (time.monotonic_ns(), time.process_time_ns(), k))
+    sys.stdout.flush()
+"""
+
 class ProgressTarget:
     def __init__(self, py, source, settle=0.5):
         self.py, self.source, self.settle = py, source, settle
