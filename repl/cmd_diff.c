@@ -2,7 +2,6 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -68,10 +67,7 @@ static int diff_parse(bf_cli *cli, int argc, char **argv, diff_args *d) {
     bf_cli_error("the differential flame graph is an HTML page: give -o FILE.html");
     return 2;
   }
-  if (cli->stdout_tty && !d->outp) {
-    struct winsize ws;
-    if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) d->o.width = ws.ws_col;
-  }
+  bf_opt_term_width(cli, d->outp, &d->o.width);
   return -1;
 }
 

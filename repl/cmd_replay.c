@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -114,10 +113,7 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
     bf_cli_error("the %s view is an HTML page: give -o FILE.html", r->view);
     return 2;
   }
-  if (cli->stdout_tty && !r->outp) {
-    struct winsize ws;
-    if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) r->vo.width = ws.ws_col;
-  }
+  bf_opt_term_width(cli, r->outp, &r->vo.width);
   return -1;
 }
 

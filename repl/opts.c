@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 
 #include "cli.h"
 #include "util.h"
@@ -193,4 +194,10 @@ int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *
   if (bf_opt_native_blocking(nonblocking, o->native)) return 2;
   if (bf_opt_pid_once(cmd, argc, argv, optind, pid)) return 2;
   return -1;
+}
+
+void bf_opt_term_width(const bf_cli *cli, const char *outp, int *width) {
+  if (!cli->stdout_tty || outp) return;
+  struct winsize ws;
+  if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) *width = ws.ws_col;
 }

@@ -60,6 +60,10 @@ int bf_opt_native_threads(const char *arg, int *native, const char **threads);
 /* --nonblocking and --native together are refused (native stacks stop threads). */
 int bf_opt_native_blocking(int nonblocking, int native);
 
+/* A view written to the terminal (stdout a tty, no -o FILE) fits its width:
+ * *width becomes the terminal's columns when they are known, else is left. */
+void bf_opt_term_width(const bf_cli *cli, const char *outp, int *width);
+
 /* Options of the commands that look at a live process (top, live): py-spy's
  * letters. cmd names the command; dur is NULL for live (no --duration).
  * Returns -1 to go on, else the exit status. OUT: *pid, *o, *rate, *dur,
