@@ -352,21 +352,31 @@ def start(python, tmp_path, name, text, *args):
     return p
 
 
+def record_native(db, *args):
+    """`bifocal --db DB record --native ARGS` in the background, BIFOCAL_DB
+    unset (the db on the command line is the one)."""
+    e = dict(os.environ)
+    e.pop("BIFOCAL_DB", None)
+    return subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native"] + list(args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=e)
+
+
+def wait_seized(prof, target):
+    """Polls until prof has seized the target's threads (its TracerPid) or exited."""
+    wait_until(lambda: prof.poll() is not None or tracer_of(target.pid) == prof.pid, 20)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_profiler_leaves_target_running(python, db, tmp_path, sig):
     target = start(python, tmp_path, "k.py", KILLWORK, "3")
     try:
-        e = dict(os.environ)
-        e.pop("BIFOCAL_DB", None)
         # a high rate so the kill lands mid-stop more often than not
-        prof = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native", "--rate", "1000",
-                                 "--pid", str(target.pid)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=e)
+        prof = record_native(db, "--rate", "1000", "--pid", str(target.pid))
         # the session row exists once recording began (signal handlers set)
         wait_session(db, prof, 20)
         # the target's threads are seized: at 1000 Hz the kill then lands
         # mid-stop more often than not
-        wait_until(lambda: prof.poll() is not None or tracer_of(target.pid) == prof.pid, 20)
+        wait_seized(prof, target)
         assert prof.poll() is None, prof.communicate()
         prof.send_signal(sig)
         out, err = prof.communicate(timeout=20)
@@ -439,12 +449,8 @@ def test_dump_native(python, tmp_path):
 def test_one_tracer_at_a_time(python, db, tmp_path):
     target = start(python, tmp_path, "z.py", ZWORK, "30")
     try:
-        e = dict(os.environ)
-        e.pop("BIFOCAL_DB", None)
-        first = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native", "--pid",
-                                  str(target.pid), "--duration", "20"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=e)
-        wait_until(lambda: first.poll() is not None or tracer_of(target.pid) == first.pid, 20)
+        first = record_native(db, "--pid", str(target.pid), "--duration", "20")
+        wait_seized(first, target)
         r = run(["dump", "--native", str(target.pid)], check=False)
         assert r.returncode == 1, r
         assert "already traced by process %d (bifocal)" % first.pid in r.stderr, r.stderr
@@ -471,12 +477,8 @@ def test_job_control_stop_kept(python, db, tmp_path):
     host; two threads compressing use up to 2 s)."""
     target = start(python, tmp_path, "k.py", KILLWORK, "4")
     try:
-        e = dict(os.environ)
-        e.pop("BIFOCAL_DB", None)
-        prof = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--native", "--pid",
-                                 str(target.pid), "--duration", "10"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=e)
-        wait_until(lambda: prof.poll() is not None or tracer_of(target.pid) == prof.pid, 20)
+        prof = record_native(db, "--pid", str(target.pid), "--duration", "10")
+        wait_seized(prof, target)
         assert tracer_of(target.pid) == prof.pid, prof.communicate()
         os.kill(target.pid, signal.SIGSTOP)
 
