@@ -103,6 +103,12 @@ class Screen:
     def key(self, *keys):
         self.tmux("send-keys", "-t", "t", *keys)
 
+    def complete(self, text, shown):
+        """Types text, presses Tab and waits for the completed line to show."""
+        self.type(text, enter=False)
+        self.key("Tab")
+        return self.wait_for(shown)
+
     def screen(self):
         return self.tmux("capture-pane", "-p", "-t", "t", "-S", "-200").stdout
 
@@ -132,21 +138,15 @@ def test_tmux_session_as_a_person(screen):
     s = screen
     assert "`help` lists commands" in s.screen()
     # Tab completes a command name
-    s.type("sess", enter=False)
-    s.key("Tab")
-    s.wait_for("bifocal> sessions")
+    s.complete("sess", "bifocal> sessions")
     s.key("Enter")
     s.wait_for("regressed")
     # Tab completes a session label; `use` changes the prompt
-    s.type("use regr", enter=False)
-    s.key("Tab")
-    s.wait_for("use regressed")
+    s.complete("use regr", "use regressed")
     s.key("Enter")
     s.wait_for("bifocal[3]>")
     # an option by Tab, then a view with no id (the current session)
-    s.type("replay --lim", enter=False)
-    s.key("Tab")
-    s.wait_for("replay --limit")
+    s.complete("replay --lim", "replay --limit")
     s.type(" 1")
     s.wait_for("… 3 more")
     # multi-line Lua
@@ -156,19 +156,13 @@ def test_tmux_session_as_a_person(screen):
     s.type("end")
     s.wait_for("line2")
     # a function name completes inside Lua
-    s.type('= session:func("pars', enter=False)
-    s.key("Tab")
-    s.wait_for('session:func("parse"')
+    s.complete('= session:func("pars', 'session:func("parse"')
     s.type(").self_samples")
     s.wait_for("\n1500")
     # shipped script names complete after `run`
-    s.type("run gat", enter=False)
-    s.key("Tab")
-    s.wait_for("run gate.lua")
+    s.complete("run gat", "run gate.lua")
     # and the script's own options, from its usage line
-    s.type(" base regressed --max-i", enter=False)
-    s.key("Tab")
-    s.wait_for("--max-increase")
+    s.complete(" base regressed --max-i", "--max-increase")
     s.key("C-u")
     # help
     s.type("help run")
