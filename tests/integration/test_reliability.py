@@ -560,6 +560,16 @@ def test_sigtstp_releases_native_target(tmp_path):
 # ---- errors: the thing, the cause, the fix, once ----------------------------------------------------
 
 
+def copy_db(db, path):
+    """A copy of the store db at path (SQLite's online backup); path as a str."""
+    path = str(path)
+    src, dst = sqlite3.connect(db), sqlite3.connect(path)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    return path
+
+
 def _one_line(r):
     lines = r.stderr.strip().splitlines()
     assert r.returncode != 0 and len(lines) == 1, r
@@ -568,11 +578,8 @@ def _one_line(r):
 
 def test_error_corrupt_chunk(recorded, tmp_path):
     db, a, _ = recorded
-    bad = str(tmp_path / "bad.db")
-    src = sqlite3.connect(db)
+    bad = copy_db(db, tmp_path / "bad.db")
     dst = sqlite3.connect(bad)
-    src.backup(dst)
-    src.close()
     dst.execute("UPDATE sample_chunks SET data=x'ffffffffffffffffffff01' "
                 "WHERE id=(SELECT min(id) FROM sample_chunks WHERE session_id=?)", (a,))
     dst.commit()
@@ -592,11 +599,8 @@ def test_error_corrupt_chunk(recorded, tmp_path):
 @pytest.mark.parametrize("version", [0, -1])
 def test_error_schema_version_reset(recorded, tmp_path, version):
     db, a, _ = recorded
-    bad = str(tmp_path / "v.db")
-    src = sqlite3.connect(db)
+    bad = copy_db(db, tmp_path / "v.db")
     dst = sqlite3.connect(bad)
-    src.backup(dst)
-    src.close()
     dst.execute("PRAGMA user_version=%d" % version)
     dst.commit()
     dst.close()
@@ -612,11 +616,7 @@ def test_error_read_only_directory(recorded, tmp_path):
     db, a, _ = recorded
     src = tmp_path / "src"
     src.mkdir()
-    c = sqlite3.connect(str(src / "r.db"))
-    s = sqlite3.connect(db)
-    s.backup(c)
-    s.close()
-    c.close()
+    copy_db(db, src / "r.db")
     ro = tmp_path / "ro"
     ro.mkdir()
     r = subprocess.run(["mount", "--bind", str(src), str(ro)], capture_output=True, text=True)
@@ -666,12 +666,7 @@ def test_error_zombie(tmp_path):
 
 def test_error_lock_once(recorded, tmp_path):
     db, a, _ = recorded
-    mine = str(tmp_path / "l.db")
-    s = sqlite3.connect(db)
-    c = sqlite3.connect(mine)
-    s.backup(c)
-    s.close()
-    c.close()
+    mine = copy_db(db, tmp_path / "l.db")
     lk = tmp_path / "lock.py"
     lk.write_text(LOCKER)
     holder = subprocess.Popen([sys.executable, str(lk), mine, "8"], stdout=subprocess.PIPE, text=True)
@@ -760,12 +755,7 @@ def test_killed_capture_counts_its_chunks(tmp_path):
 
 def test_readers_leave_no_wal_files(recorded, tmp_path):
     db, a, _ = recorded
-    mine = str(tmp_path / "r.db")
-    s = sqlite3.connect(db)
-    c = sqlite3.connect(mine)
-    s.backup(c)
-    s.close()
-    c.close()
+    mine = copy_db(db, tmp_path / "r.db")
     assert not os.path.exists(mine + "-wal")
     run(["sessions"], db=mine)
     run(["replay", str(a)], db=mine)
