@@ -291,32 +291,30 @@ int bf_store_function_get(bf_store *s, int64_t function_id, bf_function_ref *out
   return 0;
 }
 
-int bf_store_frame_get(bf_store *s, int64_t frame_id, int64_t *function_id, int64_t *line) {
-  if (frame_id <= 0) return bf_store_fail(s, -ENOENT, "no frame %lld", (long long)frame_id);
-  if ((size_t)frame_id >= s->fr_by_id_cap || !s->fr_by_id[frame_id].loaded) {
-    int rc = load_rows(s, "SELECT id, function_id, line FROM frames WHERE id>=?1", &s->fr_max, (void **)&s->fr_by_id,
-                       &s->fr_by_id_cap, sizeof(pair_row), 2);
+/* Row id of a (id, a, b) reverse cache (frames, stacks), reading the rows not
+ * yet loaded on a miss; -ENOENT naming what when there is none. */
+static int pair_get(bf_store *s, const char *what, const char *sql, int64_t *maxid, pair_row **by_id, size_t *cap,
+                    int64_t id, int64_t *a, int64_t *b) {
+  if (id <= 0) return bf_store_fail(s, -ENOENT, "no %s %lld", what, (long long)id);
+  if ((size_t)id >= *cap || !(*by_id)[id].loaded) {
+    int rc = load_rows(s, sql, maxid, (void **)by_id, cap, sizeof(pair_row), 2);
     if (rc) return rc;
-    if ((size_t)frame_id >= s->fr_by_id_cap || !s->fr_by_id[frame_id].loaded)
-      return bf_store_fail(s, -ENOENT, "database '%s': no frame %lld", s->path, (long long)frame_id);
+    if ((size_t)id >= *cap || !(*by_id)[id].loaded)
+      return bf_store_fail(s, -ENOENT, "database '%s': no %s %lld", s->path, what, (long long)id);
   }
-  *function_id = s->fr_by_id[frame_id].a;
-  *line = s->fr_by_id[frame_id].b;
+  *a = (*by_id)[id].a;
+  *b = (*by_id)[id].b;
   return 0;
 }
 
+int bf_store_frame_get(bf_store *s, int64_t frame_id, int64_t *function_id, int64_t *line) {
+  return pair_get(s, "frame", "SELECT id, function_id, line FROM frames WHERE id>=?1", &s->fr_max, &s->fr_by_id,
+                  &s->fr_by_id_cap, frame_id, function_id, line);
+}
+
 int bf_store_stack_get(bf_store *s, int64_t stack_id, int64_t *parent, int64_t *frame_id) {
-  if (stack_id <= 0) return bf_store_fail(s, -ENOENT, "no stack %lld", (long long)stack_id);
-  if ((size_t)stack_id >= s->stk_by_id_cap || !s->stk_by_id[stack_id].loaded) {
-    int rc = load_rows(s, "SELECT id, parent_id, frame_id FROM stacks WHERE id>=?1", &s->stk_max, (void **)&s->stk_by_id,
-                       &s->stk_by_id_cap, sizeof(pair_row), 2);
-    if (rc) return rc;
-    if ((size_t)stack_id >= s->stk_by_id_cap || !s->stk_by_id[stack_id].loaded)
-      return bf_store_fail(s, -ENOENT, "database '%s': no stack %lld", s->path, (long long)stack_id);
-  }
-  *parent = s->stk_by_id[stack_id].a;
-  *frame_id = s->stk_by_id[stack_id].b;
-  return 0;
+  return pair_get(s, "stack", "SELECT id, parent_id, frame_id FROM stacks WHERE id>=?1", &s->stk_max, &s->stk_by_id,
+                  &s->stk_by_id_cap, stack_id, parent, frame_id);
 }
 
 int bf_store_stack_frames(bf_store *s, int64_t stack_id, int64_t **frames, size_t *n) {
