@@ -208,15 +208,17 @@ static uint64_t sig_mix(uint64_t h, uint64_t v) {
   return h * 0xBF58476D1CE4E5B9ull;
 }
 
-/* Signature of a torn walk (every frame's address, code, instruction and
- * state as read; threads, frames and lines as returned), to tell a stack
- * that is not changing from one that is. */
-static uint64_t walk_sig(const bf_smp *h) {
-  uint64_t s = sig_mix(h->nthreads, h->walk_acc);
+/* Signature of a read: acc (what the walk read of each frame) mixed with the
+ * threads, frames and lines as returned, from frame index first on. A torn
+ * walk's: h->walk_acc (every frame's address, code, instruction and state)
+ * from 0, to tell a stack that is not changing from one that is; a settled
+ * read's: h->settle_acc from 1, without the innermost frames' lines. */
+static uint64_t read_sig(const bf_smp *h, uint64_t acc, size_t first) {
+  uint64_t s = sig_mix(h->nthreads, acc);
   for (size_t i = 0; i < h->nthreads; i++) {
     s = sig_mix(sig_mix(s, h->threads[i].thread_id), h->threads[i].nframes);
     const bf_smp_frame *f = h->threads[i].frames;
-    for (size_t k = 0; k < h->threads[i].nframes; k++)
+    for (size_t k = first; k < h->threads[i].nframes; k++)
       s = sig_mix(sig_mix(s, (uintptr_t)f[k].code), (uint64_t)(uint32_t)f[k].line);
   }
   return s;
@@ -437,7 +439,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     uint64_t instr = l->instr_is_lasti ? rd32(fb + l->fr_instr) : rd64(fb + l->fr_instr);
     int owner = l->fr_owner ? fb[l->fr_owner] : 0;
     if (back == fa) return -EIO;
-    /* what was read, for walk_sig (one multiply a frame) */
+    /* what was read, for read_sig (one multiply a frame) */
     h->walk_acc = (h->walk_acc + (fa ^ (code << 1) ^ instr ^
                                   (l->fr_state ? (uint64_t)fb[l->fr_state] << 48 : 0))) *
                   0x9E3779B97F4A7C15ull;
@@ -728,18 +730,6 @@ int smp_walk(bf_smp *h, unsigned want) {
   return 0;
 }
 
-/* Signature of a settled read: walk_sig without the innermost frames' lines. */
-static uint64_t settle_sig(const bf_smp *h) {
-  uint64_t s = sig_mix(h->nthreads, h->settle_acc);
-  for (size_t i = 0; i < h->nthreads; i++) {
-    s = sig_mix(sig_mix(s, h->threads[i].thread_id), h->threads[i].nframes);
-    const bf_smp_frame *f = h->threads[i].frames;
-    for (size_t k = 1; k < h->threads[i].nframes; k++)
-      s = sig_mix(sig_mix(s, (uintptr_t)f[k].code), (uint64_t)(uint32_t)f[k].line);
-  }
-  return s;
-}
-
 /* A sample that failed with rc (why: the last torn read's reason): the
  * process exited, or the error for h->err. */
 static int sample_failed(bf_smp *h, int rc, const char *why) {
@@ -813,7 +803,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
     if (ok) {
       /* settled: this read and the last agree, so the stack held still
        * from the end of one to the start of the other */
-      uint64_t st = settle_sig(h);
+      uint64_t st = read_sig(h, h->settle_acc, 1);
       if (have_settle && st == last_settle) break;
       have_settle = 1;
       last_settle = st;
@@ -823,7 +813,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
       continue;
     }
     have_settle = 0;
-    uint64_t sig = rc == 0 ? walk_sig(h) : 0;
+    uint64_t sig = rc == 0 ? read_sig(h, h->walk_acc, 0) : 0;
     if (rc == 0 && tries && sig == last_sig) {
       same++;
     } else {
