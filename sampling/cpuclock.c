@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cpuclock.h"
+#include "vec.h"
 
 #define CC_IV 16               /* recent closed on-CPU intervals kept per thread */
 #define CC_FORGET_TICKS 512    /* a thread unseen this many ticks is closed */
@@ -284,12 +285,8 @@ static cc_thread *th_get(bf_cpuclock *c, int64_t tid, int *fresh) {
   if (t) { /* the tid was reused by a new thread */
     c->gone_cpu_ns += t->perf ? t->cpu_ns + t->extra_ns : t->cpu_ns - t->base_ns;
     th_close(t);
-  } else if (c->n == c->cap) {
-    size_t nc = c->cap ? c->cap * 2 : 16;
-    cc_thread *nt = realloc(c->th, nc * sizeof *nt);
-    if (!nt) return NULL;
-    c->th = nt;
-    c->cap = nc;
+  } else if (bf_vec_grow((void **)&c->th, &c->cap, c->n + 1, sizeof *c->th, 16)) {
+    return NULL;
   }
   if (!t) t = &c->th[c->n++];
   memset(t, 0, sizeof *t);

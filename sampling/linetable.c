@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "smp_int.h"
+#include "vec.h"
 
 typedef struct rbuf {
   smp_line_range *r;
@@ -22,13 +23,7 @@ static int push(rbuf *b, uint64_t start, uint64_t end, int64_t line) {
     b->r[b->n - 1].end = (uint32_t)end;
     return 0;
   }
-  if (b->n == b->cap) {
-    size_t nc = b->cap ? b->cap * 2 : 16;
-    smp_line_range *nr = realloc(b->r, nc * sizeof *nr);
-    if (!nr) return -ENOMEM;
-    b->r = nr;
-    b->cap = nc;
-  }
+  if (bf_vec_grow((void **)&b->r, &b->cap, b->n + 1, sizeof *b->r, 16)) return -ENOMEM;
   b->r[b->n++] = (smp_line_range){(uint32_t)start, (uint32_t)end, (int32_t)line};
   return 0;
 }

@@ -359,13 +359,7 @@ static void ns_scan(bf_smp *h) {
     int64_t host = 0, inner = 0;
     snprintf(path, sizeof path, "/proc/%d/task/%s/status", h->pid, e->d_name);
     if (nspid_line(path, &host, &inner) < 1) continue;
-    if (h->ns_n == h->ns_cap) {
-      size_t nc = h->ns_cap ? h->ns_cap * 2 : 16;
-      int64_t(*m)[2] = realloc(h->ns_map, nc * sizeof *m);
-      if (!m) break;
-      h->ns_map = m;
-      h->ns_cap = nc;
-    }
+    if (bf_vec_grow((void **)&h->ns_map, &h->ns_cap, h->ns_n + 1, sizeof *h->ns_map, 16)) break;
     h->ns_map[h->ns_n][0] = inner;
     h->ns_map[h->ns_n][1] = host;
     h->ns_n++;
