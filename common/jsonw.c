@@ -9,6 +9,7 @@
 
 #include "jsonw.h"
 #include "text.h"
+#include "vec.h"
 
 static size_t replaced; /* invalid UTF-8 bytes written as U+FFFD */
 
@@ -70,38 +71,17 @@ void bf_json_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-typedef struct growbuf {
-  char *b;
-  size_t n, cap;
-  int oom;
-} growbuf;
-
-static void grow_put(void *ud, const char *b, size_t n) {
-  growbuf *g = ud;
-  if (g->oom) return;
-  if (g->n + n + 1 > g->cap) {
-    size_t cap = (g->cap ? g->cap * 2 : 64) + n;
-    char *nb = realloc(g->b, cap);
-    if (!nb) {
-      g->oom = 1;
-      return;
-    }
-    g->b = nb, g->cap = cap;
-  }
-  memcpy(g->b + g->n, b, n);
-  g->n += n;
-  g->b[g->n] = 0;
-}
+static void grow_put(void *ud, const char *b, size_t n) { bf_strbuf_put(ud, b, n); }
 
 char *bf_json_escape(const char *s) {
-  growbuf g = {0};
-  grow_put(&g, "", 0);
+  bf_strbuf g = {0};
+  bf_strbuf_put(&g, "", 0);
   if (s) escape_walk(s, grow_put, &g);
   if (g.oom) {
-    free(g.b);
+    free(g.s);
     return NULL;
   }
-  return g.b;
+  return g.s;
 }
 
 void bf_json_num(FILE *f, double v) {

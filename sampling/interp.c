@@ -17,27 +17,10 @@
 #include "text.h"
 #include "vec.h"
 
-typedef struct jbuf {
-  char *s;
-  size_t n, cap;
-  int oom;
-} jbuf;
-
-static void jput(jbuf *b, const char *p, size_t n) {
-  if (b->oom) return;
-  if (bf_vec_grow((void **)&b->s, &b->cap, b->n + n + 1, 1, 512)) {
-    b->oom = 1;
-    return;
-  }
-  memcpy(b->s + b->n, p, n);
-  b->n += n;
-  b->s[b->n] = 0;
-}
-
-static void jraw(jbuf *b, const char *s) { jput(b, s, strlen(s)); }
+static void jraw(bf_strbuf *b, const char *s) { bf_strbuf_put(b, s, strlen(s)); }
 
 /* "key":"value" (value NULL → null); bytes that are not UTF-8 become U+FFFD. */
-static void jstr(jbuf *b, const char *key, const char *v) {
+static void jstr(bf_strbuf *b, const char *key, const char *v) {
   jraw(b, b->n > 1 ? ",\"" : "\"");
   jraw(b, key);
   jraw(b, "\":");
@@ -52,7 +35,7 @@ static void jstr(jbuf *b, const char *key, const char *v) {
     char esc[8];
     if (p[i] == '"' || p[i] == '\\') {
       esc[0] = '\\', esc[1] = (char)p[i];
-      jput(b, esc, 2);
+      bf_strbuf_put(b, esc, 2);
       i++;
     } else if (p[i] < 0x20 || p[i] == 0x7f) {
       snprintf(esc, sizeof esc, "\\u%04x", p[i]);
@@ -62,7 +45,7 @@ static void jstr(jbuf *b, const char *key, const char *v) {
       uint32_t cp;
       size_t l = bf_utf8_seq(p + i, n - i, &cp);
       if (l)
-        jput(b, (const char *)p + i, l);
+        bf_strbuf_put(b, (const char *)p + i, l);
       else
         jraw(b, "\\ufffd");
       i += l ? l : 1;
@@ -71,7 +54,7 @@ static void jstr(jbuf *b, const char *key, const char *v) {
   jraw(b, "\"");
 }
 
-static void jbool(jbuf *b, const char *key, int v) {
+static void jbool(bf_strbuf *b, const char *key, int v) {
   jraw(b, b->n > 1 ? ",\"" : "\"");
   jraw(b, key);
   jraw(b, v ? "\":true" : "\":false");
@@ -153,7 +136,7 @@ int smp_interp_json(const bf_smp *h, int pid, char **out) {
   const char *build = bf_smp_python_build(h);
   char soabi[128] = "";
   if (suffix[0]) snprintf(soabi, sizeof soabi, "%.*s", (int)strlen(suffix) - 4, suffix + 1);
-  jbuf b = {0};
+  bf_strbuf b = {0};
   jraw(&b, "{");
   jstr(&b, "implementation", "cpython");
   jstr(&b, "version", ver[0] ? ver : NULL);

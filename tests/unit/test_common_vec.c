@@ -55,5 +55,13 @@ int main(void) {
   for (size_t i = 8; i < 16; i++) ok &= z[i] == 0;
   CHECK(ok);
   free(z);
+
+  /* the growing string: appends past the first capacity, always terminated */
+  bf_strbuf sb = {0};
+  bf_strbuf_put(&sb, "", 0);
+  CHECK(sb.s && sb.s[0] == 0 && sb.n == 0);
+  for (int i = 0; i < 100; i++) bf_strbuf_put(&sb, "abc", 3);
+  CHECK(!sb.oom && sb.n == 300 && strlen(sb.s) == 300 && memcmp(sb.s + 297, "abc", 3) == 0);
+  free(sb.s);
   return CHECK_DONE();
 }
