@@ -205,6 +205,15 @@ def collapsed(db, sid, tmp_path):
     return stacks
 
 
+def stacks_through(db, sid, tmp_path, name):
+    """(frames, their function names, weight) of each collapsed stack of the
+    session that passes through the function name."""
+    for frames, w in collapsed(db, sid, tmp_path):
+        names = [fname(f) for f in frames]
+        if name in names:
+            yield frames, names, w
+
+
 def fname(frame):
     return frame.split(" (", 1)[0]
 
@@ -244,10 +253,7 @@ def test_zlib_frames_under_python(python, db, tmp_path):
     th = dbstat(db, sid)
     assert sum(t["native"] for t in th) >= MOST * sum(t["samples"] for t in th)
     total = hit = 0
-    for frames, w in collapsed(db, sid, tmp_path):
-        names = [fname(f) for f in frames]
-        if "squeeze" not in names:
-            continue
+    for frames, names, w in stacks_through(db, sid, tmp_path, "squeeze"):
         total += w
         i = names.index("squeeze")
         assert names[:i] == ["<module>", "main"], frames  # Python roots kept, in order
@@ -266,10 +272,7 @@ def test_extension_function_names(python, db, tmp_path):
     r = run(["record", "--native", "--", python, work, "1.5", str(tmp_path)], db=db)
     sid = last_line_id(r)
     total = hit = 0
-    for frames, w in collapsed(db, sid, tmp_path):
-        names = [fname(f) for f in frames]
-        if "hot" not in names:
-            continue
+    for frames, names, w in stacks_through(db, sid, tmp_path, "hot"):
         total += w
         below = frames[names.index("hot") + 1:]
         bn = [fname(f) for f in below]
@@ -325,10 +328,7 @@ def test_python_c_python_reentry(python, db, tmp_path):
     work = write(tmp_path, "reentry_work.py", REENTRY)
     r = run(["record", "--native", "--", python, work, "2", str(tmp_path)], db=db)
     total = hit = 0
-    for frames, w in collapsed(db, last_line_id(r), tmp_path):
-        names = [fname(f) for f in frames]
-        if "deeper_py" not in names:
-            continue
+    for frames, names, w in stacks_through(db, last_line_id(r), tmp_path, "deeper_py"):
         total += w
         py = [x for x in names if x in ("<module>", "outer_py", "inner_py", "deeper_py")]
         assert py == ["<module>", "outer_py", "inner_py", "deeper_py"], frames
