@@ -7,6 +7,7 @@ going, --native-threads.
 Tolerances: "most samples" means at least MOST of the samples of the busy
 thread; the workloads spend well over 90% of their time in C.
 """
+import contextlib
 import json
 import os
 import signal
@@ -352,6 +353,19 @@ def start(python, tmp_path, name, text, *args):
     return p
 
 
+@contextlib.contextmanager
+def started(python, tmp_path, name, text, *args):
+    """start(...) as a context: the target is killed (if still running) and
+    reaped on the way out."""
+    target = start(python, tmp_path, name, text, *args)
+    try:
+        yield target
+    finally:
+        if target.poll() is None:
+            target.kill()
+        target.wait()
+
+
 def record_native(db, *args):
     """`bifocal --db DB record --native ARGS` in the background, BIFOCAL_DB
     unset (the db on the command line is the one)."""
@@ -368,8 +382,7 @@ def wait_seized(prof, target):
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_profiler_leaves_target_running(python, db, tmp_path, sig):
-    target = start(python, tmp_path, "k.py", KILLWORK, "3")
-    try:
+    with started(python, tmp_path, "k.py", KILLWORK, "3") as target:
         # a high rate so the kill lands mid-stop more often than not
         prof = record_native(db, "--rate", "1000", "--pid", str(target.pid))
         # the session row exists once recording began (signal handlers set)
@@ -389,10 +402,6 @@ def test_killed_profiler_leaves_target_running(python, db, tmp_path, sig):
             traced_or_stopped(target.pid) == []
         assert target.wait(timeout=30) == 3
         assert target.stdout.read().strip() == "done"
-    finally:
-        if target.poll() is None:
-            target.kill()
-            target.wait()
 
 
 def test_signals_and_thread_churn(python, db, tmp_path):
@@ -422,8 +431,7 @@ def test_native_threads_filter(python, db, tmp_path):
 
 
 def test_dump_native(python, tmp_path):
-    target = start(python, tmp_path, "z.py", ZWORK, "30")
-    try:
+    with started(python, tmp_path, "z.py", ZWORK, "30") as target:
         # one dump is one moment (zlib may be in free() then): a few tries
         seen_deflate = False
         for attempt in range(10):
@@ -441,14 +449,10 @@ def test_dump_native(python, tmp_path):
                 seen_deflate = True
                 break
         assert seen_deflate, out
-    finally:
-        target.kill()
-        target.wait()
 
 
 def test_one_tracer_at_a_time(python, db, tmp_path):
-    target = start(python, tmp_path, "z.py", ZWORK, "30")
-    try:
+    with started(python, tmp_path, "z.py", ZWORK, "30") as target:
         first = record_native(db, "--pid", str(target.pid), "--duration", "20")
         wait_seized(first, target)
         r = run(["dump", "--native", str(target.pid)], check=False)
@@ -460,9 +464,6 @@ def test_one_tracer_at_a_time(python, db, tmp_path):
         assert first.wait(timeout=30) == 0
         assert traced_or_stopped(target.pid) == []
         assert target.poll() is None
-    finally:
-        target.kill()
-        target.wait()
 
 
 def test_job_control_stop_kept(python, db, tmp_path):
@@ -475,8 +476,7 @@ def test_job_control_stop_kept(python, db, tmp_path):
     kept stop costs ~1-4 ms a second: each sample wakes the listening threads
     only to stop again, which can show them as 'R' for a moment on a loaded
     host; two threads compressing use up to 2 s)."""
-    target = start(python, tmp_path, "k.py", KILLWORK, "4")
-    try:
+    with started(python, tmp_path, "k.py", KILLWORK, "4") as target:
         prof = record_native(db, "--pid", str(target.pid), "--duration", "10")
         wait_seized(prof, target)
         assert tracer_of(target.pid) == prof.pid, prof.communicate()
@@ -498,7 +498,3 @@ def test_job_control_stop_kept(python, db, tmp_path):
         assert traced_or_stopped(target.pid) == []
         assert target.wait(timeout=30) == 3
         assert target.stdout.read().strip() == "done"
-    finally:
-        if target.poll() is None:
-            target.kill()
-            target.wait()
