@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "jsonw.h"
 #include "procmaps.h"
 #include "smp_int.h"
 #include "text.h"
@@ -19,7 +20,8 @@
 
 static void jraw(bf_strbuf *b, const char *s) { bf_strbuf_put(b, s, strlen(s)); }
 
-/* "key":"value" (value NULL → null); bytes that are not UTF-8 become U+FFFD. */
+/* "key":"value" (value NULL → null), escaped by the one JSON writer
+ * (common/jsonw.c): bytes that are not UTF-8 become U+FFFD. */
 static void jstr(bf_strbuf *b, const char *key, const char *v) {
   jraw(b, b->n > 1 ? ",\"" : "\"");
   jraw(b, key);
@@ -28,30 +30,15 @@ static void jstr(bf_strbuf *b, const char *key, const char *v) {
     jraw(b, "null");
     return;
   }
-  jraw(b, "\"");
-  const unsigned char *p = (const unsigned char *)v;
-  size_t n = strlen(v);
-  for (size_t i = 0; i < n;) {
-    char esc[8];
-    if (p[i] == '"' || p[i] == '\\') {
-      esc[0] = '\\', esc[1] = (char)p[i];
-      bf_strbuf_put(b, esc, 2);
-      i++;
-    } else if (p[i] < 0x20 || p[i] == 0x7f) {
-      snprintf(esc, sizeof esc, "\\u%04x", p[i]);
-      jraw(b, esc);
-      i++;
-    } else {
-      uint32_t cp;
-      size_t l = bf_utf8_seq(p + i, n - i, &cp);
-      if (l)
-        bf_strbuf_put(b, (const char *)p + i, l);
-      else
-        jraw(b, "\\ufffd");
-      i += l ? l : 1;
-    }
+  char *e = bf_json_escape(v);
+  if (!e) {
+    b->oom = 1;
+    return;
   }
   jraw(b, "\"");
+  jraw(b, e);
+  jraw(b, "\"");
+  free(e);
 }
 
 static void jbool(bf_strbuf *b, const char *key, int v) {
