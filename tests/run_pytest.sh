@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The integration tests (pytest on every Python found), in one of two parts:
-#   parallel  every test not marked serial, spread over the CPUs with
-#             pytest-xdist (Debian python3-pytest-xdist; one file per worker
-#             so module fixtures run once); serially when xdist is missing
+#   parallel  every test not marked serial, spread over twice as many
+#             pytest-xdist workers as CPUs (Debian python3-pytest-xdist): its
+#             tests mostly wait on fixed-length captures and child processes
+#             (~0.8 of 2 CPUs busy with 2 workers); single tests are handed
+#             out one by one, a file's tests sharing a module fixture together
+#             (--dist loadgroup, groups set in conftest.py); serially when
+#             xdist is missing
 #   serial    the timing-sensitive tests (rates, shares, slowdowns, ptrace and
 #             job control: conftest.py SERIAL_FILES, @pytest.mark.serial),
 #             alone, one at a time
 #   all       parallel, then serial
 # Extra arguments go to pytest (e.g. -k WORD). BIFOCAL_JOBS=N sets the number
-# of workers (default: the CPUs; 1 = no xdist).
+# of workers (default: twice the CPUs; 1 = no xdist).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CI="${CI:-true}"
@@ -23,9 +27,9 @@ base=("$PY" -m pytest -q -p no:cacheprovider tests/integration)
 ok5() { "$@"; local rc=$?; [ $rc -eq 5 ] && rc=0; return $rc; }
 
 parallel() {
-  local jobs="${BIFOCAL_JOBS:-$(nproc 2>/dev/null || echo 1)}"
+  local jobs="${BIFOCAL_JOBS:-$((2 * $(nproc 2>/dev/null || echo 1)))}"
   if [ "$jobs" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null; then
-    ok5 "${base[@]}" -m "not serial" -n "$jobs" --dist loadfile "$@"
+    ok5 "${base[@]}" -m "not serial" -n "$jobs" --dist loadgroup "$@"
   else
     [ "$jobs" -gt 1 ] && echo "run_pytest: pytest-xdist not installed (apt-get install python3-pytest-xdist): running serially"
     ok5 "${base[@]}" -m "not serial" "$@"

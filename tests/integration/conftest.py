@@ -184,10 +184,11 @@ def pytest_generate_tests(metafunc):
 # (achieved rates, CPU shares beside hogs, torn-stack rates, slowdowns,
 # coverage): they run alone, one at a time, after the parallel part
 # (tests/run_pytest.sh serial). A test elsewhere can ask for the same with
-# @pytest.mark.serial. Everything else must pass on a busy host (the parallel
-# part is one): poll for states (wait_until), judge CPU-time targets by CPU
-# time (test_views_bench.py), stopped targets by the CPU they use
-# (test_native.py).
+# @pytest.mark.serial; a test in one of these files that holds no such figure
+# says so with @pytest.mark.parallel (and why) and runs in the parallel part.
+# Everything else must pass on a busy host (the parallel part is one): poll
+# for states (wait_until), judge CPU-time targets by CPU time
+# (test_views_bench.py), stopped targets by the CPU they use (test_native.py).
 SERIAL_FILES = {
     "test_asyncio_tasks.py",      # slowdown and per-task shares
     "test_calibrate.py",          # coverage of sampled vs traced shares
@@ -197,12 +198,34 @@ SERIAL_FILES = {
     "test_sampler.py",            # achieved rates, missed ticks, dump timing
 }
 
+# The parallel part (pytest-xdist --dist loadgroup) hands out single tests,
+# except that the tests of a file sharing a module-scoped fixture go to one
+# worker together (the fixture is built once). Files holding its longest work
+# start first, so that none is left to run alone at the end.
+LONGEST_FIRST = ("test_views_bench.py", "test_demo.py", "test_cli.py", "test_native.py")
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "serial: timing-sensitive; runs alone after the parallel part")
+    config.addinivalue_line("markers", "parallel: in a SERIAL_FILES file, but holds no timing figure: "
+                            "runs in the parallel part")
 
 
+def _shares_a_wide_fixture(item):
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        if defs and defs[-1].scope in ("class", "module", "package"):
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects and xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if os.path.basename(str(item.fspath)) in SERIAL_FILES:
+        name = os.path.basename(str(item.fspath))
+        if name in SERIAL_FILES and not item.get_closest_marker("parallel"):
             item.add_marker("serial")
+        if _shares_a_wide_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(name))
+    first = {n: i for i, n in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda it: first.get(os.path.basename(str(it.fspath)), len(first)))

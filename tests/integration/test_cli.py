@@ -270,6 +270,10 @@ def installed(tmp_path_factory):
     return {"bin": exe[0], "prefix": prefix, "build": build}
 
 
+# the demo's gate must catch a 3x costlier checksum in 1 s of CPU samples: beside
+# the parallel part on a loaded host (4 workers, load 10) it once did not
+# (+7.7 points, p=0.004, called noise)
+@pytest.mark.serial
 def test_installed_demo_runs_with_the_source_tree_hidden(installed, tmp_path):
     if not unshare_ok():
         pytest.skip("cannot hide the source tree: `unshare -m` is not permitted here (needs CAP_SYS_ADMIN)")

@@ -418,6 +418,7 @@ down(int(sys.argv[2]), time.monotonic() + float(sys.argv[1]))
 '''
 
 
+@pytest.mark.parallel  # the deepest stack's shape, not a rate
 @pytest.mark.parametrize("depth", [1000, 5000])
 def test_deep_stack_kept_or_marked(python, tmp_path, depth):
     """A 1000-deep stack is stored whole (<module> at its root); a 5000-deep
@@ -439,6 +440,7 @@ def test_deep_stack_kept_or_marked(python, tmp_path, depth):
         assert info[0]["extra"]["stacks_truncated"] > 0
 
 
+@pytest.mark.parallel  # a table, no sampling
 def test_opcode_table_matches_interpreter(python):
     """sampling/gen/opcodes.h (the check's opcode classes, vendored) is what
     gen_opcodes.py derives from this interpreter's own dis/opcode modules."""

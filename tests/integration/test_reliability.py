@@ -118,6 +118,7 @@ def _private_null(tmp_path):
     return str(dev)
 
 
+@pytest.mark.parallel  # files and their content, no rate
 def test_output_into_devices_fifos_and_symlinks(recorded, tmp_path):
     db, a, _ = recorded
     # a character device stays the device it is (as root this used to be replaced)
@@ -153,6 +154,7 @@ def test_output_into_devices_fifos_and_symlinks(recorded, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parallel  # files and their content, no rate
 def test_sealed_export_output(recorded, tmp_path):
     """The sealed export writes its file with the same rules as every -o."""
     db, a, _ = recorded
@@ -177,6 +179,7 @@ def test_sealed_export_output(recorded, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parallel  # old file or new at whatever moment the kill lands
 def test_killed_writer_leaves_nothing(recorded, tmp_path):
     """SIGKILL at any moment of a -o write leaves either the old file or the
     new one, and no temporary (it is an unnamed O_TMPFILE until complete)."""
@@ -194,6 +197,7 @@ def test_killed_writer_leaves_nothing(recorded, tmp_path):
         assert body == "old" or body.rstrip().endswith("</html>"), body[-200:]
 
 
+@pytest.mark.parallel  # files and their content, no rate
 def test_output_onto_the_open_database_is_refused(recorded, tmp_path):
     db, a, _ = recorded
     before = open(db, "rb").read()
@@ -221,6 +225,7 @@ def _mount_small_tmpfs(where):
         pytest.skip("cannot mount a tmpfs here: %s" % r.stderr.strip())
 
 
+@pytest.mark.parallel  # files and their content, no rate
 def test_full_disk_fails_cleanly(recorded, tmp_path):
     """On a full 64 KB tmpfs every -o writer exits non-zero, says 'No space',
     leaves no partial or temporary file and keeps an older file intact."""
@@ -267,10 +272,12 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.parallel  # status; > 100 samples of ~500 (1 kHz, 0.5 s)
 def test_sigterm_reaches_launched_command(python, tmp_path):
     _stop_signal_reaches_launched_command(python, tmp_path, signal.SIGTERM)
 
 
+@pytest.mark.parallel  # status; > 100 samples of ~500 (1 kHz, 0.5 s)
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT])
 def test_stop_signal_reaches_launched_command(tmp_path, sig):
     _stop_signal_reaches_launched_command(newest_python(), tmp_path, sig)
@@ -464,6 +471,7 @@ def test_thread_churn_memory_bounded(tmp_path):
 # ---- sealed import ----------------------------------------------------------------------------
 
 
+@pytest.mark.parallel  # no file left at whatever moment the kill lands
 def test_sealed_import_killed_leaves_no_plaintext(recorded, tmp_path):
     db, a, _ = recorded
     keys = tmp_path / "k"
@@ -576,6 +584,7 @@ def _one_line(r):
     return lines[0]
 
 
+@pytest.mark.parallel  # a message
 def test_error_corrupt_chunk(recorded, tmp_path):
     db, a, _ = recorded
     bad = copy_db(db, tmp_path / "bad.db")
@@ -596,6 +605,7 @@ def test_error_corrupt_chunk(recorded, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parallel  # a message
 @pytest.mark.parametrize("version", [0, -1])
 def test_error_schema_version_reset(recorded, tmp_path, version):
     db, a, _ = recorded
@@ -610,6 +620,7 @@ def test_error_schema_version_reset(recorded, tmp_path, version):
         assert "already exists" not in line
 
 
+@pytest.mark.parallel  # a message
 def test_error_read_only_directory(recorded, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root for a read-only bind mount")
@@ -633,6 +644,7 @@ def test_error_read_only_directory(recorded, tmp_path):
         subprocess.run(["umount", str(ro)], capture_output=True)
 
 
+@pytest.mark.parallel  # a message
 def test_error_old_pythons(tmp_path):
     root = subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip()
     olds = sorted(glob.glob(os.path.join(root or "/nonexistent", "versions", "[23].[0-7].*", "bin",
@@ -653,6 +665,7 @@ def test_error_old_pythons(tmp_path):
             p.wait()
 
 
+@pytest.mark.parallel  # a message
 def test_error_zombie(tmp_path):
     p = subprocess.Popen(["true"])
     # not reaped yet: a zombie
@@ -664,6 +677,7 @@ def test_error_zombie(tmp_path):
         p.wait()
 
 
+@pytest.mark.parallel  # a message (the lock is held 8 s, past the import's wait)
 def test_error_lock_once(recorded, tmp_path):
     db, a, _ = recorded
     mine = copy_db(db, tmp_path / "l.db")
@@ -703,6 +717,7 @@ def _seal(pub_path, db_bytes):
     return b"BFSEAL1\n" + fpr.raw + box.raw
 
 
+@pytest.mark.parallel  # a message
 def test_error_corrupt_sealed_chunk(recorded, tmp_path):
     """A sealed file whose enclosed session has a corrupt chunk: one line
     naming the file and the cause (it used to print "'x.bfs': ; nothing
@@ -753,6 +768,7 @@ def test_killed_capture_counts_its_chunks(tmp_path):
     assert s["status"] == "incomplete" and in_chunks and s["samples"] == in_chunks, (s, in_chunks)
 
 
+@pytest.mark.parallel  # files and their content, no rate
 def test_readers_leave_no_wal_files(recorded, tmp_path):
     db, a, _ = recorded
     mine = copy_db(db, tmp_path / "r.db")
@@ -764,6 +780,7 @@ def test_readers_leave_no_wal_files(recorded, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["r.db"], os.listdir(tmp_path)
 
 
+@pytest.mark.parallel  # file modes
 def test_lua_out_files_are_private(recorded, tmp_path):
     db, _, _ = recorded
     out = tmp_path / "out"

@@ -174,6 +174,7 @@ def test_wall_idle_thread(python, db, work):
     assert s["invalid"] <= 0.01 * s["samples"] + 5
 
 
+@pytest.mark.parallel  # every sample is a GIL holder's: no rate or share
 def test_gil_mode(python, db, work):
     r = run(["record", "--gil", "--rate", "500", "--", python, work, "0.6"], db=db)
     sid = last_line_id(r)
@@ -193,6 +194,7 @@ def start_dumpee(python, tmp_path):
     return proc, str(p)
 
 
+@pytest.mark.parallel  # a stack of a sleeping target
 def test_dump(python, tmp_path):
     proc, path = start_dumpee(python, tmp_path)
     try:
@@ -211,6 +213,7 @@ def test_dump(python, tmp_path):
         proc.wait()
 
 
+@pytest.mark.parallel  # status, commit, ttl, a 0.5 s capture under 3 s; any samples
 def test_record_attach_duration_and_target_exit(python, db, tmp_path):
     proc, _ = start_dumpee(python, tmp_path)
     try:
@@ -238,6 +241,7 @@ def test_record_attach_duration_and_target_exit(python, db, tmp_path):
         proc.wait()
 
 
+@pytest.mark.parallel  # status; > 50 samples of ~500 (1 kHz, 0.5 s)
 def test_sigint_finalises(python, db, tmp_path):
     p = tmp_path / "forever.py"
     p.write_text("import time\nwhile True:\n    sum(range(1000))\n")
@@ -260,6 +264,7 @@ def test_sigint_finalises(python, db, tmp_path):
     assert "\r" not in err  # not a terminal: no progress noise
 
 
+@pytest.mark.parallel  # messages
 def test_failures(db, tmp_path):
     # no such process: a pid that was just reaped
     p = subprocess.Popen(["true"])
@@ -290,6 +295,7 @@ def test_failures(db, tmp_path):
     assert r.returncode != 0 and "terminal" in r.stderr
 
 
+@pytest.mark.parallel  # names the busy function
 def test_top(python, tmp_path, work):
     proc = subprocess.Popen([python, work, "3"], stdout=subprocess.PIPE, text=True)
     try:  # past start-up: the workload burns CPU
@@ -301,6 +307,7 @@ def test_top(python, tmp_path, work):
         proc.wait()
 
 
+@pytest.mark.parallel  # which functions, not how many samples
 def test_subprocesses(python, db, tmp_path):
     p = tmp_path / "parent.py"
     p.write_text(SUBPROCESS_TREE)
@@ -315,6 +322,7 @@ def test_subprocesses(python, db, tmp_path):
     assert "parent_wait" in {f["qualname"] for f in functions(db, parent)["functions"]}
 
 
+@pytest.mark.parallel  # no idle sample; > 50 of ~300
 def test_no_idle(python, db, work):
     r = run(["record", "--no-idle", "--rate", "500", "--", python, work, "0.6"], db=db)
     threads = dbstat(db, last_line_id(r))
