@@ -33,15 +33,22 @@ print(" ".join(sorted({os.path.relpath(t["cmd"][0], "build-asan") for t in tests
   meson test -C build-asan --no-rebuild --suite unit --suite fuzz --print-errorlogs --timeout-multiplier 4
 }
 
+# wall seconds of each stage, said at the end
+times=()
+stage() { times+=("$1 $((SECONDS - t0)) s"); t0=$SECONDS; }
+
+t0=$SECONDS
 meson test -C build --suite unit --suite fuzz --print-errorlogs || status=1
+stage "unit+fuzz"
 asan_pid=
 if [ "${BIFOCAL_ASAN:-1}" != 0 ]; then
   asan_log=$(mktemp "${TMPDIR:-/tmp}/bifocal-asan.XXXXXX")
   # niced: it takes the CPU the tests leave (they mostly wait)
-  nice -n 10 bash -c "set -o pipefail; $(declare -f asan); asan" >"$asan_log" 2>&1 &
+  nice -n 10 bash -c "set -o pipefail; $(declare -f asan); asan; rc=\$?; echo \"(ASan+UBSan stage: \$SECONDS s)\"; exit \$rc" >"$asan_log" 2>&1 &
   asan_pid=$!
 fi
 bash tests/run_pytest.sh parallel || status=1
+stage "integration parallel"
 if [ -n "$asan_pid" ]; then
   # finished before the timing-sensitive tests start: they run alone
   asan_status=0
@@ -50,8 +57,12 @@ if [ -n "$asan_pid" ]; then
   cat "$asan_log"
   rm -f "$asan_log"
   [ $asan_status -eq 0 ] || { echo "run_all: ASan+UBSan suites failed" >&2; status=1; }
+  stage "waiting for ASan+UBSan"
 fi
 bash tests/run_pytest.sh serial || status=1
+stage "integration serial"
 echo "== benchmarks (figures; see docs/performance.md) =="
 ./build/tests/bench/bench_store || status=1
+stage "bench_store"
+echo "run_all: wall time by stage: $(IFS=,; echo "${times[*]}" | sed 's/,/, /g'); $SECONDS s in all"
 exit $status

@@ -418,7 +418,6 @@ down(int(sys.argv[2]), time.monotonic() + float(sys.argv[1]))
 '''
 
 
-@pytest.mark.parallel  # the deepest stack's shape, not a rate
 @pytest.mark.parametrize("depth", [1000, 5000])
 def test_deep_stack_kept_or_marked(python, tmp_path, depth):
     """A 1000-deep stack is stored whole (<module> at its root); a 5000-deep

@@ -295,7 +295,6 @@ def test_failures(db, tmp_path):
     assert r.returncode != 0 and "terminal" in r.stderr
 
 
-@pytest.mark.parallel  # names the busy function
 def test_top(python, tmp_path, work):
     proc = subprocess.Popen([python, work, "3"], stdout=subprocess.PIPE, text=True)
     try:  # past start-up: the workload burns CPU
