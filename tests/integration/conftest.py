@@ -191,6 +191,7 @@ def pytest_generate_tests(metafunc):
 # (test_views_bench.py), stopped targets by the CPU they use (test_native.py).
 SERIAL_FILES = {
     "test_asyncio_tasks.py",      # slowdown and per-task shares
+    "test_asyncio_pytasks.py",    # per-task shares (pure-Python Tasks)
     "test_calibrate.py",          # coverage of sampled vs traced shares
     "test_consistent_stacks.py",  # torn-stack rates beside CPU hogs
     "test_cpu_clock.py",          # CPU shares against the workload's own clock
@@ -199,9 +200,10 @@ SERIAL_FILES = {
 }
 
 # The parallel part (pytest-xdist --dist loadgroup) hands out single tests,
-# except that the tests of a file sharing a module-scoped fixture go to one
-# worker together (the fixture is built once). Files holding its longest work
-# start first, so that none is left to run alone at the end.
+# except that the tests of a file sharing a module-scoped fixture, or a
+# module-level _CACHE of recordings (test_asyncio_tasks.py's way), go to one
+# worker together (built once). Files holding its longest work start first,
+# so that none is left to run alone at the end.
 LONGEST_FIRST = ("test_views_bench.py", "test_demo.py", "test_cli.py", "test_native.py")
 
 
@@ -212,6 +214,8 @@ def pytest_configure(config):
 
 
 def _shares_a_wide_fixture(item):
+    if isinstance(getattr(getattr(item, "module", None), "_CACHE", None), dict):
+        return True
     info = getattr(item, "_fixtureinfo", None)
     for defs in (info.name2fixturedefs.values() if info else ()):
         if defs and defs[-1].scope in ("class", "module", "package"):
