@@ -295,8 +295,11 @@ def test_failures(db, tmp_path):
     assert r.returncode != 0 and "terminal" in r.stderr
 
 
+@pytest.mark.parallel  # names the busy function
 def test_top(python, tmp_path, work):
-    proc = subprocess.Popen([python, work, "3"], stdout=subprocess.PIPE, text=True)
+    # it runs until killed below (3 s of wall once ended before it had had
+    # 150 ms of CPU, at load 14)
+    proc = subprocess.Popen([python, work, "60"], stdout=subprocess.PIPE, text=True)
     try:  # past start-up: the workload burns CPU
         wait_until(lambda: task_cpu_ns(proc.pid) > 150e6, 30, what="the workload to run")
         r = run(["top", str(proc.pid), "--duration", "0.7"])
