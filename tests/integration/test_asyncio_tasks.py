@@ -16,13 +16,22 @@ Checked, per interpreter, from one recording (cached for the module):
 - logical stacks outermost coroutine first (collapsed export of task:pipe,
   task:alt, and the running burner's step);
 - thousands of short tasks: many seen, no invalid samples.
-Tolerances: 2 points is about 3 sigma at the ~3,000 samples per task of a
-2.5 s run at 2 kHz (binomial, p = 0.5); the sampler's jitter keeps periodic
-awaits from aliasing. That holds when the sampler gets a CPU when it asks:
-on a host whose load average exceeds its CPU count the sampler is preempted
-for many milliseconds at a time (samples come in clumps), and 6 points is
-used instead; the assertion messages say which applied. Free-threaded
-builds are skipped (no layout), saying why.
+Tolerances: 2 points is about 4 sigma at the ~8,000 samples per task of a
+4 s run at 2 kHz (binomial, p = 0.5; the sampler's jittered ticks do
+better); the jitter keeps periodic awaits from aliasing. That holds when the
+sampler's ticks are uniform in time. On a host whose load average exceeds
+its CPU count a sampler at normal priority waits for a CPU after its timer
+fires and then catches up back to back: its samples come in clumps, each
+clump one moment of the target, and at load 10-15 the shares strayed up to
+5 points from the truth (the truth is the workload's own timing, so it is
+the sampling, not the reading, that strays). The recordings here therefore
+run the sampler real-time (`chrt -R -f 1`, the target keeps the normal
+policy), as the docs advise on a busy host: then the ticks stay uniform and
+2 points applies at any load (at load 12: every share within 1.3 points but
+for 2 of ~200 checks at 2.1-2.3 with 2.5 s runs). Where chrt is refused (no
+CAP_SYS_NICE) and the host is overloaded, 6 points is used instead; the
+assertion messages say which applied. Free-threaded builds are skipped (no
+layout), saying why.
 """
 import json
 import os
@@ -32,12 +41,39 @@ import subprocess
 import pytest
 
 import pythons
-from conftest import ROOT, last_line_id, run
+from conftest import ROOT, bifocal_bin, last_line_id, run
 
 WORKLOAD = os.path.join(ROOT, "tests", "integration", "asyncio_workload.py")
+
+
+def realtime_prefix():
+    """`chrt -R -f 1` when this user may run a real-time sampler (its
+    launched target resets to the normal policy), else []."""
+    cmd = ["chrt", "-R", "-f", "1"]
+    try:
+        ok = subprocess.run(cmd + ["true"], capture_output=True).returncode == 0
+    except OSError:
+        ok = False
+    return cmd if ok else []
+
+
+RT = realtime_prefix()
 QUIET = os.getloadavg()[0] <= (os.cpu_count() or 1)
-TOL = 0.02 if QUIET else 0.06
+TOL = 0.02 if QUIET or RT else 0.06
+WHY = "" if QUIET else ", host overloaded, real-time sampler" if RT else ", host overloaded, chrt refused"
 _CACHE = {}
+
+
+def record_rt(args, db, timeout=120):
+    """`bifocal record ARGS` with the sampler real-time where allowed (see
+    the module's note on tolerances). Returns the session id."""
+    cmd = RT + [bifocal_bin(), "--db", db, "record"] + list(args)
+    env = dict(os.environ)
+    env.pop("BIFOCAL_DB", None)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert r.returncode == 0, "%s failed (%d):\nstdout:%s\nstderr:%s" % (" ".join(cmd), r.returncode, r.stdout,
+                                                                          r.stderr)
+    return last_line_id(r)
 
 
 def tagged_lines():
@@ -64,8 +100,7 @@ def recording(python, tmp_path_factory):
         pytest.skip("%s: asyncio tasks on 3.14+ are not verified" % p["tag"])
     d = tmp_path_factory.mktemp("asyncio")
     db, truth_path = str(d / "t.db"), str(d / "truth.json")
-    r = run(["record", "--async", "--rate", "2000", "--", python, WORKLOAD, truth_path, "2.5"], db=db, timeout=120)
-    sid = last_line_id(r)
+    sid = record_rt(["--async", "--rate", "2000", "--", python, WORKLOAD, truth_path, "4"], db)
     with open(truth_path) as f:
         truth = json.load(f)
     view = json.loads(run(["replay", str(sid), "--view", "tasks", "--json", "--limit", "100000"], db=db).stdout)
@@ -87,7 +122,7 @@ def share_at(t, line):
 
 def close(measured, truth, what):
     assert abs(measured - truth) <= TOL, "%s: sampled %.1f%%, measured by the workload %.1f%% (tolerance %.0f points%s)" % (
-        what, 100 * measured, 100 * truth, 100 * TOL, "" if QUIET else ", host overloaded")
+        what, 100 * measured, 100 * truth, 100 * TOL, WHY)
 
 
 def test_task_names_and_await_shares(python, tmp_path_factory):
@@ -295,15 +330,16 @@ def test_awaits_lua_joins_sampled_waits_with_exact_hits(tmp_path):
     """scripts/awaits.lua on a sampled (record --async) and a traced run of
     the same request-shaped workload: hits per request exactly 3 (fetch) and
     1 (flush); the wait per hit within 10% of the workload's own timing of
-    those awaits (25% on an overloaded host: samples then come in clumps).
+    those awaits (25% on an overloaded host where the sampler cannot run
+    real-time: samples then come in clumps).
     Oldest and newest interpreter (setprofile and sys.monitoring tracers)."""
     ps = [p for p in pythons.discover() if not p["free_threaded"] and p["version"][:2] <= (3, 13)]
     if not ps:
         pytest.skip("no supported interpreter")
-    rel = 0.10 if QUIET else 0.25
+    rel = 0.10 if QUIET or RT else 0.25
     for p in {ps[0]["path"]: ps[0], ps[-1]["path"]: ps[-1]}.values():
         db, truth = str(tmp_path / ("a%s.db" % p["tag"])), tmp_path / ("truth%s.json" % p["tag"])
-        s = last_line_id(run(["record", "--async", "--rate", "1000", "--", p["path"], AWAITS, str(truth), "16"], db=db))
+        s = record_rt(["--async", "--rate", "1000", "--", p["path"], AWAITS, str(truth), "16"], db)
         t = last_line_id(run(["trace", "--", p["path"], AWAITS, str(tmp_path / "t2.json"), "4"], db=db))
         out = run(["run", os.path.join(ROOT, "scripts", "awaits.lua"), str(s), str(t), "--per", "handle"], db=db).stdout
         tr = json.loads(truth.read_text())
@@ -314,7 +350,7 @@ def test_awaits_lua_joins_sampled_waits_with_exact_hits(tmp_path):
             assert float(m.group(1)) == hits, (p["tag"], q, m.group(0))
             each = float(m.group(2)) * {"s": 1, "ms": 1e-3, "us": 1e-6}[m.group(3)]
             why = "%s %s: %.1f ms per hit sampled, %.1f ms timed (%d%%%s)" % (
-                p["tag"], q, each * 1e3, tr[tag] * 1e3, 100 * rel, "" if QUIET else ", host overloaded")
+                p["tag"], q, each * 1e3, tr[tag] * 1e3, 100 * rel, WHY)
             assert abs(each - tr[tag]) <= rel * tr[tag], why
 
 
