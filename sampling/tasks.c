@@ -919,27 +919,13 @@ static void task_take(tk_task *t, tk_py_task f) {
   t->live = 1;
 }
 
-void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
-                         const bf_smp_thread **out, size_t *nout) {
+/* Each registered task's object, read: which are pending Tasks (live) and
+ * what they point at; what a task had (its chain) is dropped when its
+ * coroutine or future changed. */
+static void tasks_read(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
   const tk_layout *L = &tk->lay;
-  *out = th;
-  *nout = n;
-  if (!tk->supported) return;
-  if (tk->v314 && tk->v314 != 1) { /* _asyncio not found yet: nothing to read */
-    refresh_registry(tk);
-    if (tk->v314 != 1) return;
-  }
-  /* a big registry costs a read per task: re-read it ten times less often */
-  int64_t every = tk->naddrs > 1000 ? 10 * TK_REFRESH_NS : TK_REFRESH_NS;
-  if (!tk->reg_ns || h->now_ns - tk->reg_ns >= every) refresh_registry(tk);
-  if (!tk->naddrs || tk->ntasks != tk->naddrs) return;
   size_t nt = tk->ntasks;
-  if (grow((void **)&tk->cur, &tk->cap_cur, nt + 1, 8) < 0 || grow((void **)&tk->run, &tk->cap_run, nt + 1, 8) < 0 ||
-      grow((void **)&tk->walked, &tk->cap_walked, nt + 1, 8) < 0)
-    return;
-  /* the tasks themselves, every sample */
-  if (read_many(tk, TK_M_TASK, tk->addrs, nt, L->task_size, L->task_size) < 0) return;
   int foreign = 0;
   size_t npy = 0, pyskip = 0;
   uint64_t *pya = NULL;
@@ -990,6 +976,15 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
                            : "some pure-Python Tasks (asyncio.tasks._PyTask) have no shared attribute "
                              "layout and were past the per-sample bound: those were not shown");
   }
+}
+
+/* Running, ready or waiting: from each task coroutine's own state (3.10:
+ * its frame's); a running task's coroutine frame, placed on the thread
+ * whose stack holds it. tk->cur[i]: the coroutine to walk (0: none). */
+static int tasks_states(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n) {
+  bf_smp *h = tk->h;
+  const tk_layout *L = &tk->lay;
+  size_t nt = tk->ntasks;
   /* running or not: from the task coroutine's own state. A task parked on a
    * future is not running: only the others' coroutines are read for it */
   for (size_t i = 0; i < nt; i++) {
@@ -997,7 +992,7 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
     tk->cur[i] = t->live && !t->waiter ? t->coro : 0;
   }
   size_t co_len = L->cr_iframe ? (size_t)L->cr_iframe + 8 : 32;
-  if (read_many(tk, TK_M_STATE, tk->cur, nt, co_len, co_len) < 0) return;
+  if (read_many(tk, TK_M_STATE, tk->cur, nt, co_len, co_len) < 0) return -EIO;
   uint64_t *run = tk->run;
   for (size_t i = 0; i < nt; i++) {
     tk_task *t = &tk->tasks[i];
@@ -1031,8 +1026,13 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
       if (smp_code_frame(h, rd64(f + h->lay.fr_code), instr, &t->chain[0]) == 0) t->nchain = 1;
       place_running(t, th, n);
     }
-  /* names after the states: reading new names takes time, and a state read
-   * long after the threads' stacks disagrees with them more often */
+  return 0;
+}
+
+/* Every live task's name entry: kept while its name object and text are
+ * unchanged, else looked up (a task without one is not walked). */
+static void tasks_names(bf_smp_tasks *tk) {
+  size_t nt = tk->ntasks;
   tk->new_names = 0;
   names_retire(tk);
   names_prefetch(tk);
@@ -1051,6 +1051,13 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
     }
     if (!t->name) tk->cur[i] = 0; /* not shown this sample: not walked */
   }
+}
+
+/* The await chains: a parked task's remembered chain while its coroutine is
+ * still at its instruction (and younger than TK_CHAIN_TTL_NS), else walked. */
+static int tasks_chains(bf_smp_tasks *tk) {
+  bf_smp *h = tk->h;
+  size_t nt = tk->ntasks;
   /* remembered chains to check: the task coroutine still at its instruction */
   uint64_t *walked = tk->walked;
   for (size_t i = 0; i < nt; i++) {
@@ -1073,13 +1080,21 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
     t->cached = 0;
   }
   memcpy(walked, tk->cur, nt * 8);
-  if (walk_chains(tk) < 0) return;
+  if (walk_chains(tk) < 0) return -EIO;
   for (size_t i = 0; i < nt; i++) {
     tk_task *t = &tk->tasks[i];
     if (!walked[i] || !t->waiter || !t->nchain || !t->frame) continue;
     t->cached = 1;
     t->walked_ns = h->now_ns;
   }
+  return 0;
+}
+
+/* OUT *out, *nout: the threads th[0..n), then one synthetic thread per named
+ * live task (innermost frame first, the task name's frame last). */
+static void tasks_emit(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n, const bf_smp_thread **out,
+                       size_t *nout) {
+  size_t nt = tk->ntasks;
   /* output: the threads, then one synthetic thread per named task */
   if (grow((void **)&tk->out, &tk->cap_out, n + nt, sizeof *tk->out) < 0) return;
   memcpy(tk->out, th, n * sizeof *th);
@@ -1123,4 +1138,34 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   for (size_t i = n; i < no; i++) tk->out[i].frames = tk->frames + (uintptr_t)tk->out[i].frames;
   *out = tk->out;
   *nout = no;
+}
+
+void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
+                         const bf_smp_thread **out, size_t *nout) {
+  bf_smp *h = tk->h;
+  const tk_layout *L = &tk->lay;
+  *out = th;
+  *nout = n;
+  if (!tk->supported) return;
+  if (tk->v314 && tk->v314 != 1) { /* _asyncio not found yet: nothing to read */
+    refresh_registry(tk);
+    if (tk->v314 != 1) return;
+  }
+  /* a big registry costs a read per task: re-read it ten times less often */
+  int64_t every = tk->naddrs > 1000 ? 10 * TK_REFRESH_NS : TK_REFRESH_NS;
+  if (!tk->reg_ns || h->now_ns - tk->reg_ns >= every) refresh_registry(tk);
+  if (!tk->naddrs || tk->ntasks != tk->naddrs) return;
+  size_t nt = tk->ntasks;
+  if (grow((void **)&tk->cur, &tk->cap_cur, nt + 1, 8) < 0 || grow((void **)&tk->run, &tk->cap_run, nt + 1, 8) < 0 ||
+      grow((void **)&tk->walked, &tk->cap_walked, nt + 1, 8) < 0)
+    return;
+  /* the tasks themselves, every sample */
+  if (read_many(tk, TK_M_TASK, tk->addrs, nt, L->task_size, L->task_size) < 0) return;
+  tasks_read(tk);
+  if (tasks_states(tk, th, n) < 0) return;
+  /* names after the states: reading new names takes time, and a state read
+   * long after the threads' stacks disagrees with them more often */
+  tasks_names(tk);
+  if (tasks_chains(tk) < 0) return;
+  tasks_emit(tk, th, n, out, nout);
 }
