@@ -106,7 +106,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--python", default=None)
     ap.add_argument("--windows", type=int, default=12, help="rounds of the slowdown part")
-    ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--seconds", type=float, default=3.0, help="window length of the slowdown part")
     a = ap.parse_args()
     bifocal = os.environ.get("BIFOCAL_BIN") or os.path.join(ROOT, "build", "bifocal")
     ps = [p for p in pythons.discover() if not p["free_threaded"] and p["version"][:2] <= (3, 13)]
