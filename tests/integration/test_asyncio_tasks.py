@@ -24,11 +24,12 @@ its CPU count a sampler at normal priority waits for a CPU after its timer
 fires and then catches up back to back: its samples come in clumps, each
 clump one moment of the target, and at load 10-15 the shares strayed up to
 5 points from the truth (the truth is the workload's own timing, so it is
-the sampling, not the reading, that strays). The recordings here therefore
-run the sampler real-time (`chrt -R -f 1`, the target keeps the normal
+the sampling, not the reading, that strays). The shared recording therefore
+runs the sampler real-time (`chrt -R -f 1`, the target keeps the normal
 policy), as the docs advise on a busy host: then the ticks stay uniform and
-2 points applies at any load (at load 12: every share within 1.3 points but
-for 2 of ~200 checks at 2.1-2.3 with 2.5 s runs). Where chrt is refused (no
+2 points applies at any load (at load 10-12: every share within 1.6 points
+in 189 checks with 4 s runs; with 2.5 s runs 2 of ~200 reached 2.1-2.3).
+The awaits.lua test keeps its own recording and tolerances. Where chrt is refused (no
 CAP_SYS_NICE) and the host is overloaded, 6 points is used instead; the
 assertion messages say which applied. Free-threaded builds are skipped (no
 layout), saying why.
@@ -330,16 +331,15 @@ def test_awaits_lua_joins_sampled_waits_with_exact_hits(tmp_path):
     """scripts/awaits.lua on a sampled (record --async) and a traced run of
     the same request-shaped workload: hits per request exactly 3 (fetch) and
     1 (flush); the wait per hit within 10% of the workload's own timing of
-    those awaits (25% on an overloaded host where the sampler cannot run
-    real-time: samples then come in clumps).
+    those awaits (25% on an overloaded host: samples then come in clumps).
     Oldest and newest interpreter (setprofile and sys.monitoring tracers)."""
     ps = [p for p in pythons.discover() if not p["free_threaded"] and p["version"][:2] <= (3, 13)]
     if not ps:
         pytest.skip("no supported interpreter")
-    rel = 0.10 if QUIET or RT else 0.25
+    rel = 0.10 if QUIET else 0.25
     for p in {ps[0]["path"]: ps[0], ps[-1]["path"]: ps[-1]}.values():
         db, truth = str(tmp_path / ("a%s.db" % p["tag"])), tmp_path / ("truth%s.json" % p["tag"])
-        s = record_rt(["--async", "--rate", "1000", "--", p["path"], AWAITS, str(truth), "16"], db)
+        s = last_line_id(run(["record", "--async", "--rate", "1000", "--", p["path"], AWAITS, str(truth), "16"], db=db))
         t = last_line_id(run(["trace", "--", p["path"], AWAITS, str(tmp_path / "t2.json"), "4"], db=db))
         out = run(["run", os.path.join(ROOT, "scripts", "awaits.lua"), str(s), str(t), "--per", "handle"], db=db).stdout
         tr = json.loads(truth.read_text())
@@ -350,7 +350,7 @@ def test_awaits_lua_joins_sampled_waits_with_exact_hits(tmp_path):
             assert float(m.group(1)) == hits, (p["tag"], q, m.group(0))
             each = float(m.group(2)) * {"s": 1, "ms": 1e-3, "us": 1e-6}[m.group(3)]
             why = "%s %s: %.1f ms per hit sampled, %.1f ms timed (%d%%%s)" % (
-                p["tag"], q, each * 1e3, tr[tag] * 1e3, 100 * rel, WHY)
+                p["tag"], q, each * 1e3, tr[tag] * 1e3, 100 * rel, "" if QUIET else ", host overloaded")
             assert abs(each - tr[tag]) <= rel * tr[tag], why
 
 
