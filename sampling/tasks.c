@@ -6,11 +6,13 @@
  * counts, chain length and strings are bounded; any doubt drops the task.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tasks_int.h"
+#include "vec.h"
 
 #define TK_MAX_TASKS 20000          /* tasks read per sample */
 #define TK_MAX_CHAIN 16             /* coroutines followed per task */
@@ -19,13 +21,14 @@
 #define TK_REFIND_NS 2000000000LL   /* module looked up again every 2 s */
 #define TK_RETRY_NS 100000000LL     /* and every 100 ms while not found */
 #define TK_MAX_NAMES 65536          /* distinct task names kept */
+#define TK_SLOT_EXTRA 128           /* bytes read past a 3.11+ coroutine's frame head */
 #define TK_OBJ_READ 160             /* bytes read of an awaited object */
+#define TK_IN_BUF ((size_t)1 << 62) /* read_many: a position in buf, not span */
 #define TK_BATCH 512                /* iovecs per process_vm_readv */
 #define TK_GAP 512                  /* bytes between two regions still read as one */
 #define TK_SPAN_MAX 65536           /* longest merged read */
 #define TK_NEW_NAMES 16             /* names read one by one per sample */
 #define TK_NAME_BATCH 4096          /* names read in one batch per sample */
-#define TK_CACHE 16384              /* remembered await chains (direct-mapped) */
 #define TK_CHAIN_TTL_NS 100000000LL /* a parked task's chain is re-read every 100 ms */
 #define TK_DEAD_NS 60000000000LL    /* a retired name is freed a minute later */
 #define TK_TP_BASE 256              /* PyTypeObject.tp_base (3.8-3.13 release builds) */
@@ -69,30 +72,46 @@ typedef struct tk_name {
   bf_smp_code *code;  /* root frame: (<task>, NAME, 0); stable address */
 } tk_name;
 
-typedef struct tk_task {
-  uint64_t addr, coro, waiter, name_obj;
-  const tk_name *name;
-  int state;          /* BF_SMP_TASK_* */
-  int64_t run_tid;    /* running: its thread's index + 1 in th */
-  size_t run_from;    /* running: frames th[run_tid-1].frames[0..run_from] */
-  bf_smp_frame chain[TK_MAX_CHAIN]; /* awaiting coroutines, outermost first */
-  int nchain;
-  uint64_t frame, instr; /* the task coroutine's frame and its instruction, when read */
-} tk_task;
-
-/* The await chain of a task parked on a future cannot change while the task
+/* One registry entry (tk->tasks[i] is tk->addrs[i]), kept from sample to
+ * sample: what was read of it last time is what this sample checks against.
+ *
+ * The await chain of a task parked on a future cannot change while the task
  * stays parked on that future (its step clears the waiter before it resumes
  * the coroutine). A new future is often born at a freed one's address, so a
  * remembered chain is used only when the task's own coroutine is also still
  * suspended at the same instruction (one read instead of two per level),
  * and re-read anyway every TK_CHAIN_TTL_NS (a deeper await may have moved
  * while the outer one, and the future's address, stayed). */
-typedef struct tk_chain {
-  uint64_t addr, coro, waiter, frame, instr;
-  int64_t walked_ns;
+typedef struct tk_task {
+  uint64_t addr, coro, waiter, name_obj;
+  int live;           /* a pending C Task this sample */
+  int state;          /* BF_SMP_TASK_* */
+  int64_t run_tid;    /* running: its thread's index + 1 in th */
+  size_t run_from;    /* running: frames th[run_tid-1].frames[0..run_from] */
+  const tk_name *name;
+  uint64_t name_seen, name_gen, name_fp; /* name resolved from object name_seen while
+                                          * tk->name_gen was name_gen; its text's hash */
+  const bf_smp_code *name_code; /* name's, copied: the names table is large */
+  const char *name_thread;
+  uint64_t name_serial;
+  int cached;         /* chain[] is the remembered chain of (coro, waiter) */
+  int64_t walked_ns;  /* when it was walked */
+  uint64_t frame, instr; /* the task coroutine's frame and its instruction, when read */
   int nchain;
-  bf_smp_frame chain[TK_MAX_CHAIN];
-} tk_chain;
+  bf_smp_frame chain[TK_MAX_CHAIN]; /* awaiting coroutines, outermost first */
+} tk_task;
+
+/* read_many's call sites whose regions repeat from sample to sample */
+#define TK_WALK_MEMOS 4 /* chain levels whose reads keep their order */
+enum { TK_M_REG, TK_M_TASK, TK_M_STATE, TK_M_RUN, TK_M_NAME, TK_M_FRAME, TK_M_SORT, TK_M_WALK,
+       TK_MEMOS = TK_M_WALK + 3 * TK_WALK_MEMOS };
+
+/* A call site's last regions, as (address, index) pairs before and after
+ * sorting. */
+typedef struct tk_memo {
+  uint64_t *in, *sorted;
+  size_t m, cap_in, cap_sorted;
+} tk_memo;
 
 struct bf_smp_tasks {
   bf_smp *h;
@@ -119,17 +138,25 @@ struct bf_smp_tasks {
   size_t cap_out;
   bf_smp_frame *frames;
   size_t nframes, cap_frames;
-  unsigned char *buf, *ok;
+  unsigned char *buf, *ok; /* read_many: regions read again alone; which were read */
   size_t cap_buf, cap_ok;
+  const unsigned char **at; /* read_many: where region i is (valid until the next call) */
+  size_t *pos, cap_at, cap_pos;
   uint64_t *ord;      /* read_many: (address, index) pairs, sorted */
   size_t cap_ord;
   unsigned char *span; /* read_many: merged spans as read */
   size_t cap_span;
   uint64_t *cur; /* per level: object address per task (0: chain ended) */
+  size_t cap_cur;
+  uint64_t *objs, *run, *walked; /* per task, scratch of one sample */
+  size_t cap_objs, cap_run, cap_walked;
+  tk_task *spare;     /* the registry's entries carried over at a refresh */
+  size_t cap_spare;
+  uint64_t name_gen;  /* bumped when a name entry leaves its slot */
+  tk_memo memo[TK_MEMOS];
   int warned_custom;
   int uvloop; /* the uvloop module is loaded */
   int new_names; /* read this sample */
-  tk_chain *cache; /* TK_CACHE entries, or NULL */
   tk_py *py;       /* pure-Python Tasks' key cache (tasks_py.c) */
   int v314;        /* 3.14+: tasks from _asyncio's debug offsets (tasks_314.c), 1 once found */
   tk314 t314;
@@ -182,10 +209,19 @@ void bf_smp_tasks_free(bf_smp_tasks *tk) {
   free(tk->frames);
   free(tk->buf);
   free(tk->ok);
+  free(tk->at);
+  free(tk->pos);
   free(tk->ord);
   free(tk->span);
   free(tk->cur);
-  free(tk->cache);
+  free(tk->objs);
+  free(tk->run);
+  free(tk->walked);
+  free(tk->spare);
+  for (int i = 0; i < TK_MEMOS; i++) {
+    free(tk->memo[i].in);
+    free(tk->memo[i].sorted);
+  }
   tk_py_free(tk->py);
   free(tk);
 }
@@ -205,22 +241,17 @@ static void set_status(bf_smp_tasks *tk, const char *what) {
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t nc = *cap ? *cap : 64;
-  while (nc < need) nc *= 2;
-  void *n = realloc(*p, nc * elem);
-  if (!n) return -ENOMEM;
-  *p = n;
-  *cap = nc;
-  return 0;
+  return bf_vec_grow(p, cap, need, elem, 64);
 }
 
-/* Read n regions of len bytes (addrs[i], 0 = skip) into buf[i*len], ok[i].
- * Objects of one kind sit side by side in the allocator's pools, so the
+/* Read n regions of len bytes (addrs[i], 0 = skip): region i is at
+ * tk->at[i] when tk->ok[i] (2: only its first need bytes), until the next
+ * call. Objects of one kind sit side by side in the allocator's pools, so the
  * regions are sorted and merged into spans (gaps under TK_GAP bytes read
  * too): the kernel's cost is per iovec and per page, far more than per byte.
  * Spans go TK_BATCH to a process_vm_readv; a batch that comes back short is
- * read again region by region, so one bad pointer costs only its region. */
+ * read again region by region, so one bad pointer costs only its region.
+ * memo: the call site (TK_M_*, or -1), whose last order is kept. */
 static int cmp_addr(const void *a, const void *b) {
   uint64_t x = ((const uint64_t *)a)[0], y = ((const uint64_t *)b)[0];
   return (x > y) - (x < y);
@@ -231,10 +262,12 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t len) {
+static int read_many(bf_smp_tasks *tk, int memo, const uint64_t *addrs, size_t n, size_t len, size_t need) {
   bf_smp *h = tk->h;
   if (grow((void **)&tk->buf, &tk->cap_buf, n * len + 1, 1) < 0) return -ENOMEM;
   if (grow((void **)&tk->ok, &tk->cap_ok, n + 1, 1) < 0) return -ENOMEM;
+  if (grow((void **)&tk->pos, &tk->cap_pos, n + 1, sizeof *tk->pos) < 0) return -ENOMEM;
+  if (grow((void **)&tk->at, &tk->cap_at, n + 1, sizeof *tk->at) < 0) return -ENOMEM;
   if (grow((void **)&tk->ord, &tk->cap_ord, 2 * n + 2, 8) < 0) return -ENOMEM;
   size_t m = 0;
   for (size_t i = 0; i < n; i++) {
@@ -249,14 +282,30 @@ static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t l
    * frames) was mostly allocated in the same order: often nothing to sort */
   for (size_t k = 1; k < m; k++)
     if (tk->ord[2 * k] < tk->ord[2 * k - 2]) {
+      /* the same regions as this call site's last time (parked tasks): the
+       * order found then, not a sort of thousands on every sample */
+      tk_memo *mo = memo >= 0 && memo < TK_MEMOS ? &tk->memo[memo] : NULL;
+      if (mo && mo->m == m && memcmp(mo->in, tk->ord, 16 * m) == 0) {
+        memcpy(tk->ord, mo->sorted, 16 * m);
+        break;
+      }
+      if (mo && (grow((void **)&mo->in, &mo->cap_in, 2 * m, 8) < 0 ||
+                 grow((void **)&mo->sorted, &mo->cap_sorted, 2 * m, 8) < 0))
+        mo = NULL;
+      if (mo) memcpy(mo->in, tk->ord, 16 * m);
       qsort(tk->ord, m, 16, cmp_addr);
+      if (mo) {
+        memcpy(mo->sorted, tk->ord, 16 * m);
+        mo->m = m;
+      }
       break;
     }
+  /* every span of this call stays in tk->span: regions are used in place
+   * (tk->at), after the last batch, when the area no longer moves */
   struct iovec l[TK_BATCH], r[TK_BATCH];
-  size_t first[TK_BATCH + 1];
+  size_t first[TK_BATCH + 1], off = 0;
   for (size_t k = 0; k < m;) {
-    size_t ns = 0, want = 0, off = 0;
-    /* spans into the scratch area */
+    size_t ns = 0, want = 0;
     while (k < m && ns < TK_BATCH) {
       uint64_t lo = tk->ord[2 * k], hi = lo + len;
       first[ns] = k;
@@ -279,27 +328,39 @@ static int read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t l
     h->read_iovs += ns;
     h->read_bytes += want;
     ssize_t got = h->readv(h->readv_ud, l, ns, r, ns);
+    int whole = got == (ssize_t)want;
     for (size_t j = 0; j < ns; j++) {
       uint64_t lo = (uint64_t)(uintptr_t)r[j].iov_base;
-      const unsigned char *sb = l[j].iov_base;
-      int whole = got == (ssize_t)want;
+      size_t at = (size_t)((unsigned char *)l[j].iov_base - tk->span);
       for (size_t q = first[j]; q < first[j + 1]; q++) {
         size_t idx = (size_t)tk->ord[2 * q + 1];
         if (whole) {
-          memcpy(tk->buf + idx * len, sb + (tk->ord[2 * q] - lo), len);
+          tk->pos[idx] = at + (size_t)(tk->ord[2 * q] - lo);
           tk->ok[idx] = 1;
-        } else {
-          tk->ok[idx] = smp_read(h, addrs[idx], tk->buf + idx * len, len) == 0;
+        } else { /* read again alone, into its own place; its first need bytes at least */
+          tk->pos[idx] = TK_IN_BUF | (idx * len);
+          tk->ok[idx] = smp_read(h, addrs[idx], tk->buf + idx * len, len) == 0        ? 1
+                        : need < len && smp_read(h, addrs[idx], tk->buf + idx * len, need) == 0 ? 2
+                                                                                              : 0;
         }
       }
     }
+  }
+  for (size_t q = 0; q < m; q++) {
+    size_t idx = (size_t)tk->ord[2 * q + 1];
+    size_t p = tk->pos[idx];
+    tk->at[idx] = p & TK_IN_BUF ? tk->buf + (p & ~TK_IN_BUF) : tk->span + p;
   }
   return 0;
 }
 
 int tk_read_many(bf_smp_tasks *tk, const uint64_t *addrs, size_t n, size_t len,
                  const unsigned char **buf, const unsigned char **ok) {
-  int rc = read_many(tk, addrs, n, len);
+  int rc = read_many(tk, -1, addrs, n, len, len);
+  /* in place of tk->at: region i at buf + i * len (those read again alone
+   * are there already) */
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    if (tk->ok[i] && tk->at[i] != tk->buf + i * len) memcpy(tk->buf + i * len, tk->at[i], len);
   *buf = tk->buf;
   *ok = tk->ok;
   return rc;
@@ -387,10 +448,10 @@ static int set_items(bf_smp_tasks *tk, uint64_t set, int weak) {
   if (!weak) return 0;
   /* weakrefs: {ob_refcnt, ob_type, wr_object}; dummies fail the type check */
   size_t n = tk->naddrs - first;
-  if ((rc = read_many(tk, tk->addrs + first, n, 24)) < 0) return rc;
+  if ((rc = read_many(tk, TK_M_REG, tk->addrs + first, n, 24, 24)) < 0) return rc;
   size_t o = first;
   for (size_t i = 0; i < n; i++) {
-    const unsigned char *w = tk->buf + i * 24;
+    const unsigned char *w = tk->at[i];
     if (!tk->ok[i] || type_kind(tk, rd64(w + 8)) != TK_WEAKREF) continue;
     tk->addrs[o++] = rd64(w + 16);
   }
@@ -421,6 +482,59 @@ static void find_registry(bf_smp_tasks *tk) {
   }
   /* asyncio.tasks may still be importing: without its registry look again */
   tk->mod_dict = tk->reg_sets[0] ? md : 0;
+}
+
+/* Sort tk->addrs: the set's table order rarely changes between refreshes,
+ * so the last order found is reused when the list is the same. */
+static void sort_addrs(bf_smp_tasks *tk) {
+  size_t n = tk->naddrs;
+  tk_memo *mo = &tk->memo[TK_M_SORT];
+  if (n < 2) return;
+  if (mo->m == n && memcmp(mo->in, tk->addrs, 8 * n) == 0) {
+    memcpy(tk->addrs, mo->sorted, 8 * n);
+    return;
+  }
+  int keep = grow((void **)&mo->in, &mo->cap_in, n, 8) == 0 && grow((void **)&mo->sorted, &mo->cap_sorted, n, 8) == 0;
+  if (keep) memcpy(mo->in, tk->addrs, 8 * n);
+  qsort(tk->addrs, n, 8, cmp_u64);
+  if (keep) {
+    memcpy(mo->sorted, tk->addrs, 8 * n);
+    mo->m = n;
+  }
+}
+
+/* Align tk->tasks with the registry just read: the entries of tasks still
+ * in it are carried over (both lists are in address order), new ones start
+ * empty. */
+static void remap_tasks(bf_smp_tasks *tk) {
+  size_t n = tk->naddrs, old = tk->ntasks, j = 0;
+  if (n == old) {
+    size_t i = 0;
+    while (i < n && tk->tasks[i].addr == tk->addrs[i]) i++;
+    if (i == n) return;
+  }
+  if (grow((void **)&tk->spare, &tk->cap_spare, n + 1, sizeof *tk->spare) < 0) {
+    tk->ntasks = 0;
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    tk_task *d = &tk->spare[i];
+    while (j < old && tk->tasks[j].addr < tk->addrs[i]) j++;
+    if (j < old && tk->tasks[j].addr == tk->addrs[i]) {
+      const tk_task *o = &tk->tasks[j++];
+      memcpy(d, o, offsetof(tk_task, chain) + (size_t)o->nchain * sizeof o->chain[0]);
+    } else {
+      memset(d, 0, offsetof(tk_task, chain));
+      d->addr = tk->addrs[i];
+    }
+  }
+  tk_task *t = tk->tasks;
+  size_t c = tk->cap_tasks;
+  tk->tasks = tk->spare;
+  tk->cap_tasks = tk->cap_spare;
+  tk->spare = t;
+  tk->cap_spare = c;
+  tk->ntasks = n;
 }
 
 void tk_use_314(bf_smp_tasks *tk, const tk314 *o) {
@@ -463,7 +577,7 @@ static void refresh_314(bf_smp_tasks *tk) {
   if (tk->v314 != 1 || smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8) < 0) return;
   if (grow((void **)&tk->addrs, &tk->cap_addrs, TK_MAX_TASKS, 8) < 0) return;
   tk314_tasks(h, &tk->t314, interp, tk->addrs, TK_MAX_TASKS, &tk->naddrs);
-  if (tk->naddrs > 1) qsort(tk->addrs, tk->naddrs, 8, cmp_u64);
+  sort_addrs(tk);
 }
 
 static void refresh_registry(bf_smp_tasks *tk) {
@@ -471,6 +585,7 @@ static void refresh_registry(bf_smp_tasks *tk) {
   tk->reg_ns = h->now_ns;
   if (tk->v314) {
     refresh_314(tk);
+    remap_tasks(tk);
     return;
   }
   int64_t since = h->now_ns - tk->found_ns;
@@ -482,7 +597,8 @@ static void refresh_registry(bf_smp_tasks *tk) {
     if (tk->reg_sets[i] && set_items(tk, tk->reg_sets[i], tk->reg_weak[i]) < 0) bad = 1;
   if (bad) tk->mod_dict = 0; /* look the module up again next time */
   /* address order: batched reads then need no sorting (see read_many) */
-  if (tk->naddrs > 1) qsort(tk->addrs, tk->naddrs, 8, cmp_u64);
+  sort_addrs(tk);
+  remap_tasks(tk);
 }
 
 /* The cached name of obj, or NULL with *free_slot (when not NULL) set to
@@ -497,8 +613,6 @@ static const tk_name *name_slot(const bf_smp_tasks *tk, uint64_t obj, size_t *fr
   return NULL;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem);
-
 /* Keep name s (owned from now on) of obj in slot i; an entry already there
  * (a freed name object's, whose address obj reuses) is retired. */
 static const tk_name *name_put(bf_smp_tasks *tk, size_t i, uint64_t obj, char *s) {
@@ -512,6 +626,7 @@ static const tk_name *name_put(bf_smp_tasks *tk, size_t i, uint64_t obj, char *s
     return NULL;
   }
   if (e->obj) { /* retired: a sample held by the recorder may still point at it */
+    tk->name_gen++;
     e->retired_ns = tk->h->now_ns;
     tk->dead[tk->ndead++] = *e;
     tk->nnames--;
@@ -559,61 +674,90 @@ static const tk_name *name_get(bf_smp_tasks *tk, uint64_t obj) {
   return name_put(tk, i, obj, s);
 }
 
+/* The text of a name object read into b (len bytes) into out (65 bytes):
+ * a short compact ASCII str, or (3.13) the int of an unnamed task as
+ * "Task-N". Returns its length, or -1 when it is neither. */
+static int name_decode(bf_smp_tasks *tk, const unsigned char *b, char *out) {
+  const smp_layout *l = &tk->h->lay;
+  int kind = type_kind(tk, rd64(b + l->ob_type));
+  if (kind == TK_STR) {
+    uint64_t n = rd64(b + l->uni_length);
+    uint32_t st = rd32(b + l->uni_state);
+    if (((st >> 2) & 7) != 1 || !((st >> 5) & 1) || !((st >> 6) & 1) || n > 64) return -1;
+    memcpy(out, b + l->uni_ascii_size, (size_t)n);
+    out[n] = 0;
+    if (strlen(out) < n)
+      for (uint64_t c = 0; c < n; c++)
+        if (!out[c]) out[c] = '?';
+    return (int)n;
+  }
+  if (kind == TK_INT && l->nm.long_tagged) {
+    uint64_t tag = rd64(b + l->nm.long_size), nd = tag >> 3;
+    if ((tag & 3) != 0 || nd < 1 || nd > 2) return -1;
+    uint64_t v = rd32(b + l->nm.long_digit);
+    if (nd == 2) v |= (uint64_t)rd32(b + l->nm.long_digit + 4) << 30;
+    return snprintf(out, 65, "Task-%llu", (unsigned long long)v);
+  }
+  return -1;
+}
+
+/* A 64-bit hash of a name's text (never 0): what a task remembers of the
+ * text its name entry was checked against. */
+static uint64_t name_hash(const char *s, int n) {
+  uint64_t x = 0xcbf29ce484222325ull ^ (uint64_t)n;
+  for (int i = 0; i < n; i += 8) { /* 8 bytes a step: s has room for 72 */
+    uint64_t w = 0;
+    memcpy(&w, s + i, n - i < 8 ? (size_t)(n - i) : 8);
+    x = (x ^ w) * 0x100000001b3ull;
+    x ^= x >> 29;
+  }
+  return x | 1;
+}
+
 /* Every task's name, in one batched read of the name objects (up to
  * TK_NAME_BATCH; past that a cached text is trusted), decoded here when it is
  * a short compact ASCII str (or, 3.13, the int of an unnamed task) and
  * checked against the cached text; others are left to name_get's bounded
- * slow path. */
+ * slow path. A task still holding the name object it had, whose text hashes
+ * as before, keeps its entry without a look-up (name_gen: no entry has left
+ * its slot since). */
 static void names_prefetch(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
   const smp_layout *l = &h->lay;
   size_t len = (size_t)l->uni_ascii_size + 64;
   if (len < (size_t)l->nm.long_digit + 8) len = (size_t)l->nm.long_digit + 8;
   if (!tk->names && !(tk->names = calloc(TK_MAX_NAMES, sizeof *tk->names))) return;
-  uint64_t *objs = calloc(tk->ntasks ? tk->ntasks : 1, 8);
-  if (!objs) return;
+  size_t n = tk->ntasks;
+  if (grow((void **)&tk->objs, &tk->cap_objs, n + 1, 8) < 0) return;
+  uint64_t *objs = tk->objs;
   size_t want = 0;
-  for (size_t k = 0; k < tk->ntasks && want < TK_NAME_BATCH; k++) {
-    uint64_t obj = tk->tasks[k].name_obj;
-    if (!obj) continue;
-    objs[k] = obj;
-    want++;
+  for (size_t k = 0; k < n; k++) {
+    objs[k] = 0;
+    if (tk->tasks[k].live && tk->tasks[k].name_obj && want < TK_NAME_BATCH) {
+      objs[k] = tk->tasks[k].name_obj;
+      want++;
+    }
   }
-  if (want && read_many(tk, objs, tk->ntasks, len) == 0)
-    for (size_t k = 0; k < tk->ntasks; k++) {
-      if (!objs[k] || !tk->ok[k] || tk->nnames >= TK_MAX_NAMES / 2) continue;
+  if (want && read_many(tk, TK_M_NAME, objs, n, len, len) == 0)
+    for (size_t k = 0; k < n; k++) {
+      if (!objs[k] || !tk->ok[k]) continue;
+      tk_task *t = &tk->tasks[k];
+      char text[72];
+      int tl = name_decode(tk, tk->at[k], text);
+      uint64_t fp = tl < 0 ? 0 : name_hash(text, tl);
+      if (fp && t->name && t->name_seen == objs[k] && t->name_gen == tk->name_gen && t->name_fp == fp)
+        continue; /* the same object, the same text: the same entry */
+      t->name_fp = 0;
+      if (tl < 0 || tk->nnames >= TK_MAX_NAMES / 2) continue;
       size_t i;
       const tk_name *had = name_slot(tk, objs[k], &i);
       if (had) i = (size_t)(had - tk->names);
-      const unsigned char *b = tk->buf + k * len;
-      int kind = type_kind(tk, rd64(b + l->ob_type));
-      char *str = NULL;
-      if (kind == TK_STR) {
-        uint64_t n = rd64(b + l->uni_length);
-        uint32_t st = rd32(b + l->uni_state);
-        if (((st >> 2) & 7) != 1 || !((st >> 5) & 1) || !((st >> 6) & 1) || n > 64) continue;
-        if (!(str = malloc((size_t)n + 1))) return;
-        memcpy(str, b + l->uni_ascii_size, (size_t)n);
-        str[n] = 0;
-        for (uint64_t c = 0; c < n; c++)
-          if (!str[c]) str[c] = '?';
-      } else if (kind == TK_INT && l->nm.long_tagged) {
-        uint64_t tag = rd64(b + l->nm.long_size), nd = tag >> 3;
-        if ((tag & 3) != 0 || nd < 1 || nd > 2) continue;
-        uint64_t v = rd32(b + l->nm.long_digit);
-        if (nd == 2) v |= (uint64_t)rd32(b + l->nm.long_digit + 4) << 30;
-        if (!(str = malloc(32))) return;
-        snprintf(str, 32, "Task-%llu", (unsigned long long)v);
-      } else {
-        continue;
-      }
-      if (had && strcmp(had->code->qualname, str) == 0) { /* the same text: the same entry */
-        free(str);
-        continue;
-      }
+      t->name_fp = fp; /* checked below, or its new entry */
+      if (had && strcmp(had->code->qualname, text) == 0) continue; /* the same text: the same entry */
+      char *str = strdup(text);
+      if (!str) return;
       name_put(tk, i, objs[k], str);
     }
-  free(objs);
 }
 
 /* Free the retired names no sample held by the recorder can still use. */
@@ -651,24 +795,33 @@ static int walk_chains(bf_smp_tasks *tk) {
   size_t fr_len = frame_len(tk);
   size_t co_len = L->cr_iframe ? L->cr_iframe + fr_len : 32;
   if (co_len > TK_OBJ_READ + fr_len) return -EIO;
+  int any = 0;
+  for (size_t i = 0; i < n && !any; i++) any = tk->cur[i] != 0;
+  if (!any) return 0; /* all parked where they were */
   uint64_t *slot = calloc(n ? n : 1, 8);
   uint64_t *fa = calloc(n ? n : 1, 8);
-  unsigned char *fr = malloc((n ? n : 1) * fr_len);
+  const unsigned char **fr = calloc(n ? n : 1, sizeof *fr); /* into read_many's area */
   int rc = 0;
   if (!slot || !fa || !fr) {
     rc = -ENOMEM;
     goto out;
   }
+  /* 3.11+: the frame is inside the coroutine, and its value stack's top
+   * often within a few words after what is read of it: read those too */
+  size_t extra = L->cr_iframe ? TK_SLOT_EXTRA : 0;
+  /* 3.14: the stack holds tagged references */
+  uint64_t mask = h->lay.executable_tagged ? ~(uint64_t)7 : ~(uint64_t)0;
   for (int depth = 0; depth < TK_MAX_CHAIN; depth++) {
     int any = 0;
     for (size_t i = 0; i < n; i++) any |= tk->cur[i] != 0;
     if (!any) break;
-    if ((rc = read_many(tk, tk->cur, n, co_len)) < 0) goto out;
+    int memo = depth < TK_WALK_MEMOS ? TK_M_WALK + 3 * depth : -1;
+    if ((rc = read_many(tk, memo, tk->cur, n, co_len + extra, co_len)) < 0) goto out;
     /* frames: embedded (3.11+, already read) or separate objects */
     for (size_t i = 0; i < n; i++) {
       fa[i] = 0;
       if (!tk->cur[i]) continue;
-      const unsigned char *co = tk->buf + i * co_len;
+      const unsigned char *co = tk->at[i];
       int k = tk->ok[i] ? type_kind(tk, rd64(co + h->lay.ob_type)) : TK_OTHER;
       if (k != TK_CORO && k != TK_GEN) {
         tk->cur[i] = 0;
@@ -676,7 +829,7 @@ static int walk_chains(bf_smp_tasks *tk) {
       }
       fa[i] = coro_frame_addr(tk, tk->cur[i], co);
       if (L->cr_iframe) {
-        memcpy(fr + i * fr_len, co + L->cr_iframe, fr_len);
+        fr[i] = co + L->cr_iframe;
         if ((int8_t)co[L->cr_iframe - 5] != -1) fa[i] = 0; /* not suspended at an await */
       } else if (L->cr_running && co[L->cr_running]) {
         fa[i] = 0;
@@ -684,11 +837,11 @@ static int walk_chains(bf_smp_tasks *tk) {
       if (!fa[i]) tk->cur[i] = 0;
     }
     if (!L->cr_iframe) {
-      if ((rc = read_many(tk, fa, n, fr_len)) < 0) goto out;
+      if ((rc = read_many(tk, memo < 0 ? -1 : memo + 1, fa, n, fr_len, fr_len)) < 0) goto out;
       for (size_t i = 0; i < n; i++) {
-        if (fa[i] && (!tk->ok[i] || (L->f_state && (int8_t)tk->buf[i * fr_len + L->f_state] != -1)))
+        if (fa[i] && (!tk->ok[i] || (L->f_state && (int8_t)tk->at[i][L->f_state] != -1)))
           fa[i] = tk->cur[i] = 0;
-        if (fa[i]) memcpy(fr + i * fr_len, tk->buf + i * fr_len, fr_len);
+        if (fa[i]) fr[i] = tk->at[i];
       }
     }
     /* this coroutine's frame, then where its value stack's top lives */
@@ -696,7 +849,7 @@ static int walk_chains(bf_smp_tasks *tk) {
       slot[i] = 0;
       if (!fa[i]) continue;
       tk_task *t = &tk->tasks[i];
-      const unsigned char *f = fr + i * fr_len;
+      const unsigned char *f = fr[i];
       uint64_t code = rd64(f + h->lay.fr_code);
       uint64_t instr = h->lay.instr_is_lasti ? rd32(f + h->lay.fr_instr) : rd64(f + h->lay.fr_instr);
       if (h->lay.instr_is_lasti && (int32_t)instr < 0) { /* not started */
@@ -722,13 +875,16 @@ static int walk_chains(bf_smp_tasks *tk) {
         int32_t d = (int32_t)rd32(f + L->f_stackdepth);
         if (base && d > 0 && d < 4096) slot[i] = base + (uint64_t)(d - 1) * 8;
       }
-      if (!slot[i]) tk->cur[i] = 0;
+      if (!slot[i]) {
+        tk->cur[i] = 0;
+      } else if (extra && tk->ok[i] == 1 && slot[i] >= fa[i] && slot[i] + 8 <= tk->cur[i] + co_len + extra) {
+        tk->cur[i] = rd64(f + (slot[i] - fa[i])) & mask; /* read already, with the coroutine */
+        slot[i] = 0;
+      }
     }
-    if ((rc = read_many(tk, slot, n, 8)) < 0) goto out;
-    /* 3.14: the stack holds tagged references */
-    uint64_t mask = h->lay.executable_tagged ? ~(uint64_t)7 : ~(uint64_t)0;
+    if ((rc = read_many(tk, memo < 0 ? -1 : memo + 2, slot, n, 8, 8)) < 0) goto out;
     for (size_t i = 0; i < n; i++)
-      if (slot[i]) tk->cur[i] = tk->ok[i] ? rd64(tk->buf + i * 8) & mask : 0;
+      if (slot[i]) tk->cur[i] = tk->ok[i] ? rd64(tk->at[i]) & mask : 0;
   }
 out:
   free(slot);
@@ -751,69 +907,68 @@ static void place_running(tk_task *t, const bf_smp_thread *th, size_t n) {
       }
 }
 
-void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
-                         const bf_smp_thread **out, size_t *nout) {
+/* Task t is live this sample with fields f; what it had (its chain) is
+ * dropped when its coroutine or future changed. */
+static void task_take(tk_task *t, tk_py_task f) {
+  if (f.coro != t->coro || f.waiter != t->waiter) t->cached = 0;
+  if (!t->cached) t->nchain = 0;
+  t->coro = f.coro;
+  t->waiter = f.waiter;
+  t->name_obj = f.name_obj;
+  t->run_tid = 0;
+  t->live = 1;
+}
+
+/* Each registered task's object, read: which are pending Tasks (live) and
+ * what they point at; what a task had (its chain) is dropped when its
+ * coroutine or future changed. */
+static void tasks_read(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
   const tk_layout *L = &tk->lay;
-  *out = th;
-  *nout = n;
-  if (!tk->supported) return;
-  if (tk->v314 && tk->v314 != 1) { /* _asyncio not found yet: nothing to read */
-    refresh_registry(tk);
-    if (tk->v314 != 1) return;
-  }
-  /* a big registry costs a read per task: re-read it ten times less often */
-  int64_t every = tk->naddrs > 1000 ? 10 * TK_REFRESH_NS : TK_REFRESH_NS;
-  if (!tk->reg_ns || h->now_ns - tk->reg_ns >= every) refresh_registry(tk);
-  if (!tk->naddrs) return;
-  /* the tasks themselves, every sample */
-  if (read_many(tk, tk->addrs, tk->naddrs, L->task_size) < 0) return;
-  if (grow((void **)&tk->tasks, &tk->cap_tasks, tk->naddrs, sizeof *tk->tasks) < 0) return;
-  tk->ntasks = 0;
+  size_t nt = tk->ntasks;
   int foreign = 0;
   size_t npy = 0, pyskip = 0;
   uint64_t *pya = NULL;
-  for (size_t i = 0; i < tk->naddrs; i++) {
-    const unsigned char *b = tk->buf + i * L->task_size;
+  size_t *pyi = NULL;
+  for (size_t i = 0; i < nt; i++) {
+    const unsigned char *b = tk->at[i];
+    tk_task *t = &tk->tasks[i];
+    t->live = 0;
     /* a pure-Python Task is smaller than a C one: its read may end past
      * the end of its memory */
     int k = tk->ok[i] ? type_kind(tk, rd64(b + h->lay.ob_type)) : tk_obj_kind(tk, tk->addrs[i]);
     if (k == TK_PYTASK) { /* read together after this loop (tasks_py.c) */
-      if (!pya && !(pya = malloc(tk->naddrs * 8))) return;
+      if (!pya && (!(pya = malloc(nt * 8)) || !(pyi = malloc(nt * sizeof *pyi)))) {
+        free(pya);
+        return;
+      }
+      pyi[npy] = i;
       pya[npy++] = tk->addrs[i];
       continue;
     } /* else a dead weak reference, or a task freed since the registry was read */
-    if (k != TK_TASK || !tk->ok[i] || rd32(b + L->fut_state) != 0) continue; /* or done, cancelled */
-    tk_task *t = &tk->tasks[tk->ntasks++];
-    t->addr = tk->addrs[i];
-    t->coro = rd64(b + L->task_coro);
-    t->waiter = rd64(b + L->task_fut_waiter);
-    t->name_obj = rd64(b + L->task_name);
-    t->nchain = 0;
-    t->run_tid = 0;
-    t->frame = t->instr = 0;
+    if (k != TK_TASK || !tk->ok[i] || rd32(b + L->fut_state) != 0) { /* or done, cancelled */
+      if (tk->ok[i]) t->cached = 0; /* else a torn read: what it had may still hold */
+      continue;
+    }
+    task_take(t, (tk_py_task){rd64(b + L->task_coro), rd64(b + L->task_fut_waiter), rd64(b + L->task_name)});
   }
   if (npy) {
     tk_py_task *pt = calloc(npy, sizeof *pt);
     int *prc = calloc(npy, sizeof *prc);
     int skipped = pt && prc ? tk_py_read_many(tk, tk->py, pya, npy, pt, prc) : -ENOMEM;
     pyskip = skipped > 0 ? (size_t)skipped : 0;
-    for (size_t i = 0; skipped >= 0 && i < npy; i++) {
-      foreign += prc[i] == -ENOTSUP;
-      if (prc[i] <= 0) continue;
-      tk_task *t = &tk->tasks[tk->ntasks++];
-      t->addr = pya[i];
-      t->coro = pt[i].coro;
-      t->waiter = pt[i].waiter;
-      t->name_obj = pt[i].name_obj;
-      t->nchain = 0;
-      t->run_tid = 0;
-      t->frame = t->instr = 0;
+    for (size_t j = 0; skipped >= 0 && j < npy; j++) {
+      foreign += prc[j] == -ENOTSUP;
+      if (prc[j] <= 0)
+        tk->tasks[pyi[j]].cached = 0;
+      else
+        task_take(&tk->tasks[pyi[j]], pt[j]);
     }
     free(pt);
     free(prc);
   }
   free(pya);
+  free(pyi);
   if ((foreign || pyskip) && !tk->warned_custom) {
     tk->warned_custom = 1;
     set_status(tk, foreign ? "some tasks are asyncio's pure-Python Task, whose attributes this Python's "
@@ -821,18 +976,29 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
                            : "some pure-Python Tasks (asyncio.tasks._PyTask) have no shared attribute "
                              "layout and were past the per-sample bound: those were not shown");
   }
-  /* running or not: from the task coroutine's own state */
-  if (!(tk->cur = realloc(tk->cur, (tk->ntasks ? tk->ntasks : 1) * 8))) return;
-  /* a task parked on a future is not running: only the others' coroutines
-   * are read for their state */
-  for (size_t i = 0; i < tk->ntasks; i++) tk->cur[i] = tk->tasks[i].waiter ? 0 : tk->tasks[i].coro;
+}
+
+/* Running, ready or waiting: from each task coroutine's own state (3.10:
+ * its frame's); a running task's coroutine frame, placed on the thread
+ * whose stack holds it. tk->cur[i]: the coroutine to walk (0: none). */
+static int tasks_states(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n) {
+  bf_smp *h = tk->h;
+  const tk_layout *L = &tk->lay;
+  size_t nt = tk->ntasks;
+  /* running or not: from the task coroutine's own state. A task parked on a
+   * future is not running: only the others' coroutines are read for it */
+  for (size_t i = 0; i < nt; i++) {
+    const tk_task *t = &tk->tasks[i];
+    tk->cur[i] = t->live && !t->waiter ? t->coro : 0;
+  }
   size_t co_len = L->cr_iframe ? (size_t)L->cr_iframe + 8 : 32;
-  if (read_many(tk, tk->cur, tk->ntasks, co_len) < 0) return;
-  uint64_t *run = calloc(tk->ntasks ? tk->ntasks : 1, 8);
-  if (!run) return;
-  for (size_t i = 0; i < tk->ntasks; i++) {
+  if (read_many(tk, TK_M_STATE, tk->cur, nt, co_len, co_len) < 0) return -EIO;
+  uint64_t *run = tk->run;
+  for (size_t i = 0; i < nt; i++) {
     tk_task *t = &tk->tasks[i];
-    const unsigned char *co = tk->buf + i * co_len;
+    run[i] = 0;
+    if (!t->live) continue;
+    const unsigned char *co = tk->at[i];
     int running = tk->cur[i] && tk->ok[i] && (L->cr_iframe    ? (int8_t)co[L->cr_iframe - 5] == 0
                                 : L->cr_running ? co[L->cr_running] != 0
                                                 : 1); /* 3.10: decided on the frame below */
@@ -841,14 +1007,16 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
     if (running) { /* its frames are on a thread's stack: only its code is wanted */
       run[i] = L->cr_iframe ? t->coro + L->cr_iframe : rd64(co + L->cr_frame);
       tk->cur[i] = 0;
+      t->cached = 0;
+      t->nchain = 0;
     }
   }
   size_t fr_len = frame_len(tk);
-  if (read_many(tk, run, tk->ntasks, fr_len) == 0)
-    for (size_t i = 0; i < tk->ntasks; i++) {
+  if (read_many(tk, TK_M_RUN, run, nt, fr_len, fr_len) == 0)
+    for (size_t i = 0; i < nt; i++) {
       tk_task *t = &tk->tasks[i];
       if (!run[i] || !tk->ok[i]) continue;
-      const unsigned char *f = tk->buf + i * fr_len;
+      const unsigned char *f = tk->at[i];
       if (L->f_state && (int8_t)f[L->f_state] != 0) { /* 3.10: not executing */
         t->state = t->waiter ? BF_SMP_TASK_WAITING : BF_SMP_TASK_READY;
         tk->cur[i] = t->coro;
@@ -858,64 +1026,83 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
       if (smp_code_frame(h, rd64(f + h->lay.fr_code), instr, &t->chain[0]) == 0) t->nchain = 1;
       place_running(t, th, n);
     }
-  free(run);
-  /* names after the states: reading new names takes time, and a state read
-   * long after the threads' stacks disagrees with them more often */
+  return 0;
+}
+
+/* Every live task's name entry: kept while its name object and text are
+ * unchanged, else looked up (a task without one is not walked). */
+static void tasks_names(bf_smp_tasks *tk) {
+  size_t nt = tk->ntasks;
   tk->new_names = 0;
   names_retire(tk);
   names_prefetch(tk);
-  for (size_t i = 0; i < tk->ntasks; i++) {
-    tk->tasks[i].name = name_get(tk, tk->tasks[i].name_obj);
-    if (!tk->tasks[i].name) tk->cur[i] = 0; /* not shown this sample: not walked */
-  }
-  if (!tk->cache) tk->cache = calloc(TK_CACHE, sizeof *tk->cache);
-  uint64_t *walked = calloc(tk->ntasks ? tk->ntasks : 1, 8);
-  if (!walked) return;
-  size_t fl = frame_len(tk);
-  for (size_t i = 0; tk->cache && i < tk->ntasks; i++) { /* remembered chains to check */
+  for (size_t i = 0; i < nt; i++) {
     tk_task *t = &tk->tasks[i];
-    tk_chain *e = &tk->cache[(t->addr >> 4) * 0x9E3779B97F4A7C15ull >> 50 & (TK_CACHE - 1)];
-    if (tk->cur[i] && t->waiter && e->addr == t->addr && e->coro == t->coro && e->waiter == t->waiter &&
-        h->now_ns - e->walked_ns < TK_CHAIN_TTL_NS)
-      walked[i] = e->frame;
-  }
-  if (tk->cache && read_many(tk, walked, tk->ntasks, fl) == 0)
-    for (size_t i = 0; i < tk->ntasks; i++) {
-      if (!walked[i] || !tk->ok[i]) continue;
-      tk_task *t = &tk->tasks[i];
-      tk_chain *e = &tk->cache[(t->addr >> 4) * 0x9E3779B97F4A7C15ull >> 50 & (TK_CACHE - 1)];
-      const unsigned char *f = tk->buf + i * fl;
-      uint64_t instr = h->lay.instr_is_lasti ? rd32(f + h->lay.fr_instr) : rd64(f + h->lay.fr_instr);
-      if (instr != e->instr) continue;
-      memcpy(t->chain, e->chain, (size_t)e->nchain * sizeof *e->chain);
-      t->nchain = e->nchain;
-      tk->cur[i] = 0;
+    if (!t->live) continue;
+    if (!t->name || t->name_seen != t->name_obj || t->name_gen != tk->name_gen) {
+      t->name = name_get(tk, t->name_obj);
+      t->name_seen = t->name_obj;
+      t->name_gen = tk->name_gen;
+      if (t->name) {
+        t->name_code = t->name->code;
+        t->name_thread = t->name->thread_name;
+        t->name_serial = t->name->serial;
+      }
     }
-  memcpy(walked, tk->cur, tk->ntasks * 8);
-  int wrc = walk_chains(tk);
-  for (size_t i = 0; wrc == 0 && tk->cache && i < tk->ntasks; i++) {
+    if (!t->name) tk->cur[i] = 0; /* not shown this sample: not walked */
+  }
+}
+
+/* The await chains: a parked task's remembered chain while its coroutine is
+ * still at its instruction (and younger than TK_CHAIN_TTL_NS), else walked. */
+static int tasks_chains(bf_smp_tasks *tk) {
+  bf_smp *h = tk->h;
+  size_t nt = tk->ntasks;
+  /* remembered chains to check: the task coroutine still at its instruction */
+  uint64_t *walked = tk->walked;
+  for (size_t i = 0; i < nt; i++) {
+    const tk_task *t = &tk->tasks[i];
+    walked[i] = tk->cur[i] && t->waiter && t->cached && h->now_ns - t->walked_ns < TK_CHAIN_TTL_NS ? t->frame : 0;
+  }
+  size_t fl = frame_len(tk);
+  if (read_many(tk, TK_M_FRAME, walked, nt, fl, fl) == 0)
+    for (size_t i = 0; i < nt; i++) {
+      if (!walked[i] || !tk->ok[i]) continue;
+      const unsigned char *f = tk->at[i];
+      uint64_t instr = h->lay.instr_is_lasti ? rd32(f + h->lay.fr_instr) : rd64(f + h->lay.fr_instr);
+      if (instr == tk->tasks[i].instr) tk->cur[i] = 0;
+    }
+  for (size_t i = 0; i < nt; i++) {
+    tk_task *t = &tk->tasks[i];
+    if (!tk->cur[i]) continue;
+    t->nchain = 0;
+    t->frame = t->instr = 0;
+    t->cached = 0;
+  }
+  memcpy(walked, tk->cur, nt * 8);
+  if (walk_chains(tk) < 0) return -EIO;
+  for (size_t i = 0; i < nt; i++) {
     tk_task *t = &tk->tasks[i];
     if (!walked[i] || !t->waiter || !t->nchain || !t->frame) continue;
-    tk_chain *e = &tk->cache[(t->addr >> 4) * 0x9E3779B97F4A7C15ull >> 50 & (TK_CACHE - 1)];
-    e->addr = t->addr;
-    e->coro = t->coro;
-    e->waiter = t->waiter;
-    e->frame = t->frame;
-    e->instr = t->instr;
-    e->walked_ns = h->now_ns;
-    e->nchain = t->nchain;
-    memcpy(e->chain, t->chain, (size_t)t->nchain * sizeof *t->chain);
+    t->cached = 1;
+    t->walked_ns = h->now_ns;
   }
-  free(walked);
-  if (wrc < 0) return;
+  return 0;
+}
+
+/* OUT *out, *nout: the threads th[0..n), then one synthetic thread per named
+ * live task (innermost frame first, the task name's frame last). */
+static void tasks_emit(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n, const bf_smp_thread **out,
+                       size_t *nout) {
+  size_t nt = tk->ntasks;
   /* output: the threads, then one synthetic thread per named task */
-  if (grow((void **)&tk->out, &tk->cap_out, n + tk->ntasks, sizeof *tk->out) < 0) return;
+  if (grow((void **)&tk->out, &tk->cap_out, n + nt, sizeof *tk->out) < 0) return;
   memcpy(tk->out, th, n * sizeof *th);
   tk->nframes = 0;
   size_t no = n;
-  for (size_t i = 0; i < tk->ntasks; i++) {
+  for (size_t i = 0; i < nt; i++) {
     tk_task *t = &tk->tasks[i];
-    if (!t->name) continue;
+    if (!t->live || !t->name) continue;
     size_t need = 1 + (size_t)t->nchain + (t->run_tid ? th[t->run_tid - 1].nframes : 0);
     if (grow((void **)&tk->frames, &tk->cap_frames, tk->nframes + need, sizeof *tk->frames) < 0)
       return;
@@ -935,14 +1122,14 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
        * in that window count as waiting, so the two errors cancel out */
       if (t->state != BF_SMP_TASK_RUNNING) flags |= BF_SMP_IDLE;
     }
-    tk->frames[tk->nframes++] = (bf_smp_frame){t->name->code, 0, 0};
+    tk->frames[tk->nframes++] = (bf_smp_frame){t->name_code, 0, 0};
     /* a stable id per task: negative, never a kernel tid; a new task whose
      * objects reuse a finished one's addresses differs in its name entry */
     uint64_t id = ((t->addr >> 4) ^ ((t->coro >> 4) * 0xC2B2AE3D27D4EB4Full) ^
-                   (t->name->serial * 0x9E3779B97F4A7C15ull)) & 0x3fffffffffffffffull;
+                   (t->name_serial * 0x9E3779B97F4A7C15ull)) & 0x3fffffffffffffffull;
     o->native_tid = -(int64_t)id - 1;
     o->thread_id = t->addr;
-    o->name = o->py_name = t->name->thread_name;
+    o->name = o->py_name = t->name_thread;
     o->flags = flags;
     o->cpu_ns = -1;
     o->nframes = tk->nframes - first;
@@ -951,4 +1138,34 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   for (size_t i = n; i < no; i++) tk->out[i].frames = tk->frames + (uintptr_t)tk->out[i].frames;
   *out = tk->out;
   *nout = no;
+}
+
+void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
+                         const bf_smp_thread **out, size_t *nout) {
+  bf_smp *h = tk->h;
+  const tk_layout *L = &tk->lay;
+  *out = th;
+  *nout = n;
+  if (!tk->supported) return;
+  if (tk->v314 && tk->v314 != 1) { /* _asyncio not found yet: nothing to read */
+    refresh_registry(tk);
+    if (tk->v314 != 1) return;
+  }
+  /* a big registry costs a read per task: re-read it ten times less often */
+  int64_t every = tk->naddrs > 1000 ? 10 * TK_REFRESH_NS : TK_REFRESH_NS;
+  if (!tk->reg_ns || h->now_ns - tk->reg_ns >= every) refresh_registry(tk);
+  if (!tk->naddrs || tk->ntasks != tk->naddrs) return;
+  size_t nt = tk->ntasks;
+  if (grow((void **)&tk->cur, &tk->cap_cur, nt + 1, 8) < 0 || grow((void **)&tk->run, &tk->cap_run, nt + 1, 8) < 0 ||
+      grow((void **)&tk->walked, &tk->cap_walked, nt + 1, 8) < 0)
+    return;
+  /* the tasks themselves, every sample */
+  if (read_many(tk, TK_M_TASK, tk->addrs, nt, L->task_size, L->task_size) < 0) return;
+  tasks_read(tk);
+  if (tasks_states(tk, th, n) < 0) return;
+  /* names after the states: reading new names takes time, and a state read
+   * long after the threads' stacks disagrees with them more often */
+  tasks_names(tk);
+  if (tasks_chains(tk) < 0) return;
+  tasks_emit(tk, th, n, out, nout);
 }

@@ -7,19 +7,24 @@ not a timed test).
    each parked three coroutines deep on an Event, beside the same without
    --async;
 2. the target's slowdown at 100 Hz and 1 kHz with 1,000 tasks: inside one
-   long-running target, windows of `bifocal record --pid --async` alternate
-   with windows alone, and each sampled window's progress rate (a task doing
-   fixed CPU steps) is compared with the mean of the windows alone around it:
-   per wall second (what a user sees, but on a shared host mostly the other
-   load) and per second of the target's own CPU time (the interference of
-   the reads with the target itself); beside them the profiler's own CPU
-   share, which a host with a spare core absorbs.
+   long-running target, rounds of four windows in a shuffled order (alone,
+   100 Hz without --async, 100 Hz and 1 kHz with it; each sampled window a
+   fresh `bifocal record --pid`), and each sampled window's progress rate (a
+   task doing fixed CPU steps) is compared with its round's window alone:
+   per second of the target's own CPU time (the reads' interference with the
+   target itself, and the cache refills after the switches a busy host
+   forces on it) and per wall second (what a user sees, but on a shared host
+   mostly the other load); beside them the target's involuntary context
+   switches, whether it was ever stopped or traced (polled every 20 ms), and
+   the profiler's own CPU, which a host with a spare core absorbs.
 
 usage: tests/bench/bench_asyncio.py [--python EXE] [--windows N] [--seconds S]
 """
 import argparse
 import json
+import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -100,8 +105,8 @@ def record(bifocal, db, pid, rate, secs, use_async):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--python", default=None)
-    ap.add_argument("--windows", type=int, default=5)
-    ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--windows", type=int, default=12, help="rounds of the slowdown part")
+    ap.add_argument("--seconds", type=float, default=3.0, help="window length of the slowdown part")
     a = ap.parse_args()
     bifocal = os.environ.get("BIFOCAL_BIN") or os.path.join(ROOT, "build", "bifocal")
     ps = [p for p in pythons.discover() if not p["free_threaded"] and p["version"][:2] <= (3, 13)]
@@ -129,35 +134,81 @@ def main():
         print("  %6d tasks at %4d Hz: %8.1f us/sample steady with --async (%.1f us without), first %.0f ms; "
               "achieved %.0f Hz: %.1f%% of a CPU" % (n, rate, steady * 1e6, plain * 1e6, first * 1e3,
                                                      s3["achieved_rate_hz"], 100 * steady * s3["achieved_rate_hz"]))
-    print("target slowdown with 1,000 tasks (median of %d windows of %.1f s; negative = noise):" %
-          (a.windows, a.seconds))
-    for rate, use_async in ((100, False), (100, True), (1000, True)):
-        t = Target(py, 1000, path)
-        out, cpu, prof = [], [], []
-        try:
-            time.sleep(a.seconds)
-            for w in range(a.windows):
-                a0 = time.monotonic()
-                time.sleep(a.seconds)
-                s0 = time.monotonic()
-                record_last = record(bifocal, os.path.join(tmp, "s%d.db" % rate), t.p.pid, rate, a.seconds, use_async)
-                s1 = time.monotonic()
-                time.sleep(a.seconds)
-                a1 = time.monotonic()
-                base = (t.rate(a0, s0) + t.rate(s1, a1)) / 2
-                out.append(1 - t.rate(s0, s1) / base)
-                base = (t.rate(a0, s0, True) + t.rate(s1, a1, True)) / 2
-                cpu.append(1 - t.rate(s0, s1, True) / base)
-                _, s = record_last
-                prof.append(s["profiler_cpu_s"] / s["duration_s"])
-        finally:
-            t.stop()
-        print("  %5d Hz%s: wall progress %+.2f%% (windows: %s); CPU per step %+.2f%% (%s); "
-              "profiler %.1f%% of a CPU" % (rate, "" if use_async else " without --async",
-                                          100 * statistics.median(out), " ".join("%+.1f" % (100 * x) for x in out),
-                                          100 * statistics.median(cpu), " ".join("%+.1f" % (100 * x) for x in cpu),
-                                          100 * statistics.median(prof)))
+    slowdown(bifocal, py, path, tmp, a.windows, a.seconds)
 
+
+def proc_status(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return dict(line.split(":", 1) for line in f if ":" in line)
+
+
+def median_ci(xs):
+    """Median and its distribution-free 95% interval (order statistics)."""
+    xs, n = sorted(xs), len(xs)
+    j = 0
+    while j + 1 < n and sum(math.comb(n, i) for i in range(j + 1)) / 2 ** n <= 0.025:
+        j += 1
+    return statistics.median(xs), xs[j], xs[n - 1 - j]
+
+
+def slowdown(bifocal, py, path, tmp, rounds, secs):
+    """Rounds of four windows in a shuffled order inside one target: alone,
+    100 Hz without --async, 100 Hz and 1 kHz with it. Each sampled window's
+    progress per second of the target's own CPU (and per wall second) is
+    compared with the alone window of its round."""
+    configs = [("alone", None), ("100 Hz without --async", (100, False)), ("100 Hz", (100, True)),
+               ("1000 Hz", (1000, True))]
+    got = {c: [] for c, _ in configs}
+    stopped = []
+    t = Target(py, 1000, path)
+    rnd = random.Random(1)
+    try:
+        time.sleep(secs)
+        for r in range(rounds):
+            order = list(configs)
+            rnd.shuffle(order)
+            for name, how in order:
+                st0 = proc_status(t.p.pid)
+                s0 = time.monotonic()
+                prof = float("nan")
+                if how:
+                    done = []
+                    th = threading.Thread(target=lambda: done.append(record(
+                        bifocal, os.path.join(tmp, "s.db"), t.p.pid, how[0], secs, how[1])))
+                    th.start()
+                    while th.is_alive():  # is the target ever stopped or traced?
+                        st = proc_status(t.p.pid)
+                        if st["State"].split()[0] in "tT" or st["TracerPid"].strip() != "0":
+                            stopped.append(name)
+                        th.join(0.02)
+                    _, sess = done[0]
+                    prof = sess["profiler_cpu_s"] / sess["duration_s"]
+                    tick = sess["profiler_cpu_s"] / (sess["achieved_rate_hz"] * sess["duration_s"])
+                else:
+                    time.sleep(secs)
+                    tick = float("nan")
+                s1 = time.monotonic()
+                st1 = proc_status(t.p.pid)
+                nvcs = (int(st1["nonvoluntary_ctxt_switches"]) - int(st0["nonvoluntary_ctxt_switches"])) / (s1 - s0)
+                got[name].append((t.rate(s0, s1, True), t.rate(s0, s1), nvcs, prof, tick))
+    finally:
+        t.stop()
+    print("target slowdown with 1,000 tasks: %d rounds of 4 windows of %.1f s in a shuffled order, each sampled\n"
+          "window against its round's window alone; median [95%% interval of the median] (negative = noise):"
+          % (rounds, secs))
+    alone = got["alone"]
+    print("  %-24s target %.1f us CPU per step; %.0f involuntary context switches/s" % (
+        "alone", 1e6 / statistics.median(x[0] for x in alone), statistics.median(x[2] for x in alone)))
+    for name, how in configs[1:]:
+        cpu = [100 * (1 - x[0] / y[0]) for x, y in zip(got[name], alone)]
+        wall = [100 * (1 - x[1] / y[1]) for x, y in zip(got[name], alone)]
+        m, lo, hi = median_ci(cpu)
+        wm, wlo, whi = median_ci(wall)
+        print("  %-24s CPU per step %+.2f%% [%+.1f, %+.1f]; wall %+.1f%% [%+.1f, %+.1f]; %.0f involuntary "
+              "switches/s; profiler %.1f%% of a CPU, %.0f us per tick" % (
+                  name, m, lo, hi, wm, wlo, whi, statistics.median(x[2] for x in got[name]),
+                  100 * statistics.median(x[3] for x in got[name]), 1e6 * statistics.median(x[4] for x in got[name])))
+    print("  target stopped or traced while sampled: %s" % (", ".join(sorted(set(stopped))) or "never"))
 
 if __name__ == "__main__":
     main()

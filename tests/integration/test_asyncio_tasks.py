@@ -16,12 +16,24 @@ Checked, per interpreter, from one recording (cached for the module):
 - logical stacks outermost coroutine first (collapsed export of task:pipe,
   task:alt, and the running burner's step);
 - thousands of short tasks: many seen, no invalid samples.
-Tolerances: 2 points is about 3 sigma at the ~3,000 samples per task of a
-2.5 s run at 2 kHz (binomial, p = 0.5); the sampler's jitter keeps periodic
-awaits from aliasing. That holds when the sampler gets a CPU when it asks:
-on a host whose load average exceeds its CPU count the sampler is preempted
-for many milliseconds at a time (samples come in clumps), and 6 points is
-used instead; the assertion messages say which applied. Free-threaded
+Tolerances: 2 points is about 4 sigma at the ~8,000 samples per task of a
+4 s run at 2 kHz (binomial, p = 0.5; the sampler's jittered ticks do
+better); the jitter keeps periodic awaits from aliasing. That holds when the
+sampler's ticks are uniform in time. On a host whose load average exceeds
+its CPU count a sampler at normal priority waits for a CPU after its timer
+fires and then catches up back to back: its samples come in clumps, each
+clump one moment of the target, and at load 10-15 the shares strayed up to
+5 points from the truth (the truth is the workload's own timing, so it is
+the sampling, not the reading, that strays). The shared recording therefore
+runs the sampler real-time where allowed (`chrt -R -f 1`, the target keeps
+the normal policy), as the docs advise on a busy host: at load 10-12 every
+share then stayed within 1.6 points in 189 checks. Yet at load 5-7 3.13's
+b-burner running share (and the b-loop's task code, read from the thread's
+own stacks, so not the task reader) came out 3.2 points over the workload's
+timing in one of three runs, not yet understood; so on an overloaded host
+6 points is still used (2 when the load is at most the CPU count). The
+assertion messages say which applied and whether the sampler ran real-time.
+The awaits.lua test keeps its own normal-priority recording. Free-threaded
 builds are skipped (no layout), saying why.
 """
 import json
@@ -32,12 +44,39 @@ import subprocess
 import pytest
 
 import pythons
-from conftest import ROOT, last_line_id, run
+from conftest import ROOT, bifocal_bin, last_line_id, run
 
 WORKLOAD = os.path.join(ROOT, "tests", "integration", "asyncio_workload.py")
+
+
+def realtime_prefix():
+    """`chrt -R -f 1` when this user may run a real-time sampler (its
+    launched target resets to the normal policy), else []."""
+    cmd = ["chrt", "-R", "-f", "1"]
+    try:
+        ok = subprocess.run(cmd + ["true"], capture_output=True).returncode == 0
+    except OSError:
+        ok = False
+    return cmd if ok else []
+
+
+RT = realtime_prefix()
 QUIET = os.getloadavg()[0] <= (os.cpu_count() or 1)
 TOL = 0.02 if QUIET else 0.06
+WHY = ("" if QUIET else ", host overloaded") + (", real-time sampler" if RT else ", chrt refused")
 _CACHE = {}
+
+
+def record_rt(args, db, timeout=120):
+    """`bifocal record ARGS` with the sampler real-time where allowed (see
+    the module's note on tolerances). Returns the session id."""
+    cmd = RT + [bifocal_bin(), "--db", db, "record"] + list(args)
+    env = dict(os.environ)
+    env.pop("BIFOCAL_DB", None)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert r.returncode == 0, "%s failed (%d):\nstdout:%s\nstderr:%s" % (" ".join(cmd), r.returncode, r.stdout,
+                                                                          r.stderr)
+    return last_line_id(r)
 
 
 def tagged_lines():
@@ -64,8 +103,7 @@ def recording(python, tmp_path_factory):
         pytest.skip("%s: asyncio tasks on 3.14+ are not verified" % p["tag"])
     d = tmp_path_factory.mktemp("asyncio")
     db, truth_path = str(d / "t.db"), str(d / "truth.json")
-    r = run(["record", "--async", "--rate", "2000", "--", python, WORKLOAD, truth_path, "2.5"], db=db, timeout=120)
-    sid = last_line_id(r)
+    sid = record_rt(["--async", "--rate", "2000", "--", python, WORKLOAD, truth_path, "4"], db)
     with open(truth_path) as f:
         truth = json.load(f)
     view = json.loads(run(["replay", str(sid), "--view", "tasks", "--json", "--limit", "100000"], db=db).stdout)
@@ -87,7 +125,7 @@ def share_at(t, line):
 
 def close(measured, truth, what):
     assert abs(measured - truth) <= TOL, "%s: sampled %.1f%%, measured by the workload %.1f%% (tolerance %.0f points%s)" % (
-        what, 100 * measured, 100 * truth, 100 * TOL, "" if QUIET else ", host overloaded")
+        what, 100 * measured, 100 * truth, 100 * TOL, WHY)
 
 
 def test_task_names_and_await_shares(python, tmp_path_factory):
