@@ -15,28 +15,7 @@
 
 #define BASE 0x7f0000000000ull
 #define SIZE (1 << 20)
-static unsigned char mem[SIZE];
-static unsigned long readv_calls;
-
-static ssize_t fake_readv(void *ud, const struct iovec *l, size_t nl, const struct iovec *r, size_t nr) {
-  (void)ud;
-  (void)nl;
-  ssize_t total = 0;
-  readv_calls++;
-  for (size_t i = 0; i < nr; i++) {
-    uint64_t a = (uint64_t)(uintptr_t)r[i].iov_base;
-    if (a < BASE || a - BASE + r[i].iov_len > SIZE) {
-      if (total) return total;
-      errno = EFAULT;
-      return -1;
-    }
-    memcpy(l[i].iov_base, mem + (a - BASE), r[i].iov_len);
-    total += (ssize_t)r[i].iov_len;
-  }
-  return total;
-}
-
-static void put(uint64_t addr, uint64_t v) { memcpy(mem + (addr - BASE), &v, 8); }
+#include "fake_remote.h"
 
 static uint64_t next_free;
 static uint64_t alloc(size_t n) {
