@@ -32,6 +32,8 @@ import pytest
 
 import pythons
 from conftest import ROOT, last_line_id, run
+import asyncio_helpers
+from asyncio_helpers import task
 
 WORKLOAD = os.path.join(ROOT, "tests", "integration", "asyncio_pyworkload.py")
 QUIET = os.getloadavg()[0] <= (os.cpu_count() or 1)
@@ -89,15 +91,8 @@ def recording(python, tmp_path_factory, mode="pytask", seconds="2.0", rate=None)
     return _CACHE[key]
 
 
-def task(view, name):
-    ts = [t for t in view["tasks"] if t["name"] == name]
-    assert ts, "task %r not in the tasks view (have %s)" % (name, sorted(t["name"] for t in view["tasks"])[:20])
-    return ts[0]
-
-
 def share_at(t, line):
-    return sum(a["wall"]["share"] for a in t["await_points"]
-               if a["line"] == line and a["file"].endswith("asyncio_pyworkload.py"))
+    return asyncio_helpers.share_at(t, line, "asyncio_pyworkload.py")
 
 
 def close(measured, truth, what, sess):
