@@ -786,110 +786,147 @@ static size_t frame_len(const bf_smp_tasks *tk) {
   return n;
 }
 
+/* walk_chains' scratch: per task, the frame read (fr[i], in read_many's
+ * area) at address fa[i], and the stack slot still to read (slot[i]). */
+typedef struct tk_walk {
+  size_t n, fr_len, co_len, extra;
+  uint64_t mask;
+  uint64_t *slot, *fa;
+  const unsigned char **fr;
+} tk_walk;
+
+/* One level's coroutines, then their frames: embedded (3.11+, already
+ * read) or separate objects. A task whose coroutine is not suspended at an
+ * await ends its chain. */
+static int walk_frames(bf_smp_tasks *tk, tk_walk *w, int memo) {
+  bf_smp *h = tk->h;
+  const tk_layout *L = &tk->lay;
+  size_t n = w->n;
+  uint64_t *fa = w->fa;
+  int rc;
+  if ((rc = read_many(tk, memo, tk->cur, n, w->co_len + w->extra, w->co_len)) < 0) return rc;
+  /* frames: embedded (3.11+, already read) or separate objects */
+  for (size_t i = 0; i < n; i++) {
+    fa[i] = 0;
+    if (!tk->cur[i]) continue;
+    const unsigned char *co = tk->at[i];
+    int k = tk->ok[i] ? type_kind(tk, rd64(co + h->lay.ob_type)) : TK_OTHER;
+    if (k != TK_CORO && k != TK_GEN) {
+      tk->cur[i] = 0;
+      continue;
+    }
+    fa[i] = coro_frame_addr(tk, tk->cur[i], co);
+    if (L->cr_iframe) {
+      w->fr[i] = co + L->cr_iframe;
+      if ((int8_t)co[L->cr_iframe - 5] != -1) fa[i] = 0; /* not suspended at an await */
+    } else if (L->cr_running && co[L->cr_running]) {
+      fa[i] = 0;
+    }
+    if (!fa[i]) tk->cur[i] = 0;
+  }
+  if (!L->cr_iframe) {
+    if ((rc = read_many(tk, memo < 0 ? -1 : memo + 1, fa, n, w->fr_len, w->fr_len)) < 0) return rc;
+    for (size_t i = 0; i < n; i++) {
+      if (fa[i] && (!tk->ok[i] || (L->f_state && (int8_t)tk->at[i][L->f_state] != -1)))
+        fa[i] = tk->cur[i] = 0;
+      if (fa[i]) w->fr[i] = tk->at[i];
+    }
+  }
+  return 0;
+}
+
+/* Where the value stack's top of frame f (at fa) lives; 0: nowhere. */
+static uint64_t stack_top_slot(const tk_layout *L, const unsigned char *f, uint64_t fa) {
+  uint64_t slot = 0;
+  if (L->if_stacktop) {
+    int32_t top = (int32_t)rd32(f + L->if_stacktop);
+    if (top > 0 && top < 4096) slot = fa + L->if_localsplus + (uint64_t)(top - 1) * 8;
+  } else if (L->f_stacktop) {
+    uint64_t p = rd64(f + L->f_stacktop);
+    if (p > fa + 8 && p - fa < (1u << 20)) slot = p - 8;
+  } else {
+    uint64_t base = rd64(f + L->f_valuestack);
+    int32_t d = (int32_t)rd32(f + L->f_stackdepth);
+    if (base && d > 0 && d < 4096) slot = base + (uint64_t)(d - 1) * 8;
+  }
+  return slot;
+}
+
+/* This coroutine's frame into each task's chain, then where its value
+ * stack's top lives (taken at once when read with the coroutine). */
+static void walk_slots(bf_smp_tasks *tk, tk_walk *w) {
+  bf_smp *h = tk->h;
+  uint64_t *slot = w->slot, *fa = w->fa;
+  for (size_t i = 0; i < w->n; i++) {
+    slot[i] = 0;
+    if (!fa[i]) continue;
+    tk_task *t = &tk->tasks[i];
+    const unsigned char *f = w->fr[i];
+    uint64_t code = rd64(f + h->lay.fr_code);
+    uint64_t instr = h->lay.instr_is_lasti ? rd32(f + h->lay.fr_instr) : rd64(f + h->lay.fr_instr);
+    if (h->lay.instr_is_lasti && (int32_t)instr < 0) { /* not started */
+      tk->cur[i] = 0;
+      continue;
+    }
+    if (t->nchain >= TK_MAX_CHAIN || smp_code_frame(h, code, instr, &t->chain[t->nchain]) < 0) {
+      tk->cur[i] = 0;
+      continue;
+    }
+    if (!t->nchain++) {
+      t->frame = fa[i];
+      t->instr = instr;
+    }
+    slot[i] = stack_top_slot(&tk->lay, f, fa[i]);
+    if (!slot[i]) {
+      tk->cur[i] = 0;
+    } else if (w->extra && tk->ok[i] == 1 && slot[i] >= fa[i] &&
+               slot[i] + 8 <= tk->cur[i] + w->co_len + w->extra) {
+      tk->cur[i] = rd64(f + (slot[i] - fa[i])) & w->mask; /* read already, with the coroutine */
+      slot[i] = 0;
+    }
+  }
+}
+
 /* Follow every task's await chain one level at a time: tk->cur[i] is the
  * coroutine to read for task i (0: done). */
 static int walk_chains(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
   const tk_layout *L = &tk->lay;
   size_t n = tk->ntasks;
-  size_t fr_len = frame_len(tk);
-  size_t co_len = L->cr_iframe ? L->cr_iframe + fr_len : 32;
-  if (co_len > TK_OBJ_READ + fr_len) return -EIO;
+  tk_walk w = {.n = n, .fr_len = frame_len(tk)};
+  w.co_len = L->cr_iframe ? L->cr_iframe + w.fr_len : 32;
+  if (w.co_len > TK_OBJ_READ + w.fr_len) return -EIO;
   int any = 0;
   for (size_t i = 0; i < n && !any; i++) any = tk->cur[i] != 0;
   if (!any) return 0; /* all parked where they were */
-  uint64_t *slot = calloc(n ? n : 1, 8);
-  uint64_t *fa = calloc(n ? n : 1, 8);
-  const unsigned char **fr = calloc(n ? n : 1, sizeof *fr); /* into read_many's area */
+  w.slot = calloc(n ? n : 1, 8);
+  w.fa = calloc(n ? n : 1, 8);
+  w.fr = calloc(n ? n : 1, sizeof *w.fr); /* into read_many's area */
   int rc = 0;
-  if (!slot || !fa || !fr) {
+  if (!w.slot || !w.fa || !w.fr) {
     rc = -ENOMEM;
     goto out;
   }
   /* 3.11+: the frame is inside the coroutine, and its value stack's top
    * often within a few words after what is read of it: read those too */
-  size_t extra = L->cr_iframe ? TK_SLOT_EXTRA : 0;
+  w.extra = L->cr_iframe ? TK_SLOT_EXTRA : 0;
   /* 3.14: the stack holds tagged references */
-  uint64_t mask = h->lay.executable_tagged ? ~(uint64_t)7 : ~(uint64_t)0;
+  w.mask = h->lay.executable_tagged ? ~(uint64_t)7 : ~(uint64_t)0;
   for (int depth = 0; depth < TK_MAX_CHAIN; depth++) {
     int any = 0;
     for (size_t i = 0; i < n; i++) any |= tk->cur[i] != 0;
     if (!any) break;
     int memo = depth < TK_WALK_MEMOS ? TK_M_WALK + 3 * depth : -1;
-    if ((rc = read_many(tk, memo, tk->cur, n, co_len + extra, co_len)) < 0) goto out;
-    /* frames: embedded (3.11+, already read) or separate objects */
-    for (size_t i = 0; i < n; i++) {
-      fa[i] = 0;
-      if (!tk->cur[i]) continue;
-      const unsigned char *co = tk->at[i];
-      int k = tk->ok[i] ? type_kind(tk, rd64(co + h->lay.ob_type)) : TK_OTHER;
-      if (k != TK_CORO && k != TK_GEN) {
-        tk->cur[i] = 0;
-        continue;
-      }
-      fa[i] = coro_frame_addr(tk, tk->cur[i], co);
-      if (L->cr_iframe) {
-        fr[i] = co + L->cr_iframe;
-        if ((int8_t)co[L->cr_iframe - 5] != -1) fa[i] = 0; /* not suspended at an await */
-      } else if (L->cr_running && co[L->cr_running]) {
-        fa[i] = 0;
-      }
-      if (!fa[i]) tk->cur[i] = 0;
-    }
-    if (!L->cr_iframe) {
-      if ((rc = read_many(tk, memo < 0 ? -1 : memo + 1, fa, n, fr_len, fr_len)) < 0) goto out;
-      for (size_t i = 0; i < n; i++) {
-        if (fa[i] && (!tk->ok[i] || (L->f_state && (int8_t)tk->at[i][L->f_state] != -1)))
-          fa[i] = tk->cur[i] = 0;
-        if (fa[i]) fr[i] = tk->at[i];
-      }
-    }
-    /* this coroutine's frame, then where its value stack's top lives */
-    for (size_t i = 0; i < n; i++) {
-      slot[i] = 0;
-      if (!fa[i]) continue;
-      tk_task *t = &tk->tasks[i];
-      const unsigned char *f = fr[i];
-      uint64_t code = rd64(f + h->lay.fr_code);
-      uint64_t instr = h->lay.instr_is_lasti ? rd32(f + h->lay.fr_instr) : rd64(f + h->lay.fr_instr);
-      if (h->lay.instr_is_lasti && (int32_t)instr < 0) { /* not started */
-        tk->cur[i] = 0;
-        continue;
-      }
-      if (t->nchain >= TK_MAX_CHAIN || smp_code_frame(h, code, instr, &t->chain[t->nchain]) < 0) {
-        tk->cur[i] = 0;
-        continue;
-      }
-      if (!t->nchain++) {
-        t->frame = fa[i];
-        t->instr = instr;
-      }
-      if (L->if_stacktop) {
-        int32_t top = (int32_t)rd32(f + L->if_stacktop);
-        if (top > 0 && top < 4096) slot[i] = fa[i] + L->if_localsplus + (uint64_t)(top - 1) * 8;
-      } else if (L->f_stacktop) {
-        uint64_t p = rd64(f + L->f_stacktop);
-        if (p > fa[i] + 8 && p - fa[i] < (1u << 20)) slot[i] = p - 8;
-      } else {
-        uint64_t base = rd64(f + L->f_valuestack);
-        int32_t d = (int32_t)rd32(f + L->f_stackdepth);
-        if (base && d > 0 && d < 4096) slot[i] = base + (uint64_t)(d - 1) * 8;
-      }
-      if (!slot[i]) {
-        tk->cur[i] = 0;
-      } else if (extra && tk->ok[i] == 1 && slot[i] >= fa[i] && slot[i] + 8 <= tk->cur[i] + co_len + extra) {
-        tk->cur[i] = rd64(f + (slot[i] - fa[i])) & mask; /* read already, with the coroutine */
-        slot[i] = 0;
-      }
-    }
-    if ((rc = read_many(tk, memo < 0 ? -1 : memo + 2, slot, n, 8, 8)) < 0) goto out;
+    if ((rc = walk_frames(tk, &w, memo)) < 0) goto out;
+    walk_slots(tk, &w);
+    if ((rc = read_many(tk, memo < 0 ? -1 : memo + 2, w.slot, n, 8, 8)) < 0) goto out;
     for (size_t i = 0; i < n; i++)
-      if (slot[i]) tk->cur[i] = tk->ok[i] ? rd64(tk->at[i]) & mask : 0;
+      if (w.slot[i]) tk->cur[i] = tk->ok[i] ? rd64(tk->at[i]) & w.mask : 0;
   }
 out:
-  free(slot);
-  free(fa);
-  free(fr);
+  free(w.slot);
+  free(w.fa);
+  free(w.fr);
   return rc;
 }
 

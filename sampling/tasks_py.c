@@ -234,37 +234,42 @@ static int coro_kind(bf_smp_tasks *tk, py_cache *c, uint64_t coro, uint64_t type
   return k;
 }
 
-int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n, tk_py_task *out,
-                    int *rc) {
-  bf_smp *h = tk_sampler(tk);
-  const struct smp_names_layout *nm = &h->lay.nm;
-  py_cache *c = cache_of(py);
-  int mode = nm->attr_mode, skipped = 0;
-  size_t slow_left = PY_SLOW_MAX;
-  for (size_t i = 0; i < n; i++) rc[i] = -EIO;
-  if (!n) return 0;
-  if (!nm->minor || !mode) {
-    for (size_t i = 0; i < n; i++) rc[i] = -ENOTSUP;
-    return 0;
-  }
-  if (!c) return -ENOMEM;
-  c->gen++;
-  h->pn_budget = SMP_PYNAME_BUDGET; /* new _state strings are compared as text */
-  uint64_t *a = calloc(2 * n, 8), *vals = calloc(n, 8), *st = calloc(n, 8);
-  py_keys **kp = calloc(n, sizeof *kp);
-  unsigned char *slow = calloc(n, 1);
-  int ret = -ENOMEM;
-  if (!a || !vals || !st || !kp || !slow) goto out;
-  /* the object's bytes: [obj + lo, obj + hi) hold its type, and its values,
-   * or where they are, for every class known (the first Task's class is
-   * learned before) */
+/* One tk_py_read_many call: its inputs, per-Task scratch and result. a[]
+ * holds the addresses of the level being read (2n: the last level reads
+ * coroutine and waiter side by side). */
+typedef struct py_batch {
+  bf_smp_tasks *tk;
+  tk_py *py;
+  bf_smp *h;
+  const struct smp_names_layout *nm;
+  py_cache *c;
+  int mode;
+  const uint64_t *addrs;
+  size_t n;
+  tk_py_task *out;
+  int *rc;
+  uint64_t *a, *vals, *st;
+  py_keys **kp;
+  unsigned char *slow;
+  int64_t lo, hi; /* the object's bytes read: [obj + lo, obj + hi) */
+  int ret;        /* the call's result once a step stops it */
+} py_batch;
+
+/* The object's bytes: [obj + lo, obj + hi) hold its type, and its values,
+ * or where they are, for every class known (the first Task's class is
+ * learned before). -1 (b->ret kept) when the layout cannot be read so. */
+static int py_span(py_batch *b) {
+  bf_smp *h = b->h;
+  const struct smp_names_layout *nm = b->nm;
+  py_cache *c = b->c;
+  int mode = b->mode;
   int64_t lo = h->lay.ob_type, hi = h->lay.ob_type + 8;
   if (mode == SMP_ATTR_VALUES_PTR) lo = nm->obj_values_ptr < nm->obj_managed_dict ? nm->obj_values_ptr : nm->obj_managed_dict;
   if (mode == SMP_ATTR_DORV || mode == SMP_ATTR_INLINE) lo = nm->obj_managed_dict;
-  if (lo > (int64_t)h->lay.ob_type || lo < -64) goto out;
+  if (lo > (int64_t)h->lay.ob_type || lo < -64) return -1;
   if (!c->ntypes) {
     uint64_t t0 = 0;
-    if (smp_read(h, addrs[0] + h->lay.ob_type, &t0, 8) == 0) (void)type_get(h, c, t0);
+    if (smp_read(h, b->addrs[0] + h->lay.ob_type, &t0, 8) == 0) (void)type_get(h, c, t0);
   }
   for (size_t j = 0; j < c->ntypes; j++) {
     py_type *t = type_get(h, c, c->types[j].type);
@@ -276,130 +281,172 @@ int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n
       hi = (int64_t)(t->basicsize + nm->dv_values) + 8 * (k->maxidx + 1);
   }
   if (hi > 1024) hi = 1024;
-  size_t alen = (size_t)(hi - lo);
-  for (size_t i = 0; i < n; i++) a[i] = addrs[i] ? addrs[i] + (uint64_t)lo : 0;
+  b->lo = lo;
+  b->hi = hi;
+  return 0;
+}
+
+/* Task i's fields from values read with its key entries k at v. */
+static void py_take(py_batch *b, size_t i, const py_keys *k, const unsigned char *v) {
+  b->out[i].coro = rd64(v + 8 * k->idx[PY_CORO]);
+  b->out[i].waiter = rd64(v + 8 * k->idx[PY_WAITER]);
+  b->out[i].name_obj = rd64(v + 8 * k->idx[PY_NAME]);
+  b->st[i] = k->idx[PY_STATE] >= 0 ? rd64(v + 8 * k->idx[PY_STATE]) : 0;
+  b->rc[i] = 2; /* fields read */
+}
+
+/* 3.13+: Task i (its object's bytes at bo) of class t with inline values. */
+static void py_inline(py_batch *b, size_t i, const py_type *t, const unsigned char *bo, int managed) {
+  const struct smp_names_layout *nm = b->nm;
+  int64_t lo = b->lo, hi = b->hi;
+  py_keys *k = nm->tpf_inline_values && (t->flags & nm->tpf_inline_values) ? keys_get(b->h, b->c, t->keys) : NULL;
+  int64_t at = (int64_t)t->basicsize;
+  if (!k || at + (int64_t)nm->dv_values + 8 * (k->maxidx + 1) > hi || nm->dv_valid >= nm->dv_values ||
+      nm->dv_capacity >= nm->dv_values) {
+    if (managed) b->a[i] = rd64(bo + nm->obj_managed_dict - lo);
+    else b->slow[i] = 1;
+    return;
+  }
+  const unsigned char *vh = bo + at - lo;
+  if (!vh[nm->dv_valid]) { /* values moved to a dict */
+    b->a[i] = rd64(bo + nm->obj_managed_dict - lo);
+    return;
+  }
+  if (vh[nm->dv_capacity] <= k->maxidx) {
+    b->slow[i] = 1;
+    return;
+  }
+  b->kp[i] = k;
+  py_take(b, i, k, vh + nm->dv_values);
+}
+
+/* Where Task i's values are, from its object's bytes at bo: its dict
+ * (a[i]), its values (vals[i], kp[i]), read already (rc[i] 2), or slow. */
+static void py_locate(py_batch *b, size_t i, const unsigned char *bo) {
+  bf_smp *h = b->h;
+  const struct smp_names_layout *nm = b->nm;
+  int64_t lo = b->lo;
+  py_type *t = type_get(h, b->c, rd64(bo + h->lay.ob_type - lo));
+  if (!t) return;
+  int managed = nm->tpf_managed_dict && (t->flags & nm->tpf_managed_dict);
+  uint64_t p;
+  switch (b->mode) {
+    case SMP_ATTR_DICTOFFSET:
+      if (t->dictoffset <= 0 || t->dictoffset + 8 > b->hi) {
+        b->slow[i] = 1;
+        break;
+      }
+      b->a[i] = rd64(bo + t->dictoffset - lo);
+      break;
+    case SMP_ATTR_VALUES_PTR:
+      if (!managed) {
+        b->slow[i] = 1;
+        break;
+      }
+      p = rd64(bo + nm->obj_values_ptr - lo);
+      if (p) {
+        b->vals[i] = p + nm->dv_values;
+        b->kp[i] = keys_get(h, b->c, t->keys);
+      } else {
+        b->a[i] = rd64(bo + nm->obj_managed_dict - lo);
+      }
+      break;
+    case SMP_ATTR_DORV:
+      if (!managed) {
+        b->slow[i] = 1;
+        break;
+      }
+      p = rd64(bo + nm->obj_managed_dict - lo);
+      if (p & 1) {
+        b->vals[i] = p + 1 + nm->dv_values;
+        b->kp[i] = keys_get(h, b->c, t->keys);
+      } else {
+        b->a[i] = p;
+      }
+      break;
+    case SMP_ATTR_INLINE:
+      py_inline(b, i, t, bo, managed);
+      break;
+    default:
+      break;
+  }
+}
+
+/* The objects, in one batch. OUT: how many have their values in a dict;
+ * <0 (b->ret) when the read failed. */
+static int py_objects(py_batch *b) {
+  size_t n = b->n, alen = (size_t)(b->hi - b->lo);
+  for (size_t i = 0; i < n; i++) b->a[i] = b->addrs[i] ? b->addrs[i] + (uint64_t)b->lo : 0;
   const unsigned char *buf, *ok;
-  if ((ret = tk_read_many(tk, a, n, alen, &buf, &ok)) < 0) goto out;
+  if ((b->ret = tk_read_many(b->tk, b->a, n, alen, &buf, &ok)) < 0) return -1;
   int ndict = 0;
   for (size_t i = 0; i < n; i++) {
-    const unsigned char *b = buf + i * alen;
-    a[i] = 0; /* from here: the Task's dict, when its values are in one */
+    const unsigned char *bo = buf + i * alen;
+    b->a[i] = 0; /* from here: the Task's dict, when its values are in one */
     if (!ok[i]) continue;
-    py_type *t = type_get(h, c, rd64(b + h->lay.ob_type - lo));
-    if (!t) continue;
-    int managed = nm->tpf_managed_dict && (t->flags & nm->tpf_managed_dict);
-    uint64_t p;
-    switch (mode) {
-      case SMP_ATTR_DICTOFFSET:
-        if (t->dictoffset <= 0 || t->dictoffset + 8 > hi) {
-          slow[i] = 1;
-          break;
-        }
-        a[i] = rd64(b + t->dictoffset - lo);
-        break;
-      case SMP_ATTR_VALUES_PTR:
-        if (!managed) {
-          slow[i] = 1;
-          break;
-        }
-        p = rd64(b + nm->obj_values_ptr - lo);
-        if (p) {
-          vals[i] = p + nm->dv_values;
-          kp[i] = keys_get(h, c, t->keys);
-        } else {
-          a[i] = rd64(b + nm->obj_managed_dict - lo);
-        }
-        break;
-      case SMP_ATTR_DORV:
-        if (!managed) {
-          slow[i] = 1;
-          break;
-        }
-        p = rd64(b + nm->obj_managed_dict - lo);
-        if (p & 1) {
-          vals[i] = p + 1 + nm->dv_values;
-          kp[i] = keys_get(h, c, t->keys);
-        } else {
-          a[i] = p;
-        }
-        break;
-      case SMP_ATTR_INLINE: {
-        py_keys *k = nm->tpf_inline_values && (t->flags & nm->tpf_inline_values) ? keys_get(h, c, t->keys) : NULL;
-        int64_t at = (int64_t)t->basicsize;
-        if (!k || at + (int64_t)nm->dv_values + 8 * (k->maxidx + 1) > hi || nm->dv_valid >= nm->dv_values ||
-            nm->dv_capacity >= nm->dv_values) {
-          if (managed) a[i] = rd64(b + nm->obj_managed_dict - lo);
-          else slow[i] = 1;
-          break;
-        }
-        const unsigned char *vh = b + at - lo;
-        if (!vh[nm->dv_valid]) { /* values moved to a dict */
-          a[i] = rd64(b + nm->obj_managed_dict - lo);
-          break;
-        }
-        if (vh[nm->dv_capacity] <= k->maxidx) {
-          slow[i] = 1;
-          break;
-        }
-        kp[i] = k;
-        const unsigned char *v = vh + nm->dv_values;
-        out[i].coro = rd64(v + 8 * k->idx[PY_CORO]);
-        out[i].waiter = rd64(v + 8 * k->idx[PY_WAITER]);
-        out[i].name_obj = rd64(v + 8 * k->idx[PY_NAME]);
-        st[i] = k->idx[PY_STATE] >= 0 ? rd64(v + 8 * k->idx[PY_STATE]) : 0;
-        rc[i] = 2; /* fields read */
-        break;
-      }
-      default:
-        break;
-    }
-    ndict += a[i] != 0;
+    py_locate(b, i, bo);
+    ndict += b->a[i] != 0;
   }
-  /* values in a dict (a split table: values with the class's shared keys) */
-  if (ndict) {
-    size_t dl = (size_t)nm->dict_size;
-    if (!dl || dl > 64 || nm->dict_keys + 8 > dl || nm->dict_values + 8 > dl) goto out;
-    if ((ret = tk_read_many(tk, a, n, dl, &buf, &ok)) < 0) goto out;
-    for (size_t i = 0; i < n; i++) {
-      if (!a[i]) continue;
-      const unsigned char *d = buf + i * dl;
-      uint64_t v = ok[i] ? rd64(d + nm->dict_values) : 0;
-      if (!ok[i] || (h->dict_type_addr && rd64(d + h->lay.ob_type) != h->dict_type_addr)) continue;
-      if (!v) { /* a combined table: attribute by attribute */
-        slow[i] = 1;
-        continue;
-      }
-      vals[i] = v + nm->dv_values;
-      kp[i] = keys_get(h, c, rd64(d + nm->dict_keys));
+  return ndict;
+}
+
+/* Values in a dict (a split table: values with the class's shared keys).
+ * -1 (b->ret kept) to stop. */
+static int py_dicts(py_batch *b) {
+  bf_smp *h = b->h;
+  const struct smp_names_layout *nm = b->nm;
+  const unsigned char *buf, *ok;
+  size_t dl = (size_t)nm->dict_size;
+  if (!dl || dl > 64 || nm->dict_keys + 8 > dl || nm->dict_values + 8 > dl) return -1;
+  if ((b->ret = tk_read_many(b->tk, b->a, b->n, dl, &buf, &ok)) < 0) return -1;
+  for (size_t i = 0; i < b->n; i++) {
+    if (!b->a[i]) continue;
+    const unsigned char *d = buf + i * dl;
+    uint64_t v = ok[i] ? rd64(d + nm->dict_values) : 0;
+    if (!ok[i] || (h->dict_type_addr && rd64(d + h->lay.ob_type) != h->dict_type_addr)) continue;
+    if (!v) { /* a combined table: attribute by attribute */
+      b->slow[i] = 1;
+      continue;
     }
+    b->vals[i] = v + nm->dv_values;
+    b->kp[i] = keys_get(h, b->c, rd64(d + nm->dict_keys));
   }
-  /* the values, where not inline */
+  return 0;
+}
+
+/* The values, where not inline. -1 (b->ret) when the read failed. */
+static int py_values(py_batch *b) {
+  size_t n = b->n;
   int maxidx = -1;
   for (size_t i = 0; i < n; i++)
-    if (rc[i] != 2 && kp[i] && vals[i] && kp[i]->maxidx > maxidx) maxidx = kp[i]->maxidx;
-  if (maxidx >= 0) {
-    size_t vl = 8 * (size_t)(maxidx + 1);
-    for (size_t i = 0; i < n; i++) a[i] = rc[i] != 2 && kp[i] ? vals[i] : 0;
-    if ((ret = tk_read_many(tk, a, n, vl, &buf, &ok)) < 0) goto out;
-    for (size_t i = 0; i < n; i++) {
-      if (!a[i] || !ok[i]) continue;
-      const unsigned char *v = buf + i * vl;
-      const py_keys *k = kp[i];
-      out[i].coro = rd64(v + 8 * k->idx[PY_CORO]);
-      out[i].waiter = rd64(v + 8 * k->idx[PY_WAITER]);
-      out[i].name_obj = rd64(v + 8 * k->idx[PY_NAME]);
-      st[i] = k->idx[PY_STATE] >= 0 ? rd64(v + 8 * k->idx[PY_STATE]) : 0;
-      rc[i] = 2;
-    }
+    if (b->rc[i] != 2 && b->kp[i] && b->vals[i] && b->kp[i]->maxidx > maxidx) maxidx = b->kp[i]->maxidx;
+  if (maxidx < 0) return 0;
+  const unsigned char *buf, *ok;
+  size_t vl = 8 * (size_t)(maxidx + 1);
+  for (size_t i = 0; i < n; i++) b->a[i] = b->rc[i] != 2 && b->kp[i] ? b->vals[i] : 0;
+  if ((b->ret = tk_read_many(b->tk, b->a, n, vl, &buf, &ok)) < 0) return -1;
+  for (size_t i = 0; i < n; i++) {
+    if (!b->a[i] || !ok[i]) continue;
+    py_take(b, i, b->kp[i], buf + i * vl);
   }
-  /* the fields, then each coroutine's type */
+  return 0;
+}
+
+/* The fields, then each coroutine's type. -1 (b->ret) when the read failed. */
+static int py_check(py_batch *b) {
+  bf_smp *h = b->h;
+  tk_py *py = b->py;
+  tk_py_task *out = b->out;
+  uint64_t *a = b->a;
+  int *rc = b->rc;
+  size_t n = b->n;
   for (size_t i = 0; i < n; i++) {
     a[2 * i] = a[2 * i + 1] = 0;
     if (rc[i] != 2) continue;
     rc[i] = -EIO;
     if (!out[i].coro || !out[i].waiter || !out[i].name_obj) continue; /* set in __init__ */
-    if (st[i]) { /* _state set: done, cancelled, or pending again */
-      int p = state_pending(tk, py, st[i]);
+    if (b->st[i]) { /* _state set: done, cancelled, or pending again */
+      int p = state_pending(b->tk, py, b->st[i]);
       if (p <= 0) {
         rc[i] = p;
         continue;
@@ -413,11 +460,12 @@ int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n
     if (out[i].waiter == py->none || !py->none) a[2 * i] = out[i].coro;
     if (!a[2 * i] && !a[2 * i + 1]) rc[i] = 1;
   }
+  const unsigned char *buf, *ok;
   size_t tl = (size_t)h->lay.ob_type + 8;
-  if ((ret = tk_read_many(tk, a, 2 * n, tl, &buf, &ok)) < 0) goto out;
+  if ((b->ret = tk_read_many(b->tk, a, 2 * n, tl, &buf, &ok)) < 0) return -1;
   for (size_t i = 0; i < n; i++) {
     uint64_t w = a[2 * i + 1];
-    if (w && ok[2 * i + 1] && coro_kind(tk, c, w, rd64(buf + (2 * i + 1) * tl + h->lay.ob_type)) == TK_NONE)
+    if (w && ok[2 * i + 1] && coro_kind(b->tk, b->c, w, rd64(buf + (2 * i + 1) * tl + h->lay.ob_type)) == TK_NONE)
       py->none = w;
   }
   for (size_t i = 0; i < n; i++) {
@@ -425,27 +473,62 @@ int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n
       continue;
     }
     if (!a[2 * i] || !ok[2 * i]) continue;
-    int k = coro_kind(tk, c, a[2 * i], rd64(buf + 2 * i * tl + h->lay.ob_type));
+    int k = coro_kind(b->tk, b->c, a[2 * i], rd64(buf + 2 * i * tl + h->lay.ob_type));
     if (k != TK_CORO && k != TK_GEN) continue; /* a done Task holds None */
     if (out[i].waiter == py->none) out[i].waiter = 0;
     rc[i] = 1;
   }
-  /* the others, attribute by attribute, a bounded number */
-  for (size_t i = 0; i < n; i++) {
-    if (!slow[i]) continue;
+  return 0;
+}
+
+/* The others, attribute by attribute, a bounded number. Returns how many
+ * were left for that bound. */
+static int py_slow(py_batch *b) {
+  size_t slow_left = PY_SLOW_MAX;
+  int skipped = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    if (!b->slow[i]) continue;
     if (!slow_left) {
       skipped++;
       continue;
     }
     slow_left--;
-    rc[i] = tk_py_read(tk, py, addrs[i], &out[i]);
+    b->rc[i] = tk_py_read(b->tk, b->py, b->addrs[i], &b->out[i]);
   }
-  ret = skipped;
+  return skipped;
+}
+
+int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n, tk_py_task *out,
+                    int *rc) {
+  bf_smp *h = tk_sampler(tk);
+  const struct smp_names_layout *nm = &h->lay.nm;
+  py_batch b = {.tk = tk, .py = py, .h = h, .nm = nm, .c = cache_of(py), .mode = nm->attr_mode,
+                .addrs = addrs, .n = n, .out = out, .rc = rc};
+  for (size_t i = 0; i < n; i++) rc[i] = -EIO;
+  if (!n) return 0;
+  if (!nm->minor || !b.mode) {
+    for (size_t i = 0; i < n; i++) rc[i] = -ENOTSUP;
+    return 0;
+  }
+  if (!b.c) return -ENOMEM;
+  b.c->gen++;
+  h->pn_budget = SMP_PYNAME_BUDGET; /* new _state strings are compared as text */
+  b.a = calloc(2 * n, 8);
+  b.vals = calloc(n, 8);
+  b.st = calloc(n, 8);
+  b.kp = calloc(n, sizeof *b.kp);
+  b.slow = calloc(n, 1);
+  b.ret = -ENOMEM;
+  int ndict;
+  if (!b.a || !b.vals || !b.st || !b.kp || !b.slow || py_span(&b) < 0 || (ndict = py_objects(&b)) < 0 ||
+      (ndict && py_dicts(&b) < 0) || py_values(&b) < 0 || py_check(&b) < 0)
+    goto out;
+  b.ret = py_slow(&b);
 out:
-  free(a);
-  free(vals);
-  free(kp);
-  free(slow);
-  free(st);
-  return ret;
+  free(b.a);
+  free(b.vals);
+  free(b.kp);
+  free(b.slow);
+  free(b.st);
+  return b.ret;
 }
