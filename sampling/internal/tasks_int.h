@@ -1,6 +1,7 @@
 /* tasks_int.h — what tasks.c shares with its readers of other task kinds:
  * pure-Python Tasks (tasks_py.c) and, on 3.14+, the _asyncio module's
- * debug offsets (tasks_314.c). Internal to sampling/.
+ * debug offsets (tasks_314.c); and the reader's state, shared with its
+ * registry (tasks_registry.c) and names (tasks_names.c). Internal to sampling/.
  */
 #ifndef BF_SMP_TASKS_INT_H
 #define BF_SMP_TASKS_INT_H
@@ -92,5 +93,157 @@ int tk314_tasks(bf_smp *h, const tk314 *o, uint64_t interp, uint64_t *addrs, siz
 /* tasks.c: read 3.14 Tasks with offsets o from now on (once tk314_find
  * found them; tests hand in their own). */
 void tk_use_314(bf_smp_tasks *tk, const tk314 *o);
+
+/* ---- the reader's state: tasks.c, with the registry (tasks_registry.c)
+ * and task names (tasks_names.c) ---- */
+#define TK_MAX_CHAIN 16             /* coroutines followed per task */
+#define TK_MAX_NAMES 65536          /* distinct task names kept */
+
+/* Offsets of the C _asyncio Task and of coroutines, per 3.minor. Measured in
+ * each interpreter by tests/tools/probe_asyncio_offsets.py (known pointers
+ * found in the objects' own memory) and matching Modules/_asynciomodule.c
+ * (FutureObj_HEAD / TaskObj) and Include/genobject.h / frameobject.h. */
+typedef struct tk_layout {
+  int minor;
+  uint32_t task_size, fut_state, task_fut_waiter, task_coro, task_name;
+  uint32_t cr_frame;     /* 3.8-3.10: PyFrameObject *; 3.11+: 0 */
+  uint32_t cr_running;   /* 3.8-3.9: char gi_running */
+  uint32_t f_state;      /* 3.10: int8 f_state of the frame (-1 suspended, 0 executing) */
+  uint32_t cr_iframe;    /* 3.11+: embedded _PyInterpreterFrame; frame_state at -5 */
+  uint32_t f_stacktop;   /* 3.8-3.9: PyObject ** (top of the value stack) */
+  uint32_t f_valuestack, f_stackdepth; /* 3.10 */
+  uint32_t if_stacktop, if_localsplus; /* 3.11+ (int stacktop, localsplus[]) */
+} tk_layout;
+
+/* A name object's text. Its address is reused once it is freed, by the name
+ * of a new task often at a finished one's address with its coroutine at the
+ * finished one's too: names are read on every sample (tk_names_prefetch), and
+ * when the text at an address changed, the slot gets a new entry (a new
+ * serial, so a new task id); the old one is freed TK_DEAD_NS later. */
+typedef struct tk_name {
+  uint64_t obj;       /* the name object (0: free slot) */
+  uint64_t serial;    /* unique per entry: part of the task's id */
+  int64_t retired_ns; /* in tk->dead: when it left its slot */
+  char *thread_name;  /* "task:NAME" */
+  bf_smp_code *code;  /* root frame: (<task>, NAME, 0); stable address */
+} tk_name;
+
+/* One registry entry (tk->tasks[i] is tk->addrs[i]), kept from sample to
+ * sample: what was read of it last time is what this sample checks against.
+ *
+ * The await chain of a task parked on a future cannot change while the task
+ * stays parked on that future (its step clears the waiter before it resumes
+ * the coroutine). A new future is often born at a freed one's address, so a
+ * remembered chain is used only when the task's own coroutine is also still
+ * suspended at the same instruction (one read instead of two per level),
+ * and re-read anyway every TK_CHAIN_TTL_NS (a deeper await may have moved
+ * while the outer one, and the future's address, stayed). */
+typedef struct tk_task {
+  uint64_t addr, coro, waiter, name_obj;
+  int live;           /* a pending C Task this sample */
+  int state;          /* BF_SMP_TASK_* */
+  int64_t run_tid;    /* running: its thread's index + 1 in th */
+  size_t run_from;    /* running: frames th[run_tid-1].frames[0..run_from] */
+  const tk_name *name;
+  uint64_t name_seen, name_gen, name_fp; /* name resolved from object name_seen while
+                                          * tk->name_gen was name_gen; its text's hash */
+  const bf_smp_code *name_code; /* name's, copied: the names table is large */
+  const char *name_thread;
+  uint64_t name_serial;
+  int cached;         /* chain[] is the remembered chain of (coro, waiter) */
+  int64_t walked_ns;  /* when it was walked */
+  uint64_t frame, instr; /* the task coroutine's frame and its instruction, when read */
+  int nchain;
+  bf_smp_frame chain[TK_MAX_CHAIN]; /* awaiting coroutines, outermost first */
+} tk_task;
+
+/* tk_read_regions's call sites whose regions repeat from sample to sample */
+#define TK_WALK_MEMOS 4 /* chain levels whose reads keep their order */
+enum { TK_M_REG, TK_M_TASK, TK_M_STATE, TK_M_RUN, TK_M_NAME, TK_M_FRAME, TK_M_SORT, TK_M_WALK,
+       TK_MEMOS = TK_M_WALK + 3 * TK_WALK_MEMOS };
+
+/* A call site's last regions, as (address, index) pairs before and after
+ * sorting. */
+typedef struct tk_memo {
+  uint64_t *in, *sorted;
+  size_t m, cap_in, cap_sorted;
+} tk_memo;
+
+struct bf_smp_tasks {
+  bf_smp *h;
+  tk_layout lay;
+  int supported;
+  char status[512];
+  char not_read[200]; /* what the status says was not read */
+  uint64_t types[128];
+  unsigned char kinds[128];
+  size_t ntypes;
+  uint64_t mod_dict, reg_sets[2]; /* registry sets (WeakSet.data / eager set) */
+  int reg_weak[2];
+  int64_t found_ns, reg_ns;
+  uint64_t *addrs;
+  size_t naddrs, cap_addrs;
+  tk_task *tasks;
+  size_t ntasks, cap_tasks;
+  tk_name *names;     /* open addressing, TK_MAX_NAMES slots */
+  size_t nnames;
+  uint64_t serials;
+  tk_name *dead;      /* entries replaced in their slot, oldest first, kept TK_DEAD_NS */
+  size_t ndead, cap_dead;
+  bf_smp_thread *out;
+  size_t cap_out;
+  bf_smp_frame *frames;
+  size_t nframes, cap_frames;
+  unsigned char *buf, *ok; /* tk_read_regions: regions read again alone; which were read */
+  size_t cap_buf, cap_ok;
+  const unsigned char **at; /* tk_read_regions: where region i is (valid until the next call) */
+  size_t *pos, cap_at, cap_pos;
+  uint64_t *ord;      /* tk_read_regions: (address, index) pairs, sorted */
+  size_t cap_ord;
+  unsigned char *span; /* tk_read_regions: merged spans as read */
+  size_t cap_span;
+  uint64_t *cur; /* per level: object address per task (0: chain ended) */
+  size_t cap_cur;
+  uint64_t *objs, *run, *walked; /* per task, scratch of one sample */
+  size_t cap_objs, cap_run, cap_walked;
+  tk_task *spare;     /* the registry's entries carried over at a refresh */
+  size_t cap_spare;
+  uint64_t name_gen;  /* bumped when a name entry leaves its slot */
+  tk_memo memo[TK_MEMOS];
+  int warned_custom;
+  int uvloop; /* the uvloop module is loaded */
+  int new_names; /* read this sample */
+  tk_py *py;       /* pure-Python Tasks' key cache (tasks_py.c) */
+  int v314;        /* 3.14+: tasks from _asyncio's debug offsets (tasks_314.c), 1 once found */
+  tk314 t314;
+};
+
+/* tasks.c: grow *p (*cap elements of elem bytes) to hold need. 0 or -ENOMEM. */
+int tk_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* tasks.c: the session's sentence; what was not read replaced by what
+ * (kept when NULL). */
+void tk_set_status(bf_smp_tasks *tk, const char *what);
+/* tasks.c: read n regions of len bytes at addrs[i] (0: skip) in merged,
+ * batched spans; memo is the call site (TK_M_*, or -1), whose last order is
+ * kept. OUT: region i at tk->at[i] when tk->ok[i] (2: only its first need
+ * bytes), until the next call. 0 or -ENOMEM. */
+int tk_read_regions(bf_smp_tasks *tk, int memo, const uint64_t *addrs, size_t n, size_t len, size_t need);
+/* tasks.c: kind of the type at type_addr (TK_*), cached per address. */
+int tk_type_kind(bf_smp_tasks *tk, uint64_t type_addr);
+
+/* tasks_registry.c: read the registry again (asyncio.tasks' sets, or the
+ * 3.14 Task lists) into tk->addrs, in address order, and align tk->tasks
+ * with it. */
+void tk_refresh_registry(bf_smp_tasks *tk);
+
+/* tasks_names.c: the name entry of name object obj, read one by one (a
+ * bounded number per sample). NULL: none, or not now. */
+const tk_name *tk_name_get(bf_smp_tasks *tk, uint64_t obj);
+/* tasks_names.c: every live task's name object in one batched read,
+ * checked against its cached entry. */
+void tk_names_prefetch(bf_smp_tasks *tk);
+/* tasks_names.c: free the retired names no sample held by the recorder can
+ * still use. */
+void tk_names_retire(bf_smp_tasks *tk);
 
 #endif
