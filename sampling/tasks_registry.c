@@ -63,6 +63,21 @@ static int set_items(bf_smp_tasks *tk, uint64_t set, int weak) {
   return 0;
 }
 
+/* Is uvloop loaded (sys.modules given, or read when 0)? Said in the status. */
+static void find_uvloop(bf_smp_tasks *tk, uint64_t modules) {
+  bf_smp *h = tk->h;
+  uint64_t interp = 0, v = 0;
+  tk->uv_ns = h->now_ns;
+  if (tk->uvloop) return;
+  if (!modules && (smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8) < 0 || !interp ||
+                   smp_read(h, interp + h->lay.nm.is_modules, &modules, 8) < 0 || !modules))
+    return;
+  if (smp_pn_dict_get(h, modules, "uvloop", &v) == 0) {
+    tk->uvloop = 1;
+    tk_set_status(tk, NULL);
+  }
+}
+
 /* Find asyncio.tasks' registry sets in the main interpreter. */
 static void find_registry(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
@@ -80,10 +95,7 @@ static void find_registry(bf_smp_tasks *tk) {
     tk->reg_sets[1] = v;
     tk->reg_weak[1] = 0;
   }
-  if (!tk->uvloop && smp_pn_dict_get(h, modules, "uvloop", &v) == 0) {
-    tk->uvloop = 1;
-    tk_set_status(tk, NULL);
-  }
+  find_uvloop(tk, modules);
   /* asyncio.tasks may still be importing: without its registry look again */
   tk->mod_dict = tk->reg_sets[0] ? md : 0;
 }
@@ -196,6 +208,11 @@ void tk_refresh_registry(bf_smp_tasks *tk) {
   int64_t since = h->now_ns - tk->found_ns;
   if ((!tk->mod_dict && (!tk->found_ns || since > TK_RETRY_NS)) || since > TK_REFIND_NS)
     find_registry(tk);
+  /* asyncio is often imported before uvloop (`import asyncio, uvloop`): a
+   * registry found between the two would leave uvloop unsaid until the next
+   * refind, after a short program's end; so look for it at the retry rate */
+  else if (!tk->uvloop && h->now_ns - tk->uv_ns > TK_RETRY_NS)
+    find_uvloop(tk, 0);
   tk->naddrs = 0;
   int bad = 0;
   for (int i = 0; i < 2; i++)

@@ -181,6 +181,7 @@ struct bf_smp_tasks {
   uint64_t mod_dict, reg_sets[2]; /* registry sets (WeakSet.data / eager set) */
   int reg_weak[2];
   int64_t found_ns, reg_ns;
+  int64_t uv_ns; /* when uvloop was last looked for */
   uint64_t *addrs;
   size_t naddrs, cap_addrs;
   tk_task *tasks;
