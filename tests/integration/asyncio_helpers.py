@@ -1,4 +1,5 @@
-"""Readers of the tasks view's JSON shared by the asyncio tests."""
+"""Readers of the tasks view's JSON and of the workloads shared by the asyncio tests."""
+import re
 
 
 def task(view, name):
@@ -12,3 +13,14 @@ def share_at(t, line, workload):
     """Task t's wall share parked at the given line of the workload file."""
     return sum(a["wall"]["share"] for a in t["await_points"]
                if a["line"] == line and a["file"].endswith(workload))
+
+
+def tagged_lines(workload):
+    """{"X": line} for each "# AWAIT-X" tag in the workload file."""
+    out = {}
+    with open(workload, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            m = re.search(r"# AWAIT-([A-Z])", line)
+            if m:
+                out[m.group(1)] = n
+    return out

@@ -233,3 +233,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(name))
     first = {n: i for i, n in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda it: first.get(os.path.basename(str(it.fspath)), len(first)))
+
+
+def session_row(db, sid):
+    """Session sid's row of the sessions table, its extra_json parsed as "extra"."""
+    import sqlite3
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    r = dict(con.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone())
+    con.close()
+    r["extra"] = json.loads(r["extra_json"]) if r.get("extra_json") else {}
+    return r

@@ -26,7 +26,6 @@ Free-threaded builds and 3.14+ are skipped, saying why.
 """
 import json
 import os
-import re
 
 import pytest
 
@@ -43,13 +42,7 @@ _CACHE = {}
 
 
 def tagged_lines():
-    out = {}
-    with open(WORKLOAD, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            m = re.search(r"# AWAIT-([A-Z])", line)
-            if m:
-                out[m.group(1)] = n
-    return out
+    return asyncio_helpers.tagged_lines(WORKLOAD)
 
 
 def supported(p):

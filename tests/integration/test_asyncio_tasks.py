@@ -82,13 +82,7 @@ def record_rt(args, db, timeout=120):
 
 
 def tagged_lines():
-    out = {}
-    with open(WORKLOAD, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            m = re.search(r"# AWAIT-([A-Z])", line)
-            if m:
-                out[m.group(1)] = n
-    return out
+    return asyncio_helpers.tagged_lines(WORKLOAD)
 
 
 def info(python):

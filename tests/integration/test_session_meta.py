@@ -22,7 +22,7 @@ import textwrap
 import pytest
 
 import pythons
-from conftest import run, last_line_id
+from conftest import run, last_line_id, session_row
 
 PROBE = ("import sys, sysconfig, os, json; v = sys.version_info; "
          "lv = {'alpha': 'a', 'beta': 'b', 'candidate': 'rc'}.get(v.releaselevel); "
@@ -50,12 +50,7 @@ def probe(python):
 
 
 def session(db, sid):
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    r = dict(con.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone())
-    con.close()
-    r["extra"] = json.loads(r["extra_json"]) if r.get("extra_json") else {}
-    return r
+    return session_row(db, sid)
 
 
 def shared_suffix_pair():

@@ -6,7 +6,6 @@ times is 1 call; 4 threads x 250 calls; recursion depth 30 x 10 = 310 calls,
 10 primitive; exit paths (sys.exit, exception, KeyboardInterrupt, SIGTERM) all
 write the session; focus mode keeps per-call records and only the subtree.
 """
-import collections
 import json
 import os
 import sqlite3
@@ -16,7 +15,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, bifocal_bin, run, last_line_id
+from conftest import ROOT, bifocal_bin, run, last_line_id, session_row
 
 # the extensions built beside the binary under test (build/tracing)
 TRACING_DIR = os.environ.get("BIFOCAL_TRACING_DIR") or os.path.join(
@@ -66,12 +65,7 @@ def by_qualname(fs, qualname):
 
 
 def session(db, sid):
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    r = dict(con.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone())
-    con.close()
-    r["extra"] = json.loads(r["extra_json"]) if r.get("extra_json") else {}
-    return r
+    return session_row(db, sid)
 
 
 def edges(db, sid):
