@@ -24,3 +24,14 @@ def tagged_lines(workload):
             if m:
                 out[m.group(1)] = n
     return out
+
+
+def collapsed(run, db, sid, thread, tmp_path):
+    """Session sid's collapsed export for one thread: [(frame names, count)]."""
+    out = tmp_path / ("c-%s.txt" % thread.replace(":", "_"))
+    run(["export", str(sid), "--format", "collapsed", "--thread", thread, "-o", str(out)], db=db)
+    rows = []
+    for line in out.read_text(encoding="utf-8").splitlines():
+        stack, n = line.rsplit(" ", 1)
+        rows.append(([f.split(" (")[0] for f in stack.split(";")], int(n)))
+    return rows

@@ -95,13 +95,7 @@ def close(measured, truth, what, sess):
 
 
 def collapsed(db, sid, thread, tmp_path):
-    out = tmp_path / ("c-%s.txt" % thread.replace(":", "_"))
-    run(["export", str(sid), "--format", "collapsed", "--thread", thread, "-o", str(out)], db=db)
-    rows = []
-    for line in out.read_text(encoding="utf-8").splitlines():
-        stack, n = line.rsplit(" ", 1)
-        rows.append(([f.split(" (")[0] for f in stack.split(";")], int(n)))
-    return rows
+    return asyncio_helpers.collapsed(run, db, sid, thread, tmp_path)
 
 
 def test_pure_python_task_names_and_await_shares(python, tmp_path_factory):

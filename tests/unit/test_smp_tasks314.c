@@ -41,13 +41,19 @@ static void pydebug_blob(unsigned char *p, uint64_t version) {
   w64(p, 584, 24);  /* ob_digit */
 }
 
+/* The 3.14 blobs as a real 3.14.0 writes them, parsed into o. */
+static void parsed_blobs(unsigned char a[TK314_ASYNCIO_LEN], unsigned char p[TK314_PYDEBUG_LEN], tk314 *o) {
+  const char *msg;
+  asyncio_blob(a);
+  pydebug_blob(p, 0x030e00f0);
+  CHECK_EQ_INT(tk314_parse(a, TK314_ASYNCIO_LEN, p, TK314_PYDEBUG_LEN, o, &msg), 0);
+}
+
 static void test_parse(void) {
   unsigned char a[TK314_ASYNCIO_LEN], p[TK314_PYDEBUG_LEN];
   tk314 o;
   const char *msg;
-  asyncio_blob(a);
-  pydebug_blob(p, 0x030e00f0);
-  CHECK_EQ_INT(tk314_parse(a, sizeof a, p, sizeof p, &o, &msg), 0);
+  parsed_blobs(a, p, &o);
   CHECK_EQ_INT(o.task_size, 168);
   CHECK_EQ_INT(o.task_fut_state, 104);
   CHECK_EQ_INT(o.task_fut_waiter, 120);
@@ -99,10 +105,7 @@ static void test_parse(void) {
 static void test_lists(void) {
   unsigned char a[TK314_ASYNCIO_LEN], p[TK314_PYDEBUG_LEN];
   tk314 o;
-  const char *msg;
-  asyncio_blob(a);
-  pydebug_blob(p, 0x030e00f0);
-  CHECK_EQ_INT(tk314_parse(a, sizeof a, p, sizeof p, &o, &msg), 0);
+  parsed_blobs(a, p, &o);
   smp_layout l;
   memset(&l, 0, sizeof l);
   l.is_tstate_head = 72;
