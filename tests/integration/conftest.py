@@ -177,7 +177,7 @@ def last_line_id(r):
 def pytest_generate_tests(metafunc):
     if "python" in metafunc.fixturenames:
         ps = pythons.discover()
-        metafunc.parametrize("python", [p["path"] for p in ps], ids=[p["tag"] + ":" + os.path.basename(os.path.dirname(os.path.dirname(p["path"]))) for p in ps])
+        metafunc.parametrize("python", [p["path"] for p in ps], ids=[p["tag"] + ":" + ("sid" if p.get("container") else os.path.basename(os.path.dirname(os.path.dirname(p["path"])))) for p in ps])
 
 
 # Files whose tests hold figures that depend on the CPU the host leaves them

@@ -1,6 +1,9 @@
 """Discover every CPython interpreter on this machine (never hard-code one).
 
-Looks at pyenv's versions, /usr/bin/python3.X and $BIFOCAL_PYTHONS (colon list).
+Looks at pyenv's versions, /usr/bin/python3.X, $BIFOCAL_PYTHONS (colon list) and the
+Debian sid root's python3.14/python3.15 (.ci/sid-root: wrappers in
+$BIFOCAL_SID_BIN, default /var/lib/bifocal/bin, that run them as a container would;
+such an entry has "container": True and "root" set).
 Interpreters older than 3.8 are skipped and reported once.
 """
 import glob
@@ -33,7 +36,24 @@ def _candidates():
         if exe.endswith("-config") or not os.access(exe, os.X_OK):
             continue
         seen.append(exe)
+    if os.environ.get("BIFOCAL_SID", "1") != "0":
+        for exe in sorted(glob.glob(os.path.join(SID_BIN, "python3.*"))):
+            if os.access(exe, os.X_OK):
+                seen.append(exe)
     return seen
+
+
+SID_ROOT = os.environ.get("BIFOCAL_SID_ROOT", "/var/lib/bifocal/sid-root")
+SID_BIN = os.environ.get("BIFOCAL_SID_BIN", os.path.join(os.path.dirname(SID_ROOT), "bin"))
+
+
+def sid_missing():
+    """Why the sid root's 3.14/3.15 are not tested ('' when they are)."""
+    if os.environ.get("BIFOCAL_SID", "1") == "0":
+        return "BIFOCAL_SID=0"
+    if not glob.glob(os.path.join(SID_BIN, "python3.*")):
+        return "no sid root (run bash .ci/sid-root)"
+    return ""
 
 
 _CACHE = None
@@ -69,8 +89,10 @@ def discover():
         if ver[:2] < MIN:
             skipped.append((exe, ver))
             continue
+        container = os.path.dirname(os.path.abspath(exe)) == os.path.abspath(SID_BIN)
         found.append({"path": exe, "version": ver, "tag": "%d.%d" % ver[:2],
-                      "free_threaded": lines[3] == "1"})
+                      "free_threaded": lines[3] == "1", "container": container,
+                      "root": SID_ROOT if container else "/"})
     found.sort(key=lambda d: (d["version"], d["path"]))
     if skipped:
         sys.stderr.write("pythons: skipped (older than 3.8): %s\n" %
@@ -81,4 +103,7 @@ def discover():
 
 if __name__ == "__main__":
     for d in discover():
-        print(d["tag"], d["path"], "free-threaded" if d["free_threaded"] else "")
+        print(d["tag"], d["path"], "free-threaded" if d["free_threaded"] else "",
+              "(Debian sid root, run as a container)" if d["container"] else "")
+    if sid_missing():
+        print("3.14/3.15 not tested:", sid_missing())
