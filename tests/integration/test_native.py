@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+import pythons
 from conftest import (ROOT, bifocal_bin, last_line_id, run, task_cpu_ns, task_states, traced_or_stopped,
                       tracer_of, wait_session, wait_until)
 
@@ -308,16 +309,24 @@ outer_py(float(sys.argv[1]))
 
 
 def build_ext(python, tmp_path):
+    """The test extension, built by the host's gcc against the interpreter's
+    own headers (for a sid-root Python: the root's, its multiarch pyconfig.h
+    found after the host's system headers)."""
     inc = subprocess.run([python, "-c", "import sysconfig;print(sysconfig.get_paths()['include'])"],
                          capture_output=True, text=True, check=True).stdout.strip()
     suffix = subprocess.run([python, "-c",
                              "import sysconfig;print(sysconfig.get_config_var('EXT_SUFFIX'))"],
                             capture_output=True, text=True, check=True).stdout.strip()
+    root = [p.get("root", "/") for p in pythons.discover() if p["path"] == python][0]
+    extra = []
+    if root != "/":
+        inc = root + inc
+        extra = ["-idirafter", os.path.join(root, "usr/include")]
     if not os.path.exists(os.path.join(inc, "Python.h")):
         pytest.skip("no Python.h for %s" % python)
     src = write(tmp_path, "bfnat.c", EXT)
     so = str(tmp_path / ("bfnat" + suffix))
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g0", "-I", inc, "-o", so, src], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g0", "-I", inc] + extra + ["-o", so, src], check=True)
     return so
 
 
