@@ -367,13 +367,13 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
           "{\"native\":{\"stops\":%lld,\"stopped_ns\":%lld,\"stop_p50_ns\":%lld,"
           "\"stop_p90_ns\":%lld,\"stop_p99_ns\":%lld,\"stop_max_ns\":%lld,"
           "\"signals_reinjected\":%lld,\"unwind_failed\":%lld,\"unwind_truncated\":%lld,"
-          "\"merge_mismatch\":%lld,\"threads_gone\":%lld,\"late_stops\":%lld,"
+          "\"merge_mismatch\":%lld,\"merge_realigned\":%lld,\"threads_gone\":%lld,\"late_stops\":%lld,"
           "\"stop_wait_ns\":%lld,\"interrupt_p50_ns\":%lld,\"interrupt_p99_ns\":%lld,"
           "\"threads\":[",
           (long long)n->stops, (long long)n->stopped_ns, (long long)hist_pct(n->hist, 0.5),
           (long long)hist_pct(n->hist, 0.9), (long long)hist_pct(n->hist, 0.99), (long long)n->max_ns,
           (long long)n->reinjected, (long long)n->unwind_failed, (long long)n->truncated,
-          (long long)n->mismatch, (long long)n->gone, (long long)n->late,
+          (long long)n->mismatch, (long long)n->realigned, (long long)n->gone, (long long)n->late,
           (long long)n->stop_wait_ns, (long long)hist_pct(n->hist_lat, 0.5),
           (long long)hist_pct(n->hist_lat, 0.99));
   size_t listed = 0;

@@ -554,6 +554,9 @@ int nat_push_out_frame(bf_smp_native *n, const bf_smp_code *code, int32_t line, 
  *  - the Python frames split into groups, each ending (outwards) at a frame
  *    flagged ENTRY: the frames one C call of the eval loop runs;
  *  - the k-th eval-loop C frame from the inside is replaced by group k;
+ *    when a whole C stack has more eval frames than there are groups, the
+ *    innermost extra ones (a call being entered or left) are dropped and
+ *    the groups go to the outer ones;
  *  - other C frames stay, except frames of the interpreter's own object
  *    between two eval frames (call machinery: _PyFunction_Vectorcall, ...)
  *    and every C frame outside the outermost Python frame (thread start,
@@ -586,9 +589,21 @@ int nat_merge(bf_smp_native *n, const bf_smp_frame *py, size_t np, size_t nc) {
       if ((rc = nat_push_out_frame(n, py[j].code, py[j].line, py[j].flags)) < 0) return rc;
     return 1;
   }
+  /* more eval calls than Python groups on a whole C stack: the innermost
+   * ones are entering or leaving a call (their frame not yet, or no longer,
+   * the thread's current one): the groups belong to the outer ones */
+  size_t skip = 0;
+  if (ng && neval > ng && n->unwind_complete) {
+    skip = neval - ng;
+    n->realigned++;
+  }
   for (size_t i = 0; i < nc; i++) {
     const nat_ip *e = n->cf[i].ip;
     if (ng && k >= ng) break; /* outside the outermost Python frame */
+    if (e->eval && skip) {
+      skip--;
+      continue;
+    }
     if (e->eval && k < ng) {
       for (size_t j = gstart[k]; j < gstart[k + 1]; j++)
         if ((rc = nat_push_out_frame(n, py[j].code, py[j].line, py[j].flags)) < 0) return rc;
@@ -598,7 +613,7 @@ int nat_merge(bf_smp_native *n, const bf_smp_frame *py, size_t np, size_t nc) {
     if (k > 0 && e->interp) continue;
     if ((rc = nat_push_out_frame(n, &e->code->pub, 0, BF_SMP_FRAME_NATIVE)) < 0) return rc;
   }
-  if (neval > ng && ng) n->mismatch++;
+  if (neval > ng && ng && !n->unwind_complete) n->mismatch++;
   if (k < ng) {
     n->truncated++;
     for (size_t j = gstart[k]; j < np; j++)

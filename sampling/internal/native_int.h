@@ -189,7 +189,7 @@ struct bf_smp_native {
   int leader_exited, leader_status;
   /* statistics */
   int64_t samples, stops, stopped_ns, max_ns;
-  int64_t reinjected, unwind_failed, truncated, mismatch, gone, late;
+  int64_t reinjected, unwind_failed, truncated, mismatch, realigned, gone, late;
   int64_t stop_wait_ns;
   nat_tstat *retired;
   size_t nretired, cap_retired;
