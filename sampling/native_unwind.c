@@ -593,7 +593,7 @@ int nat_merge(bf_smp_native *n, const bf_smp_frame *py, size_t np, size_t nc) {
    * ones are entering or leaving a call (their frame not yet, or no longer,
    * the thread's current one): the groups belong to the outer ones */
   size_t skip = 0;
-  if (ng && neval > ng && n->unwind_complete) {
+  if (any_entry && ng && neval > ng && n->unwind_complete) {
     skip = neval - ng;
     n->realigned++;
   }
