@@ -40,6 +40,13 @@ int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter 
  * sessions: paths rebuilt from caller→callee edges (marked approximate). */
 int bf_view_flame(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
 
+/* Flame graph as one self-contained SVG (flamegraph.pl's shape): root at the
+ * bottom, one <rect> per function path at least 0.1 px wide, a <title> per
+ * frame with samples (or seconds), share and 95% interval; inline JS for
+ * search and click-to-zoom. Names are escaped for XML (controls and invalid
+ * UTF-8 become U+FFFD). */
+int bf_view_flame_svg(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
 /* Heatmap: time buckets × the top functions by self share; each cell is the
  * function's self share of that bucket. Terminal (o->html = 0) or HTML.
  * -ENODATA (message on the handle) for sessions without timed samples. */

@@ -14,15 +14,22 @@
 
 typedef int (*export_fn)(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
+static int export_svg(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_view_opts vo = {0};
+  vo.filter = *f;
+  return bf_view_flame_svg(s, session_id, &vo, out);
+}
+
 /* The formats; one line each. `bifocal` (sealed, --encrypt-to) is handled apart. */
 static const struct {
   const char *name;
   export_fn fn;
 } formats[] = {
     {"collapsed", bf_export_collapsed}, {"speedscope", bf_export_speedscope}, {"pstats", bf_export_pstats},
-    {"pprof", bf_export_pprof},         {"chrome", bf_export_chrome},         {NULL, NULL},
+    {"pprof", bf_export_pprof},         {"chrome", bf_export_chrome},         {"svg", export_svg},
+    {NULL, NULL},
 };
-#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, bifocal (with --encrypt-to)"
+#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, svg, bifocal (with --encrypt-to)"
 
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
@@ -54,6 +61,10 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("export needs --format (" KNOWN_FORMATS ")");
     return 2;
   }
+  /* py-spy's names; `flamegraph` is the SVG flame graph as py-spy writes it */
+  if (strcmp(format, "flamegraph") == 0 || strcmp(format, "flame") == 0) format = "svg";
+  else if (strcmp(format, "raw") == 0) format = "collapsed";
+  else if (strcmp(format, "chrometrace") == 0) format = "chrome";
   int sealed = strcmp(format, "bifocal") == 0;
   if ((sealed && !pub) || (!sealed && pub)) {
     bf_cli_error("--format bifocal goes with --encrypt-to PUBKEY (see `bifocal keygen`)");

@@ -1,4 +1,5 @@
 /* cmd_replay.c — `bifocal replay ID --view V [...]`. */
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
@@ -14,14 +15,16 @@
 
 typedef int (*view_fn)(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
 
-/* The views; `html` = the view writes an HTML page (refused on a terminal). */
+/* The views; `html` = the view writes an HTML page (refused on a terminal),
+ * `json` = it has a --json form. */
 static const struct {
   const char *name;
   view_fn fn;
-  int html;
+  int html, json;
 } views[] = {
-    {"functions", bf_view_functions, 0}, {"flame", bf_view_flame, 1}, {"heatmap", bf_view_heatmap, 0},
-    {"gil", bf_view_gil, 0},             {"stack", bf_view_stack, 0}, {"tasks", bf_view_tasks, 0}, {NULL, NULL, 0},
+    {"functions", bf_view_functions, 0, 1}, {"flame", bf_view_flame, 1, 0}, {"heatmap", bf_view_heatmap, 0, 1},
+    {"gil", bf_view_gil, 0, 1},             {"stack", bf_view_stack, 0, 1}, {"tasks", bf_view_tasks, 0, 1},
+    {NULL, NULL, 0, 0},
 };
 
 static int ends_with(const char *s, const char *suffix) {
@@ -33,7 +36,10 @@ typedef struct replay_args {
   const char *view, *thread, *outp;
   char task_arg[512];
   bf_view_opts vo;
-  int vi; /* index in views[] */
+  int vi;        /* index in views[] */
+  int view_set;  /* --view given */
+  int svg;       /* -o FILE.svg: the flame graph as SVG */
+  int html_wrap; /* -o FILE.html of a text view: its text as an HTML page */
 } replay_args;
 
 /* Options and their checks; -1 to go on, else the exit status. OUT: *r. */
@@ -57,7 +63,10 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
   int c;
   while ((c = getopt_long(argc, argv, "v:jn:s:t:o:h", opts, NULL)) != -1) {
     switch (c) {
-      case 'v': r->view = optarg; break;
+      case 'v':
+        r->view = optarg;
+        r->view_set = 1;
+        break;
       case 'j': r->vo.json = 1; break;
       case 'n':
         if (bf_opt_limit(optarg, &r->vo.limit)) return 2;
@@ -108,13 +117,65 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
     bf_cli_error("unknown view '%s' (known: functions, flame, heatmap, gil, stack, tasks)", r->view);
     return 2;
   }
+  if (r->vo.json && !views[r->vi].json) {
+    bf_cli_error("the %s view has no JSON form: drop --json, or use `bifocal export ID -f speedscope` "
+                 "(or collapsed) for its data", r->view);
+    return 2;
+  }
+  if (r->outp && ends_with(r->outp, ".svg")) {
+    /* py-spy's habit: `-o profile.svg` is a flame graph, whatever the default view */
+    if (r->view_set && strcmp(r->view, "flame") != 0) {
+      bf_cli_error("'%s': only the flame view is drawn as SVG (use --view flame, or -o FILE.html / .txt)",
+                   r->outp);
+      return 2;
+    }
+    if (r->vo.json) {
+      bf_cli_error("--json and -o FILE.svg disagree: drop one");
+      return 2;
+    }
+    r->svg = 1;
+    r->view = "flame";
+    r->vi = 1;
+  }
   if (r->outp && strcmp(r->view, "heatmap") == 0 && ends_with(r->outp, ".html")) r->vo.html = 1;
+  if (r->outp && !views[r->vi].html && !r->vo.html && !r->vo.json &&
+      (ends_with(r->outp, ".html") || ends_with(r->outp, ".htm")))
+    r->html_wrap = 1;
   if ((views[r->vi].html || r->vo.html) && !r->outp && cli->stdout_tty) {
     bf_cli_error("the %s view is an HTML page: give -o FILE.html", r->view);
     return 2;
   }
   bf_opt_term_width(cli, r->outp, &r->vo.width);
   return -1;
+}
+
+/* A text view as an HTML page: its terminal text, escaped, in a <pre>. */
+static int html_page(bf_store *s, int64_t id, replay_args *r, FILE *out) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&buf, &len);
+  if (!mem) {
+    bf_cli_error("out of memory");
+    return -ENOMEM;
+  }
+  r->vo.color = 0;
+  int rc = views[r->vi].fn(s, id, &r->vo, mem);
+  fclose(mem);
+  if (rc >= 0) {
+    fprintf(out, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bifocal %s view — session %lld</title>"
+                 "<style>body{margin:1em;background:#fff}pre{font:13px/1.35 ui-monospace,monospace}</style>"
+                 "</head>\n<body><pre>\n", r->view, (long long)id);
+    for (const char *p = buf ? buf : ""; *p; p++) {
+      if (*p == '<') fputs("&lt;", out);
+      else if (*p == '>') fputs("&gt;", out);
+      else if (*p == '&') fputs("&amp;", out);
+      else if ((unsigned char)*p < 0x20 && *p != '\n' && *p != '\t') fputs("\xef\xbf\xbd", out);
+      else fputc(*p, out);
+    }
+    fputs("</pre></body></html>\n", out);
+  }
+  free(buf);
+  return rc;
 }
 
 int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
@@ -131,5 +192,7 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
     return 1;
   }
   if (of.f != stdout) r.vo.color = 0;
+  if (r.svg) return bf_opt_output_done(s, &of, bf_view_flame_svg(s, id, &r.vo, of.f));
+  if (r.html_wrap) return bf_opt_output_done(s, &of, html_page(s, id, &r, of.f));
   return bf_opt_output_done(s, &of, views[r.vi].fn(s, id, &r.vo, of.f));
 }

@@ -17,7 +17,8 @@ static const struct {
     {"speedscope", BF_CLI_OUT_SPEEDSCOPE}, {"pprof", BF_CLI_OUT_PPROF},
     {"collapsed", BF_CLI_OUT_COLLAPSED},   {"raw", BF_CLI_OUT_COLLAPSED}, /* py-spy */
     {"chrome", BF_CLI_OUT_CHROME},         {"chrometrace", BF_CLI_OUT_CHROME}, /* py-spy */
-    {"pstats", BF_CLI_OUT_PSTATS},         {NULL, 0},
+    {"pstats", BF_CLI_OUT_PSTATS},         {"svg", BF_CLI_OUT_SVG},
+    {NULL, 0},
 };
 
 static const struct {
@@ -31,7 +32,8 @@ static const struct {
     {".pprof", BF_CLI_OUT_PPROF},      {".pb", BF_CLI_OUT_PPROF},
     {".collapsed", BF_CLI_OUT_COLLAPSED}, {".folded", BF_CLI_OUT_COLLAPSED},
     {".txt", BF_CLI_OUT_COLLAPSED},    {".prof", BF_CLI_OUT_PSTATS},
-    {".pstats", BF_CLI_OUT_PSTATS},    {NULL, 0},
+    {".pstats", BF_CLI_OUT_PSTATS},    {".svg", BF_CLI_OUT_SVG},
+    {NULL, 0},
 };
 
 static int ends_with(const char *s, const char *suf) {
@@ -44,6 +46,8 @@ int bf_cli_out_kind_of(const char *path, const char *format, bf_cli_out_kind *ki
     for (int i = 0; names[i].name; i++)
       if (strcmp(names[i].name, format) == 0) {
         *kind = names[i].kind;
+        /* py-spy's `-f flamegraph -o x.svg`: the flame graph in the file's shape */
+        if (*kind == BF_CLI_OUT_FLAME && path && ends_with(path, ".svg")) *kind = BF_CLI_OUT_SVG;
         return 0;
       }
     bf_cli_error("unknown --format '%s' (known: " BF_CLI_OUT_FORMATS ")", format);
@@ -58,12 +62,8 @@ int bf_cli_out_kind_of(const char *path, const char *format, bf_cli_out_kind *ki
       *kind = exts[i].kind;
       return 0;
     }
-  if (ends_with(path, ".svg")) {
-    bf_cli_error("'%s': bifocal draws flame graphs as interactive HTML, not SVG; use -o FILE.html", path);
-    return 2;
-  }
   bf_cli_error("cannot tell the format of '%s' from its extension; give --format ("
-               BF_CLI_OUT_FORMATS ") or use .html, .speedscope.json, .pb.gz, .txt, .prof, .trace.json",
+               BF_CLI_OUT_FORMATS ") or use .html, .svg, .speedscope.json, .pb.gz, .txt, .prof, .trace.json",
                path);
   return 2;
 }
@@ -76,6 +76,7 @@ const char *bf_cli_out_kind_name(bf_cli_out_kind kind) {
     case BF_CLI_OUT_COLLAPSED: return "collapsed stacks";
     case BF_CLI_OUT_CHROME: return "Chrome trace";
     case BF_CLI_OUT_PSTATS: return "pstats profile";
+    case BF_CLI_OUT_SVG: return "SVG flame graph";
   }
   return "?";
 }
@@ -94,6 +95,7 @@ int bf_cli_write_output(bf_store *s, int64_t session_id, bf_cli_out_kind kind, c
     case BF_CLI_OUT_COLLAPSED: rc = bf_export_collapsed(s, session_id, &filter, of.f); break;
     case BF_CLI_OUT_CHROME: rc = bf_export_chrome(s, session_id, &filter, of.f); break;
     case BF_CLI_OUT_PSTATS: rc = bf_export_pstats(s, session_id, &filter, of.f); break;
+    case BF_CLI_OUT_SVG: rc = bf_view_flame_svg(s, session_id, &vo, of.f); break;
     default: rc = -22;
   }
   if (rc < 0) bf_cli_error("cannot write '%s': %s", path, bf_store_errmsg(s));

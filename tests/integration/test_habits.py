@@ -1,0 +1,164 @@
+"""Habits of py-spy, austin and Tachyon users (issue 28): their command lines,
+typed as they are, either do what the peer does or fail with one line naming
+the peer's meaning and bifocal's spelling. The SVG flame graph (py-spy's
+`-o profile.svg`) is checked against the collapsed export and in Chromium;
+views that write pages or have no JSON say so."""
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import ROOT, bifocal_bin, run, last_line_id
+from views_helpers import make_db, require_tool
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+import cdp  # noqa: E402
+
+SVG = "{http://www.w3.org/2000/svg}"
+SVG_INNER_W = 1180.0  # 1200 px less 10 px padding each side
+
+# Frames with bytes an SVG must not carry raw: ESC and BEL, markup, invalid UTF-8.
+NASTY = (b"main;a<b>&c;\x1b[31mred\x07 30\n"
+         b"main;bad\xff\xfeutf 20\n"
+         b"main;a<b>&c 10\n"
+         b"other 5\n")
+
+
+@pytest.fixture(scope="module")
+def hdb(tmp_path_factory):
+    d = tmp_path_factory.mktemp("habits")
+    path = str(d / "h.db")
+    s = make_db(path)
+    nasty = d / "nasty.txt"
+    nasty.write_bytes(NASTY)
+    s["nasty"] = last_line_id(run(["import", str(nasty)], db=path))
+    return path, s
+
+
+def collapsed_tree(db, sid):
+    """{(path of functions): value} from the collapsed export, each frame's
+    call line dropped (the SVG merges a function's lines like the flame page)."""
+    out = subprocess.run([bifocal_bin(), "--db", db, "export", str(sid), "-f", "collapsed", "-o", "-"],
+                         capture_output=True, check=True).stdout.decode("utf-8", "replace")
+    tree = {(): 0.0}
+    for line in out.splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = [re.sub(r"(:\d+):\d+\)$", r"\1)", f) for f in stack.split(";")]
+        tree[()] += float(n)
+        for i in range(1, len(frames) + 1):
+            tree[tuple(frames[:i])] = tree.get(tuple(frames[:i]), 0.0) + float(n)
+    return tree
+
+
+def svg_frames(path):
+    root = ET.parse(path).getroot()
+    assert root.tag == SVG + "svg"
+    out = []
+    for g in root.iter(SVG + "g"):
+        if g.get("class") != "f":
+            continue
+        rects = g.findall(SVG + "rect")
+        assert len(rects) == 1, "one rect per frame"
+        out.append((g.get("data-name"), float(rects[0].get("width")), float(rects[0].get("y")),
+                    g.find(SVG + "title").text))
+    return out
+
+
+@pytest.mark.parametrize("how", ["replay", "export", "export-flamegraph"])
+def test_svg_matches_collapsed(hdb, tmp_path, how):
+    db, s = hdb
+    sid = s["wall"]
+    out = str(tmp_path / "profile.svg")
+    if how == "replay":
+        run(["replay", str(sid), "-o", out], db=db)
+    elif how == "export":
+        run(["export", str(sid), "-f", "svg", "-o", out], db=db)
+    else:
+        run(["export", str(sid), "-f", "flamegraph", "-o", out], db=db)
+    frames = svg_frames(out)
+    tree = collapsed_tree(db, sid)
+    total = tree[()]
+    want = sorted(round(v * SVG_INNER_W / total, 1) for v in tree.values() if v * SVG_INNER_W / total >= 0.1)
+    got = sorted(round(w, 1) for _, w, _, _ in frames)
+    assert len(got) == len(want)
+    assert all(abs(a - b) <= 0.11 for a, b in zip(got, want)), (got[-10:], want[-10:])
+    root = [f for f in frames if f[0] == "all"]
+    assert len(root) == 1 and abs(root[0][1] - SVG_INNER_W) < 0.01
+    # the title says samples, share and the 95% interval; the root is 100%
+    assert re.search(r"\(\d+ samples, 100\.00%, 95% [\d.]+–100\.00%\)", root[0][3])
+    # root at the bottom: every other frame above it
+    assert all(y < root[0][2] for n, _, y, _ in frames if n != "all")
+
+
+def test_svg_escapes_untrusted_names(hdb, tmp_path):
+    db, s = hdb
+    out = tmp_path / "n.svg"
+    run(["replay", str(s["nasty"]), "-o", str(out)], db=db)
+    raw = out.read_bytes()
+    raw.decode("utf-8")  # valid UTF-8 throughout
+    assert b"\x1b" not in raw and b"\x07" not in raw and b"a<b>" not in raw
+    names = {n for n, _, _, _ in svg_frames(str(out))}
+    assert "a<b>&c" in names and "\ufffd[31mred\ufffd" in names and "bad\ufffd\ufffdutf" in names
+    widths = {n: w for n, w, _, _ in svg_frames(str(out))}
+    assert abs(widths["a<b>&c"] - 40 / 65 * SVG_INNER_W) < 0.01
+
+
+def test_record_svg(tmp_path):
+    """py-spy's `record -o profile.svg -- python app.py` writes the SVG."""
+    out = tmp_path / "profile.svg"
+    db = str(tmp_path / "r.db")
+    code = "import time\nt=time.time()\nwhile time.time()-t<0.6: sum(range(1000))\n"
+    run(["record", "-o", str(out), "--", sys.executable, "-c", code], db=db)
+    frames = svg_frames(str(out))
+    assert frames and frames[0][0] == "all" and len(frames) >= 2
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_tool(cdp.chromium_path() or "chromium", "chromium")
+    with cdp.Browser(width=1400, height=900) as b:
+        yield b
+
+
+def test_svg_in_chromium(hdb, browser, tmp_path):
+    db, s = hdb
+    out = tmp_path / "c.svg"
+    run(["replay", str(s["nasty"]), "-o", str(out)], db=db)
+    page = browser.open("file://" + str(out))
+    assert page.errors() == []
+    assert page.requests() == ["file://" + str(out)], "the SVG fetched something"
+    assert page.eval("document.querySelectorAll('g.f').length") == 6
+    # search: the two a<b>&c frames are nested, so they match 40 of 65 samples once
+    page.eval("search('a<b')")
+    assert page.eval("document.getElementById('matched').textContent") == "Matched: %.1f%%" % (40 / 65 * 100)
+    # click-to-zoom on a<b>&c: it fills the width, `other` is hidden
+    page.eval("zoom(Array.from(document.querySelectorAll('g.f')).find(g => g.dataset.name === 'a<b>&c'))")
+    w = page.eval("Array.from(document.querySelectorAll('g.f')).find(g => g.dataset.name === 'a<b>&c')"
+                  ".querySelector('rect').getAttribute('width')")
+    assert abs(float(w) - SVG_INNER_W) < 0.01
+    assert page.eval("Array.from(document.querySelectorAll('g.f')).find(g => g.dataset.name === 'other')"
+                     ".style.display") == "none"
+    assert page.errors() == []
+    png = tmp_path / "c.png"
+    page.screenshot(str(png), full_page=False)
+    assert png.stat().st_size > 1000
+
+
+def test_svg_as_image(hdb, tmp_path):
+    """`chromium --headless --screenshot` of the SVG (as an image, no JS needed)."""
+    db, s = hdb
+    chromium = cdp.chromium_path()
+    if not chromium:
+        pytest.skip("chromium not installed (.ci/setup installs it)")
+    out = tmp_path / "i.svg"
+    run(["replay", str(s["wall"]), "-o", str(out)], db=db)
+    png = tmp_path / "i.png"
+    r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--screenshot=" + str(png),
+                        "--window-size=1200,600", "file://" + str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert png.exists() and png.stat().st_size > 1000, r.stderr[-2000:]
