@@ -275,7 +275,9 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   o.rate_hz = 1000;
   const char *outp = NULL;
   bf_cli_out_kind out_kind = 0;
-  int rc = record_parse(argc, argv, &o, &outp, &out_kind);
+  int rc = bf_opt_peer_record("record", &argc, &argv); /* py-spy's, austin's, Tachyon's flags */
+  if (rc >= 0) return rc;
+  rc = record_parse(argc, argv, &o, &outp, &out_kind);
   if (rc >= 0) return rc;
   char scratch[4096];
   bf_cli scratch_cli = *cli;

@@ -140,7 +140,7 @@ int bf_cli_json_only(const char *cmd, int argc, char **argv, int *json) {
 
 /* Commands whose -d is py-spy's --duration; everywhere else -d is refused. */
 static int takes_dash_d(const char *cmd) {
-  static const char *const with_d[] = {"record", "top", NULL};
+  static const char *const with_d[] = {"record", "attach", "top", NULL};
   for (const char *const *w = with_d; *w; w++)
     if (strcmp(*w, cmd) == 0) return 1;
   return 0;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/ioctl.h>
 
 #include "cli.h"
@@ -48,8 +49,12 @@ int bf_opt_rate(const char *arg, double *rate_hz) {
   char *end;
   errno = 0;
   double v = strtod(arg, &end);
+  /* Tachyon's units: 10khz, 500hz, 1mhz */
+  if (!errno && end != arg && strcasecmp(end, "hz") == 0) end += 2;
+  else if (!errno && end != arg && strcasecmp(end, "khz") == 0) end += 3, v *= 1e3;
+  else if (!errno && end != arg && strcasecmp(end, "mhz") == 0) end += 3, v *= 1e6;
   if (errno || *end || !(v >= 1 && v <= 1e6)) {
-    bf_cli_error("bad --rate '%s' (a number of Hz from 1 to 1000000)", arg);
+    bf_cli_error("bad --rate '%s' (Hz from 1 to 1000000, e.g. 1000, 500hz, 10khz)", arg);
     return 2;
   }
   *rate_hz = v;
@@ -200,4 +205,169 @@ void bf_opt_term_width(const bf_cli *cli, const char *outp, int *width) {
   if (!cli->stdout_tty || outp) return;
   struct winsize ws;
   if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) *width = ws.ws_col;
+}
+
+/* ---- the peers' command lines (py-spy, austin, Tachyon) ---------------------- */
+
+static int is_number(const char *s) {
+  char *end;
+  if (!s || !*s) return 0;
+  errno = 0;
+  double v = strtod(s, &end);
+  (void)v;
+  return !errno && *end == 0;
+}
+
+/* An austin-only sign on the line: a flag austin has and py-spy/bifocal do not. */
+static int austin_sign(int argc, char **argv, int end) {
+  for (int i = 1; i < end; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-C") == 0 || strcmp(a, "--children") == 0 || strcmp(a, "-x") == 0 ||
+        strcmp(a, "--exposure") == 0 || strcmp(a, "-m") == 0 || strcmp(a, "--memory") == 0 ||
+        strcmp(a, "-P") == 0 || strcmp(a, "--pipe") == 0 || strcmp(a, "--sleepless") == 0 ||
+        strcmp(a, "-b") == 0 || strcmp(a, "--binary") == 0 || strcmp(a, "-w") == 0 || strcmp(a, "--where") == 0)
+      return 1;
+    if (strcmp(a, "-i") == 0 && i + 1 < argc && is_number(argv[i + 1])) return 1;
+  }
+  return 0;
+}
+
+static char *peer_argv[512];
+
+int bf_opt_peer_record(const char *cmd, int *argc, char ***argv) {
+  int n = *argc, end = n, out = 0;
+  char **a = *argv;
+  for (int i = 1; i < n; i++) /* options end at "--" */
+    if (strcmp(a[i], "--") == 0) {
+      end = i;
+      break;
+    }
+  if (n >= (int)(sizeof peer_argv / sizeof *peer_argv) - 8) return -1;
+  int austin = austin_sign(n, a, end);
+  peer_argv[out++] = a[0];
+  for (int i = 1; i < n; i++) {
+    const char *x = a[i];
+    if (i >= end) {
+      peer_argv[out++] = a[i];
+      continue;
+    }
+    const char *next = i + 1 < n ? a[i + 1] : NULL;
+    /* a value of an option that takes one is passed through untouched */
+    if (x[0] == '-' && x[1] && strchr("prdof", x[1]) && x[2] == 0 && next && i + 1 < end) {
+      peer_argv[out++] = a[i++];
+      peer_argv[out++] = a[i];
+      continue;
+    }
+    if ((strcmp(x, "-i") == 0 && next && is_number(next)) || (strncmp(x, "-i", 2) == 0 && is_number(x + 2))) {
+      const char *v = x[2] ? x + 2 : next;
+      double us = strtod(v, NULL);
+      bf_cli_error("-i %s: austin's and Tachyon's -i is the sampling interval (%s µs); bifocal's -i is --idle, "
+                   "and the rate is -r HZ (here -r %.0f)", v, v, us > 0 ? 1e6 / us : 1000);
+      return 2;
+    }
+    if (strcmp(x, "-s") == 0 && (austin || (next && next[0] != '-'))) {
+      bf_cli_error("-s: austin's -s is sleepless (CPU time only), which bifocal spells --clock cpu; bifocal's -s is "
+                   "py-spy's --subprocesses (austin's -C): spell out --clock cpu or --subprocesses, and put the "
+                   "command after --");
+      return 2;
+    }
+    if (strcmp(x, "-g") == 0 && austin) {
+      bf_cli_error("-g: austin's -g is --gc (garbage collector state); bifocal's -g is py-spy's --gil (only samples "
+                   "holding the GIL): drop it, or spell out --gil");
+      return 2;
+    }
+    if (strcmp(x, "-C") == 0 || strcmp(x, "--children") == 0) {
+      bf_cli_error("%s: austin's children flag is bifocal's -s/--subprocesses", x);
+      return 2;
+    }
+    if (strcmp(x, "-x") == 0 || strcmp(x, "--exposure") == 0) {
+      bf_cli_error("%s: austin's exposure time is bifocal's -d/--duration SECONDS", x);
+      return 2;
+    }
+    if (strcmp(x, "-t") == 0 || strcmp(x, "--threads") == 0) {
+      bf_cli_error("%s: py-spy's --threads (thread ids in the stacks) is how bifocal always stores them: drop it "
+                   "and see `replay ID --thread T` (austin's -t timeout has no bifocal flag)", x);
+      return 2;
+    }
+    if (strcmp(x, "--nolineno") == 0) {
+      bf_cli_error("--nolineno: bifocal's flame graphs merge a function's lines already; drop it "
+                   "(the collapsed export keeps the lines)");
+      return 2;
+    }
+    if (strcmp(x, "-F") == 0 || strcmp(x, "--function") == 0) {
+      bf_cli_error("%s: bifocal's frames are always functions (py-spy's --function): drop it", x);
+      return 2;
+    }
+    if (strcmp(x, "-m") == 0 || strcmp(x, "--memory") == 0 || strcmp(x, "--async-aware") == 0 ||
+        strcmp(x, "--opcodes") == 0) {
+      bf_cli_error("%s is not supported by bifocal record yet (austin/Tachyon flag; for asyncio tasks see --async)", x);
+      return 2;
+    }
+    /* Tachyon's spellings with the same meaning */
+    if (strcmp(x, "-a") == 0 || strcmp(x, "--all-threads") == 0) continue; /* bifocal samples every thread */
+    if (strcmp(x, "--mode") == 0 || strncmp(x, "--mode=", 7) == 0) {
+      const char *m = x[6] == '=' ? x + 7 : next;
+      if (!m || i + (x[6] == '=' ? 0 : 1) >= end) {
+        bf_cli_error("--mode needs wall, cpu or gil");
+        return 2;
+      }
+      if (x[6] != '=') i++;
+      if (strcmp(m, "wall") == 0 || strcmp(m, "cpu") == 0) {
+        peer_argv[out++] = "--clock";
+        peer_argv[out++] = strcmp(m, "wall") == 0 ? "wall" : "cpu";
+      } else if (strcmp(m, "gil") == 0) {
+        peer_argv[out++] = "--gil";
+      } else if (strcmp(m, "exception") == 0) {
+        bf_cli_error("--mode exception is not supported yet (bifocal samples wall, cpu or gil: --mode wall|cpu|gil)");
+        return 2;
+      } else {
+        bf_cli_error("bad --mode '%s' (wall, cpu or gil; bifocal spells them --clock wall|cpu and --gil)", m);
+        return 2;
+      }
+      continue;
+    }
+    static const struct {
+      const char *flag, *format;
+    } fmts[] = {{"--collapsed", "collapsed"}, {"--flamegraph", "flame"}, {"--pstats", "pstats"},
+                {"--gecko", "gecko"},         {"--heatmap", NULL},       {NULL, NULL}};
+    int k = 0;
+    while (fmts[k].flag && strcmp(fmts[k].flag, x) != 0) k++;
+    if (fmts[k].flag) {
+      if (!fmts[k].format) {
+        bf_cli_error("%s: record writes no heatmap file; record, then `bifocal replay ID --view heatmap -o FILE.html`", x);
+        return 2;
+      }
+      peer_argv[out++] = "--format";
+      peer_argv[out++] = (char *)fmts[k].format;
+      continue;
+    }
+    peer_argv[out++] = a[i];
+  }
+  (void)cmd;
+  peer_argv[out] = NULL;
+  *argc = out;
+  *argv = peer_argv;
+  return -1;
+}
+
+int bf_cmd_record(bf_cli *cli, int argc, char **argv);
+
+int bf_cmd_attach(bf_cli *cli, int argc, char **argv) {
+  /* Tachyon's `attach [opts] PID`: record -p PID with the same options */
+  static char *av[512];
+  if (argc < 2 || argc >= (int)(sizeof av / sizeof *av) - 4) {
+    bf_cli_error("attach needs a process id (usage: bifocal attach [record options] PID)");
+    return 2;
+  }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    bf_cli_usage(bf_cli_find("attach"), stdout);
+    return 0;
+  }
+  int n = 0;
+  av[n++] = "record";
+  for (int i = 1; i < argc - 1; i++) av[n++] = argv[i];
+  av[n++] = "-p";
+  av[n++] = argv[argc - 1];
+  av[n] = NULL;
+  return bf_cmd_record(cli, n, av);
 }

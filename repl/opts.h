@@ -71,4 +71,16 @@ void bf_opt_term_width(const bf_cli *cli, const char *outp, int *width);
 int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *o, double *rate, int64_t *dur,
                 int *with_idle, int *limit);
 
+/* The peers' command lines for record: austin's and Tachyon's letters that
+ * mean something else in bifocal (-i N, -s in austin's sense, -g with austin
+ * flags, -C, -x, -t) and py-spy's flags bifocal lacks get one line naming the
+ * peer's meaning and bifocal's spelling (returns 2); Tachyon's spellings with
+ * the same meaning (-a, --mode wall|cpu|gil, --collapsed, --flamegraph,
+ * --pstats, --gecko) are rewritten. Returns -1 to go on; OUT: *argc, *argv
+ * (a static vector, valid until the next call). Options end at "--". */
+int bf_opt_peer_record(const char *cmd, int *argc, char ***argv);
+
+/* `bifocal attach [record options] PID` (Tachyon's): record -p PID. */
+int bf_cmd_attach(bf_cli *cli, int argc, char **argv);
+
 #endif
