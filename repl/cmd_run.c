@@ -74,6 +74,12 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("run needs a SCRIPT.lua (usage: bifocal run [--out DIR] [--unsafe] [--timeout S] [--memory SIZE] SCRIPT.lua [ARGS])");
     return 2;
   }
+  size_t sl = strlen(argv[optind]);
+  if (sl > 3 && strcmp(argv[optind] + sl - 3, ".py") == 0) { /* Tachyon's `run script.py` */
+    bf_cli_error("'%s' is Python: bifocal run runs Lua checks; to profile it as Tachyon's run does, "
+                 "use `bifocal record -o FILE -- python3 %s`", argv[optind], argv[optind]);
+    return 2;
+  }
   char buf[PATH_MAX];
   const char *script = bf_lua_find_script(argv[optind], buf, sizeof buf);
   if (access(script, R_OK) != 0) {

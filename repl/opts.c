@@ -244,6 +244,23 @@ int bf_opt_peer_record(const char *cmd, int *argc, char ***argv) {
     }
   if (n >= (int)(sizeof peer_argv / sizeof *peer_argv) - 8) return -1;
   int austin = austin_sign(n, a, end);
+  /* austin's order: `-s` with the command right among the options, no "--" */
+  if (end == n)
+    for (int i = 1; i < n; i++) {
+      const char *x = a[i];
+      if (x[0] != '-') {
+        austin |= 1;
+        break;
+      }
+      static const char *const with_value[] = {"-p", "-r", "-d", "-o", "-f", "--pid", "--rate", "--duration",
+                                               "--output", "--format", "--clock", "--label", "--commit",
+                                               "--ttl", "--native-threads", "--mode", NULL};
+      for (int k = 0; with_value[k]; k++)
+        if (strcmp(x, with_value[k]) == 0) {
+          i++;
+          break;
+        }
+    }
   peer_argv[out++] = a[0];
   for (int i = 1; i < n; i++) {
     const char *x = a[i];
@@ -265,7 +282,7 @@ int bf_opt_peer_record(const char *cmd, int *argc, char ***argv) {
                    "and the rate is -r HZ (here -r %.0f)", v, v, us > 0 ? 1e6 / us : 1000);
       return 2;
     }
-    if (strcmp(x, "-s") == 0 && (austin || (next && next[0] != '-'))) {
+    if (strcmp(x, "-s") == 0 && austin) {
       bf_cli_error("-s: austin's -s is sleepless (CPU time only), which bifocal spells --clock cpu; bifocal's -s is "
                    "py-spy's --subprocesses (austin's -C): spell out --clock cpu or --subprocesses, and put the "
                    "command after --");

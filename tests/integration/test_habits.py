@@ -162,3 +162,138 @@ def test_svg_as_image(hdb, tmp_path):
                         "--window-size=1200,600", "file://" + str(out)], capture_output=True, text=True,
                        timeout=120)
     assert png.exists() and png.stat().st_size > 1000, r.stderr[-2000:]
+
+
+# ---- the peers' command lines ------------------------------------------------
+# (peer, what the user types after `bifocal`, outcome). The same table is in
+# docs/commands.md. Outcome: ("same", bifocal's own spelling) — the session has
+# the same clock, mode and rate, and the file the same format — or ("error",
+# a pattern the one stderr line must match; no database is left behind).
+# PY = a Python workload command; OUT = the output file.
+PEER_LINES = [
+    ("py-spy", "record -o OUT.svg -- PY", ("same", "record -f svg -o OUT.svg -- PY")),
+    ("py-spy", "record -f flamegraph -o OUT.svg -- PY", ("same", "record -f svg -o OUT.svg -- PY")),
+    ("py-spy", "record -r 200 -d 0.4 -o OUT.txt -- PY", ("same", "record --rate 200 -d 0.4 -o OUT.txt -- PY")),
+    ("py-spy", "record -s -o OUT.txt -- PY", ("same", "record --subprocesses -o OUT.txt -- PY")),
+    ("py-spy", "record --threads -o OUT.txt -- PY", ("error", r"py-spy's --threads")),
+    ("py-spy", "record -t -o OUT.txt -- PY", ("error", r"py-spy's --threads")),
+    ("py-spy", "record --nolineno -o OUT.txt -- PY", ("error", r"--nolineno: .*drop it")),
+    ("py-spy", "record -F -o OUT.txt -- PY", ("error", r"py-spy's --function")),
+    ("py-spy", "record --function -o OUT.txt -- PY", ("error", r"py-spy's --function")),
+    ("austin", "record -i 1000 -o OUT.txt PY", ("error", r"austin's .*-i is the sampling interval .*-r 1000\)")),
+    ("austin", "record -i 250 -- PY", ("error", r"interval \(250 µs\).*-r 4000")),
+    ("austin", "record -s -o OUT.txt PY", ("error", r"austin's -s is sleepless .*--clock cpu")),
+    ("austin", "record -s -C -- PY", ("error", r"austin's -s is sleepless")),
+    ("austin", "record -C -- PY", ("error", r"austin's children flag is bifocal's -s/--subprocesses")),
+    ("austin", "record -x 1 -- PY", ("error", r"austin's exposure time is bifocal's -d/--duration")),
+    ("austin", "record -g -C -- PY", ("error", r"austin's -g is --gc")),
+    ("Tachyon", "record -a -r 10khz -d 0.4 -o OUT.txt -- PY", ("same", "record -r 10000 -d 0.4 -o OUT.txt -- PY")),
+    ("Tachyon", "record --mode cpu -o OUT.txt -- PY", ("same", "record --clock cpu -o OUT.txt -- PY")),
+    ("Tachyon", "record --mode wall -o OUT.txt -- PY", ("same", "record --clock wall -o OUT.txt -- PY")),
+    ("Tachyon", "record --mode gil -o OUT.txt -- PY", ("same", "record --gil -o OUT.txt -- PY")),
+    ("Tachyon", "record --mode exception -o OUT.txt -- PY", ("error", r"--mode exception is not supported yet")),
+    ("Tachyon", "record --collapsed -o OUT -- PY", ("same", "record -f collapsed -o OUT -- PY")),
+    ("Tachyon", "record --pstats -o OUT -- PY", ("same", "record -f pstats -o OUT -- PY")),
+    ("Tachyon", "record --flamegraph -o OUT.html -- PY", ("same", "record -f flame -o OUT.html -- PY")),
+    ("Tachyon", "record --heatmap -o OUT.html -- PY", ("error", r"record writes no heatmap file")),
+    ("Tachyon", "run app.py", ("error", r"'app.py' is Python: bifocal run runs Lua checks")),
+]
+
+WORK = "import time\nt=time.time()\nwhile time.time()-t<0.5: sum(range(2000))\n"
+
+
+def typed(line, py, out):
+    args = []
+    for w in line.split():
+        if w == "PY":
+            args += py
+        else:
+            args.append(w.replace("OUT", out))
+    return args
+
+
+def only_session(db):
+    r = run(["sessions", "--json"], db=db)
+    rows = json.loads(r.stdout)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def file_kind(path):
+    data = open(path, "rb").read()
+    if data.startswith(b"<?xml"):
+        return "svg"
+    if data.lstrip().lower().startswith(b"<!doctype html"):
+        return "html"
+    if data[:1] in (b"{", b"\xfb") or b"marshal" in data[:0]:
+        return "binary-or-json"
+    if re.match(rb"^\S.* \d+\n", data):
+        return "collapsed"
+    return "other:%r" % data[:8]
+
+
+@pytest.mark.parametrize("peer,line,outcome", PEER_LINES, ids=["%s: %s" % (p, l) for p, l, _ in PEER_LINES])
+def test_peer_command_lines(tmp_path, peer, line, outcome):
+    py = [sys.executable, "-c", WORK]
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+
+    def go(l, tag):
+        db = str(tmp_path / (tag + ".db"))
+        out = str(tmp_path / tag)
+        e = dict(os.environ)
+        e.pop("BIFOCAL_DB", None)
+        r = subprocess.run([bifocal_bin(), "--db", db] + typed(l, py, out), capture_output=True, text=True,
+                           timeout=120, cwd=str(cwd), env=e)
+        return r, db, out
+
+    kind, want = outcome
+    if kind == "error":
+        # typed without --db too: nothing may appear in the working directory
+        e = dict(os.environ)
+        e.pop("BIFOCAL_DB", None)
+        r = subprocess.run([bifocal_bin()] + typed(line, py, str(tmp_path / "o")), capture_output=True,
+                           text=True, timeout=120, cwd=str(cwd), env=e)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and re.search(want, lines[0]), r.stderr
+        assert os.listdir(str(cwd)) == [], "left files behind: %s" % os.listdir(str(cwd))
+        return
+    r1, db1, out1 = go(line, "peer")
+    assert r1.returncode == 0, r1.stderr
+    r2, db2, out2 = go(want, "own")
+    assert r2.returncode == 0, r2.stderr
+    s1, s2 = only_session(db1), only_session(db2)
+    for k in ("clock", "mode", "rate_hz", "kind"):
+        assert s1[k] == s2[k], (k, s1[k], s2[k])
+    files = [f for f in os.listdir(str(tmp_path)) if f.startswith(("peer", "own")) and not f.endswith(
+        (".db", "-wal", "-shm"))]
+    p1 = [f for f in files if f.startswith("peer")]
+    p2 = [f for f in files if f.startswith("own")]
+    assert len(p1) == 1 and len(p2) == 1, files
+    assert file_kind(str(tmp_path / p1[0])) == file_kind(str(tmp_path / p2[0]))
+
+
+def test_austin_interval_leaves_no_database(tmp_path):
+    """austin's `-i 1000 -o FILE CMD`: on main it ran the command '1000' and left ./bifocal.db."""
+    e = dict(os.environ)
+    e.pop("BIFOCAL_DB", None)
+    r = subprocess.run([bifocal_bin(), "record", "-i", "1000", "-o", "x.txt", sys.executable, "-c", "pass"],
+                       capture_output=True, text=True, cwd=str(tmp_path), env=e, timeout=60)
+    assert r.returncode == 2 and "-r 1000" in r.stderr
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_tachyon_attach(tmp_path):
+    """Tachyon's `attach [opts] PID` is record -p PID."""
+    db = str(tmp_path / "a.db")
+    p = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<8: sum(range(500))\n"])
+    try:
+        import time
+        time.sleep(0.5)
+        run(["attach", "-a", "-r", "500hz", "-d", "0.5", str(p.pid)], db=db)
+        s = only_session(db)
+        assert s["pid"] == p.pid and s["rate_hz"] == 500 and s["samples"] > 50
+    finally:
+        p.kill()
+        p.wait()
