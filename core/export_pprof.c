@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "ident.h"
+#include "map.h"
 #include "query.h"
 #include "store_int.h"
 #include "views.h"
@@ -213,6 +214,50 @@ static int px_function(px *x, int64_t fid) {
   return 0;
 }
 
+/* Functions of fa/fb by (file, firstlineno, qualname): the order names are
+ * handed out in, so the same file always gets the same name. */
+typedef struct fkey {
+  int64_t fid;
+  bf_function_ref ref;
+} fkey;
+
+static int fkey_cmp(const void *a, const void *b) {
+  const bf_function_ref *x = &((const fkey *)a)->ref, *y = &((const fkey *)b)->ref;
+  int c = strcmp(x->file ? x->file : "", y->file ? y->file : "");
+  if (c) return c;
+  if (x->firstlineno != y->firstlineno) return x->firstlineno < y->firstlineno ? -1 : 1;
+  c = strcmp(x->qualname ? x->qualname : "", y->qualname ? y->qualname : "");
+  if (c) return c;
+  return ((const fkey *)a)->fid < ((const fkey *)b)->fid ? -1 : ((const fkey *)a)->fid > ((const fkey *)b)->fid;
+}
+
+/* Every function of the stacks, written in path order (before any Location)
+ * so that disambiguated names do not depend on which stack came first. */
+static int px_functions_sorted(px *x) {
+  const bf_wstacks *w = x->w;
+  bf_map3 seen = {0};
+  fkey *k = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  for (size_t i = 0; i < w->nf && !rc; i++) {
+    int64_t fid = w->fids[i];
+    if (bf_map3_get(&seen, fid, 0, 0)) continue;
+    if (bf_map3_put(&seen, fid, 0, 0, 1) || bf_vec_grow((void **)&k, &cap, n + 1, sizeof *k, 64)) {
+      rc = -ENOMEM;
+      break;
+    }
+    k[n].fid = fid;
+    rc = bf_store_function_get(x->s, fid, &k[n].ref);
+    n++;
+  }
+  if (!rc) qsort(k, n, sizeof *k, fkey_cmp);
+  for (size_t i = 0; i < n && !rc; i++)
+    if (!bf_map3_get(&x->funcs, k[i].fid, 0, 0)) rc = px_function(x, k[i].fid);
+  bf_map3_free(&seen);
+  free(k);
+  return rc;
+}
+
 /* The location id of (fid, line), writing its Location (and Function) the
  * first time. 0 on error (rc in *rc). */
 static uint64_t px_location(px *x, int64_t fid, int64_t line, int *rc) {
@@ -337,7 +382,7 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   int64_t default_type = (x.imported || !w->by_weight) ? count_type : time_type;
   int64_t noframe_name = str_id(&x.st, "[no Python frame]");
   int64_t noframe_sys = str_id(&x.st, "bifocal:no-python-frame");
-  if ((rc = px_threads(&x)) || (rc = px_stacks(&x))) goto out;
+  if ((rc = px_threads(&x)) || (rc = px_functions_sorted(&x)) || (rc = px_stacks(&x))) goto out;
   px_no_frame(&x, noframe_name, noframe_sys);
   pb_raw(&x.prof, x.locs_out.b, x.locs_out.n);
   pb_raw(&x.prof, x.funcs_out.b, x.funcs_out.n);

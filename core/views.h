@@ -115,4 +115,10 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
  * imports and traced sessions without call records. */
 int bf_export_chrome(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
+/* Gecko profile format (Firefox Profiler, format version 30): per sampled
+ * thread its string, frame and stack tables and samples [stack, ms since
+ * meta.startTime, 0]; frames "qualname (file:firstlineno)" with their line.
+ * -ENODATA for traced and imported sessions (no sample times). */
+int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+
 #endif

@@ -86,8 +86,9 @@ typedef enum bf_cli_out_kind {
   BF_CLI_OUT_CHROME,
   BF_CLI_OUT_PSTATS,
   BF_CLI_OUT_SVG,
+  BF_CLI_OUT_GECKO,
 } bf_cli_out_kind;
-#define BF_CLI_OUT_FORMATS "flame, svg, speedscope, pprof, collapsed, chrome, pstats; py-spy's flamegraph, raw, chrometrace"
+#define BF_CLI_OUT_FORMATS "flame, svg, speedscope, pprof, collapsed, chrome, pstats, gecko; py-spy's flamegraph, raw, chrometrace"
 
 /* The output kind for path: --format (format != NULL) wins, else the file's
  * extension. Returns 0, or prints one line and returns 2. OUT: *kind. */

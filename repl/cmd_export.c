@@ -27,9 +27,10 @@ static const struct {
 } formats[] = {
     {"collapsed", bf_export_collapsed}, {"speedscope", bf_export_speedscope}, {"pstats", bf_export_pstats},
     {"pprof", bf_export_pprof},         {"chrome", bf_export_chrome},         {"svg", export_svg},
+    {"gecko", bf_export_gecko},
     {NULL, NULL},
 };
-#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, svg, bifocal (with --encrypt-to)"
+#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, svg, gecko, bifocal (with --encrypt-to)"
 
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, NULL, 'f'},

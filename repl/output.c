@@ -18,7 +18,7 @@ static const struct {
     {"collapsed", BF_CLI_OUT_COLLAPSED},   {"raw", BF_CLI_OUT_COLLAPSED}, /* py-spy */
     {"chrome", BF_CLI_OUT_CHROME},         {"chrometrace", BF_CLI_OUT_CHROME}, /* py-spy */
     {"pstats", BF_CLI_OUT_PSTATS},         {"svg", BF_CLI_OUT_SVG},
-    {NULL, 0},
+    {"gecko", BF_CLI_OUT_GECKO},           {NULL, 0},
 };
 
 static const struct {
@@ -26,7 +26,7 @@ static const struct {
   bf_cli_out_kind kind;
 } exts[] = {
     {".html", BF_CLI_OUT_FLAME},       {".htm", BF_CLI_OUT_FLAME},
-    {".speedscope.json", BF_CLI_OUT_SPEEDSCOPE},
+    {".speedscope.json", BF_CLI_OUT_SPEEDSCOPE}, {".gecko.json", BF_CLI_OUT_GECKO},
     {".trace.json", BF_CLI_OUT_CHROME}, {".chrome.json", BF_CLI_OUT_CHROME},
     {".json", BF_CLI_OUT_SPEEDSCOPE},  {".pb.gz", BF_CLI_OUT_PPROF},
     {".pprof", BF_CLI_OUT_PPROF},      {".pb", BF_CLI_OUT_PPROF},
@@ -77,6 +77,7 @@ const char *bf_cli_out_kind_name(bf_cli_out_kind kind) {
     case BF_CLI_OUT_CHROME: return "Chrome trace";
     case BF_CLI_OUT_PSTATS: return "pstats profile";
     case BF_CLI_OUT_SVG: return "SVG flame graph";
+    case BF_CLI_OUT_GECKO: return "Gecko profile (Firefox Profiler)";
   }
   return "?";
 }
@@ -96,6 +97,7 @@ int bf_cli_write_output(bf_store *s, int64_t session_id, bf_cli_out_kind kind, c
     case BF_CLI_OUT_CHROME: rc = bf_export_chrome(s, session_id, &filter, of.f); break;
     case BF_CLI_OUT_PSTATS: rc = bf_export_pstats(s, session_id, &filter, of.f); break;
     case BF_CLI_OUT_SVG: rc = bf_view_flame_svg(s, session_id, &vo, of.f); break;
+    case BF_CLI_OUT_GECKO: rc = bf_export_gecko(s, session_id, &filter, of.f); break;
     default: rc = -22;
   }
   if (rc < 0) bf_cli_error("cannot write '%s': %s", path, bf_store_errmsg(s));

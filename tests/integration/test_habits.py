@@ -297,3 +297,201 @@ def test_tachyon_attach(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+# ---- Gecko (Firefox Profiler) ---------------------------------------------------
+# The loader's rules for the Gecko format (firefox-devtools/profiler,
+# src/types/gecko-profile.ts and src/profile-logic/process-profile.js): the
+# fields it reads, the column schemas, and indices that stay in their tables.
+GECKO_FRAME_SCHEMA = {"location": 0, "relevantForJS": 1, "innerWindowID": 2, "implementation": 3, "line": 4,
+                      "column": 5, "category": 6, "subcategory": 7}
+
+
+def check_gecko(p):
+    meta = p["meta"]
+    for k in ("version", "startTime", "interval", "categories", "markerSchema", "stackwalk", "debug",
+              "processType"):
+        assert k in meta, k
+    assert isinstance(meta["version"], int) and 27 <= meta["version"] <= 31
+    assert meta["interval"] > 0 and meta["startTime"] > 1.5e12  # ms since the epoch
+    for c in meta["categories"]:
+        assert isinstance(c["name"], str) and isinstance(c["color"], str) and c["subcategories"]
+    for k in ("libs", "threads", "pausedRanges", "processes"):
+        assert isinstance(p[k], list), k
+    for t in p["threads"]:
+        for k in ("name", "registerTime", "processType", "unregisterTime", "tid", "pid", "markers", "samples",
+                  "frameTable", "stackTable", "stringTable"):
+            assert k in t, k
+        assert t["markers"]["schema"] == {"name": 0, "startTime": 1, "endTime": 2, "phase": 3, "category": 4,
+                                          "data": 5}
+        assert t["samples"]["schema"] == {"stack": 0, "time": 1, "eventDelay": 2}
+        assert t["frameTable"]["schema"] == GECKO_FRAME_SCHEMA
+        assert t["stackTable"]["schema"] == {"prefix": 0, "frame": 1}
+        strings, frames, stacks = t["stringTable"], t["frameTable"]["data"], t["stackTable"]["data"]
+        assert all(isinstance(x, str) for x in strings)
+        for f in frames:
+            assert len(f) == 8 and 0 <= f[0] < len(strings) and isinstance(f[1], bool)
+            assert 0 <= f[6] < len(meta["categories"]) and 0 <= f[7] < len(meta["categories"][f[6]]["subcategories"])
+        for i, (prefix, frame) in enumerate(stacks):
+            assert prefix is None or 0 <= prefix < i  # a prefix comes before its stack
+            assert 0 <= frame < len(frames)
+        last = -1
+        for stack, time_ms, _ in t["samples"]["data"]:
+            assert stack is None or 0 <= stack < len(stacks)
+            assert time_ms >= last
+            last = time_ms
+
+
+def gecko_self(t):
+    """{function location: self samples} of one thread."""
+    strings, frames, stacks = t["stringTable"], t["frameTable"]["data"], t["stackTable"]["data"]
+    out = {}
+    for stack, _, _ in t["samples"]["data"]:
+        name = strings[frames[stacks[stack][1]][0]]
+        out[name] = out.get(name, 0) + 1
+    return out
+
+
+def test_gecko_export(tmp_path):
+    db = str(tmp_path / "g.db")
+    code = ("import threading, time\n"
+            "def spin(s):\n  t = time.time()\n  while time.time() - t < s: sum(range(300))\n"
+            "def side():\n  spin(0.8)\n"
+            "th = threading.Thread(target=side); th.start(); spin(0.8); th.join()\n")
+    out = tmp_path / "p.json"
+    # Tachyon's spelling on record; then export -f gecko of the same session
+    run(["record", "--gecko", "-o", str(out), "--", sys.executable, "-c", code], db=db)
+    p = json.load(open(out))
+    check_gecko(p)
+    sid = only_session(db)["id"]
+    run(["export", str(sid), "-f", "gecko", "-o", str(tmp_path / "e.json")], db=db)
+    assert json.load(open(tmp_path / "e.json")) == p
+    # every sample kept, per thread, and the leaf functions as the functions view counts them
+    fj = json.loads(run(["replay", str(sid), "--json", "--limit", "1000"], db=db).stdout)
+    assert sum(len(t["samples"]["data"]) for t in p["threads"]) == fj["total_samples"]
+    selfs = {}
+    for t in p["threads"]:
+        for k, v in gecko_self(t).items():
+            selfs[k] = selfs.get(k, 0) + v
+    spin = [f for f in fj["functions"] if f["qualname"] == "spin"][0]
+    got = [v for k, v in selfs.items() if k.startswith("spin (")]
+    assert got == [spin["self_samples"]]
+    assert len(p["threads"]) >= 2
+
+
+def test_gecko_refuses_traced(tmp_path):
+    db = str(tmp_path / "t.db")
+    run(["trace", "--", sys.executable, "-c", "sum(range(10))"], db=db)
+    sid = only_session(db)["id"]
+    r = run(["export", str(sid), "-f", "gecko", "-o", str(tmp_path / "x.json")], db=db, check=False)
+    assert r.returncode == 1 and "needs a sampled session" in r.stderr
+
+
+# ---- views ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("view", ["gil", "functions", "stack"])
+def test_text_view_into_html_is_html(hdb, tmp_path, view):
+    db, s = hdb
+    out = tmp_path / (view + ".html")
+    run(["replay", str(s["wall"]), "--view", view, "-o", str(out)], db=db)
+    text = out.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "<pre>" in text and "\x1b" not in text
+    plain = run(["replay", str(s["wall"]), "--view", view], db=db).stdout
+    body = text.split("<pre>\n", 1)[1].rsplit("</pre>", 1)[0]
+    import html as H
+    assert H.unescape(body) == plain
+
+
+def test_flame_json_refused(hdb):
+    db, s = hdb
+    r = run(["replay", str(s["wall"]), "--view", "flame", "--json"], db=db, check=False)
+    assert r.returncode == 2 and r.stdout == "" and "no JSON form" in r.stderr
+
+
+def test_page_view_on_a_terminal_asks_for_o(hdb):
+    """On a terminal a page view says so and asks for -o; piped, the page is written."""
+    db, s = hdb
+    master, slave = pty.openpty()
+    p = subprocess.Popen([bifocal_bin(), "--db", db, "replay", str(s["wall"]), "--view", "flame"], stdout=slave,
+                         stderr=subprocess.PIPE)
+    os.close(slave)
+    err = p.communicate(timeout=60)[1].decode()
+    out = b""
+    try:
+        while True:
+            chunk = os.read(master, 65536)
+            if not chunk:
+                break
+            out += chunk
+    except OSError:
+        pass
+    os.close(master)
+    assert p.returncode == 2 and "give -o FILE.html" in err and len(out) < 200
+    piped = run(["replay", str(s["wall"]), "--view", "flame"], db=db).stdout
+    assert piped.lstrip().lower().startswith("<!doctype html")
+
+
+def test_svg_only_for_flame(hdb, tmp_path):
+    db, s = hdb
+    r = run(["replay", str(s["wall"]), "--view", "gil", "-o", str(tmp_path / "g.svg")], db=db, check=False)
+    assert r.returncode == 2 and "only the flame view is drawn as SVG" in r.stderr
+
+
+# ---- pprof names ---------------------------------------------------------------
+
+def pb_fields(buf):
+    i = 0
+    while i < len(buf):
+        key, i = varint(buf, i)
+        f, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = varint(buf, i)
+        elif wt == 2:
+            n, i = varint(buf, i)
+            v, i = buf[i:i + n], i + n
+        elif wt == 1:
+            v, i = buf[i:i + 8], i + 8
+        elif wt == 5:
+            v, i = buf[i:i + 4], i + 4
+        else:
+            raise ValueError(wt)
+        yield f, v
+
+
+def varint(buf, i):
+    r = s = 0
+    while True:
+        b = buf[i]
+        i += 1
+        r |= (b & 0x7F) << s
+        s += 7
+        if not b & 0x80:
+            return r, i
+
+
+def pprof_names(path):
+    import gzip
+    data = gzip.decompress(open(path, "rb").read())
+    strings, funcs = [], []
+    for f, v in pb_fields(data):
+        if f == 6:
+            strings.append(v.decode())
+        elif f == 5:
+            funcs.append(dict(pb_fields(v)))
+    return {strings[fn[4]]: strings[fn[2]] for fn in funcs if 4 in fn}
+
+
+def test_pprof_names_stable_by_path(tmp_path):
+    db = str(tmp_path / "p.db")
+    a = "main (/srv/app.py:1:2);work (/srv/b/util.py:3:4) 10\nmain (/srv/app.py:1:2);work (/srv/a/util.py:10:11) 5\n"
+    b = "main (/srv/app.py:1:2);work (/srv/a/util.py:10:11) 5\nmain (/srv/app.py:1:2);work (/srv/b/util.py:3:4) 10\n"
+    names = []
+    for i, text in enumerate((a, b, b, a)):
+        f = tmp_path / ("%d.txt" % i)
+        f.write_text(text)
+        sid = last_line_id(run(["import", str(f)], db=db))
+        out = tmp_path / ("%d.pb.gz" % i)
+        run(["export", str(sid), "-f", "pprof", "-o", str(out)], db=db)
+        names.append(pprof_names(str(out)))
+    for n in names:
+        assert n["/srv/a/util.py"] == "util.work" and n["/srv/b/util.py"] == "util.work:3", n
