@@ -50,13 +50,15 @@ static const bf_opt_doc docs[] = {
     {"replay", "--task NAME", NULL, "only this asyncio task (record --async)"},
     {"replay", "--since S", NULL, "only samples from S seconds after the session start"},
     {"replay", "--until S", NULL, "only samples until S seconds after the session start"},
-    {"replay", "-o, --output FILE", "@file", "write to FILE (atomically) instead of stdout"},
+    {"replay", "-o, --output FILE", "@file", "write to FILE (atomically) instead of stdout; .svg: the flame graph "
+                                             "as SVG; .html: every view as a page"},
     {"replay", "--html", NULL, "heatmap as an HTML page"},
     {"replay", "--buckets N", NULL, "heatmap time buckets (2 to 1000)"},
     {"replay", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one; "
                                "a child's own id shows that process alone"},
 
-    {"export", "-f, --format F", "collapsed speedscope pstats pprof chrome bifocal", "the output format"},
+    {"export", "-f, --format F", "collapsed speedscope pstats pprof chrome svg gecko bifocal",
+     "the output format (py-spy's flamegraph = svg, raw = collapsed, chrometrace = chrome)"},
     {"export", "-o, --output FILE", "@file", "the file to write ('-' for stdout)"},
     {"export", "-t, --thread T", NULL, "only this thread (native id or name)"},
     {"export", "--since S", NULL, "only samples from S seconds after the session start"},
@@ -65,13 +67,17 @@ static const bf_opt_doc docs[] = {
     {"export", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one"},
 
     {"record", "-p, --pid PID", NULL, "attach to a running process (py-spy -p)"},
-    {"record", "-r, --rate HZ", NULL, "samples per second, 1 to 1000000 (default 1000; 100 with --native)"},
+    {"record", "-r, --rate HZ", NULL, "samples per second, 1 to 1000000 (default 1000; 100 with --native); "
+                                      "Tachyon's 10khz, 500hz accepted"},
     {"record", "-d, --duration S", NULL, "stop after S (10, 10s, 2m); default: until the target exits or Ctrl-C"},
     {"record", "-o, --output FILE", "@file",
      "also write FILE; without --db (or $BIFOCAL_DB) only FILE is written, no database is kept"},
-    {"record", "-f, --format F", "flame speedscope pprof collapsed chrome pstats flamegraph raw chrometrace",
-     "format of -o FILE (default: from the extension: .html .speedscope.json .json .pb.gz .txt .prof "
-     ".trace.json)"},
+    {"record", "-f, --format F", "flame svg speedscope pprof collapsed chrome pstats gecko flamegraph raw chrometrace",
+     "format of -o FILE (default: from the extension: .html .svg .speedscope.json .gecko.json .json .pb.gz .txt "
+     ".prof .trace.json)"},
+    {"record", "--collapsed, --flamegraph, --pstats, --gecko", NULL, "Tachyon's spellings of -f collapsed|flame|pstats|gecko"},
+    {"record", "--mode M", "wall cpu gil", "Tachyon's spelling: --clock wall, --clock cpu, --gil"},
+    {"record", "-a, --all-threads", NULL, "accepted for Tachyon: bifocal always samples every thread"},
     {"record", "--clock C", "wall cpu", "wall: every thread charged real time; cpu: only CPU time used"},
     {"record", "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"},
     {"record", "-i, --idle", NULL, "keep idle threads (the default; py-spy -i)"},

@@ -108,12 +108,12 @@ def test_svg_escapes_untrusted_names(hdb, tmp_path):
     assert abs(widths["a<b>&c"] - 40 / 65 * SVG_INNER_W) < 0.01
 
 
-def test_record_svg(tmp_path):
+def test_record_svg(tmp_path, python):
     """py-spy's `record -o profile.svg -- python app.py` writes the SVG."""
     out = tmp_path / "profile.svg"
     db = str(tmp_path / "r.db")
     code = "import time\nt=time.time()\nwhile time.time()-t<0.6: sum(range(1000))\n"
-    run(["record", "-o", str(out), "--", sys.executable, "-c", code], db=db)
+    run(["record", "-o", str(out), "--", python, "-c", code], db=db)
     frames = svg_frames(str(out))
     assert frames and frames[0][0] == "all" and len(frames) >= 2
 
@@ -284,10 +284,10 @@ def test_austin_interval_leaves_no_database(tmp_path):
     assert os.listdir(str(tmp_path)) == []
 
 
-def test_tachyon_attach(tmp_path):
+def test_tachyon_attach(tmp_path, python):
     """Tachyon's `attach [opts] PID` is record -p PID."""
     db = str(tmp_path / "a.db")
-    p = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<8: sum(range(500))\n"])
+    p = subprocess.Popen([python, "-c", "import time\nt=time.time()\nwhile time.time()-t<8: sum(range(500))\n"])
     try:
         import time
         time.sleep(0.5)
@@ -352,7 +352,7 @@ def gecko_self(t):
     return out
 
 
-def test_gecko_export(tmp_path):
+def test_gecko_export(tmp_path, python):
     db = str(tmp_path / "g.db")
     code = ("import threading, time\n"
             "def spin(s):\n  t = time.time()\n  while time.time() - t < s: sum(range(300))\n"
@@ -360,7 +360,7 @@ def test_gecko_export(tmp_path):
             "th = threading.Thread(target=side); th.start(); spin(0.8); th.join()\n")
     out = tmp_path / "p.json"
     # Tachyon's spelling on record; then export -f gecko of the same session
-    run(["record", "--gecko", "-o", str(out), "--", sys.executable, "-c", code], db=db)
+    run(["record", "--gecko", "-o", str(out), "--", python, "-c", code], db=db)
     p = json.load(open(out))
     check_gecko(p)
     sid = only_session(db)["id"]
