@@ -243,24 +243,26 @@ int bf_opt_peer_record(const char *cmd, int *argc, char ***argv) {
       break;
     }
   if (n >= (int)(sizeof peer_argv / sizeof *peer_argv) - 8) return -1;
-  int austin = austin_sign(n, a, end);
-  /* austin's order: `-s` with the command right among the options, no "--" */
+  /* austin's order: no "--", the command right after the options; the
+   * command's own arguments are then not ours to read */
+  int austin_order = 0;
   if (end == n)
     for (int i = 1; i < n; i++) {
       const char *x = a[i];
       if (x[0] != '-') {
-        austin |= 1;
+        austin_order = 1;
+        end = i;
         break;
       }
-      static const char *const with_value[] = {"-p", "-r", "-d", "-o", "-f", "--pid", "--rate", "--duration",
-                                               "--output", "--format", "--clock", "--label", "--commit",
-                                               "--ttl", "--native-threads", "--mode", NULL};
-      for (int k = 0; with_value[k]; k++)
-        if (strcmp(x, with_value[k]) == 0) {
-          i++;
-          break;
-        }
+      static const char *const with_value[] = {"-p", "-r", "-d", "-o", "-f", "-x", "--pid", "--rate",
+                                               "--duration", "--output", "--format", "--clock", "--label",
+                                               "--commit", "--ttl", "--native-threads", "--mode", NULL};
+      int k = 0;
+      while (with_value[k] && strcmp(x, with_value[k]) != 0) k++;
+      if (with_value[k] || ((strcmp(x, "-i") == 0 || strcmp(x, "-t") == 0) && i + 1 < n && is_number(a[i + 1])))
+        i++;
     }
+  int austin = austin_order || austin_sign(n, a, end);
   peer_argv[out++] = a[0];
   for (int i = 1; i < n; i++) {
     const char *x = a[i];

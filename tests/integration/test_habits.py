@@ -157,6 +157,7 @@ def test_svg_as_image(hdb, tmp_path):
         pytest.skip("chromium not installed (.ci/setup installs it)")
     out = tmp_path / "i.svg"
     run(["replay", str(s["wall"]), "-o", str(out)], db=db)
+    assert len(svg_frames(str(out))) > 5
     png = tmp_path / "i.png"
     r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--screenshot=" + str(png),
                         "--window-size=1200,600", "file://" + str(out)], capture_output=True, text=True,
@@ -187,6 +188,8 @@ PEER_LINES = [
     ("austin", "record -C -- PY", ("error", r"austin's children flag is bifocal's -s/--subprocesses")),
     ("austin", "record -x 1 -- PY", ("error", r"austin's exposure time is bifocal's -d/--duration")),
     ("austin", "record -g -C -- PY", ("error", r"austin's -g is --gc")),
+    ("austin", "record -s PY -s", ("error", r"austin's -s is sleepless")),
+    ("py-spy", "record -o OUT.txt PY -i 1000 -s", ("same", "record -o OUT.txt -- PY -i 1000 -s")),
     ("Tachyon", "record -a -r 10khz -d 0.4 -o OUT.txt -- PY", ("same", "record -r 10000 -d 0.4 -o OUT.txt -- PY")),
     ("Tachyon", "record --mode cpu -o OUT.txt -- PY", ("same", "record --clock cpu -o OUT.txt -- PY")),
     ("Tachyon", "record --mode wall -o OUT.txt -- PY", ("same", "record --clock wall -o OUT.txt -- PY")),
