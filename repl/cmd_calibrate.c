@@ -24,10 +24,17 @@
 
 static volatile int cal_stop;
 static volatile int cal_child;
-static void cal_signal(int sig) {
+/* SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the sampler, and the first is passed on
+ * to the `bifocal trace` child (which has the program write its trace); a
+ * terminal's SIGINT/SIGQUIT reached the whole group already. The report is
+ * then made of what both recorded. Repeated signals are absorbed. */
+static void cal_signal(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  int from_tty = (sig == SIGINT || sig == SIGQUIT) && si && si->si_code == SI_KERNEL;
+  if (!cal_stop && cal_child > 0 && !from_tty) kill(cal_child, sig);
   cal_stop = 1;
-  if (cal_child > 0) kill(cal_child, sig);
 }
+static const int cal_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 typedef struct cal_sampler {
   bf_cli *cli;
@@ -222,16 +229,15 @@ int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
   cal_sampler cs = {cli, strcmp(clock, "cpu") == 0, rate, slabel};
   bf_cal_opts o = {.self_exe = self, .db_path = cli->db_path, .clock = clock, .label = label, .argv = argv + optind,
                    .sample = cal_sample, .sample_ud = &cs, .stop = &cal_stop, .child = &cal_child};
-  struct sigaction sa = {0}, old_int, old_term;
-  sa.sa_handler = cal_signal;
+  /* caught until calibrate returns: the report is written whatever comes */
+  struct sigaction sa = {0};
+  sa.sa_sigaction = cal_signal;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   cal_stop = 0;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  for (size_t i = 0; i < sizeof cal_sigs / sizeof *cal_sigs; i++) sigaction(cal_sigs[i], &sa, NULL);
   bf_cal_run_result run;
   int ran = bf_cal_run(&o, &run);
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
   if (run.output && run.output[0]) fprintf(json ? stderr : stdout, "%s\n", run.output); /* the program's own */
   bf_cal_run_clear(&run);
   if (ran < 0) {

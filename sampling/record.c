@@ -450,10 +450,14 @@ static void wait_launched(int pid, const bf_smp_record_opts *o, int *exit_status
 static int launch(bf_smp *h, char *const *argv) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) < 0) return seterr(h, -errno, "pipe: %s", strerror(errno));
+  pid_t parent = getpid();
   pid_t c = fork();
   if (c < 0) return seterr(h, -errno, "fork: %s", strerror(errno));
   if (c == 0) {
     close(fds[0]);
+    /* never outlive bifocal, even when it is killed outright (SIGKILL) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
