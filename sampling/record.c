@@ -285,6 +285,9 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   /* a torn stack (changed while read) is re-read at once inside
    * bf_smp_sample; -EIO here is a sample given up (counted invalid) */
   if (rc == -ESRCH) return rc;
+  /* checked after the read: a target that ended before it was read (its pid
+   * perhaps taken by another process since) gives no sample */
+  if (smp_pin_gone(t->h)) return -ESRCH;
   if (rc == -EPERM && t->nat) return seterr(t->h, rc, "%s", bf_smp_native_errmsg(t->nat));
   if (rc < 0) {
     if (rc == -ENOMEM) return rc;
