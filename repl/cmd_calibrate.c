@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "calibrate.h"
 #include "cli.h"
 #include "opts.h"
@@ -237,7 +238,9 @@ int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
   cal_stop = 0;
   for (size_t i = 0; i < sizeof cal_sigs / sizeof *cal_sigs; i++) sigaction(cal_sigs[i], &sa, NULL);
   bf_cal_run_result run;
+  bf_audit_capture_hold(cli->db_path); /* gc --force keeps out meanwhile */
   int ran = bf_cal_run(&o, &run);
+  bf_audit_capture_release(cli->db_path);
   if (run.output && run.output[0]) fprintf(json ? stderr : stdout, "%s\n", run.output); /* the program's own */
   bf_cal_run_clear(&run);
   if (ran < 0) {

@@ -44,6 +44,15 @@ int bf_cmd_gc(bf_cli *cli, int argc, char **argv) {
     return rc;
   }
   bf_gc_stats st = {0};
+  int live = bf_audit_capture_running(cli->db_path);
+  if (force && live) {
+    /* its interned stacks and strings may not be referenced by a stored
+     * sample yet: sweeping them would make the live session unreadable */
+    bf_cli_warn("a capture (record/trace/calibrate) is writing to '%s' now: --force is not applied "
+                "(sessions being written and the rows they use are kept); run gc --force once it ends",
+                cli->db_path);
+    force = 0;
+  }
   if (bf_gc(s, bf_now_ns(), force, &st) < 0) {
     bf_cli_error("%s", bf_store_errmsg(s));
     bf_audit_end(au, bf_store_errmsg(s), 0);
@@ -64,7 +73,7 @@ int bf_cmd_gc(bf_cli *cli, int argc, char **argv) {
     bf_cli_warn("%lld expired session(s) are still being written (status incomplete); left alone "
                 "(--force if no capture is running)",
                 (long long)st.sessions_busy);
-  else if (!st.swept)
+  else if (!st.swept && !live)
     bf_cli_warn("a capture may be running (a session is incomplete), so unused strings and stacks were kept "
                 "(--force if none is)");
   return 0;

@@ -318,7 +318,9 @@ static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf
   int tty = isatty(2); /* progress on a terminal stderr, also under ID=$(bifocal record ...) */
   int64_t sid = 0;
   int wst = -1;
+  if (!scratch[0]) bf_audit_capture_hold(cli->db_path); /* gc --force keeps out meanwhile */
   rc = record_capture(h, st, &o, tty, &sid, &wst);
+  if (!scratch[0]) bf_audit_capture_release(cli->db_path);
   if (tty) fputs("\r\033[K", stderr);
   int status = 0;
   if (rc < 0) {

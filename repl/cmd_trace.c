@@ -109,7 +109,9 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   hold.sa_handler = trace_hold;
   sigemptyset(&hold.sa_mask);
   for (size_t i = 0; i < sizeof trace_sigs / sizeof *trace_sigs; i++) sigaction(trace_sigs[i], &hold, NULL);
+  bf_audit_capture_hold(cli->db_path); /* the program writes at its end; gc --force keeps out */
   int exit_code = bf_trace_exec(&o, &p);
+  bf_audit_capture_release(cli->db_path);
   if (p.err[0]) bf_cli_error("%s", p.err);
   int64_t sid = p.session_id;
   bf_trace_plan_free(&p);
