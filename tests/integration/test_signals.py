@@ -311,3 +311,21 @@ def test_gc_force_during_capture_keeps_it_readable(tmp_path, db):
     assert ";b (" in coll.stdout or "b (" in coll.stdout
     run(["gc", "--force"], db=db)  # with no capture running it does sweep
     run(["export", str(sid), "-f", "collapsed", "-o", "-"], db=db)
+
+
+# ---- every command: gc finishes its row before a stop signal takes effect ----
+
+def test_gc_stop_signal_waits_for_its_audit_row(tmp_path, db):
+    run(["import", os.path.join(os.path.dirname(__file__), "data", "austin-3.7-wall.austin")], db=db)
+    c = sqlite3.connect(db, timeout=30, isolation_level=None)
+    c.execute("BEGIN IMMEDIATE")  # gc waits for this lock (5 s) to write its row
+    g = popen(["gc"], db=db)
+    time.sleep(0.5)
+    g.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    c.execute("COMMIT")
+    c.close()
+    out, err = g.communicate(timeout=30)
+    assert g.returncode == -signal.SIGTERM, (g.returncode, err)
+    rows = [a for a in audit(db) if a["command"] == "gc"]
+    assert len(rows) == 1 and rows[0]["outcome"].startswith("ok"), rows
