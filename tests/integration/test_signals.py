@@ -243,6 +243,29 @@ def test_audit_row_finished_under_another_writers_lock(tmp_path, db):
     assert sessions(db)[0]["status"] == "complete"
 
 
+def test_record_signalled_while_waiting_for_a_lock_finishes_its_row(tmp_path, db):
+    """The second writer's side: a record that waits for another writer's
+    lock and is stopped meanwhile still ends with its row and session done."""
+    t = spinner(tmp_path)
+    try:
+        run(["import", os.path.join(os.path.dirname(__file__), "data", "austin-3.7-wall.austin")], db=db)
+        c = sqlite3.connect(db, timeout=30, isolation_level=None)
+        c.execute("BEGIN IMMEDIATE")
+        r = popen(["record", "-p", str(t.pid)], db=db)
+        time.sleep(0.5)
+        r.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        c.execute("COMMIT")
+        c.close()
+        out, err = r.communicate(timeout=60)
+    finally:
+        t.kill()
+        t.wait()
+    a = audit(db)
+    assert len(a) == 1 and a[0]["outcome"] != "started" and a[0]["session_id"], (a, err)
+    assert [x["status"] for x in sessions(db) if x["kind"] == "sampled"] == ["interrupted"]
+
+
 # ---- 13: names of 2,000 threads -----------------------------------------------
 
 THREADS = '''\
