@@ -124,7 +124,7 @@ def test_trace_sighup_keeps_the_trace(tmp_path, db):
     assert audit(db)[0]["outcome"] != "started"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT])
 def test_calibrate_stop_signal_finishes_both_sessions(tmp_path, db, sig):
     pidfile = str(tmp_path / "c.pid")
     r = popen(["calibrate", "--", PY, busy_script(tmp_path), pidfile, "30"], db=db)
