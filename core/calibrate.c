@@ -160,6 +160,7 @@ int bf_cal_run(const bf_cal_opts *o, bf_cal_run_result *out) {
   int rfd;
   if (start_trace(o, &tp, &rfd, out->err, sizeof out->err) < 0) return -EIO;
   *o->child = tp;
+  if (*o->stop) kill(tp, SIGTERM); /* stopped before the trace existed: it ends at once */
   sample_traced(o, &tp, out);
   collect_output(rfd, out);
   int tstatus = 0;

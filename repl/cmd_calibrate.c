@@ -207,7 +207,7 @@ static int cal_parse(int argc, char **argv, double *rate, const char **clock, in
   return -1;
 }
 
-int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
+static int calibrate_main(bf_cli *cli, int argc, char **argv) {
   double rate = 1000;
   const char *clock = "wall", *label = NULL;
   int json = 0, limit = 20;
@@ -230,13 +230,6 @@ int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
   cal_sampler cs = {cli, strcmp(clock, "cpu") == 0, rate, slabel};
   bf_cal_opts o = {.self_exe = self, .db_path = cli->db_path, .clock = clock, .label = label, .argv = argv + optind,
                    .sample = cal_sample, .sample_ud = &cs, .stop = &cal_stop, .child = &cal_child};
-  /* caught until calibrate returns: the report is written whatever comes */
-  struct sigaction sa = {0};
-  sa.sa_sigaction = cal_signal;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  cal_stop = 0;
-  for (size_t i = 0; i < sizeof cal_sigs / sizeof *cal_sigs; i++) sigaction(cal_sigs[i], &sa, NULL);
   bf_cal_run_result run;
   bf_audit_capture_hold(cli->db_path); /* gc --force keeps out meanwhile */
   int ran = bf_cal_run(&o, &run);
@@ -259,4 +252,18 @@ int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
   bf_cal_report_free(r);
   bf_store_close(s);
   return run.exit_status;
+}
+
+int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
+  /* caught until calibrate returns: the report is written whatever comes */
+  struct sigaction sa = {0}, old_sa[sizeof cal_sigs / sizeof *cal_sigs];
+  sa.sa_sigaction = cal_signal;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  cal_stop = 0;
+  cal_child = 0;
+  for (size_t i = 0; i < sizeof cal_sigs / sizeof *cal_sigs; i++) sigaction(cal_sigs[i], &sa, &old_sa[i]);
+  int rc = calibrate_main(cli, argc, argv);
+  for (size_t i = 0; i < sizeof cal_sigs / sizeof *cal_sigs; i++) sigaction(cal_sigs[i], &old_sa[i], NULL);
+  return rc;
 }

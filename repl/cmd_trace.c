@@ -105,10 +105,10 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
     return 1;
   }
   bf_store_close(s);
-  struct sigaction hold = {0};
+  struct sigaction hold = {0}, old_sa[sizeof trace_sigs / sizeof *trace_sigs];
   hold.sa_handler = trace_hold;
   sigemptyset(&hold.sa_mask);
-  for (size_t i = 0; i < sizeof trace_sigs / sizeof *trace_sigs; i++) sigaction(trace_sigs[i], &hold, NULL);
+  for (size_t i = 0; i < sizeof trace_sigs / sizeof *trace_sigs; i++) sigaction(trace_sigs[i], &hold, &old_sa[i]);
   bf_audit_capture_hold(cli->db_path); /* the program writes at its end; gc --force keeps out */
   int exit_code = bf_trace_exec(&o, &p);
   bf_audit_capture_release(cli->db_path);
@@ -133,5 +133,6 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   fflush(stderr);
   if (exists) printf("%lld\n", (long long)sid);
   fflush(stdout);
+  for (size_t i = 0; i < sizeof trace_sigs / sizeof *trace_sigs; i++) sigaction(trace_sigs[i], &old_sa[i], NULL);
   return exit_code;
 }
