@@ -3,7 +3,8 @@
 # compiling offsets_gen.c against every pyenv CPython 3.8-3.12's headers,
 # then the thread-name table (builtin_names[]) for 3.8-3.15 (-DBF_NAMES) and
 # the positions in _Py_DebugOffsets of what 3.13-3.15 give the thread-name
-# reader themselves (names_dpos[], -DBF_DBGPOS). 3.14/3.15 come from the
+# reader themselves (names_dpos[], -DBF_DBGPOS) and `dump --locals`
+# (loc_dpos[] in locals.c, -DBF_LOCPOS). 3.14/3.15 come from the
 # Debian sid root (.ci/sid-root; $BIFOCAL_SID_ROOT, default
 # /var/lib/bifocal/sid-root), compiled with the host's compiler.
 set -euo pipefail
@@ -42,3 +43,5 @@ echo "---- builtin_names[] ----"
 for v in 3.8 3.9 3.10 3.11 3.12 3.13 3.14 3.15; do gen $v -DBF_NAMES; done
 echo "---- names_dpos[] ----"
 for v in 3.13 3.14 3.15; do gen $v -DBF_DBGPOS; done
+echo "---- loc_dpos[] (sampling/locals.c) ----"
+for v in 3.13 3.14 3.15; do gen $v -DBF_LOCPOS; done
