@@ -99,6 +99,31 @@ def check_python_meta(s, info, source):
     assert py["implementation"] == "cpython" and py["source"] == source
 
 
+def test_sampled_session_names_the_build_that_ran(python, db, tmp_path):
+    """A sampled session of every interpreter says what it is, each field
+    against the interpreter's own word: version, executable and prefix as it
+    sees them (also in a container), SOABI, debug and free-threaded flags,
+    and the compiler and build date of its sys.version; the root of a
+    containerized one is named."""
+    entry = next(p for p in pythons.discover() if p["path"] == python)
+    info = probe(python)
+    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True,
+                             text=True, check=True, timeout=30).stdout
+    script = tmp_path / "spin.py"
+    script.write_text(textwrap.dedent(SPIN))
+    sid = last_line_id(run(["record", "--rate", "200", "--", python, str(script), "0.3"], db=db))
+    s = session(db, sid)
+    check_python_meta(s, info, "process")
+    py = s["extra"]["python"]
+    assert py["compiler"] and "[%s]" % py["compiler"] in version, (py, version)
+    assert py["build_date"] and py["build_date"] in version, (py, version)
+    assert s["python_build"] == ("debug" if info["debug"] else "release"), s["python_build"]
+    if entry.get("container"):
+        assert py["root"] == os.path.realpath(entry["root"]), py
+    else:
+        assert py["root"] is None, py
+
+
 def test_shared_suffix_pair_records_the_interpreter_that_ran(pair_db):
     db, suffix, members = pair_db
     (pa, ia, _, _), (pb, ib, _, _) = members
