@@ -244,3 +244,28 @@ def test_dump_follows_a_rename(python, tmp_path):
         proc.wait()
         proc.stdout.close()
         proc.stdin.close()
+
+
+def test_top_follows_a_rename(python, tmp_path):
+    """top (and live, same table) shows a thread's new name once threading
+    renamed it during the run: names are looked up again every 2 s."""
+    path = tmp_path / "rename_target.py"
+    path.write_text(RENAME_TARGET, encoding="utf-8")
+    proc = subprocess.Popen([python, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        top = subprocess.Popen([bifocal_bin(), "top", str(proc.pid), "--duration", "4", "--idle"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "renamed"
+        out, err = top.communicate(timeout=60)
+        assert top.returncode == 0, err
+        assert "a-very-long-thread-name-xyz" in out and "before-rename" not in out, out
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stdin.close()
