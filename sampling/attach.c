@@ -351,6 +351,20 @@ static int no_runtime(bf_smp *h, int pid, smp_elf *elf, const char *exe, const c
   return smp_seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (no _PyRuntime symbol)", pid, exe);
 }
 
+static int covers(void *ud, const bf_procmap *m) {
+  uint64_t a = *(const uint64_t *)ud;
+  return a >= m->lo && a < m->hi;
+}
+
+/* A read of addr in process pid failed with rc: -EAGAIN when nothing is
+ * mapped there yet (an exec that has set the new executable but is still
+ * mapping its segments: a statically linked interpreter's _PyRuntime in
+ * .data/.bss), else rc (-EIO: a mapped address that cannot be read). */
+static int unmapped_yet(int pid, uint64_t addr, int rc) {
+  if (rc != -EIO) return rc;
+  return bf_procmaps_foreach(pid, covers, &addr) == 1 ? rc : -EAGAIN;
+}
+
 /* The Python version: Py_Version (3.11+) in memory, else the object's name
  * and .rodata. Sets h->version. OUT: *minor. Frees elf on failure. */
 static int read_version(bf_smp *h, int pid, smp_elf *elf, uint64_t bias, const char *base, const char *exe,
@@ -367,7 +381,9 @@ static int read_version(bf_smp *h, int pid, smp_elf *elf, uint64_t bias, const c
     }
     if (rc < 0) {
       smp_elf_free(elf);
-      return smp_seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
+      rc = unmapped_yet(pid, bias + val, rc == -ESRCH ? -ESRCH : -EIO);
+      return smp_seterr(h, rc, "cannot read process %d's memory%s", pid,
+                        rc == -EAGAIN ? " (still being loaded)" : "");
     }
     if ((vhex >> 24) == 3) *minor = (int)((vhex >> 16) & 0xff);
   }
@@ -406,7 +422,11 @@ static int choose_layout(bf_smp *h, int pid, int minor, int debug, int ft, uint6
   size_t want = rt_size && rt_size < sizeof blob ? (size_t)rt_size : sizeof blob;
   int rc = smp_read(h, h->runtime_addr, blob, want);
   if (rc == -EPERM) return explain_eperm(h, pid);
-  if (rc < 0) return smp_seterr(h, rc, "cannot read _PyRuntime of process %d", pid);
+  if (rc < 0) {
+    rc = unmapped_yet(pid, h->runtime_addr, rc);
+    return smp_seterr(h, rc, "cannot read _PyRuntime of process %d%s", pid,
+                      rc == -EAGAIN ? " (still being loaded)" : "");
+  }
   int free_threaded = 0;
   const char *msg;
   rc = smp_layout_from_debug_offsets(blob, want, &h->lay, &free_threaded, &msg);
@@ -425,7 +445,11 @@ static int check_runtime(bf_smp *h, int pid) {
   uint64_t interp = 0, ts = 0;
   int rc = smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8);
   if (rc == -EPERM) return explain_eperm(h, pid);
-  if (rc < 0) return smp_seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
+  if (rc < 0) {
+    rc = unmapped_yet(pid, h->runtime_addr, rc == -ESRCH ? -ESRCH : -EIO);
+    return smp_seterr(h, rc, "cannot read process %d's memory%s", pid,
+                      rc == -EAGAIN ? " (still being loaded)" : "");
+  }
   if (!interp) return smp_seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);
   if (smp_read(h, interp + h->lay.is_tstate_head, &ts, 8) < 0 || !ts)
     return smp_seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);

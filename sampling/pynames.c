@@ -39,6 +39,10 @@ typedef smp_pn_visit pn_visit;
 
 #define PN_CHUNK 128
 
+/* While threads have names, they are looked up again this often: a thread
+ * renamed (Thread.name = ...) shows its new name within this time. */
+#define PN_RENAME_NS 2000000000LL
+
 /* Where a dict keys object's entries are: OUT: *entries (address), *esize,
  * *ekey, *eval (entry size, key / value offsets), *nent (entries used). */
 static int keys_geom(bf_smp *h, uint64_t keys, uint64_t *entries, uint64_t *esize_out,
@@ -372,7 +376,7 @@ void smp_pynames_tick(bf_smp *h) {
   }
   int64_t since = h->now_ns - h->pn_last_ns;
   if (((h->pn_unnamed & 2) && since >= SMP_PYNAME_EVERY_NS) ||
-      (h->pn_unnamed && since >= SMP_PYNAME_RETRY_NS))
+      (h->pn_unnamed && since >= SMP_PYNAME_RETRY_NS) || (h->npn && since >= PN_RENAME_NS))
     smp_pynames_refresh(h, h->now_ns);
   h->pn_unnamed = 0;
 }
