@@ -129,7 +129,7 @@ static int elf_section(const smp_elf *e, const char *name, uint64_t *addr, uint6
 
 typedef struct find_q {
   char path[3][512]; /* _asyncio extension, libpython, executable */
-  uint64_t lo[3];
+  uint64_t lo[3], hi[3];
 } find_q;
 
 static int find_map(void *ud, const bf_procmap *m) {
@@ -143,7 +143,21 @@ static int find_map(void *ud, const bf_procmap *m) {
   if (k < 0 || q->path[k][0]) return 0;
   snprintf(q->path[k], sizeof q->path[k], "%s", m->name);
   q->lo[k] = m->lo;
+  q->hi[k] = m->hi;
   return 0;
+}
+
+/* Load the file mapped at [lo, hi) as path in pid's maps. maps names it as
+ * this process sees it (a target chrooted or in a container shows its host
+ * path), so the mapping's own link comes first, then the path inside the
+ * target's root, then the path as named. */
+static int load_mapped(int pid, const char *path, uint64_t lo, uint64_t hi, smp_elf *elf) {
+  char file[600];
+  snprintf(file, sizeof file, "/proc/%d/map_files/%llx-%llx", pid, (unsigned long long)lo, (unsigned long long)hi);
+  if (smp_elf_load(file, elf) == 0) return 0;
+  snprintf(file, sizeof file, "/proc/%d/root%s", pid, path);
+  if (smp_elf_load(file, elf) == 0) return 0;
+  return smp_elf_load(path, elf);
 }
 
 int tk314_find(bf_smp *h, tk314 *out, const char **msg) {
@@ -158,11 +172,9 @@ int tk314_find(bf_smp *h, tk314 *out, const char **msg) {
   }
   for (int k = 0; k < 3; k++) {
     if (!q.path[k][0]) continue;
-    char file[600];
-    snprintf(file, sizeof file, "/proc/%d/root%s", h->pid, q.path[k]);
     smp_elf elf = {0};
     uint64_t val, sz;
-    if (smp_elf_load(file, &elf) < 0) continue;
+    if (load_mapped(h->pid, q.path[k], q.lo[k], q.hi[k], &elf) < 0) continue;
     int rc = smp_elf_symbol(&elf, "_AsyncioDebug", &val, &sz);
     if (rc < 0) rc = elf_section(&elf, ".AsyncioDebug", &val, &sz);
     uint64_t addr = q.lo[k] - elf.load_vaddr + val;

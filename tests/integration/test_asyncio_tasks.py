@@ -95,8 +95,6 @@ def recording(python, tmp_path_factory):
     p = info(python)
     if p["free_threaded"]:
         pytest.skip("%s is free-threaded: asyncio task layouts are vendored for default builds only" % p["tag"])
-    if p["version"][:2] > (3, 13):
-        pytest.skip("%s: asyncio tasks on 3.14+ are not verified" % p["tag"])
     d = tmp_path_factory.mktemp("asyncio")
     db, truth_path = str(d / "t.db"), str(d / "truth.json")
     sid = record_rt(["--async", "--rate", "2000", "--", python, WORKLOAD, truth_path, "4"], db)
