@@ -1,12 +1,14 @@
-/* tasks_314.c — asyncio tasks of Python 3.14 through the target's own
- * offsets: the _asyncio module exports _Py_AsyncioModuleDebugOffsets (symbol
- * _AsyncioDebug, section .AsyncioDebug) and links every pending C Task into
- * its thread state's list (tasks of finished threads move to the
- * interpreter's list). NOT VERIFIED against a running 3.14 (none was
- * available here); written from CPython 3.14's Modules/_asynciomodule.c and
- * Include/internal/pycore_debug_offsets.h and exercised over fake memory
+/* tasks_314.c — asyncio tasks of Python 3.14 and 3.15 through the
+ * target's own offsets: _asyncio exports _Py_AsyncioModuleDebugOffsets
+ * (symbol _AsyncioDebug, section .AsyncioDebug; in the _asyncio extension
+ * on 3.14, built into the executable on 3.15) and links every pending C
+ * Task into its thread state's list (tasks of finished threads move to the
+ * interpreter's list). Written from CPython's Modules/_asynciomodule.c and
+ * Include/internal/pycore_debug_offsets.h; checked on Debian sid's 3.14.10
+ * and 3.15.2 (tests/integration/test_asyncio_tasks.py) and over fake memory
  * (tests/unit/test_smp_tasks314.c). Every offset is checked against its
- * section's size and the TaskObj layout before use; 3.15+ is refused.
+ * section's size and the TaskObj layout before use; other versions are
+ * refused.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,16 +17,24 @@
 #include "procmaps.h"
 #include "tasks_int.h"
 
-/* Positions of fields inside _Py_DebugOffsets of 3.14 (every field a
- * uint64): the interpreter frame, the generator object and the llist node. */
-#define PD_FR_SIZE 248
-#define PD_FR_STACKPOINTER 296
-#define PD_GEN_SIZE 664
-#define PD_GEN_IFRAME 680
-#define PD_GEN_FRAME_STATE 688
-#define PD_LLIST_NEXT 696
-#define PD_LONG_TAG 576
-#define PD_LONG_DIGIT 584
+/* Positions of fields inside _Py_DebugOffsets (every field a uint64):
+ * the interpreter frame, the generator object, the llist node and the int
+ * object; and the frame states, per version (Include/internal/
+ * pycore_debug_offsets.h and pycore_frame.h of 3.14 and 3.15). */
+typedef struct pd_pos {
+  int minor;
+  size_t len, fr_size, fr_sp, gen_size, gen_iframe, gen_state, llist_next, long_tag, long_digit;
+  int8_t await_lo, await_hi, exec; /* FRAME_SUSPENDED_YIELD_FROM(_LOCKED), FRAME_EXECUTING */
+  /* slots above the awaited object at an await: 3.15 compiles an await as
+   * GET_AWAITABLE, PUSH_NULL, ..., SEND, so a suspended coroutine's stack
+   * ends [..., awaited, NULL] (seen in 3.15.2's frames) */
+  uint8_t await_below;
+} pd_pos;
+
+static const pd_pos pd_poss[] = {
+    {14, 760, 248, 296, 664, 680, 688, 696, 576, 584, -1, -1, 0, 0},
+    {15, 888, 312, 360, 792, 808, 816, 824, 672, 680, 2, 3, 4, 1},
+};
 
 static int inside(uint64_t off, uint64_t w, uint64_t sz) { return sz <= (1u << 24) && off + w <= sz; }
 
@@ -36,16 +46,19 @@ int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pyd
     return -EINVAL;
   }
   uint64_t ver = rd64(pydbg + 8);
-  if ((ver >> 24) != 3 || ((ver >> 16) & 0xff) != 14) {
-    *msg = "asyncio debug offsets are read for Python 3.14 only (3.15 renumbered the frame states)";
+  const pd_pos *P = NULL;
+  for (size_t i = 0; i < sizeof pd_poss / sizeof pd_poss[0]; i++)
+    if ((ver >> 24) == 3 && (int)((ver >> 16) & 0xff) == pd_poss[i].minor) P = &pd_poss[i];
+  if (!P) {
+    *msg = "asyncio debug offsets are read for Python 3.14 and 3.15 only";
     return -ENOTSUP;
   }
   if (rd64(pydbg + 16) != 0) {
     *msg = "free-threaded builds are not supported";
     return -ENOTSUP;
   }
-  if (plen < TK314_PYDEBUG_LEN || alen < TK314_ASYNCIO_LEN) {
-    *msg = "debug offsets shorter than the 3.14 layout";
+  if (plen < P->len || alen < TK314_ASYNCIO_LEN) {
+    *msg = "debug offsets shorter than the layout of their version";
     return -EINVAL;
   }
   const unsigned char *a = adbg;
@@ -53,10 +66,10 @@ int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pyd
            t_by_is_set = rd64(a + 32), t_coro = rd64(a + 40), t_node = rd64(a + 48);
   uint64_t i_size = rd64(a + 56), i_head = rd64(a + 64);
   uint64_t s_size = rd64(a + 72), s_head = rd64(a + 96);
-  uint64_t fr_size = rd64(pydbg + PD_FR_SIZE), fr_sp = rd64(pydbg + PD_FR_STACKPOINTER);
-  uint64_t g_size = rd64(pydbg + PD_GEN_SIZE), g_iframe = rd64(pydbg + PD_GEN_IFRAME),
-           g_state = rd64(pydbg + PD_GEN_FRAME_STATE), l_next = rd64(pydbg + PD_LLIST_NEXT);
-  uint64_t lv_tag = rd64(pydbg + PD_LONG_TAG), lv_digit = rd64(pydbg + PD_LONG_DIGIT);
+  uint64_t fr_size = rd64(pydbg + P->fr_size), fr_sp = rd64(pydbg + P->fr_sp);
+  uint64_t g_size = rd64(pydbg + P->gen_size), g_iframe = rd64(pydbg + P->gen_iframe),
+           g_state = rd64(pydbg + P->gen_state), l_next = rd64(pydbg + P->llist_next);
+  uint64_t lv_tag = rd64(pydbg + P->long_tag), lv_digit = rd64(pydbg + P->long_digit);
   /* TaskObj: ... awaited_by; int state; char is_task, awaited_by_is_set;
    * bit fields; int num_cancels; fut_waiter, coro, name, context; node */
   int good = t_size <= 512 && inside(t_name, 8, t_size) && inside(t_coro, 8, t_size) && inside(t_node, 16, t_size) &&
@@ -67,11 +80,12 @@ int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pyd
              g_size <= 1024 && inside(g_iframe, fr_size, g_size) && g_state + 5 == g_iframe && g_iframe <= 160 &&
              (l_next == 0 || l_next == 8) && lv_tag >= 8 && lv_tag + 8 <= lv_digit && lv_digit <= 56;
   if (!good) {
-    *msg = "asyncio debug offsets do not match the 3.14 Task layout";
+    *msg = "asyncio debug offsets do not match the Task layout of 3.14/3.15";
     return -EINVAL;
   }
   *out = (tk314){t_size, t_awaited_by + 8, t_coro - 8, t_coro, t_name, t_node, i_head, s_head,
-                 g_iframe, g_state, fr_sp, l_next, lv_tag, lv_digit};
+                 g_iframe, g_state, fr_sp, l_next, lv_tag, lv_digit, P->minor, P->await_lo, P->await_hi, P->exec,
+                 P->await_below};
   return 0;
 }
 
@@ -166,6 +180,7 @@ int tk314_find(bf_smp *h, tk314 *out, const char **msg) {
   *msg = "the _asyncio module is not loaded";
   if (h->pid <= 0 || bf_procmaps_foreach(h->pid, find_map, &q) < 0) return -ENOENT;
   unsigned char pyd[TK314_PYDEBUG_LEN], ad[TK314_ASYNCIO_LEN];
+  /* 3.14's is shorter than what is read: _PyRuntime goes on after it */
   if (smp_read(h, h->runtime_addr, pyd, sizeof pyd) < 0) {
     *msg = "cannot read _Py_DebugOffsets";
     return -EIO;
@@ -181,7 +196,7 @@ int tk314_find(bf_smp *h, tk314 *out, const char **msg) {
     smp_elf_free(&elf);
     if (rc < 0) continue;
     if (sz && sz < sizeof ad) {
-      *msg = "_AsyncioDebug is shorter than the 3.14 layout";
+      *msg = "_AsyncioDebug is shorter than the layout of 3.14/3.15";
       return -EINVAL;
     }
     if (smp_read(h, addr, ad, sizeof ad) < 0) {

@@ -157,9 +157,10 @@ static void remap_tasks(bf_smp_tasks *tk) {
 void tk_use_314(bf_smp_tasks *tk, const tk314 *o) {
   bf_smp *h = tk->h;
   tk->t314 = *o;
-  tk->lay = (tk_layout){14, (uint32_t)o->task_size, (uint32_t)o->task_fut_state, (uint32_t)o->task_fut_waiter,
+  tk->lay = (tk_layout){o->minor, (uint32_t)o->task_size, (uint32_t)o->task_fut_state, (uint32_t)o->task_fut_waiter,
                         (uint32_t)o->task_coro, (uint32_t)o->task_name, 0, 0, 0, (uint32_t)o->gen_iframe,
-                        (uint32_t)o->fr_stackpointer, 0, 0, 0, 0};
+                        (uint32_t)o->fr_stackpointer, 0, 0, 0, 0, o->fs_await_lo, o->fs_await_hi, o->fs_exec,
+                        o->await_below};
   tk->v314 = 1;
   /* 3.14 has no vendored attribute layout, but an unnamed Task's name is
    * an int: its layout from the target's offsets */
@@ -184,7 +185,7 @@ static void refresh_314(bf_smp_tasks *tk) {
       tk_use_314(tk, &o);
     } else if (rc != -ENOENT) {
       char m[200];
-      snprintf(m, sizeof m, "Python 3.14 tasks not read: %s", msg);
+      snprintf(m, sizeof m, "Python 3.%d tasks not read: %s", tk->lay.minor, msg);
       tk_set_status(tk, m);
       tk->v314 = 0;
       tk->supported = 0;
