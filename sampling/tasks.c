@@ -501,7 +501,7 @@ static void tasks_read(bf_smp_tasks *tk) {
       pya[npy++] = tk->addrs[i];
       continue;
     } /* else a dead weak reference, or a task freed since the registry was read */
-    if (k != TK_TASK || !tk->ok[i] || rd32(b + L->fut_state) != 0) { /* or done, cancelled */
+    if (k != TK_TASK || !L->task_size || !tk->ok[i] || rd32(b + L->fut_state) != 0) { /* or done, cancelled */
       if (tk->ok[i]) t->cached = 0; /* else a torn read: what it had may still hold */
       continue;
     }
@@ -702,10 +702,6 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   *out = th;
   *nout = n;
   if (!tk->supported) return;
-  if (tk->v314 && tk->v314 != 1) { /* _asyncio not found yet: nothing to read */
-    tk_refresh_registry(tk);
-    if (tk->v314 != 1) return;
-  }
   /* a big registry costs a read per task: re-read it ten times less often */
   int64_t every = tk->naddrs > 1000 ? 10 * TK_REFRESH_NS : TK_REFRESH_NS;
   if (!tk->reg_ns || h->now_ns - tk->reg_ns >= every) tk_refresh_registry(tk);
@@ -716,7 +712,9 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
       tk_grow((void **)&tk->walked, &tk->cap_walked, nt + 1, 8) < 0)
     return;
   /* the tasks themselves, every sample */
-  if (tk_read_regions(tk, TK_M_TASK, tk->addrs, nt, L->task_size, L->task_size) < 0) return;
+  /* 3.14+ before _asyncio is found: pure-Python Tasks only, typed by their header */
+  size_t tlen = L->task_size ? L->task_size : 16;
+  if (tk_read_regions(tk, TK_M_TASK, tk->addrs, nt, tlen, tlen) < 0) return;
   tasks_read(tk);
   if (tasks_states(tk, th, n) < 0) return;
   /* names after the states: reading new names takes time, and a state read

@@ -38,18 +38,18 @@ static const pd_pos pd_poss[] = {
 
 static int inside(uint64_t off, uint64_t w, uint64_t sz) { return sz <= (1u << 24) && off + w <= sz; }
 
-int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pydbg, size_t plen,
-                tk314 *out, const char **msg) {
+/* The 3.14/3.15 positions of pydbg's version. OUT: *P. */
+static int pd_version(const unsigned char *pydbg, size_t plen, const pd_pos **P, const char **msg) {
   *msg = "ok";
   if (plen < 24 || memcmp(pydbg, "xdebugpy", 8) != 0) {
     *msg = "_Py_DebugOffsets cookie not found";
     return -EINVAL;
   }
   uint64_t ver = rd64(pydbg + 8);
-  const pd_pos *P = NULL;
+  *P = NULL;
   for (size_t i = 0; i < sizeof pd_poss / sizeof pd_poss[0]; i++)
-    if ((ver >> 24) == 3 && (int)((ver >> 16) & 0xff) == pd_poss[i].minor) P = &pd_poss[i];
-  if (!P) {
+    if ((ver >> 24) == 3 && (int)((ver >> 16) & 0xff) == pd_poss[i].minor) *P = &pd_poss[i];
+  if (!*P) {
     *msg = "asyncio debug offsets are read for Python 3.14 and 3.15 only";
     return -ENOTSUP;
   }
@@ -57,7 +57,49 @@ int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pyd
     *msg = "free-threaded builds are not supported";
     return -ENOTSUP;
   }
-  if (plen < P->len || alen < TK314_ASYNCIO_LEN) {
+  if (plen < (*P)->len) {
+    *msg = "debug offsets shorter than the layout of their version";
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int tk314_parse_gen(const unsigned char *pydbg, size_t plen, tk314 *out, const char **msg) {
+  const pd_pos *P;
+  int rc = pd_version(pydbg, plen, &P, msg);
+  if (rc) return rc;
+  uint64_t fr_size = rd64(pydbg + P->fr_size), fr_sp = rd64(pydbg + P->fr_sp);
+  uint64_t g_size = rd64(pydbg + P->gen_size), g_iframe = rd64(pydbg + P->gen_iframe),
+           g_state = rd64(pydbg + P->gen_state), l_next = rd64(pydbg + P->llist_next);
+  uint64_t lv_tag = rd64(pydbg + P->long_tag), lv_digit = rd64(pydbg + P->long_digit);
+  int good = fr_size <= 1024 && inside(fr_sp, 8, fr_size) && fr_sp + 8 <= 80 && g_size <= 1024 &&
+             inside(g_iframe, fr_size, g_size) && g_state + 5 == g_iframe && g_iframe <= 160 &&
+             (l_next == 0 || l_next == 8) && lv_tag >= 8 && lv_tag + 8 <= lv_digit && lv_digit <= 56;
+  if (!good) {
+    *msg = "_Py_DebugOffsets' generator and frame offsets do not match the layout of 3.14/3.15";
+    return -EINVAL;
+  }
+  memset(out, 0, sizeof *out);
+  out->gen_iframe = g_iframe;
+  out->gen_frame_state = g_state;
+  out->fr_stackpointer = fr_sp;
+  out->llist_next = l_next;
+  out->long_tag = lv_tag;
+  out->long_digit = lv_digit;
+  out->minor = P->minor;
+  out->fs_await_lo = P->await_lo;
+  out->fs_await_hi = P->await_hi;
+  out->fs_exec = P->exec;
+  out->await_below = P->await_below;
+  return 0;
+}
+
+int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pydbg, size_t plen,
+                tk314 *out, const char **msg) {
+  tk314 g;
+  int rc = tk314_parse_gen(pydbg, plen, &g, msg);
+  if (rc) return rc;
+  if (alen < TK314_ASYNCIO_LEN) {
     *msg = "debug offsets shorter than the layout of their version";
     return -EINVAL;
   }
@@ -66,26 +108,26 @@ int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pyd
            t_by_is_set = rd64(a + 32), t_coro = rd64(a + 40), t_node = rd64(a + 48);
   uint64_t i_size = rd64(a + 56), i_head = rd64(a + 64);
   uint64_t s_size = rd64(a + 72), s_head = rd64(a + 96);
-  uint64_t fr_size = rd64(pydbg + P->fr_size), fr_sp = rd64(pydbg + P->fr_sp);
-  uint64_t g_size = rd64(pydbg + P->gen_size), g_iframe = rd64(pydbg + P->gen_iframe),
-           g_state = rd64(pydbg + P->gen_state), l_next = rd64(pydbg + P->llist_next);
-  uint64_t lv_tag = rd64(pydbg + P->long_tag), lv_digit = rd64(pydbg + P->long_digit);
   /* TaskObj: ... awaited_by; int state; char is_task, awaited_by_is_set;
    * bit fields; int num_cancels; fut_waiter, coro, name, context; node */
   int good = t_size <= 512 && inside(t_name, 8, t_size) && inside(t_coro, 8, t_size) && inside(t_node, 16, t_size) &&
              t_awaited_by + 12 == t_is_task && t_by_is_set == t_is_task + 1 && t_name == t_coro + 8 &&
              t_coro >= t_is_task + 16 && t_node >= t_name + 16 && inside(i_head, 16, i_size) &&
              inside(s_head, 16, s_size) && s_size <= 65536 && inside(rd64(a + 80), 8, s_size) &&
-             inside(rd64(a + 88), 8, s_size) && fr_size <= 1024 && inside(fr_sp, 8, fr_size) && fr_sp + 8 <= 80 &&
-             g_size <= 1024 && inside(g_iframe, fr_size, g_size) && g_state + 5 == g_iframe && g_iframe <= 160 &&
-             (l_next == 0 || l_next == 8) && lv_tag >= 8 && lv_tag + 8 <= lv_digit && lv_digit <= 56;
+             inside(rd64(a + 88), 8, s_size);
   if (!good) {
     *msg = "asyncio debug offsets do not match the Task layout of 3.14/3.15";
     return -EINVAL;
   }
-  *out = (tk314){t_size, t_awaited_by + 8, t_coro - 8, t_coro, t_name, t_node, i_head, s_head,
-                 g_iframe, g_state, fr_sp, l_next, lv_tag, lv_digit, P->minor, P->await_lo, P->await_hi, P->exec,
-                 P->await_below};
+  g.task_size = t_size;
+  g.task_fut_state = t_awaited_by + 8;
+  g.task_fut_waiter = t_coro - 8;
+  g.task_coro = t_coro;
+  g.task_name = t_name;
+  g.task_node = t_node;
+  g.is_tasks_head = i_head;
+  g.ts_tasks_head = s_head;
+  *out = g;
   return 0;
 }
 
@@ -174,19 +216,28 @@ static int load_mapped(int pid, const char *path, uint64_t lo, uint64_t hi, smp_
   return smp_elf_load(path, elf);
 }
 
-int tk314_find(bf_smp *h, tk314 *out, const char **msg) {
-  find_q q;
-  memset(&q, 0, sizeof q);
-  *msg = "the _asyncio module is not loaded";
-  if (h->pid <= 0 || bf_procmaps_foreach(h->pid, find_map, &q) < 0) return -ENOENT;
-  unsigned char pyd[TK314_PYDEBUG_LEN], ad[TK314_ASYNCIO_LEN];
+int tk314_find_gen(bf_smp *h, tk314 *out, const char **msg) {
+  unsigned char pyd[TK314_PYDEBUG_LEN];
   /* 3.14's is shorter than what is read: _PyRuntime goes on after it */
   if (smp_read(h, h->runtime_addr, pyd, sizeof pyd) < 0) {
     *msg = "cannot read _Py_DebugOffsets";
     return -EIO;
   }
+  return tk314_parse_gen(pyd, sizeof pyd, out, msg);
+}
+
+int tk314_find(bf_smp *h, unsigned *none, tk314 *out, const char **msg) {
+  find_q q;
+  memset(&q, 0, sizeof q);
+  *msg = "the _asyncio module is not loaded";
+  if (h->pid <= 0 || bf_procmaps_foreach(h->pid, find_map, &q) < 0) return -ENOENT;
+  unsigned char pyd[TK314_PYDEBUG_LEN], ad[TK314_ASYNCIO_LEN];
+  if (smp_read(h, h->runtime_addr, pyd, sizeof pyd) < 0) {
+    *msg = "cannot read _Py_DebugOffsets";
+    return -EIO;
+  }
   for (int k = 0; k < 3; k++) {
-    if (!q.path[k][0]) continue;
+    if (!q.path[k][0] || (*none & (1u << k))) continue;
     smp_elf elf = {0};
     uint64_t val, sz;
     if (load_mapped(h->pid, q.path[k], q.lo[k], q.hi[k], &elf) < 0) continue;
@@ -194,7 +245,10 @@ int tk314_find(bf_smp *h, tk314 *out, const char **msg) {
     if (rc < 0) rc = elf_section(&elf, ".AsyncioDebug", &val, &sz);
     uint64_t addr = q.lo[k] - elf.load_vaddr + val;
     smp_elf_free(&elf);
-    if (rc < 0) continue;
+    if (rc < 0) {
+      if (k > 0) *none |= 1u << k; /* libpython and the executable stay what they are */
+      continue;
+    }
     if (sz && sz < sizeof ad) {
       *msg = "_AsyncioDebug is shorter than the layout of 3.14/3.15";
       return -EINVAL;

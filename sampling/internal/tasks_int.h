@@ -86,17 +86,26 @@ typedef struct tk314 {
  * -ENOTSUP (a version whose _Py_DebugOffsets layout is not known). */
 int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pydbg, size_t plen,
                 tk314 *out, const char **msg);
+/* Only what comes from pydbg: the coroutine, frame and int offsets, the
+ * frame states and minor (task and list fields left 0). Pure-Python Tasks
+ * need no more. OUT: *out. Errors as tk314_parse's. */
+int tk314_parse_gen(const unsigned char *pydbg, size_t plen, tk314 *out, const char **msg);
+/* tk314_parse_gen over the target's _Py_DebugOffsets. OUT: *out. */
+int tk314_find_gen(bf_smp *h, tk314 *out, const char **msg);
 /* Find _AsyncioDebug in the target (the _asyncio extension, or libpython /
  * the executable when built in) and parse it with the target's
- * _Py_DebugOffsets. OUT: *out. -ENOENT while _asyncio is not loaded. */
-int tk314_find(bf_smp *h, tk314 *out, const char **msg);
+ * _Py_DebugOffsets. *none (in/out): bit 1 libpython, bit 2 the executable
+ * when found to lack it (not looked at again). OUT: *out. -ENOENT while
+ * _asyncio is not loaded. */
+int tk314_find(bf_smp *h, unsigned *none, tk314 *out, const char **msg);
 /* Append to addrs[*n..max) the Tasks linked in interp's thread states'
  * lists, then in the interpreter's own (tasks of finished threads). Bounded
  * by max and by SMP_MAX_THREADS threads; a list that does not come back to
  * its head ends at the first unreadable node. OUT: *n. */
 int tk314_tasks(bf_smp *h, const tk314 *o, uint64_t interp, uint64_t *addrs, size_t max, size_t *n);
-/* tasks.c: read 3.14 Tasks with offsets o from now on (once tk314_find
- * found them; tests hand in their own). */
+/* tasks.c: read 3.14+ Tasks with offsets o from now on (once tk314_find
+ * found them; tests hand in their own). With o->task_size 0 (from
+ * tk314_parse_gen) only coroutines, so pure-Python Tasks, are read. */
 void tk_use_314(bf_smp_tasks *tk, const tk314 *o);
 
 /* ---- the reader's state: tasks.c, with the registry (tasks_registry.c)
@@ -227,6 +236,9 @@ struct bf_smp_tasks {
   int new_names; /* read this sample */
   tk_py *py;       /* pure-Python Tasks' key cache (tasks_py.c) */
   int v314;        /* 3.14+: tasks from _asyncio's debug offsets (tasks_314.c), 1 once found */
+  int gen314;      /* 3.14+: the coroutine layout taken (pure-Python Tasks readable) */
+  unsigned none314; /* tk314_find's files without _AsyncioDebug */
+  int64_t find314_ns; /* when _AsyncioDebug was last looked for */
   tk314 t314;
 };
 
@@ -243,8 +255,8 @@ int tk_read_regions(bf_smp_tasks *tk, int memo, const uint64_t *addrs, size_t n,
 /* tasks.c: kind of the type at type_addr (TK_*), cached per address. */
 int tk_type_kind(bf_smp_tasks *tk, uint64_t type_addr);
 
-/* tasks_registry.c: read the registry again (asyncio.tasks' sets, or the
- * 3.14 Task lists) into tk->addrs, in address order, and align tk->tasks
+/* tasks_registry.c: read the registry again (asyncio.tasks' sets, and the
+ * 3.14+ Task lists) into tk->addrs, in address order, and align tk->tasks
  * with it. */
 void tk_refresh_registry(bf_smp_tasks *tk);
 
