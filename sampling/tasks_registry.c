@@ -230,6 +230,16 @@ void tk_refresh_registry(bf_smp_tasks *tk) {
       return;
     }
   }
+  if (tk->v314 && !h->lay.nm.minor) { /* asyncio.tasks' sets cannot be found without the dict layout */
+    if (!tk->warned_custom) {
+      tk->warned_custom = 1;
+      tk_set_status(tk, "pure-Python Tasks (asyncio.tasks._PyTask) are not read: this build has no dict "
+                        "layout for this Python; only C Tasks are shown");
+    }
+    sort_addrs(tk);
+    remap_tasks(tk);
+    return;
+  }
   int64_t since = h->now_ns - tk->found_ns;
   if ((!tk->mod_dict && (!tk->found_ns || since > TK_RETRY_NS)) || since > TK_REFIND_NS)
     find_registry(tk);
