@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""asyncio running share beside Tachyon (prints figures, not a timed test):
-one 3.15 target (the sid root's python3.15) whose burner task times its own
+"""asyncio running share beside Tachyon (prints figures, not a timed test).
+
+1. One 3.15 target (the sid root's python3.15) whose burner task times its own
 CPU steps, sampled in alternating windows, shuffled per round, by
 `bifocal record --pid PID --async` and by 3.15's own sampler,
 `python3.15 -m profiling.sampling attach --async-aware --async-mode all
@@ -12,6 +13,11 @@ burner's busy time over the window's wall time, from its own progress lines
 Shares: bifocal, the tasks view's running share of task "burner"; Tachyon,
 the share of the burner's samples whose stack under its task frame holds
 the burn() call line (its running step), of all samples naming the task.
+
+2. The integration tests' asyncio_workload.py (two loops, thousands of short
+tasks) in one long run, windows alternating the same way; its burners'
+running shares against the CPU steps each timed in the window (its
+progress lines); Tachyon's own error rate beside.
 
 usage: tests/bench/bench_asyncio_tachyon.py [--rounds N] [--seconds S] [--rate HZ]
 """
@@ -68,6 +74,21 @@ asyncio.run(main())
 """
 
 
+def realtime():
+    """`chrt -f 1` when this user may run a real-time sampler, else []: on a
+    host whose load exceeds its CPUs a normal-priority sampler's ticks come
+    in clumps (docs/sampling.md); both samplers get the same policy, the
+    target keeps the normal one (both attach by pid)."""
+    try:
+        ok = subprocess.run(["chrt", "-f", "1", "true"], capture_output=True).returncode == 0
+    except OSError:
+        ok = False
+    return ["chrt", "-f", "1"] if ok else []
+
+
+RT = realtime()
+
+
 class Target:
     def __init__(self, py, path):
         self.p = subprocess.Popen([py, path], stdout=subprocess.PIPE, text=True)
@@ -95,35 +116,109 @@ class Target:
         self.p.wait()
 
 
-def bifocal_share(bifocal, db, pid, rate, secs):
-    subprocess.run([bifocal, "--db", db, "record", "--pid", str(pid), "--async", "--rate", str(rate),
+def bifocal_shares(bifocal, db, pid, rate, secs, names):
+    """One bifocal window: {task: (running share, samples)} for names."""
+    subprocess.run(RT + [bifocal, "--db", db, "record", "--pid", str(pid), "--async", "--rate", str(rate),
                     "--duration", str(secs)], check=True, capture_output=True)
     sid = json.loads(subprocess.run([bifocal, "--db", db, "sessions", "--json"], check=True, capture_output=True,
                                     text=True).stdout)[-1]["id"]
     view = json.loads(subprocess.run([bifocal, "--db", db, "replay", str(sid), "--view", "tasks", "--json",
                                       "--limit", "100000"], check=True, capture_output=True, text=True).stdout)
-    t = [t for t in view["tasks"] if t["name"] == "burner"]
-    return t[0]["running"]["share"] if t else float("nan"), t[0]["samples"] if t else 0
+    out = {}
+    for n in names:
+        t = [t for t in view["tasks"] if t["name"] == n]
+        out[n] = (t[0]["running"]["share"], t[0]["samples"]) if t else (float("nan"), 0)
+    return out
 
 
-def tachyon_share(pid, rate, secs, out, burn_line):
-    r = subprocess.run(["nsenter", "-t", str(pid), "-m", "-r", "-w", "/usr/bin/python3.15", "-m", "profiling.sampling",
+def tachyon(pid, rate, secs, out):
+    """One Tachyon window into the collapsed file out. Returns its error
+    rate as it prints it."""
+    r = subprocess.run(RT + ["nsenter", "-t", str(pid), "-m", "-r", "-w", "/usr/bin/python3.15", "-m", "profiling.sampling",
                         "attach", "--async-aware", "--async-mode", "all", "-r", str(rate), "-d", str(secs),
                         "--collapsed", "-o", out, str(pid)], capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit("Tachyon failed (%d): %s" % (r.returncode, (r.stderr or r.stdout)[-400:]))
+    m = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("Error rate:")]
+    return m[0].split(":", 1)[1].strip() if m else "?"
+
+
+def tachyon_share(path, burn_line, task, coro):
+    """Task's running share in a Tachyon collapsed file: of the samples
+    naming the task, those whose stack under its frame holds coro's burn
+    call line; and that sample count."""
     run = total = 0
-    with open(out) as f:
+    root = "<task>:%s:0" % task
+    with open(path) as f:
         for line in f:
             stack, n = line.rsplit(" ", 1)
             frames = stack.split(";")
-            if "<task>:burner:0" not in frames:
+            if root not in frames:
                 continue
-            mine = frames[frames.index("<task>:burner:0") + 1:]
             total += int(n)
-            if any(fr.endswith(":burner:%d" % burn_line) for fr in mine):
+            if any(fr.endswith(":%s:%d" % (coro, burn_line)) for fr in frames[frames.index(root) + 1:]):
                 run += int(n)
     return (run / total if total else float("nan")), total
+
+
+def workload_part(bifocal, py, tmp, rounds, secs, rate):
+    """The integration tests' workload (tests/integration/asyncio_workload.py:
+    two loops, thousands of short tasks) in one long run, windows alternating
+    as in main(); the truth is each burner's CPU steps in the window, from
+    the progress lines it prints."""
+    wl = os.path.join(ROOT, "tests", "integration", "asyncio_workload.py")
+    with open(wl) as f:
+        line = next(n for n, l in enumerate(f, 1) if "cpu += burn(cpu_s)" in l)
+    names = ("burner", "b-burner")
+    truth_path = os.path.join(tmp, "truth.json")
+    # long enough for every window on a loaded host (Tachyon starts in ~2 s)
+    p = subprocess.Popen([py, wl, truth_path, str(2 * rounds * (secs + 4) + 4)], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, BIFOCAL_WORKLOAD_PROGRESS="1"))
+    progress = {n: [] for n in names}
+
+    def read():
+        for l in p.stdout:
+            f = l.split()
+            if len(f) == 4 and f[0] == "P" and f[1] in progress:
+                progress[f[1]].append((float(f[2]), float(f[3])))
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def busy(n, t0, t1):
+        pts = [x for x in progress[n] if t0 <= x[0] <= t1]
+        return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) if len(pts) > 1 else float("nan")
+
+    time.sleep(1.0)
+    got = []
+    rnd = random.Random(2)
+    for r in range(rounds):
+        order = ["bifocal", "tachyon"]
+        rnd.shuffle(order)
+        for who in order:
+            s0 = time.monotonic()
+            if who == "bifocal":
+                sh, er = bifocal_shares(bifocal, os.path.join(tmp, "w%d.db" % r), p.pid, rate, secs, names), ""
+            else:
+                out = os.path.join(tmp, "w%d.txt" % r)
+                er = tachyon(p.pid, rate, secs, out)
+                sh = {n: tachyon_share(out, line, n, "burner") for n in names}
+            got.append((who, sh, er, s0, time.monotonic()))
+    p.kill()
+    p.wait()
+    print("asyncio_workload.py (two loops, thousands of short tasks), %d rounds of a %d s window; each burner's\n"
+          "truth from its own CPU steps in the window:" % (rounds, secs))
+    errs = {"bifocal": [], "tachyon": []}
+    for who, sh, er, s0, s1 in got:
+        cells = []
+        for n in names:
+            tr = busy(n, s0, s1)
+            e = 100 * (sh[n][0] - tr)
+            errs[who].append(e)
+            cells.append("%s %5.1f%% of %5.1f%% (%+5.1f, %d samples)" % (n, 100 * sh[n][0], 100 * tr, e, sh[n][1]))
+        print("  %-8s %s%s" % (who, "  ".join(cells), ("  Tachyon's error rate %s%%" % er) if er else ""))
+    for who, xs in errs.items():
+        print("%-8s running share error on asyncio_workload.py: median %+.1f points, worst %+.1f" % (
+            who, statistics.median(xs), max(xs, key=abs)))
 
 
 def main():
@@ -143,8 +238,9 @@ def main():
         f.write(TARGET)
     burn_line = next(n for n, l in enumerate(TARGET.splitlines(), 1) if "# BURN" in l)  # TARGET starts "\n": line 1 is empty
     print("asyncio running share of a burner task against its own clock, %s at %d Hz; %d rounds of a %d s\n"
-          "window each, shuffled; load average %.1f on %d CPUs" % (py, a.rate, a.rounds, a.seconds,
-                                                                   os.getloadavg()[0], os.cpu_count() or 1))
+          "window each, shuffled; load average %.1f on %d CPUs; samplers %s" % (
+              py, a.rate, a.rounds, a.seconds, os.getloadavg()[0], os.cpu_count() or 1,
+              "real-time (chrt -f 1)" if RT else "at normal priority (chrt refused)"))
     t = Target(py, path)
     got = {"bifocal": [], "tachyon": []}
     rnd = random.Random(1)
@@ -155,9 +251,12 @@ def main():
             for who in order:
                 s0 = time.monotonic()
                 if who == "bifocal":
-                    share, n = bifocal_share(bifocal, os.path.join(tmp, "b%d.db" % r), t.p.pid, a.rate, a.seconds)
+                    share, n = bifocal_shares(bifocal, os.path.join(tmp, "b%d.db" % r), t.p.pid, a.rate, a.seconds,
+                                              ("burner",))["burner"]
                 else:
-                    share, n = tachyon_share(t.p.pid, a.rate, a.seconds, os.path.join(tmp, "t%d.txt" % r), burn_line)
+                    out = os.path.join(tmp, "t%d.txt" % r)
+                    tachyon(t.p.pid, a.rate, a.seconds, out)
+                    share, n = tachyon_share(out, burn_line, "burner", "burner")
                 truth = t.running(s0, time.monotonic())
                 got[who].append((share, truth))
                 print("  round %d %-8s sampled %5.1f%%  truth %5.1f%%  error %+5.1f points  (%d samples of the task)"
@@ -168,6 +267,7 @@ def main():
         errs = [100 * (s - tr) for s, tr in xs]
         print("%-8s running share error: median %+.1f points, worst %+.1f" % (
             who, statistics.median(errs), max(errs, key=abs)))
+    workload_part(bifocal, py, tmp, a.rounds, a.seconds, a.rate)
 
 
 if __name__ == "__main__":
