@@ -253,7 +253,7 @@ def test_uvloop_tasks_read_and_said(tmp_path):
     line = next(n for n, l in enumerate(UVLOOP.splitlines(), 1) if "AWAIT-S" in l)
     for p in have:
         db, truth = str(tmp_path / ("u%s.db" % p["tag"])), tmp_path / "truth.json"
-        sid = last_line_id(run(["record", "--async", "--rate", "1000", "--", p["path"], str(src), str(truth)], db=db))
+        sid = record_rt(["--async", "--rate", "1000", "--", p["path"], str(src), str(truth)], db)  # its share is checked
         sess = json.loads(run(["sessions", "--json"], db=db).stdout)[-1]
         assert "uvloop is loaded" in sess["extra"]["async_tasks"], sess["extra"]
         assert "not C _asyncio.Task" not in sess["extra"]["async_tasks"], sess["extra"]
