@@ -1,7 +1,8 @@
 /* tasks_registry.c — asyncio tasks' registry: asyncio.tasks' sets of the
  * main interpreter (every Task on 3.8-3.13, the pure-Python ones on 3.14+)
- * and, on 3.14+, the C Tasks linked in the thread states, read at a bounded rate into tk->addrs and aligned with what was
- * read of each task last time (tk->tasks). Part of the task reader (tasks.c).
+ * and, on 3.14+, the C Tasks linked in the thread states, read at a bounded
+ * rate into tk->addrs and aligned with what was read of each task last time
+ * (tk->tasks). Part of the task reader (tasks.c).
  */
 #include <errno.h>
 #include <stddef.h>
