@@ -229,6 +229,10 @@ typedef ssize_t (*smp_readv_fn)(void *ud, const struct iovec *local, size_t nloc
 struct bf_smp {
   int pid;
   int attached;
+  /* the process first attached to (attach.c smp_pin_*): a pidfd, else its
+   * start time; a pid that names another process later is not followed */
+  int pin_pid, pin_fd;
+  unsigned long long pin_start;
   char err[512];
   char version[32];
   const char *build;
@@ -333,6 +337,10 @@ int smp_errno_remote(int e);
 int64_t smp_host_tid(bf_smp *h, int64_t ns_tid);
 /* The reverse: the tid the target's namespace gives host_tid (or host_tid). */
 int64_t smp_ns_tid(const bf_smp *h, int64_t host_tid);
+/* Whether the pinned target has ended (its pid may name another process
+ * now): 1 when gone, else 0. Cheap (one poll); call after each read. */
+int smp_pin_gone(bf_smp *h);
+
 /* The target's pid as its own PID namespace numbers it (h->pid outside one). */
 int64_t smp_ns_pid(bf_smp *h);
 /* Forget the namespace map (attach, free). */

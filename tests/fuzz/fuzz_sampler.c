@@ -393,7 +393,7 @@ static void fuzz_one(const uint8_t *data, size_t size) {
       tk314 o;
       if (size > TK314_ASYNCIO_LEN) (void)tk314_parse(data + size - TK314_ASYNCIO_LEN, TK314_ASYNCIO_LEN, blob,
                                                       sizeof blob, &o, &msg);
-      static const tk314 t314 = {168, 104, 120, 128, 136, 152, 1024, 1016, 72, 67, 64, 0, 16, 24};
+      static const tk314 t314 = {168, 104, 120, 128, 136, 152, 1024, 1016, 72, 67, 64, 0, 16, 24, 14, -1, -1, 0, 0};
       bf_smp *h = bf_smp_new();
       image im = {data, size};
       if (h && smp_layout_builtin(12, &l) == 0) {
