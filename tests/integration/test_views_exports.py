@@ -232,7 +232,7 @@ def test_export_filters(vdb, tmp_path):
 
 def test_export_errors(vdb, tmp_path):
     db, s = vdb
-    r = run(["export", str(s["wall"]), "--format", "svg", "-o", str(tmp_path / "x")], db=db, check=False)
+    r = run(["export", str(s["wall"]), "--format", "nosuch", "-o", str(tmp_path / "x")], db=db, check=False)
     assert r.returncode == 2 and "known: collapsed, speedscope, pstats, pprof, chrome" in r.stderr
     r = run(["export", str(s["traced"]), "--format", "collapsed", "-o", str(tmp_path / "x")], db=db, check=False)
     assert r.returncode == 1 and "traced" in r.stderr and not (tmp_path / "x").exists()
