@@ -12,6 +12,8 @@
 #include "cli.h"
 #include "util.h"
 
+static int is_number(const char *s);
+
 int bf_opt_pid(const char *arg, int *pid) {
   char *end;
   errno = 0;
@@ -151,6 +153,16 @@ int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *
   int c, nonblocking = 0;
   char *end;
   *pid = 0;
+  /* austin's/Tachyon's -i N (interval) beside -p: never read as --idle and a PID */
+  int has_pid = 0;
+  for (int i = 1; i < argc; i++) has_pid |= strcmp(argv[i], "-p") == 0 || strncmp(argv[i], "--pid", 5) == 0;
+  for (int i = 1; has_pid && i + 1 < argc; i++)
+    if (strcmp(argv[i], "-i") == 0 && is_number(argv[i + 1])) {
+      double us = strtod(argv[i + 1], NULL);
+      bf_cli_error("-i %s: austin's and Tachyon's -i is the sampling interval (%s µs); bifocal's -i is --idle, "
+                   "and the rate is -r HZ (here -r %.0f)", argv[i + 1], argv[i + 1], us > 0 ? 1e6 / us : 1000);
+      return 2;
+    }
   while ((c = getopt_long(argc, argv, dur ? "p:d:r:ginsh" : "p:r:ginsh", opts, NULL)) != -1) {
     switch (c) {
       case 'p':

@@ -200,6 +200,7 @@ PEER_LINES = [
     ("Tachyon", "record --flamegraph -o OUT.html -- PY", ("same", "record -f flame -o OUT.html -- PY")),
     ("Tachyon", "record --heatmap -o OUT.html -- PY", ("error", r"record writes no heatmap file")),
     ("Tachyon", "run app.py", ("error", r"'app.py' is Python: bifocal run runs Lua checks")),
+    ("austin", "top -i 1000 -p 1", ("error", r"austin's .*-i is the sampling interval .*-r 1000\)")),
 ]
 
 WORK = "import time\nt=time.time()\nwhile time.time()-t<0.5: sum(range(2000))\n"
