@@ -203,6 +203,13 @@ PEER_LINES = [
     ("austin", "top -i 1000 -p 1", ("error", r"austin's .*-i is the sampling interval .*-r 1000\)")),
 ]
 
+def test_peer_table_is_the_one_in_the_docs():
+    """docs/commands.md shows the table this file types, row for row."""
+    doc = open(os.path.join(ROOT, "docs", "commands.md"), encoding="utf-8").read()
+    rows = set(re.findall(r"^\| (py-spy|austin|Tachyon) \| `([^`]+)` \|", doc, re.M))
+    assert rows == {(p, l) for p, l, _ in PEER_LINES}
+
+
 WORK = "import time\nt=time.time()\nwhile time.time()-t<0.5: sum(range(2000))\n"
 
 
