@@ -164,6 +164,84 @@ def test_counts_equal_setprofile_on_stdlib_work(python, db, tmp_path):
     assert ("<builtin>", "builtins.len", 0) in fs and fs[("<builtin>", "builtins.len", 0)]["calls"] > 0
 
 
+# ---- exact counts against cProfile, as users run it ---------------------------
+
+# No imports: cProfile's command line imports its own modules before the
+# program, bifocal's runner does not, so module-level import work would differ.
+CPROFILED = """
+class C:
+    def __init__(self, a): self.a = a
+    def m(self): return self.a
+def gen(n):
+    for i in range(n):
+        yield i
+def rec(n): return 0 if n == 0 else 1 + rec(n - 1)
+def boom(): raise ValueError
+def work():
+    out = []
+    for i in range(200):
+        out.append(C(i).m())
+        len(out); sorted([3, 1, 2]); "a,b".split(","); max(i, 3); ",".join(["x", "y"])
+        try:
+            boom()
+        except ValueError:
+            pass
+    sum(gen(50)); [rec(10) for _ in range(3)]
+    f = lambda x: x
+    list(map(f, range(20)))
+    return out
+work()
+"""
+
+PSTATS_JSON = """
+import sys, json, pstats
+st = pstats.Stats(sys.argv[1]).stats
+print(json.dumps([[list(k), v[0], v[1]] for k, v in st.items()]))
+"""
+
+
+def cprofile_module(python):
+    """3.15 moved cProfile to profiling.tracing (cProfile is a shim)."""
+    return "profiling.tracing" if pyver(python) >= (3, 15) else "cProfile"
+
+
+def test_counts_equal_cprofile(python, db, tmp_path):
+    script = write(tmp_path, "cp.py", CPROFILED)
+    reader = write(tmp_path, "pstats_json.py", PSTATS_JSON)
+    prof = str(tmp_path / "cp.prof")
+    subprocess.run([python, "-m", cprofile_module(python), "-o", prof, script], check=True,
+                   timeout=120, capture_output=True)
+    ref = {}
+    for (fn, line, name), prim, total in json.loads(subprocess.run(
+            [python, reader, prof], check=True, capture_output=True, text=True, timeout=60).stdout):
+        if fn == "~":  # builtins: "<built-in method builtins.len>", "<method 'append' of 'list' objects>"
+            if name.startswith("<built-in method "):
+                name = name[len("<built-in method "):-1]
+            elif name.startswith("<method '"):  # a type's tp_name: "list", "_lsprof.Profiler"
+                meth, _, owner = name[len("<method '"):].partition("' of '")
+                owner = owner.split("'")[0]
+                name = ("" if "." in owner else "builtins.") + owner + "." + meth
+            if name in ("builtins.exec", "_lsprof.Profiler.disable"):  # cProfile's runner
+                continue
+            ref[("<builtin>", name)] = (total, prim)
+        else:
+            ref[(fn, line, name)] = (total, prim)
+    sid = last_line_id(trace(python, [script], db))
+    got = {}
+    for (fn, qual, line), row in funcs(db, sid).items():
+        if fn == "<builtin>":
+            got[(fn, qual)] = (row["calls"], row["primitive_calls"])
+        else:  # cProfile counts every resume of a generator as a call
+            got[(fn, line, qual.rsplit(".", 1)[-1])] = (row["calls"] + row["resumes"],
+                                                        row["primitive_calls"] + row["resumes"])
+    assert got == ref, "bifocal vs cProfile: %r" % {k: (got.get(k), ref.get(k))
+                                                    for k in set(got) | set(ref)
+                                                    if got.get(k) != ref.get(k)}
+    assert ref[(script, 8, "rec")] == (33, 3) and ref[(script, 5, "gen")] == (51, 51)
+    assert ref[("<builtin>", "builtins.list.append")] == (200, 200)
+    assert ref[("<builtin>", "builtins.str.join")] == (200, 200)
+
+
 # ---- generators, threads, recursion ------------------------------------------
 
 SHAPES = """
