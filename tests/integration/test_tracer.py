@@ -604,3 +604,106 @@ def test_programs_own_import_of_threading_is_traced(python, db, tmp_path):
     assert by_qualname(fs, "worker")["calls"] == 1
     assert by_qualname(fs, "leaf")["calls"] == 100
     assert session(db, sid)["extra"]["mismatches"] == 0
+
+
+# ---- a target whose root differs from bifocal's --------------------------------
+#
+# `chroot ROOT python3.X` sees none of the host's paths (no /proc either): the
+# extension and the database are reached only through the directory handles
+# bifocal passes. The sid root's interpreters (.ci/sid-root) are run so; nothing
+# is written into the root (a private tmpfs over its /tmp holds a script file).
+
+def _sid_entries():
+    import pythons
+    ps = [p for p in pythons.discover() if p.get("container")]
+    if not ps:
+        return [pytest.param(None, marks=pytest.mark.skip(
+            reason="no sid root to chroot into: %s" % (pythons.sid_missing() or "none found")))]
+    return [pytest.param(p, id=p["tag"] + ":chroot") for p in ps]
+
+
+def _root_listing(root):
+    return sorted(os.listdir(os.path.join(root, "tmp")))
+
+
+def _check_shapes(db, sid, script_file):
+    fs = funcs(db, sid)
+    g = by_qualname(fs, "gen")
+    assert (g["calls"], g["primitive_calls"], g["resumes"]) == (1, 1, 1000)
+    assert by_qualname(fs, "leaf")["calls"] == 1000 and by_qualname(fs, "worker")["calls"] == 4
+    r = by_qualname(fs, "rec")
+    assert (r["calls"], r["primitive_calls"]) == (310, 10)
+    assert {k[0] for k in fs if k[0] != "<builtin>" and k[1] == "rec"} == {script_file}
+    s = session(db, sid)
+    assert s["status"] == "complete" and s["extra"]["mismatches"] == 0
+    return s
+
+
+@pytest.mark.parametrize("sid_py", _sid_entries())
+def test_chroot_target_without_host_paths(sid_py, db, tmp_path):
+    root, exe = sid_py["root"], "python%s" % sid_py["tag"]
+    before = _root_listing(root)
+    assert not os.path.exists(os.path.join(root, str(tmp_path).lstrip("/")))  # db dir unseen inside
+    # -c: no file needed inside the root
+    r = run(["trace", "--", "chroot", root, exe, "-c", textwrap.dedent(SHAPES)], db=db, timeout=180)
+    s = _check_shapes(db, last_line_id(r), "<string>")
+    assert s["extra"]["python"]["version"].startswith(sid_py["tag"] + ".")
+    assert s["extra"]["python"]["executable"] == "/usr/bin/" + exe  # as the target sees itself
+    # a script file that exists only inside the target's root (a private tmpfs
+    # over ROOT/tmp, in a mount namespace of its own): no bind mount of the host
+    src = write(tmp_path, "shapes.py", SHAPES)
+    r = run(["trace", "--", "unshare", "-m", "--propagation", "private", "sh", "-c",
+             'mount -t tmpfs tmpfs "$0/tmp" && cp "$1" "$0/tmp/app.py" && shift && exec "$@"',
+             root, src, "chroot", root, exe, "/tmp/app.py"], db=db, timeout=180)
+    _check_shapes(db, last_line_id(r), "/tmp/app.py")
+    # a database path that exists inside the root too, but is another directory
+    other = "/tmp/bifocal-test-%d.db" % os.getpid()
+    try:
+        r = run(["trace", "--", "chroot", root, exe, "-c", "def f(): pass\nfor _ in range(9): f()"],
+                db=other, timeout=120)
+        assert by_qualname(funcs(other, last_line_id(r)), "f")["calls"] == 9
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(other + suffix):
+                os.unlink(other + suffix)
+    assert _root_listing(root) == before  # nothing written into the root
+
+
+LAUNCHER_CLOSING_FDS = """#!/bin/sh
+# mount the tracing directory (only) at its host path inside ROOT, privately,
+# then close every descriptor but stdio and chroot: the database is unreachable
+set -e
+root=$1 ext=$2; shift 2
+mount -t tmpfs tmpfs "$root/tmp"
+mkdir -p "$root$ext"
+mount --bind "$ext" "$root$ext"
+exec /usr/bin/python3 -c '
+import os, sys
+os.closerange(3, 65536)
+os.chroot(sys.argv[1]); os.chdir("/")
+os.execv(sys.argv[2], sys.argv[2:])' "$root" "$@"
+"""
+
+
+@pytest.mark.parametrize("sid_py", _sid_entries())
+def test_chroot_database_unreachable_is_one_line(sid_py, db, tmp_path):
+    import shutil
+    root, exe = sid_py["root"], "python%s" % sid_py["tag"]
+    ext = tmp_path / "ext"  # under /tmp: reachable inside through the private tmpfs
+    ext.mkdir()
+    for name in os.listdir(TRACING_DIR):
+        if name == "bifocal_trace.py" or (name.startswith("_bifocal_trace.") and name.endswith(".so")):
+            shutil.copy(os.path.join(TRACING_DIR, name), str(ext / name))
+    launcher = tmp_path / "closing-launcher"
+    launcher.write_text(LAUNCHER_CLOSING_FDS)
+    launcher.chmod(0o755)
+    r = run(["trace", "--", "unshare", "-m", "--propagation", "private", str(launcher), root, str(ext),
+             "/usr/bin/" + exe, "-c", "print('ran')"], db=db, check=False, timeout=120,
+            env={"BIFOCAL_TRACING_DIR": str(ext)})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "cannot reach the database" in r.stderr, r.stderr
+    assert db in r.stderr and "launch it without closing inherited file descriptors" in r.stderr
+    assert "ran" not in r.stdout and r.stdout.strip() == ""  # the program never started
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 0  # nothing half-written
+    con.close()
