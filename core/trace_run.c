@@ -30,7 +30,7 @@ static const char trc_boot[] =
  * none), the third is a file descriptor the bootstrap answers on before the
  * program runs: "ok" (bifocal_trace._main says it once the database is
  * reachable), or why it cannot trace ("impl NAME", "old X.Y.Z", "noext X.Y.Z
- * SUFFIX", "nodb": _main said why on stderr). Where PATH is that directory
+ * SUFFIX"; "nodb", "noload": it said why on stderr). Where PATH is that directory
  * here, it is imported from PATH; where the target's root differs (PATH is
  * missing or another directory), the extension is loaded through FD (the
  * working directory moved there for the dlopen, then back) and
@@ -67,20 +67,25 @@ static const char trc_boot_check[] =
     "those directories were not inherited (a launcher closed them); build it for this Python, or "
     "launch it without closing inherited file descriptors'%(n,v[0],v[1],v[2],', '.join(p for k,p in d)));sys.exit(2)\n"
     "k,p=h\n"
-    "if k<0:\n"
-    " sys.path.insert(0,p);import bifocal_trace as b;sys.path.remove(p)\n"
-    "else:\n"
-    " import _frozen_importlib as B,_frozen_importlib_external as E\n"
-    " c=os.open('.',os.O_PATH|os.O_CLOEXEC);os.fchdir(k)\n"
-    " try:\n"
-    "  q=B.ModuleSpec('_bifocal_trace',E.ExtensionFileLoader('_bifocal_trace','./'+n),origin='./'+n)\n"
-    "  m=B.module_from_spec(q);sys.modules['_bifocal_trace']=m;q.loader.exec_module(m)\n"
-    "  t=open('bifocal_trace.py','rb').read()\n"
-    " finally:\n"
-    "  os.fchdir(c);os.close(c)\n"
-    " m.__file__=os.path.join(p,n)\n"
-    " b=type(sys)('bifocal_trace');b.__file__=os.path.join(p,'bifocal_trace.py')\n"
-    " sys.modules['bifocal_trace']=b;exec(compile(t,b.__file__,'exec'),b.__dict__)\n"
+    "try:\n"
+    " if k<0:\n"
+    "  sys.path.insert(0,p);import bifocal_trace as b;sys.path.remove(p)\n"
+    " else:\n"
+    "  import _frozen_importlib as B,_frozen_importlib_external as E\n"
+    "  c=os.open('.',os.O_PATH|os.O_CLOEXEC);os.fchdir(k)\n"
+    "  try:\n"
+    "   q=B.ModuleSpec('_bifocal_trace',E.ExtensionFileLoader('_bifocal_trace','./'+n),origin='./'+n)\n"
+    "   m=B.module_from_spec(q);sys.modules['_bifocal_trace']=m;q.loader.exec_module(m)\n"
+    "   t=open('bifocal_trace.py','rb').read()\n"
+    "  finally:\n"
+    "   os.fchdir(c);os.close(c)\n"
+    "  m.__file__=os.path.join(p,n)\n"
+    "  b=type(sys)('bifocal_trace');b.__file__=os.path.join(p,'bifocal_trace.py')\n"
+    "  sys.modules['bifocal_trace']=b;exec(compile(t,b.__file__,'exec'),b.__dict__)\n"
+    "except ImportError as e:\n"
+    " sys.stderr.write('bifocal: cannot load the tracing extension %s in this interpreter: %s (a "
+    "library it links, libsqlite3.so.0, may be missing from the target\\'s root: install it "
+    "there)\\n'%(os.path.join(p,n),str(e).replace('\\n',' ')));s('noload');sys.exit(2)\n"
     "for k,p in d:\n"
     " try:os.close(int(k))\n"
     " except (OSError,ValueError,OverflowError):pass\n"
@@ -516,7 +521,7 @@ static int trc_boot_answer(const bf_trace_opts *o, bf_trace_plan *p, const char 
              "install that Python's headers and rebuild (meson setup --reconfigure build), or set "
              "BIFOCAL_TRACING_DIR",
              ver, py, more, dirs);
-  } else if (!strcmp(what, "nodb")) {
+  } else if (!strcmp(what, "nodb") || !strcmp(what, "noload")) {
     return exit_code ? exit_code : 2; /* the runner said why, on the program's stderr */
   } else if (p->err[0]) {
     return exit_code ? exit_code : 127;

@@ -496,6 +496,33 @@ def test_unbuilt_or_old_interpreter_is_refused(db, tmp_path):
     assert r.stderr.count("\n") == 1
 
 
+def test_launcher_and_unloadable_extension(python, db, tmp_path):
+    """Words before the interpreter are a launcher (here env): traced as usual.
+    An extension that is there but cannot be loaded (a library it links missing
+    in the target's root; here a file that is not ELF) is one line naming it,
+    with no session left."""
+    r = trace("env", ["FROM_ENV=1", python, "-c",
+                      "import os\ndef f(): return os.environ['FROM_ENV']\nfor _ in range(4): f()"], db)
+    assert by_qualname(funcs(db, last_line_id(r)), "f")["calls"] == 4
+    suffix = subprocess.run([python, "-c", "import _imp;print([e for e in _imp.extension_suffixes() "
+                                           "if e.count('.') >= 2][0])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    bad = tmp_path / "bad-tracing"
+    bad.mkdir()
+    import shutil
+    shutil.copy(os.path.join(TRACING_DIR, "bifocal_trace.py"), str(bad / "bifocal_trace.py"))
+    (bad / ("_bifocal_trace" + suffix)).write_text("not an ELF file\n")
+    os.unlink(db)
+    r = run(["trace", "--", "env", python, "-c", "print('ran')"], db=db, check=False,
+            env={"BIFOCAL_TRACING_DIR": str(bad)})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "cannot load the tracing extension" in r.stderr and suffix in r.stderr, r.stderr
+    assert r.stdout.strip() == ""
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 0
+    con.close()
+
+
 def test_focus_recursion_generators_threads_api(python, tmp_path):
     script = write(tmp_path, "focus2.py", """
         import sys, threading, json
