@@ -32,9 +32,11 @@ static const char trc_boot[] =
  * reachable), or why it cannot trace ("impl NAME", "old X.Y.Z", "noext X.Y.Z
  * SUFFIX"; "nodb", "noload": it said why on stderr). Where PATH is that directory
  * here, it is imported from PATH; where the target's root differs (PATH is
- * missing or another directory), the extension is loaded through FD (the
- * working directory moved there for the dlopen, then back) and
- * bifocal_trace.py read through it. Python 2 must parse it, to say "old". */
+ * missing or another directory), the extension is dlopen'ed as
+ * /proc/self/fd/FD/NAME, or, with no /proc in the target (a plain chroot), from
+ * a copy in the target's temporary directory, unlinked once loaded (a relative
+ * dlopen from a working directory outside the root hangs in glibc's getcwd), and
+ * bifocal_trace.py is read through FD. Python 2 must parse it, to say "old". */
 static const char trc_boot_check[] =
     "import sys,os\n"
     "d=[l.split('\\t',1) for l in sys.argv.pop(1).split('\\n')];f=int(sys.argv.pop(1))\n"
@@ -72,16 +74,39 @@ static const char trc_boot_check[] =
     "  sys.path.insert(0,p);import bifocal_trace as b;sys.path.remove(p)\n"
     " else:\n"
     "  import _frozen_importlib as B,_frozen_importlib_external as E\n"
-    "  c=os.open('.',os.O_PATH|os.O_CLOEXEC);os.fchdir(k)\n"
+    "  o='/proc/self/fd/%d/%s'%(k,n);u=None\n"
+    "  try:g=os.stat(o).st_ino==os.stat(n,dir_fd=k).st_ino\n"
+    "  except OSError:g=False\n"
+    "  if not g:\n"
+    "   r=os.open(n,os.O_RDONLY|os.O_CLOEXEC,dir_fd=k)\n"
+    "   for t in (os.environ.get('TMPDIR'),'/tmp','/var/tmp','/dev/shm'):\n"
+    "    if not t:continue\n"
+    "    u=os.path.join(t,'.bifocal-%d%s'%(os.getpid(),x))\n"
+    "    try:w=os.open(u,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_CLOEXEC,448);break\n"
+    "    except OSError:u=None\n"
+    "   if u is None:os.close(r);raise ImportError('no /proc here and no writable temporary directory to load it from')\n"
+    "   try:\n"
+    "    while 1:\n"
+    "     c=os.read(r,1<<20)\n"
+    "     if not c:break\n"
+    "     while c:c=c[os.write(w,c):]\n"
+    "   finally:\n"
+    "    os.close(w);os.close(r)\n"
+    "   o=u\n"
     "  try:\n"
-    "   q=B.ModuleSpec('_bifocal_trace',E.ExtensionFileLoader('_bifocal_trace','./'+n),origin='./'+n)\n"
+    "   q=B.ModuleSpec('_bifocal_trace',E.ExtensionFileLoader('_bifocal_trace',o),origin=o)\n"
     "   m=B.module_from_spec(q);sys.modules['_bifocal_trace']=m;q.loader.exec_module(m)\n"
-    "   t=open('bifocal_trace.py','rb').read()\n"
     "  finally:\n"
-    "   os.fchdir(c);os.close(c)\n"
+    "   if u:os.unlink(u)\n"
+    "  r=os.open('bifocal_trace.py',os.O_RDONLY|os.O_CLOEXEC,dir_fd=k);t=[]\n"
+    "  while 1:\n"
+    "   c=os.read(r,1<<20)\n"
+    "   if not c:break\n"
+    "   t.append(c)\n"
+    "  os.close(r)\n"
     "  m.__file__=os.path.join(p,n)\n"
     "  b=type(sys)('bifocal_trace');b.__file__=os.path.join(p,'bifocal_trace.py')\n"
-    "  sys.modules['bifocal_trace']=b;exec(compile(t,b.__file__,'exec'),b.__dict__)\n"
+    "  sys.modules['bifocal_trace']=b;exec(compile(b''.join(t),b.__file__,'exec'),b.__dict__)\n"
     "except ImportError as e:\n"
     " sys.stderr.write('bifocal: cannot load the tracing extension %s in this interpreter: %s (a "
     "library it links, libsqlite3.so.0, may be missing from the target\\'s root: install it "

@@ -637,8 +637,11 @@ def test_programs_own_import_of_threading_is_traced(python, db, tmp_path):
 #
 # `chroot ROOT python3.X` sees none of the host's paths (no /proc either): the
 # extension and the database are reached only through the directory handles
-# bifocal passes. The sid root's interpreters (.ci/sid-root) are run so; nothing
-# is written into the root (a private tmpfs over its /tmp holds a script file).
+# bifocal passes (the extension loaded from a copy in the target's /tmp, removed
+# once loaded). The sid root's interpreters (.ci/sid-root) are run so, inside a
+# mount namespace of their own with a private tmpfs over ROOT/tmp, so nothing
+# is written into the root (that tmpfs also holds a script that exists only
+# inside the root).
 
 def _sid_entries():
     import pythons
@@ -649,8 +652,18 @@ def _sid_entries():
     return [pytest.param(p, id=p["tag"] + ":chroot") for p in ps]
 
 
-def _root_listing(root):
-    return sorted(os.listdir(os.path.join(root, "tmp")))
+# sh -c PRIVATE_TMP sh ROOT LISTING [SCRIPT] -- CMD...: CMD with a fresh tmpfs
+# over ROOT/tmp (SCRIPT copied there as app.py; $WITH_PROC: /proc mounted in the
+# root too); what is left in it goes to LISTING
+PRIVATE_TMP = ('R=$1 L=$2; shift 2; mount -t tmpfs tmpfs "$R/tmp" || exit 125; '
+               'if [ -n "$WITH_PROC" ]; then mount -t proc proc "$R/proc" || exit 125; fi; '
+               'if [ "$1" != -- ]; then cp "$1" "$R/tmp/app.py" && shift || exit 125; fi; shift; '
+               '"$@"; rc=$?; ls -A "$R/tmp" > "$L"; exit $rc')
+
+
+def _in_private_tmp(root, listing, cmd, script=None):
+    return (["unshare", "-m", "--propagation", "private", "sh", "-c", PRIVATE_TMP, "sh", root,
+             str(listing)] + ([script] if script else []) + ["--"] + cmd)
 
 
 def _check_shapes(db, sid, script_file):
@@ -669,31 +682,39 @@ def _check_shapes(db, sid, script_file):
 @pytest.mark.parametrize("sid_py", _sid_entries())
 def test_chroot_target_without_host_paths(sid_py, db, tmp_path):
     root, exe = sid_py["root"], "python%s" % sid_py["tag"]
-    before = _root_listing(root)
     assert not os.path.exists(os.path.join(root, str(tmp_path).lstrip("/")))  # db dir unseen inside
-    # -c: no file needed inside the root
-    r = run(["trace", "--", "chroot", root, exe, "-c", textwrap.dedent(SHAPES)], db=db, timeout=180)
+    left = tmp_path / "left"
+    # -c: the program needs no file inside the root
+    r = run(["trace", "--"] + _in_private_tmp(root, left, ["chroot", root, exe, "-c",
+                                                            textwrap.dedent(SHAPES)]),
+            db=db, timeout=180)
     s = _check_shapes(db, last_line_id(r), "<string>")
     assert s["extra"]["python"]["version"].startswith(sid_py["tag"] + ".")
     assert s["extra"]["python"]["executable"] == "/usr/bin/" + exe  # as the target sees itself
-    # a script file that exists only inside the target's root (a private tmpfs
-    # over ROOT/tmp, in a mount namespace of its own): no bind mount of the host
+    assert left.read_text() == ""  # the extension's copy was removed once loaded
+    # a script file that exists only inside the target's root
     src = write(tmp_path, "shapes.py", SHAPES)
-    r = run(["trace", "--", "unshare", "-m", "--propagation", "private", "sh", "-c",
-             'mount -t tmpfs tmpfs "$0/tmp" && cp "$1" "$0/tmp/app.py" && shift && exec "$@"',
-             root, src, "chroot", root, exe, "/tmp/app.py"], db=db, timeout=180)
+    r = run(["trace", "--"] + _in_private_tmp(root, left, ["chroot", root, exe, "/tmp/app.py"], src),
+            db=db, timeout=180)
     _check_shapes(db, last_line_id(r), "/tmp/app.py")
+    assert left.read_text().split() == ["app.py"]
+    # with /proc in the root (as in most containers) the extension loads through
+    # /proc/self/fd/N, with no copy
+    r = run(["trace", "--"] + _in_private_tmp(root, left, ["chroot", root, exe, "/tmp/app.py"], src),
+            db=db, timeout=180, env={"WITH_PROC": "1"})
+    _check_shapes(db, last_line_id(r), "/tmp/app.py")
+    assert left.read_text().split() == ["app.py"]
     # a database path that exists inside the root too, but is another directory
     other = "/tmp/bifocal-test-%d.db" % os.getpid()
     try:
-        r = run(["trace", "--", "chroot", root, exe, "-c", "def f(): pass\nfor _ in range(9): f()"],
-                db=other, timeout=120)
+        r = run(["trace", "--"] + _in_private_tmp(root, left, [
+            "chroot", root, exe, "-c", "def f(): pass\nfor _ in range(9): f()"]), db=other, timeout=120)
         assert by_qualname(funcs(other, last_line_id(r)), "f")["calls"] == 9
+        assert left.read_text() == ""
     finally:
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(other + suffix):
                 os.unlink(other + suffix)
-    assert _root_listing(root) == before  # nothing written into the root
 
 
 LAUNCHER_CLOSING_FDS = """#!/bin/sh
