@@ -523,7 +523,13 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py, uint64_t base) {
       if (h->no_cut) torn(h, "a caller frame is not at a call");
       cut = h->nframes;
     }
-    int rc = push_frame(h, c, code_line(l, c, code, instr), fa);
+    /* a caller's instruction stays put from sample to sample: its line once */
+    if (instr != c->line_instr || !c->line_known) {
+      c->line_instr = instr;
+      c->line = code_line(l, c, code, instr);
+      c->line_known = 1;
+    }
+    int rc = push_frame(h, c, c->line, fa);
     if (rc < 0) return rc;
     int entry = l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]);
     if (entry) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY; /* for native.c */
