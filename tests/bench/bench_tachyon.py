@@ -109,8 +109,12 @@ def bifocal(bf, py, rate, script, args, d, clock=None):
     cmd = [bf, "--db", db, "record", "--rate", str(rate)]
     if clock:
         cmd += ["--clock", clock]
-    r = sh(cmd + ["--", py, script] + args)
-    sid = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else None
+    for _ in range(2):  # once more if the launch failed (say so)
+        r = sh(cmd + ["--", py, script] + args)
+        sid = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else None
+        if sid:
+            break
+        print("bench_tachyon: bifocal record failed, once more: %s" % r.stderr.strip(), flush=True)
     if not sid:
         raise SystemExit("bench_tachyon: bifocal record failed: %s" % r.stderr.strip())
     sess = [s for s in json.loads(sh([bf, "--db", db, "sessions", "--json"]).stdout)
