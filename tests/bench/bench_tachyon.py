@@ -91,8 +91,10 @@ def tachyon(py, rate, script, args, d, mode=None, all_threads=False):
         parts = stack.split(";")
         frames = []
         for p in parts[1:]:  # parts[0] is tid:N
+            if p.count(":") < 2:  # a pseudo-frame (<GC>, <native>): bifocal shows none
+                continue
             f, q, ln = p.rsplit(":", 2)
-            frames.append((q, os.path.basename(f), int(ln)))
+            frames.append((q, os.path.basename(f), int(ln) if ln.lstrip("-").isdigit() else 0))
         # `run` starts the script through runpy: its frames sit below <module>
         while frames and frames[0][1].startswith("<frozen runpy"):
             frames.pop(0)
