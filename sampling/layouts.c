@@ -395,6 +395,8 @@ static void finish(smp_layout *l) {
   t = max_u64(t, l->ts_rec_depth);
   t = max_u64(t, l->ts_rec_limit);
   t = max_u64(t, l->ts_rec_remaining);
+  t = max_u64(t, l->ts_base_frame);
+  t = max_u64(t, l->ts_holds_gil);
   l->ts_read = t + 8;
   uint64_t f = max_u64(l->fr_code, l->fr_back);
   f = max_u64(f, l->fr_instr);
@@ -424,9 +426,9 @@ int smp_layout_builtin(int minor, smp_layout *out) {
 }
 
 /* Positions (byte offsets inside _Py_DebugOffsets, every field a uint64) of
- * the fields the sampler uses. 3.13 from its pycore_runtime.h; 3.14 from its
- * pycore_debug_offsets.h (sections grew: threads_main, code generations,
- * stackpointer/tlbc, set, gen, llist, debugger support). */
+ * the fields the sampler uses. 3.13 from its pycore_runtime.h; 3.14 and 3.15
+ * from their pycore_debug_offsets.h (3.14's sections grew: threads_main, code
+ * generations, stackpointer/tlbc, set, gen, llist, debugger support). */
 typedef struct dpos {
   size_t min_len;
   size_t rt_size, rt_interp_head;
@@ -441,17 +443,40 @@ typedef struct dpos {
   size_t gc_size, gc_collecting;
   int tagged_executable;
   size_t is_imports_modules; /* 0: not taken from this version's offsets */
+  /* 3.15+ (0: absent): the thread's bottom-most frame (a walk that reaches
+   * it read the stack whole) and whether it holds the GIL */
+  size_t ts_base_frame, ts_holds_gil;
 } dpos;
 
 static const dpos pos_313 = {
     584, 24, 40, 48, 64, 72, 80, 136, 144, 152, 168, 184, 192, 200,
     224, 232, 240, 248, 264, 272, 280, 288, 296, 304, 312, 344,
-    352, 360, 368, 376, 512, 520, 528, 536, 544, 552, 560, 568, 576, 0, 88};
+    352, 360, 368, 376, 512, 520, 528, 536, 544, 552, 560, 568, 576, 0, 88, 0, 0};
 
 static const dpos pos_314 = {
     760, 24, 40, 48, 64, 72, 88, 144, 152, 176, 192, 208, 216, 224,
     248, 256, 264, 272, 288, 312, 320, 328, 336, 344, 352, 384,
-    400, 408, 416, 424, 592, 600, 608, 616, 624, 632, 640, 648, 656, 1, 0};
+    400, 408, 416, 424, 592, 600, 608, 616, 624, 632, 640, 648, 656, 1, 0, 0, 0};
+
+/* 3.15 (Include/internal/pycore_debug_offsets.h; 888 bytes): thread_state
+ * gained base_frame, last_profiled_frame(_seq) before thread_id and
+ * holds_gil, gil_requested, current_exception, exc_state after status;
+ * interpreter_frame and the sections after it shifted. */
+static const dpos pos_315 = {
+    888, 24, 40, 48, 64, 72, 88, 144, 152, 176, 192, 208, 240, 248,
+    312, 320, 328, 336, 352, 376, 384, 392, 400, 408, 416, 448,
+    464, 472, 480, 488, 688, 696, 704, 712, 720, 728, 736, 752, 760, 1, 96,
+    216, 272};
+
+/* The minor versions whose _Py_DebugOffsets positions this build knows. */
+static const dpos *dpos_of(int minor) {
+  switch (minor) {
+  case 13: return &pos_313;
+  case 14: return &pos_314;
+  case 15: return &pos_315;
+  default: return NULL;
+  }
+}
 
 /* offset off of a field of width w must lie within a section of size sz. */
 static int inside(uint64_t off, uint64_t w, uint64_t sz) { return sz <= (1u << 24) && off + w <= sz; }
@@ -507,6 +532,8 @@ static void dbg_read(const unsigned char *blob, const dpos *P, uint64_t ver, smp
   l->ts_frame = DO(ts_current_frame);
   l->ts_thread_id = DO(ts_thread_id);
   l->ts_native_thread_id = DO(ts_native_thread_id);
+  l->ts_base_frame = P->ts_base_frame ? DO(ts_base_frame) : 0;
+  l->ts_holds_gil = P->ts_holds_gil ? DO(ts_holds_gil) : 0;
   l->ts_size = z->ts;
   l->fr_back = DO(fr_previous);
   l->fr_code = DO(fr_executable);
@@ -539,7 +566,8 @@ static int dbg_valid(const smp_layout *l, const dsizes *z) {
          inside(z->gc_coll, 4, z->gc) && inside(l->is_gil_locked, 4, z->is) &&
          inside(l->is_gil_holder, 8, z->is) && inside(l->ts_next, 8, z->ts) &&
          inside(l->ts_frame, 8, z->ts) && inside(l->ts_thread_id, 8, z->ts) &&
-         inside(l->ts_native_thread_id, 8, z->ts) && inside(l->fr_back, 8, z->fr) &&
+         inside(l->ts_native_thread_id, 8, z->ts) && inside(l->ts_base_frame, 8, z->ts) &&
+         inside(l->ts_holds_gil, 4, z->ts) && inside(l->fr_back, 8, z->fr) &&
          inside(l->fr_code, 8, z->fr) && inside(l->fr_instr, 8, z->fr) &&
          inside(l->fr_owner, 1, z->fr) && inside(l->co_filename, 8, z->co) &&
          inside(l->co_name, 8, z->co) && inside(l->co_qualname, 8, z->co) &&
@@ -573,9 +601,14 @@ int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_lay
   int rc = dbg_check_header(blob, len, &ver, free_threaded, msg);
   if (rc) return rc;
   int minor = (int)((ver >> 16) & 0xff);
-  /* 3.15+ is tried with the 3.14 positions: the checks below refuse it if
-   * the sections moved */
-  const dpos *P = minor == 13 ? &pos_313 : &pos_314;
+  /* no layout-version field: keyed on the version; a newer minor version's
+   * sections may have moved, so it is refused rather than guessed */
+  const dpos *P = dpos_of(minor);
+  if (!P) {
+    *msg = "_Py_DebugOffsets of this Python version has a layout this build does not know "
+           "(known: 3.13, 3.14, 3.15)";
+    return -ENOTSUP;
+  }
   if (len < P->min_len) {
     *msg = "_Py_DebugOffsets shorter than the layout of its version";
     return -EINVAL;
@@ -584,10 +617,8 @@ int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_lay
   dsizes z;
   dbg_read(blob, P, ver, &l, &z);
   if (!dbg_valid(&l, &z)) {
-    *msg = minor > 14 ? "_Py_DebugOffsets of this Python version has a layout this build does "
-                        "not know (3.15+ is unverified)"
-                      : "_Py_DebugOffsets has an offset outside its section size";
-    return minor > 14 ? -ENOTSUP : -EINVAL;
+    *msg = "_Py_DebugOffsets has an offset outside its section size";
+    return -EINVAL;
   }
   dbg_names(blob, P, minor, z.is, &l);
   /* torn-stack check: code units follow the code object's header (Py_SIZE);

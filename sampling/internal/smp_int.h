@@ -51,6 +51,8 @@ typedef struct smp_layout {
   uint64_t ts_next, ts_thread_id, ts_native_thread_id; /* native 0 = n/a */
   uint64_t ts_frame;           /* 3.8-3.10 frame, 3.13+ current_frame */
   uint64_t ts_cframe, cf_current_frame;
+  uint64_t ts_base_frame;      /* 3.15+: bottom-most frame of the thread, 0 = n/a */
+  uint64_t ts_holds_gil;       /* 3.15+: int holds_gil, 0 = n/a */
   uint64_t ts_size;
   /* recursion depth, bounding a consistent stack (0 = n/a): 3.8-3.10 an int
    * depth; 3.11+ an int remaining and an int limit (depth = limit - remaining) */

@@ -1,5 +1,5 @@
-/* test_smp_layouts.c — the _Py_DebugOffsets reader: synthetic 3.13 and 3.14
- * blobs (field positions as in those versions' headers) parse into the
+/* test_smp_layouts.c — the _Py_DebugOffsets reader: synthetic 3.13, 3.14 and
+ * 3.15 blobs (field positions as in those versions' headers) parse into the
  * expected layout; a bad cookie, an offset outside its section and a
  * free-threaded build are refused. Also the vendored 3.8-3.12 tables exist,
  * and the thread-name tables (3.8-3.13; 3.13 takes its modules dict offset
@@ -13,52 +13,37 @@
 
 static void put(unsigned char *b, size_t pos, uint64_t v) { memcpy(b + pos, &v, 8); }
 
-/* positions: {interp_head, threads_head, ts_current_frame, fr_executable,
- * co_qualname, un_state} and the sizes that bound them */
+/* Field positions inside _Py_DebugOffsets of 3.13, 3.14 and 3.15 (as in
+ * those versions' headers), each with the value the blob gives it. */
+enum { F_GC, F_GIL_LOCKED, F_GIL_HOLDER, F_TS_SIZE, F_TS_NEXT, F_TS_FRAME, F_TS_TID, F_TS_NTID,
+       F_FR_SIZE, F_FR_PREV, F_FR_EXEC, F_FR_INSTR, F_FR_OWNER, F_CO_SIZE, F_CO_FILE, F_CO_NAME,
+       F_CO_QUAL, F_CO_LT, F_CO_FIRST, F_CO_ADAPT, F_OB_SIZE, F_OB_TYPE, F_TP_SIZE, F_TP_NAME,
+       F_BY_SIZE, F_BY_OBSIZE, F_BY_SVAL, F_UN_SIZE, F_UN_STATE, F_UN_LEN, F_UN_ASCII, F_GC_SIZE,
+       F_GC_COLL, F_MODULES, F_TS_BASE, F_TS_HOLDS, F_N };
+static const size_t pos[3][F_N] = {
+    {80, 136, 144, 152, 168, 184, 192, 200, 224, 232, 240, 248, 264, 272, 280, 288, 296, 304,
+     312, 344, 352, 360, 368, 376, 512, 520, 528, 536, 544, 552, 560, 568, 576, 88, 0, 0},
+    {88, 144, 152, 176, 192, 208, 216, 224, 248, 256, 264, 272, 288, 312, 320, 328, 336, 344,
+     352, 384, 400, 408, 416, 424, 592, 600, 608, 616, 624, 632, 640, 648, 656, 96, 0, 0},
+    {88, 144, 152, 176, 192, 208, 240, 248, 312, 320, 328, 336, 352, 376, 384, 392, 400, 408,
+     416, 448, 464, 472, 480, 488, 688, 696, 704, 712, 720, 728, 736, 752, 760, 96, 216, 272},
+};
+static const uint64_t val[F_N] = {
+    1024, 512, 520, 512, 8, 72, 144, 152, 80, 8, 0, 56, 70, 208, 112, 120,
+    128, 136, 68, 200, 16, 8, 400, 24, 40, 16, 32, 64, 32, 16, 40, 400,
+    44, 4000, 168, 176};
+
 static void fill(unsigned char *b, int minor) {
   memset(b, 0, 1024);
   memcpy(b, "xdebugpy", 8);
-  put(b, 8, minor == 13 ? 0x030d00f0 : 0x030e00f0);
-  int m14 = minor == 14;
-  put(b, 24, 4096);                   /* runtime size */
-  put(b, 40, 40);                     /* interpreters_head */
-  put(b, 48, 8192);                   /* interp size */
-  put(b, 64, 8);                      /* next */
-  put(b, 72, 16);                     /* threads_head */
-  put(b, m14 ? 88 : 80, 1024);        /* gc */
-  put(b, m14 ? 144 : 136, 512);       /* gil locked */
-  put(b, m14 ? 152 : 144, 520);       /* gil holder */
-  put(b, m14 ? 176 : 152, 512);       /* tstate size */
-  put(b, m14 ? 192 : 168, 8);         /* next */
-  put(b, m14 ? 208 : 184, 72);        /* current_frame */
-  put(b, m14 ? 216 : 192, 144);       /* thread_id */
-  put(b, m14 ? 224 : 200, 152);       /* native_thread_id */
-  put(b, m14 ? 248 : 224, 80);        /* frame size */
-  put(b, m14 ? 256 : 232, 8);         /* previous */
-  put(b, m14 ? 264 : 240, 0);         /* executable */
-  put(b, m14 ? 272 : 248, 56);        /* instr_ptr */
-  put(b, m14 ? 288 : 264, 70);        /* owner */
-  put(b, m14 ? 312 : 272, 208);       /* code size */
-  put(b, m14 ? 320 : 280, 112);       /* filename */
-  put(b, m14 ? 328 : 288, 120);       /* name */
-  put(b, m14 ? 336 : 296, 128);       /* qualname */
-  put(b, m14 ? 344 : 304, 136);       /* linetable */
-  put(b, m14 ? 352 : 312, 68);        /* firstlineno */
-  put(b, m14 ? 384 : 344, 200);       /* co_code_adaptive */
-  put(b, m14 ? 400 : 352, 16);        /* pyobject size */
-  put(b, m14 ? 408 : 360, 8);         /* ob_type */
-  put(b, m14 ? 416 : 368, 400);       /* type size */
-  put(b, m14 ? 424 : 376, 24);        /* tp_name */
-  put(b, m14 ? 592 : 512, 40);        /* bytes size */
-  put(b, m14 ? 600 : 520, 16);        /* ob_size */
-  put(b, m14 ? 608 : 528, 32);        /* ob_sval */
-  put(b, m14 ? 616 : 536, 64);        /* unicode size */
-  put(b, m14 ? 624 : 544, 32);        /* state */
-  put(b, m14 ? 632 : 552, 16);        /* length */
-  put(b, m14 ? 640 : 560, 40);        /* ascii size */
-  put(b, m14 ? 648 : 568, 400);       /* gc size */
-  put(b, m14 ? 656 : 576, 44);        /* collecting */
-  put(b, m14 ? 96 : 88, 4000);        /* imports_modules */
+  put(b, 8, 0x030000f0u | (uint64_t)minor << 16);
+  put(b, 24, 4096); /* runtime size */
+  put(b, 40, 40);   /* interpreters_head */
+  put(b, 48, 8192); /* interp size */
+  put(b, 64, 8);    /* next */
+  put(b, 72, 16);   /* threads_head */
+  for (int f = 0; f < F_N; f++)
+    if (pos[minor - 13][f]) put(b, pos[minor - 13][f], val[f]);
 }
 
 int main(void) {
@@ -66,7 +51,7 @@ int main(void) {
   smp_layout l;
   int ft;
   const char *msg;
-  for (int minor = 13; minor <= 14; minor++) {
+  for (int minor = 13; minor <= 15; minor++) {
     fill(b, minor);
     CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), 0);
     CHECK_EQ_INT(l.rt_interp_head, 40);
@@ -79,7 +64,11 @@ int main(void) {
     CHECK_EQ_INT(l.co_qualname, 128);
     CHECK_EQ_INT(l.co_code_adaptive, 200);
     CHECK_EQ_INT(l.uni_compact_size, 56);
-    CHECK_EQ_INT(l.executable_tagged, minor == 14);
+    CHECK_EQ_INT(l.executable_tagged, minor >= 14);
+    CHECK_EQ_INT(l.ts_thread_id, 144);
+    CHECK_EQ_INT(l.ts_base_frame, minor == 15 ? 168 : 0); /* 3.15 only */
+    CHECK_EQ_INT(l.ts_holds_gil, minor == 15 ? 176 : 0);
+    CHECK(l.ts_read >= (minor == 15 ? 184u : 160u));
     CHECK_EQ_INT(ft, 0);
     /* thread names: 3.13 from the vendored table and the target's modules
      * offset; 3.14 is not known (no names) */
@@ -93,7 +82,7 @@ int main(void) {
       fill(b, minor);
     }
     /* an offset past its section */
-    put(b, minor == 13 ? 184 : 208, 4096);
+    put(b, pos[minor - 13][F_TS_FRAME], 4096);
     CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), -EINVAL);
     fill(b, minor);
     put(b, 16, 1); /* free-threaded */
@@ -104,7 +93,22 @@ int main(void) {
     CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), -EINVAL);
     fill(b, minor);
     CHECK_EQ_INT(smp_layout_from_debug_offsets(b, 100, &l, &ft, &msg), -EINVAL); /* short */
+    /* a blob of a newer version's length but cut short of its own */
+    CHECK_EQ_INT(smp_layout_from_debug_offsets(b, minor == 15 ? 800 : 500, &l, &ft, &msg), -EINVAL);
   }
+  /* 3.15's positions are not 3.14's: read with 3.14's, its thread id would
+   * be base_frame (a wrong but in-bounds offset), so the version decides */
+  fill(b, 15);
+  CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), 0);
+  CHECK_EQ_INT(l.ts_thread_id, 144);
+  /* an unknown minor version (3.16, 3.12 with a cookie) is refused in one
+   * line naming the known ones, whatever its fields say */
+  fill(b, 15);
+  put(b, 8, 0x031000f0);
+  CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), -ENOTSUP);
+  CHECK(strstr(msg, "3.13, 3.14, 3.15") != NULL);
+  put(b, 8, 0x030c00f0);
+  CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), -EINVAL);
   static const int modes[] = {SMP_ATTR_DICTOFFSET, SMP_ATTR_DICTOFFSET, SMP_ATTR_DICTOFFSET,
                                SMP_ATTR_VALUES_PTR, SMP_ATTR_DORV};
   for (int minor = 8; minor <= 12; minor++) {
