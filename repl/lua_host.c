@@ -871,6 +871,10 @@ int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, char 
     w.done = 1;
     pthread_join(th, NULL);
   }
+  /* the state is gone: the next one starts unstopped */
+  stop_pending = 0;
+  interrupted = 0;
+  bf_store_interrupt_clear();
   sigaction(SIGALRM, &old_alrm, NULL);
   sigaction(SIGTERM, &old_term, NULL);
   sigaction(SIGINT, &old, NULL);

@@ -532,7 +532,7 @@ def test_redact_full_disk_names_the_disk(tmp_path):
     db = _big_db(tmp_path)
     mnt = tmp_path / "small"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)]).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)]).returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
         r, _ = timed(["redact", "1", "-o", str(mnt / "r.db")], db=db)
