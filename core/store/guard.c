@@ -124,20 +124,28 @@ static int altered(bf_store *s, const char *table, const char *why) {
                        s->path, table, why);
 }
 
+/* The three checks, prepared once per open and bound per table. */
+static const char *const check_sql[3] = {
+    "SELECT type, sql FROM main.sqlite_schema WHERE name=?1 COLLATE NOCASE",
+    /* columns, in order; hidden != 0 is a generated column */
+    "SELECT name, hidden FROM pragma_table_xinfo(?1, 'main') ORDER BY cid",
+    /* indexes: no partial index, no expression (index_xinfo cid -2) */
+    "SELECT count(*) FROM pragma_index_list(?1, 'main') il WHERE il.partial OR EXISTS"
+    " (SELECT 1 FROM pragma_index_xinfo(il.name, 'main') WHERE cid=-2)",
+};
+
 /* One table: a plain table (not a view or virtual table) whose columns are
  * exactly spec's, none generated, with no index on an expression or a part
  * of the rows (those run code from the file on every write). */
-static int check_table(bf_store *s, const table_spec *t) {
-  sqlite3_stmt *st = NULL;
-  int rc = 0;
-  if (sqlite3_prepare_v2(s->db, "SELECT type, sql FROM main.sqlite_schema WHERE name=?1 COLLATE NOCASE", -1, &st,
-                         NULL) != SQLITE_OK)
-    return bfs_fail_sql(s, "read schema");
-  sqlite3_bind_text(st, 1, t->name, -1, SQLITE_STATIC);
-  int n = 0, step;
-  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    const char *type = (const char *)sqlite3_column_text(st, 0);
-    const char *sql = (const char *)sqlite3_column_text(st, 1);
+static int check_table(bf_store *s, const table_spec *t, sqlite3_stmt *const st[3]) {
+  int rc = 0, n = 0, step;
+  for (int k = 0; k < 3; k++) {
+    sqlite3_reset(st[k]);
+    sqlite3_bind_text(st[k], 1, t->name, -1, SQLITE_STATIC);
+  }
+  while ((step = sqlite3_step(st[0])) == SQLITE_ROW) {
+    const char *type = (const char *)sqlite3_column_text(st[0], 0);
+    const char *sql = (const char *)sqlite3_column_text(st[0], 1);
     n++;
     if (!type || strcmp(type, "table") != 0) {
       char why[64];
@@ -146,44 +154,30 @@ static int check_table(bf_store *s, const table_spec *t) {
     } else if (!sql || strncmp(sql, "CREATE TABLE", 12) != 0) {
       rc = altered(s, t->name, "is a virtual table");
     }
-    if (rc) break;
+    if (rc) return rc;
   }
-  if (!rc && step != SQLITE_DONE) rc = bfs_fail_sql(s, "read schema");
-  sqlite3_finalize(st);
-  if (rc) return rc;
+  if (step != SQLITE_DONE) return bfs_fail_sql(s, "read schema");
   if (n != 1) return altered(s, t->name, n ? "is defined more than once" : "is missing");
-  /* columns, in order; hidden != 0 is a generated column */
-  char sql[320];
-  snprintf(sql, sizeof sql, "SELECT name, hidden FROM pragma_table_xinfo('%s', 'main') ORDER BY cid", t->name);
-  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return bfs_fail_sql(s, "read schema");
   int i = 0;
-  while (!rc && (step = sqlite3_step(st)) == SQLITE_ROW) {
-    const char *col = (const char *)sqlite3_column_text(st, 0);
-    if (sqlite3_column_int(st, 1) != 0) rc = altered(s, t->name, "has a generated column");
-    else if (!t->cols[i] || !col || strcmp(col, t->cols[i]) != 0) rc = altered(s, t->name, "has other columns");
-    else i++;
+  while ((step = sqlite3_step(st[1])) == SQLITE_ROW) {
+    const char *col = (const char *)sqlite3_column_text(st[1], 0);
+    if (sqlite3_column_int(st[1], 1) != 0) return altered(s, t->name, "has a generated column");
+    if (!t->cols[i] || !col || strcmp(col, t->cols[i]) != 0) return altered(s, t->name, "has other columns");
+    i++;
   }
-  if (!rc && step != SQLITE_DONE) rc = bfs_fail_sql(s, "read schema");
-  sqlite3_finalize(st);
-  if (rc) return rc;
+  if (step != SQLITE_DONE) return bfs_fail_sql(s, "read schema");
   if (t->cols[i]) return altered(s, t->name, "lacks columns");
-  /* indexes: no partial index, no expression (index_xinfo cid -2) */
-  snprintf(sql, sizeof sql,
-           "SELECT count(*) FROM pragma_index_list('%s', 'main') il WHERE il.partial OR EXISTS"
-           " (SELECT 1 FROM pragma_index_xinfo(il.name, 'main') WHERE cid=-2)",
-           t->name);
-  if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return bfs_fail_sql(s, "read schema");
-  step = sqlite3_step(st);
-  if (step != SQLITE_ROW) rc = bfs_fail_sql(s, "read schema");
-  else if (sqlite3_column_int64(st, 0) != 0) rc = altered(s, t->name, "has an index on an expression or a partial index");
-  sqlite3_finalize(st);
-  return rc;
+  if (sqlite3_step(st[2]) != SQLITE_ROW) return bfs_fail_sql(s, "read schema");
+  if (sqlite3_column_int64(st[2], 0) != 0) return altered(s, t->name, "has an index on an expression or a partial index");
+  return 0;
 }
 
 int bfs_check_schema(bf_store *s) {
-  for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
-    int rc = check_table(s, &tables[i]);
-    if (rc) return rc;
-  }
-  return 0;
+  sqlite3_stmt *st[3] = {NULL, NULL, NULL};
+  int rc = 0;
+  for (int k = 0; k < 3 && !rc; k++)
+    if (sqlite3_prepare_v2(s->db, check_sql[k], -1, &st[k], NULL) != SQLITE_OK) rc = bfs_fail_sql(s, "read schema");
+  for (size_t i = 0; !rc && i < sizeof tables / sizeof tables[0]; i++) rc = check_table(s, &tables[i], st);
+  for (int k = 0; k < 3; k++) sqlite3_finalize(st[k]);
+  return rc;
 }
