@@ -363,17 +363,23 @@ LUA_ATTACKS = {
 }
 
 
+# the utf8.len loops get 3 s: building the 128 MB string must end before the
+# deadline, so that the loop (0.6 s a call here) is what the budget stops
+LUA_TIMEOUT = {"utf8-len": 3, "coroutine-utf8": 3}
+
+
 @pytest.mark.parametrize("attack", sorted(LUA_ATTACKS))
 def test_lua_timeout_holds(tmp_path, attack):
-    """Item 2: --timeout 1 ends every one of these within a few seconds,
-    with one line naming the timeout (or, for a finalizer that cannot be
-    stopped from inside, the hard exit 2 s after it)."""
+    """Item 2: --timeout ends every one of these within 2.5 s of it, with
+    one line naming the timeout (or, for a finalizer that cannot be stopped
+    from inside, the hard exit 2 s after it)."""
     p = tmp_path / "s.lua"
     p.write_text(LUA_ATTACKS[attack])
-    r, dt = timed(["run", "--timeout", "1", str(p)], db=str(tmp_path / "x.db"))
-    assert dt < BOUND_S, "%s ran %.1f s under --timeout 1" % (attack, dt)
+    limit = LUA_TIMEOUT.get(attack, 1)
+    r, dt = timed(["run", "--timeout", str(limit), str(p)], db=str(tmp_path / "x.db"))
+    assert dt < limit + 2.5 + (2 if "gc" in attack else 0), "%s ran %.1f s under --timeout %d" % (attack, dt, limit)
     line = one_line_error(r)
-    assert "timed out after 1 s" in line or "did not stop within 2 s of its --timeout" in line, line
+    assert "timed out after %d s" % limit in line or "did not stop within 2 s of its --timeout" in line, line
 
 
 @pytest.mark.parametrize("attack", ["gc-finalizer", "xpcall-handler", "utf8-len", "pcall-swallow"])
