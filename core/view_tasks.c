@@ -350,8 +350,8 @@ static int tasks_text(const tv *v, const bf_session_info *info, const bf_view_op
   fputs(rst, out);
   fputc('\n', out);
   if (!ntask)
-    fprintf(out, "no asyncio tasks observed (%s%s%sonly C _asyncio tasks of\n"
-                 "the main interpreter on CPython 3.8-3.13 are read)\n",
+    fprintf(out, "no asyncio tasks observed (%s%s%sC and pure-Python Tasks of\n"
+                 "the main interpreter on CPython 3.8-3.15 are read)\n",
             o->async_option ? "record with `bifocal " : "", o->async_option ? o->async_option : "",
             o->async_option ? "`; " : "");
   else

@@ -61,15 +61,18 @@ int bf_top_add_pid(bf_top *t, int pid, const bf_smp_thread *th, size_t n) {
       tt->pid = pid;
       snprintf(tt->name, sizeof tt->name, "%s", th[i].name ? th[i].name : "?");
     }
-    /* the Python name once the sampler has read it (it may come later) */
-    if (th[i].py_name && !tt->py_named) {
-      snprintf(tt->name, sizeof tt->name, "%s", th[i].py_name);
-      size_t k = strlen(tt->name); /* a cut name must not end inside a character */
-      if (k == sizeof tt->name - 1) {
+    /* the Python name once the sampler has read it (it may come later),
+     * and the new one after a rename */
+    if (th[i].py_name) {
+      char nm[sizeof tt->name];
+      snprintf(nm, sizeof nm, "%s", th[i].py_name);
+      size_t k = strlen(nm); /* a cut name must not end inside a character */
+      if (k == sizeof nm - 1) {
         size_t c = k;
-        while (c && ((unsigned char)tt->name[c - 1] & 0xc0) == 0x80) c--;
-        if (c && ((unsigned char)tt->name[c - 1] & 0xc0) == 0xc0) tt->name[c - 1] = 0;
+        while (c && ((unsigned char)nm[c - 1] & 0xc0) == 0x80) c--;
+        if (c && ((unsigned char)nm[c - 1] & 0xc0) == 0xc0) nm[c - 1] = 0;
       }
+      if (!tt->py_named || strcmp(nm, tt->name) != 0) memcpy(tt->name, nm, sizeof nm);
       tt->py_named = 1;
     }
     tt->samples++;

@@ -4,11 +4,14 @@
  * it with. Remote memory is untrusted: every read goes through remote.c.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <signal.h>
@@ -44,8 +47,61 @@ bf_smp *bf_smp_new(void) {
   return h;
 }
 
+/* Start time of pid (/proc/PID/stat field 22, clock ticks since boot), 0
+ * when unreadable. The comm field may hold spaces and ')': parse after the
+ * last ')'. */
+static unsigned long long proc_start_time(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  if (!p) return 0;
+  p++;
+  for (int field = 3; field < 22; field++) { /* p is before field 3 (state) */
+    while (*p == ' ') p++;
+    while (*p && *p != ' ') p++;
+    if (!*p) return 0;
+  }
+  return strtoull(p, NULL, 10);
+}
+
+/* Pin h to the process pid names now (a pidfd, else its start time). A
+ * re-attach to the pinned pid keeps the pin: 0, or -ESRCH when the pinned
+ * process has ended and pid names another one. */
+static int smp_pin(bf_smp *h, int pid) {
+  if (h->pin_pid == pid) return smp_pin_gone(h) ? -ESRCH : 0;
+  if (h->pin_pid && h->pin_fd >= 0) close(h->pin_fd);
+  h->pin_pid = pid;
+  h->pin_fd = -1;
+#ifdef SYS_pidfd_open
+  h->pin_fd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
+  h->pin_start = proc_start_time(pid);
+  if (h->pin_fd < 0 && !h->pin_start) { /* neither: nothing to pin by */
+    h->pin_pid = 0;
+    return 0;
+  }
+  return 0;
+}
+
+int smp_pin_gone(bf_smp *h) {
+  if (!h->pin_pid) return 0;
+  if (h->pin_fd >= 0) { /* readable once the process has exited */
+    struct pollfd pf = {h->pin_fd, POLLIN, 0};
+    return poll(&pf, 1, 0) > 0;
+  }
+  unsigned long long st = proc_start_time(h->pin_pid);
+  return st != h->pin_start;
+}
+
 void bf_smp_free(bf_smp *h) {
   if (!h) return;
+  if (h->pin_pid && h->pin_fd >= 0) close(h->pin_fd);
   smp_code_cache_free(h);
   for (size_t i = 0; i < h->nslots; i++) smp_slot_close(&h->slots[i]);
   free(h->slots);
@@ -295,6 +351,20 @@ static int no_runtime(bf_smp *h, int pid, smp_elf *elf, const char *exe, const c
   return smp_seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (no _PyRuntime symbol)", pid, exe);
 }
 
+static int covers(void *ud, const bf_procmap *m) {
+  uint64_t a = *(const uint64_t *)ud;
+  return a >= m->lo && a < m->hi;
+}
+
+/* A read of addr in process pid failed with rc: -EAGAIN when nothing is
+ * mapped there yet (an exec that has set the new executable but is still
+ * mapping its segments: a statically linked interpreter's _PyRuntime in
+ * .data/.bss), else rc (-EIO: a mapped address that cannot be read). */
+static int unmapped_yet(int pid, uint64_t addr, int rc) {
+  if (rc != -EIO) return rc;
+  return bf_procmaps_foreach(pid, covers, &addr) == 1 ? rc : -EAGAIN;
+}
+
 /* The Python version: Py_Version (3.11+) in memory, else the object's name
  * and .rodata. Sets h->version. OUT: *minor. Frees elf on failure. */
 static int read_version(bf_smp *h, int pid, smp_elf *elf, uint64_t bias, const char *base, const char *exe,
@@ -311,7 +381,9 @@ static int read_version(bf_smp *h, int pid, smp_elf *elf, uint64_t bias, const c
     }
     if (rc < 0) {
       smp_elf_free(elf);
-      return smp_seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
+      rc = unmapped_yet(pid, bias + val, rc == -ESRCH ? -ESRCH : -EIO);
+      return smp_seterr(h, rc, "cannot read process %d's memory%s", pid,
+                        rc == -EAGAIN ? " (still being loaded)" : "");
     }
     if ((vhex >> 24) == 3) *minor = (int)((vhex >> 16) & 0xff);
   }
@@ -350,7 +422,11 @@ static int choose_layout(bf_smp *h, int pid, int minor, int debug, int ft, uint6
   size_t want = rt_size && rt_size < sizeof blob ? (size_t)rt_size : sizeof blob;
   int rc = smp_read(h, h->runtime_addr, blob, want);
   if (rc == -EPERM) return explain_eperm(h, pid);
-  if (rc < 0) return smp_seterr(h, rc, "cannot read _PyRuntime of process %d", pid);
+  if (rc < 0) {
+    rc = unmapped_yet(pid, h->runtime_addr, rc);
+    return smp_seterr(h, rc, "cannot read _PyRuntime of process %d%s", pid,
+                      rc == -EAGAIN ? " (still being loaded)" : "");
+  }
   int free_threaded = 0;
   const char *msg;
   rc = smp_layout_from_debug_offsets(blob, want, &h->lay, &free_threaded, &msg);
@@ -369,7 +445,11 @@ static int check_runtime(bf_smp *h, int pid) {
   uint64_t interp = 0, ts = 0;
   int rc = smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8);
   if (rc == -EPERM) return explain_eperm(h, pid);
-  if (rc < 0) return smp_seterr(h, rc == -ESRCH ? -ESRCH : -EIO, "cannot read process %d's memory", pid);
+  if (rc < 0) {
+    rc = unmapped_yet(pid, h->runtime_addr, rc == -ESRCH ? -ESRCH : -EIO);
+    return smp_seterr(h, rc, "cannot read process %d's memory%s", pid,
+                      rc == -EAGAIN ? " (still being loaded)" : "");
+  }
   if (!interp) return smp_seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);
   if (smp_read(h, interp + h->lay.is_tstate_head, &ts, 8) < 0 || !ts)
     return smp_seterr(h, -EAGAIN, "Python runtime of process %d not initialised yet", pid);
@@ -390,6 +470,8 @@ int bf_smp_attach(bf_smp *h, int pid) {
   attach_reset(h, pid);
   if (pid <= 0) return smp_seterr(h, -ESRCH, "invalid pid %d", pid);
   if (kill(pid, 0) < 0 && errno == ESRCH) return smp_seterr(h, -ESRCH, "no process with pid %d", pid);
+  if (smp_pin(h, pid) < 0)
+    return smp_seterr(h, -ESRCH, "process %d ended; its pid now names another process", pid);
   if ((rc = read_exe(h, pid, exe, sizeof exe)) < 0) return rc;
   if ((rc = load_python_elf(h, pid, exe, &m, &elf, &obj_name)) < 0) return rc;
   uint64_t bias = m.start - elf.load_vaddr;

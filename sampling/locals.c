@@ -1,8 +1,9 @@
-/* locals.c — local variables of a sampled frame (see locals.h). Offsets that
- * the sampler's layout does not carry come from the CPython headers of each
- * version (offsetof on release builds, x86-64); the frame's localsplus array
- * is its last member, so its offset is checked against the layout's frame
- * size before any read. */
+/* locals.c — local variables of a sampled frame (see locals.h). On 3.8-3.12
+ * the offsets come from the CPython headers of each version (offsetof on
+ * release builds, x86-64); the frame's localsplus array is its last member,
+ * so its offset is checked against the layout's frame size before any read.
+ * On 3.13+ they come from the target's own _Py_DebugOffsets, each checked
+ * against its section's size. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,22 +16,94 @@
 typedef struct loc_layout {
   int minor;
   uint64_t fr_localsplus;         /* PyFrameObject.f_localsplus / _PyInterpreterFrame.localsplus */
-  uint64_t co_nlocals;            /* int: co_nlocals (<3.11) / co_nlocalsplus */
+  uint64_t co_nlocals;            /* int: co_nlocals (<3.11) / co_nlocalsplus; 0: the names' count */
   uint64_t co_names;              /* tuple: co_varnames (<3.11) / co_localsplusnames */
   uint64_t co_kinds;              /* bytes: co_localspluskinds (3.11+), 0 = none */
+  uint64_t tuple_size, tuple_item; /* PyTupleObject ob_size, ob_item */
+  uint64_t float_val;             /* PyFloatObject.ob_fval */
+  uint64_t long_size, long_digit; /* ob_size (<3.12) or lv_tag (3.12+); 30-bit digits */
+  uint64_t tp_flags;              /* PyTypeObject.tp_flags */
 } loc_layout;
-
-static const loc_layout tab[] = {
-    {8, 360, 28, 72, 0},   {9, 360, 28, 72, 0},    {10, 352, 28, 72, 0},
-    {11, 72, 76, 96, 104}, {12, 72, 72, 96, 104}, {13, 72, 72, 96, 104},
-};
 
 #define TUPLE_SIZE 16
 #define TUPLE_ITEM 24
 #define FLOAT_VAL 16
-#define LONG_SIZE 16  /* ob_size (<3.12) or lv_tag (3.12+) */
-#define LONG_DIGIT 24 /* 30-bit digits */
+#define LONG_SIZE 16
+#define LONG_DIGIT 24
 #define TP_FLAGS 168
+#define VALUES TUPLE_SIZE, TUPLE_ITEM, FLOAT_VAL, LONG_SIZE, LONG_DIGIT, TP_FLAGS
+
+static const loc_layout tab[] = {
+    {8, 360, 28, 72, 0, VALUES},   {9, 360, 28, 72, 0, VALUES},   {10, 352, 28, 72, 0, VALUES},
+    {11, 72, 76, 96, 104, VALUES}, {12, 72, 72, 96, 104, VALUES},
+};
+
+/* Positions inside _Py_DebugOffsets (3.13+) of what is read here; generated
+ * by sampling/gen/gen_offsets.sh (its loc_dpos[] part). */
+typedef struct loc_dpos {
+  int minor;
+  size_t fr_size, fr_localsplus, co_size, co_names, co_kinds, tp_size, tp_flags;
+  size_t tuple_size, tuple_item, tuple_ob_size, float_size, float_val;
+  size_t long_size, long_tag, long_digit;
+} loc_dpos;
+
+static const loc_dpos dtab[] = {
+  { /* 3.13.0 */
+    .minor = 13,
+    .fr_size = 224,
+    .fr_localsplus = 256,
+    .co_size = 272,
+    .co_names = 328,
+    .co_kinds = 336,
+    .tp_size = 368,
+    .tp_flags = 392,
+    .tuple_size = 400,
+    .tuple_item = 408,
+    .tuple_ob_size = 416,
+    .float_size = 472,
+    .float_val = 480,
+    .long_size = 488,
+    .long_tag = 496,
+    .long_digit = 504,
+  },
+  { /* 3.14.10 */
+    .minor = 14,
+    .fr_size = 248,
+    .fr_localsplus = 280,
+    .co_size = 312,
+    .co_names = 368,
+    .co_kinds = 376,
+    .tp_size = 416,
+    .tp_flags = 440,
+    .tuple_size = 448,
+    .tuple_item = 456,
+    .tuple_ob_size = 464,
+    .float_size = 552,
+    .float_val = 560,
+    .long_size = 568,
+    .long_tag = 576,
+    .long_digit = 584,
+  },
+  { /* 3.15.2 */
+    .minor = 15,
+    .fr_size = 312,
+    .fr_localsplus = 344,
+    .co_size = 376,
+    .co_names = 432,
+    .co_kinds = 440,
+    .tp_size = 480,
+    .tp_flags = 504,
+    .tuple_size = 544,
+    .tuple_item = 552,
+    .tuple_ob_size = 560,
+    .float_size = 648,
+    .float_val = 656,
+    .long_size = 664,
+    .long_tag = 672,
+    .long_digit = 680,
+  },
+};
+
 #define TPFLAGS_HEAPTYPE (1UL << 9)
 #define CO_FAST_LOCAL 0x20
 
@@ -44,15 +117,46 @@ static int rd(bf_smp *h, uint64_t addr, void *dst, size_t len) {
   return smp_read(h, addr, dst, len);
 }
 
+/* offset off of a field of width w lies within a section of size sz. */
+static int inside(uint64_t off, uint64_t w, uint64_t sz) { return sz <= 65536 && off + w <= sz; }
+
+/* The layout of a 3.13+ target from its own _Py_DebugOffsets, read again
+ * from _PyRuntime (once per dump). Returns 0, -ENOTSUP (a version without
+ * positions here, or offsets outside their sections) or a read error. */
+static int layout_from_target(bf_smp *h, int minor, loc_layout *out) {
+  const loc_dpos *D = NULL;
+  for (size_t i = 0; i < sizeof dtab / sizeof *dtab; i++)
+    if (dtab[i].minor == minor) D = &dtab[i];
+  if (!D) return -ENOTSUP;
+  unsigned char b[1024];
+  size_t len = D->long_digit + 8;
+  int rc = rd(h, h->runtime_addr, b, len);
+  if (rc < 0) return rc;
+  if (memcmp(b, "xdebugpy", 8) != 0 || (uint32_t)rd64(b + 8) != h->lay.version_hex) return -ENOTSUP;
+#define DO(f) rd64(b + D->f)
+  uint64_t fr = DO(fr_size), co = DO(co_size), tp = DO(tp_size), tu = DO(tuple_size);
+  uint64_t fl = DO(float_size), lo = DO(long_size);
+  loc_layout L = {minor, DO(fr_localsplus), 0, DO(co_names), DO(co_kinds), DO(tuple_ob_size),
+                  DO(tuple_item), DO(float_val), DO(long_tag), DO(long_digit), DO(tp_flags)};
+#undef DO
+  if (!inside(L.fr_localsplus, 8, fr) || !inside(L.co_names, 8, co) || !inside(L.co_kinds, 8, co) ||
+      !inside(L.tp_flags, 8, tp) || !inside(L.tuple_size, 8, tu) || L.tuple_item < 16 ||
+      L.tuple_item > tu || !inside(L.float_val, 8, fl) || !inside(L.long_size, 8, lo) ||
+      !inside(L.long_digit, 4, lo) || L.long_size >= L.long_digit || L.co_names == L.co_kinds)
+    return -ENOTSUP;
+  *out = L;
+  return 0;
+}
+
 /* Type name (static types only carry the value layouts we know). */
-static int type_of(bf_smp *h, uint64_t obj, char *name, size_t len, int *heap) {
+static int type_of(bf_smp *h, const loc_layout *L, uint64_t obj, char *name, size_t len, int *heap) {
   unsigned char b[8];
   int rc;
   if ((rc = rd(h, obj + h->lay.ob_type, b, 8)) < 0) return rc;
   uint64_t tp = rd64(b);
   unsigned char tb[8];
   if ((rc = rd(h, tp + h->lay.tp_name, tb, 8)) < 0) return rc;
-  if ((rc = rd(h, tp + TP_FLAGS, b, 8)) < 0) return rc;
+  if ((rc = rd(h, tp + L->tp_flags, b, 8)) < 0) return rc;
   *heap = (rd64(b) & TPFLAGS_HEAPTYPE) != 0;
   char raw[64];
   memset(raw, 0, sizeof raw);
@@ -156,14 +260,16 @@ static char *repr_bytes(const unsigned char *b, size_t len, int cut) {
 }
 
 /* Value of an int / bool: exact up to 60 bits; *big when larger. */
-static int long_value(bf_smp *h, uint64_t obj, int minor, long long *v, int *big) {
-  unsigned char b[8 + 8];
+static int long_value(bf_smp *h, const loc_layout *L, uint64_t obj, long long *v, int *big) {
+  unsigned char b[8 + 8], d[8];
   int rc;
-  if ((rc = rd(h, obj + LONG_SIZE, b, 16)) < 0) return rc;
+  if ((rc = rd(h, obj + L->long_size, b, 8)) < 0) return rc;
+  if ((rc = rd(h, obj + L->long_digit, d, 8)) < 0) return rc;
   uint64_t tagw = rd64(b);
+  memcpy(b + 8, d, 8);
   int64_t nd;
   int neg;
-  if (minor >= 12) { /* lv_tag: ndigits << 3 | sign (0 +, 1 zero, 2 -) */
+  if (L->minor >= 12) { /* lv_tag: ndigits << 3 | sign (0 +, 1 zero, 2 -) */
     unsigned sign = tagw & 3;
     if (sign == 3) return -EIO;
     nd = (int64_t)(tagw >> 3);
@@ -188,9 +294,9 @@ static int long_value(bf_smp *h, uint64_t obj, int minor, long long *v, int *big
 }
 
 /* The repr of a simple object, or NULL (not shown) — *type always set. */
-static char *value_repr(bf_smp *h, uint64_t obj, int minor, char *type, size_t tlen) {
+static char *value_repr(bf_smp *h, const loc_layout *L, uint64_t obj, char *type, size_t tlen) {
   int heap = 0;
-  if (type_of(h, obj, type, tlen, &heap) < 0) {
+  if (type_of(h, L, obj, type, tlen, &heap) < 0) {
     snprintf(type, tlen, "?");
     return NULL;
   }
@@ -200,7 +306,7 @@ static char *value_repr(bf_smp *h, uint64_t obj, int minor, char *type, size_t t
   if (strcmp(type, "int") == 0 || strcmp(type, "bool") == 0) {
     long long v;
     int big;
-    if (long_value(h, obj, minor, &v, &big) < 0) return NULL;
+    if (long_value(h, L, obj, &v, &big) < 0) return NULL;
     if (big)
       snprintf(buf, sizeof buf, "<int of %d digits of 30 bits, not shown>", big);
     else if (type[0] == 'b')
@@ -212,7 +318,7 @@ static char *value_repr(bf_smp *h, uint64_t obj, int minor, char *type, size_t t
   if (strcmp(type, "float") == 0) {
     unsigned char b[8];
     double d;
-    if (rd(h, obj + FLOAT_VAL, b, 8) < 0) return NULL;
+    if (rd(h, obj + L->float_val, b, 8) < 0) return NULL;
     memcpy(&d, b, 8);
     if (isnan(d)) return strdup("nan");
     if (isinf(d)) return strdup(d > 0 ? "inf" : "-inf");
@@ -263,11 +369,18 @@ int bf_smp_locals(bf_smp *h, const bf_smp_frame *f, bf_smp_local **out, size_t *
     return fail(h, -ENOTSUP, "local variables are read from release builds of CPython only");
   int minor = (int)((h->lay.version_hex >> 16) & 0xff);
   const loc_layout *L = NULL;
+  loc_layout from_target;
   for (size_t i = 0; i < sizeof tab / sizeof *tab; i++)
     if (tab[i].minor == minor) L = &tab[i];
   /* localsplus is the frame's last member: the layout's frame size says
    * whether this interpreter agrees with the headers the table came from */
-  if (!L || L->fr_localsplus + 8 != h->lay.fr_size) {
+  if (L && L->fr_localsplus + 8 != h->lay.fr_size) L = NULL;
+  if (!L && minor >= 13) {
+    int rc = layout_from_target(h, minor, &from_target);
+    if (rc == -ESRCH) return fail(h, rc, "the target exited");
+    if (rc == 0) L = &from_target;
+  }
+  if (!L) {
     snprintf(h->err, sizeof h->err, "reading local variables is not supported for Python %s", h->version);
     return -ENOTSUP;
   }
@@ -277,12 +390,16 @@ int bf_smp_locals(bf_smp *h, const bf_smp_frame *f, bf_smp_local **out, size_t *
   uint64_t code = c->addr;
   unsigned char b[16];
   int rc;
-  if ((rc = rd(h, code + L->co_nlocals, b, 4)) < 0) return fail(h, rc, "code object unreadable");
-  int32_t nloc = (int32_t)rd32(b);
   if ((rc = rd(h, code + L->co_names, b, 8)) < 0) return fail(h, rc, "code object unreadable");
   uint64_t names = rd64(b);
-  if ((rc = rd(h, names + TUPLE_SIZE, b, 8)) < 0) return fail(h, rc, "variable names unreadable");
+  if ((rc = rd(h, names + L->tuple_size, b, 8)) < 0) return fail(h, rc, "variable names unreadable");
   int64_t nnames = (int64_t)rd64(b);
+  /* co_nlocalsplus is not in _Py_DebugOffsets; it is len(co_localsplusnames) */
+  int32_t nloc = nnames > 65536 ? -1 : (int32_t)nnames;
+  if (L->co_nlocals) {
+    if ((rc = rd(h, code + L->co_nlocals, b, 4)) < 0) return fail(h, rc, "code object unreadable");
+    nloc = (int32_t)rd32(b);
+  }
   if (nloc < 0 || nloc > 65536 || nnames < 0 || nnames > 65536 || nnames < (L->co_kinds ? nloc : 0))
     return fail(h, -EIO, "code object changed while being read");
   int64_t count = L->co_kinds ? nloc : (nloc < nnames ? nloc : nnames);
@@ -299,7 +416,7 @@ int bf_smp_locals(bf_smp *h, const bf_smp_frame *f, bf_smp_local **out, size_t *
   uint64_t vals[BF_SMP_LOCALS_MAX], nameptr[BF_SMP_LOCALS_MAX];
   if (count) {
     if ((rc = rd(h, fa + L->fr_localsplus, vals, (size_t)count * 8)) < 0) return fail(h, rc, "frame unreadable");
-    if ((rc = rd(h, names + TUPLE_ITEM, nameptr, (size_t)count * 8)) < 0)
+    if ((rc = rd(h, names + L->tuple_item, nameptr, (size_t)count * 8)) < 0)
       return fail(h, rc, "variable names unreadable");
   }
   bf_smp_local *v = calloc((size_t)count + 1, sizeof *v);
@@ -308,12 +425,15 @@ int bf_smp_locals(bf_smp *h, const bf_smp_frame *f, bf_smp_local **out, size_t *
   for (int64_t i = 0; i < count; i++) {
     if (!(kinds[i] & CO_FAST_LOCAL)) continue; /* a closure cell or free variable only */
     uint64_t obj = vals[i];
-    if (h->lay.executable_tagged) obj &= ~(uint64_t)3; /* _PyStackRef tag bits */
-    if (!obj) continue;                                 /* unbound */
+    if (h->lay.executable_tagged) { /* a _PyStackRef (3.14+) */
+      if ((obj & 3) == 3) continue; /* a tagged int: the interpreter's, not an object */
+      obj &= ~(uint64_t)3;          /* the refcount tag; PyStackRef_NULL is 1 */
+    }
+    if (!obj) continue; /* unbound */
     char *name = NULL;
     if (smp_read_str(h, nameptr[i], &name) < 0) name = strdup("?");
     char type[64];
-    char *repr = value_repr(h, obj, minor, type, sizeof type);
+    char *repr = value_repr(h, L, obj, type, sizeof type);
     v[k].name = name;
     v[k].type = strdup(type);
     v[k].repr = repr;

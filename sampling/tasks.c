@@ -28,12 +28,12 @@
 
 /* The C Task's and coroutines' offsets per 3.minor (tk_layout, tasks_int.h). */
 static const tk_layout tk_layouts[] = {
-    {8, 144, 72, 104, 112, 120, 16, 24, 0, 0, 72, 0, 0, 0, 0},
-    {9, 184, 80, 144, 152, 160, 16, 24, 0, 0, 72, 0, 0, 0, 0},
-    {10, 192, 88, 152, 160, 168, 16, 0, 108, 0, 0, 64, 80, 0, 0},
-    {11, 176, 88, 128, 136, 144, 0, 0, 0, 80, 0, 0, 0, 64, 72},
-    {12, 176, 88, 128, 136, 144, 0, 0, 0, 72, 0, 0, 0, 64, 72},
-    {13, 144, 96, 112, 120, 128, 0, 0, 0, 72, 0, 0, 0, 64, 72},
+    {8, 144, 72, 104, 112, 120, 16, 24, 0, 0, 72, 0, 0, 0, 0, 0, 0, 0, 0},
+    {9, 184, 80, 144, 152, 160, 16, 24, 0, 0, 72, 0, 0, 0, 0, 0, 0, 0, 0},
+    {10, 192, 88, 152, 160, 168, 16, 0, 108, 0, 0, 64, 80, 0, 0, 0, 0, 0, 0},
+    {11, 176, 88, 128, 136, 144, 0, 0, 0, 80, 0, 0, 0, 64, 72, 0, 0, 0, 0},
+    {12, 176, 88, 128, 136, 144, 0, 0, 0, 72, 0, 0, 0, 64, 72, 0, 0, 0, 0},
+    {13, 144, 96, 112, 120, 128, 0, 0, 0, 72, 0, 0, 0, 64, 72, 0, 0, 0, 0},
 };
 
 bf_smp_tasks *bf_smp_tasks_new(bf_smp *h) {
@@ -48,13 +48,13 @@ bf_smp_tasks *bf_smp_tasks_new(bf_smp *h) {
       tk->lay = tk_layouts[i];
       tk->supported = h->lay.nm.minor != 0 && strcmp(h->build, "release") == 0;
     }
-  if (minor == 14 && strcmp(h->build, "release") == 0) { /* its layout comes with _asyncio */
+  if ((minor == 14 || minor == 15) && strcmp(h->build, "release") == 0) { /* the layout comes with _asyncio */
     tk->supported = tk->v314 = -1;
-    tk_set_status(tk, "Python 3.14 tasks are read through _asyncio's debug offsets: not verified");
+    tk->lay.minor = minor;
   }
   if (!tk->supported)
     snprintf(tk->status, sizeof tk->status,
-             "asyncio tasks: Python %s (%s) is not supported (3.8-3.13 release builds); "
+             "asyncio tasks: Python %s (%s) is not supported (3.8-3.15 release builds); "
              "only threads were sampled",
              h->version, h->build);
   return tk;
@@ -290,6 +290,12 @@ static uint64_t coro_frame_addr(const bf_smp_tasks *tk, uint64_t coro, const uns
   return rd64(co + tk->lay.cr_frame);
 }
 
+/* A 3.11+ coroutine's frame state s: suspended at an await, executing. */
+static int fs_awaiting(const tk_layout *L, int8_t s) {
+  return L->fs_exec ? s >= L->fs_await_lo && s <= L->fs_await_hi : s == -1;
+}
+static int fs_running(const tk_layout *L, int8_t s) { return L->fs_exec ? s == L->fs_exec : s == 0; }
+
 /* Bytes of a frame read: the walker's, and what the task reader needs. */
 static size_t frame_len(const bf_smp_tasks *tk) {
   size_t n = (size_t)tk->h->lay.fr_read;
@@ -330,7 +336,7 @@ static int walk_frames(bf_smp_tasks *tk, tk_walk *w, int memo) {
     fa[i] = coro_frame_addr(tk, tk->cur[i], co);
     if (L->cr_iframe) {
       w->fr[i] = co + L->cr_iframe;
-      if ((int8_t)co[L->cr_iframe - 5] != -1) fa[i] = 0; /* not suspended at an await */
+      if (!fs_awaiting(L, (int8_t)co[L->cr_iframe - 5])) fa[i] = 0; /* not suspended at an await */
     } else if (L->cr_running && co[L->cr_running]) {
       fa[i] = 0;
     }
@@ -354,8 +360,8 @@ static uint64_t stack_top_slot(const tk_layout *L, const unsigned char *f, uint6
     int32_t top = (int32_t)rd32(f + L->if_stacktop);
     if (top > 0 && top < 4096) slot = fa + L->if_localsplus + (uint64_t)(top - 1) * 8;
   } else if (L->f_stacktop) {
-    uint64_t p = rd64(f + L->f_stacktop);
-    if (p > fa + 8 && p - fa < (1u << 20)) slot = p - 8;
+    uint64_t p = rd64(f + L->f_stacktop), below = 8 * (uint64_t)L->await_below;
+    if (p > fa + 8 + below && p - fa < (1u << 20)) slot = p - 8 - below;
   } else {
     uint64_t base = rd64(f + L->f_valuestack);
     int32_t d = (int32_t)rd32(f + L->f_stackdepth);
@@ -495,7 +501,7 @@ static void tasks_read(bf_smp_tasks *tk) {
       pya[npy++] = tk->addrs[i];
       continue;
     } /* else a dead weak reference, or a task freed since the registry was read */
-    if (k != TK_TASK || !tk->ok[i] || rd32(b + L->fut_state) != 0) { /* or done, cancelled */
+    if (k != TK_TASK || !L->task_size || !tk->ok[i] || rd32(b + L->fut_state) != 0) { /* or done, cancelled */
       if (tk->ok[i]) t->cached = 0; /* else a torn read: what it had may still hold */
       continue;
     }
@@ -548,7 +554,7 @@ static int tasks_states(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n) {
     run[i] = 0;
     if (!t->live) continue;
     const unsigned char *co = tk->at[i];
-    int running = tk->cur[i] && tk->ok[i] && (L->cr_iframe    ? (int8_t)co[L->cr_iframe - 5] == 0
+    int running = tk->cur[i] && tk->ok[i] && (L->cr_iframe    ? fs_running(L, (int8_t)co[L->cr_iframe - 5])
                                 : L->cr_running ? co[L->cr_running] != 0
                                                 : 1); /* 3.10: decided on the frame below */
     t->state = running ? BF_SMP_TASK_RUNNING : t->waiter ? BF_SMP_TASK_WAITING : BF_SMP_TASK_READY;
@@ -696,10 +702,6 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
   *out = th;
   *nout = n;
   if (!tk->supported) return;
-  if (tk->v314 && tk->v314 != 1) { /* _asyncio not found yet: nothing to read */
-    tk_refresh_registry(tk);
-    if (tk->v314 != 1) return;
-  }
   /* a big registry costs a read per task: re-read it ten times less often */
   int64_t every = tk->naddrs > 1000 ? 10 * TK_REFRESH_NS : TK_REFRESH_NS;
   if (!tk->reg_ns || h->now_ns - tk->reg_ns >= every) tk_refresh_registry(tk);
@@ -710,7 +712,9 @@ void bf_smp_tasks_sample(bf_smp_tasks *tk, const bf_smp_thread *th, size_t n,
       tk_grow((void **)&tk->walked, &tk->cap_walked, nt + 1, 8) < 0)
     return;
   /* the tasks themselves, every sample */
-  if (tk_read_regions(tk, TK_M_TASK, tk->addrs, nt, L->task_size, L->task_size) < 0) return;
+  /* 3.14+ before _asyncio is found: pure-Python Tasks only, typed by their header */
+  size_t tlen = L->task_size ? L->task_size : 16;
+  if (tk_read_regions(tk, TK_M_TASK, tk->addrs, nt, tlen, tlen) < 0) return;
   tasks_read(tk);
   if (tasks_states(tk, th, n) < 0) return;
   /* names after the states: reading new names takes time, and a state read

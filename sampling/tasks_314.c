@@ -1,12 +1,14 @@
-/* tasks_314.c — asyncio tasks of Python 3.14 through the target's own
- * offsets: the _asyncio module exports _Py_AsyncioModuleDebugOffsets (symbol
- * _AsyncioDebug, section .AsyncioDebug) and links every pending C Task into
- * its thread state's list (tasks of finished threads move to the
- * interpreter's list). NOT VERIFIED against a running 3.14 (none was
- * available here); written from CPython 3.14's Modules/_asynciomodule.c and
- * Include/internal/pycore_debug_offsets.h and exercised over fake memory
+/* tasks_314.c — asyncio tasks of Python 3.14 and 3.15 through the
+ * target's own offsets: _asyncio exports _Py_AsyncioModuleDebugOffsets
+ * (symbol _AsyncioDebug, section .AsyncioDebug; in the _asyncio extension
+ * on 3.14, built into the executable on 3.15) and links every pending C
+ * Task into its thread state's list (tasks of finished threads move to the
+ * interpreter's list). Written from CPython's Modules/_asynciomodule.c and
+ * Include/internal/pycore_debug_offsets.h; checked on Debian sid's 3.14.10
+ * and 3.15.2 (tests/integration/test_asyncio_tasks.py) and over fake memory
  * (tests/unit/test_smp_tasks314.c). Every offset is checked against its
- * section's size and the TaskObj layout before use; 3.15+ is refused.
+ * section's size and the TaskObj layout before use; other versions are
+ * refused.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,37 +17,90 @@
 #include "procmaps.h"
 #include "tasks_int.h"
 
-/* Positions of fields inside _Py_DebugOffsets of 3.14 (every field a
- * uint64): the interpreter frame, the generator object and the llist node. */
-#define PD_FR_SIZE 248
-#define PD_FR_STACKPOINTER 296
-#define PD_GEN_SIZE 664
-#define PD_GEN_IFRAME 680
-#define PD_GEN_FRAME_STATE 688
-#define PD_LLIST_NEXT 696
-#define PD_LONG_TAG 576
-#define PD_LONG_DIGIT 584
+/* Positions of fields inside _Py_DebugOffsets (every field a uint64):
+ * the interpreter frame, the generator object, the llist node and the int
+ * object; and the frame states, per version (Include/internal/
+ * pycore_debug_offsets.h and pycore_frame.h of 3.14 and 3.15). */
+typedef struct pd_pos {
+  int minor;
+  size_t len, fr_size, fr_sp, gen_size, gen_iframe, gen_state, llist_next, long_tag, long_digit;
+  int8_t await_lo, await_hi, exec; /* FRAME_SUSPENDED_YIELD_FROM(_LOCKED), FRAME_EXECUTING */
+  /* slots above the awaited object at an await: 3.15 compiles an await as
+   * GET_AWAITABLE, PUSH_NULL, ..., SEND, so a suspended coroutine's stack
+   * ends [..., awaited, NULL] (seen in 3.15.2's frames) */
+  uint8_t await_below;
+} pd_pos;
+
+static const pd_pos pd_poss[] = {
+    {14, 760, 248, 296, 664, 680, 688, 696, 576, 584, -1, -1, 0, 0},
+    {15, 888, 312, 360, 792, 808, 816, 824, 672, 680, 2, 3, 4, 1},
+};
 
 static int inside(uint64_t off, uint64_t w, uint64_t sz) { return sz <= (1u << 24) && off + w <= sz; }
 
-int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pydbg, size_t plen,
-                tk314 *out, const char **msg) {
+/* The 3.14/3.15 positions of pydbg's version. OUT: *P. */
+static int pd_version(const unsigned char *pydbg, size_t plen, const pd_pos **P, const char **msg) {
   *msg = "ok";
   if (plen < 24 || memcmp(pydbg, "xdebugpy", 8) != 0) {
     *msg = "_Py_DebugOffsets cookie not found";
     return -EINVAL;
   }
   uint64_t ver = rd64(pydbg + 8);
-  if ((ver >> 24) != 3 || ((ver >> 16) & 0xff) != 14) {
-    *msg = "asyncio debug offsets are read for Python 3.14 only (3.15 renumbered the frame states)";
+  *P = NULL;
+  for (size_t i = 0; i < sizeof pd_poss / sizeof pd_poss[0]; i++)
+    if ((ver >> 24) == 3 && (int)((ver >> 16) & 0xff) == pd_poss[i].minor) *P = &pd_poss[i];
+  if (!*P) {
+    *msg = "asyncio debug offsets are read for Python 3.14 and 3.15 only";
     return -ENOTSUP;
   }
   if (rd64(pydbg + 16) != 0) {
     *msg = "free-threaded builds are not supported";
     return -ENOTSUP;
   }
-  if (plen < TK314_PYDEBUG_LEN || alen < TK314_ASYNCIO_LEN) {
-    *msg = "debug offsets shorter than the 3.14 layout";
+  if (plen < (*P)->len) {
+    *msg = "debug offsets shorter than the layout of their version";
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int tk314_parse_gen(const unsigned char *pydbg, size_t plen, tk314 *out, const char **msg) {
+  const pd_pos *P;
+  int rc = pd_version(pydbg, plen, &P, msg);
+  if (rc) return rc;
+  uint64_t fr_size = rd64(pydbg + P->fr_size), fr_sp = rd64(pydbg + P->fr_sp);
+  uint64_t g_size = rd64(pydbg + P->gen_size), g_iframe = rd64(pydbg + P->gen_iframe),
+           g_state = rd64(pydbg + P->gen_state), l_next = rd64(pydbg + P->llist_next);
+  uint64_t lv_tag = rd64(pydbg + P->long_tag), lv_digit = rd64(pydbg + P->long_digit);
+  int good = fr_size <= 1024 && inside(fr_sp, 8, fr_size) && fr_sp + 8 <= 80 && g_size <= 1024 &&
+             inside(g_iframe, fr_size, g_size) && g_state + 5 == g_iframe && g_iframe <= 160 &&
+             (l_next == 0 || l_next == 8) && lv_tag >= 8 && lv_tag + 8 <= lv_digit && lv_digit <= 56;
+  if (!good) {
+    *msg = "_Py_DebugOffsets' generator and frame offsets do not match the layout of 3.14/3.15";
+    return -EINVAL;
+  }
+  memset(out, 0, sizeof *out);
+  out->gen_iframe = g_iframe;
+  out->gen_frame_state = g_state;
+  out->fr_stackpointer = fr_sp;
+  out->llist_next = l_next;
+  out->long_tag = lv_tag;
+  out->long_digit = lv_digit;
+  out->minor = P->minor;
+  out->fs_await_lo = P->await_lo;
+  out->fs_await_hi = P->await_hi;
+  out->fs_exec = P->exec;
+  out->await_below = P->await_below;
+  return 0;
+}
+
+int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pydbg, size_t plen,
+                tk314 *out, const char **msg) {
+  tk314 g;
+  int rc = tk314_parse_gen(pydbg, plen, &g, msg);
+  if (rc) return rc;
+  if (alen < TK314_ASYNCIO_LEN) {
+    *msg = "debug offsets shorter than the layout of their version";
     return -EINVAL;
   }
   const unsigned char *a = adbg;
@@ -53,25 +108,26 @@ int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pyd
            t_by_is_set = rd64(a + 32), t_coro = rd64(a + 40), t_node = rd64(a + 48);
   uint64_t i_size = rd64(a + 56), i_head = rd64(a + 64);
   uint64_t s_size = rd64(a + 72), s_head = rd64(a + 96);
-  uint64_t fr_size = rd64(pydbg + PD_FR_SIZE), fr_sp = rd64(pydbg + PD_FR_STACKPOINTER);
-  uint64_t g_size = rd64(pydbg + PD_GEN_SIZE), g_iframe = rd64(pydbg + PD_GEN_IFRAME),
-           g_state = rd64(pydbg + PD_GEN_FRAME_STATE), l_next = rd64(pydbg + PD_LLIST_NEXT);
-  uint64_t lv_tag = rd64(pydbg + PD_LONG_TAG), lv_digit = rd64(pydbg + PD_LONG_DIGIT);
   /* TaskObj: ... awaited_by; int state; char is_task, awaited_by_is_set;
    * bit fields; int num_cancels; fut_waiter, coro, name, context; node */
   int good = t_size <= 512 && inside(t_name, 8, t_size) && inside(t_coro, 8, t_size) && inside(t_node, 16, t_size) &&
              t_awaited_by + 12 == t_is_task && t_by_is_set == t_is_task + 1 && t_name == t_coro + 8 &&
              t_coro >= t_is_task + 16 && t_node >= t_name + 16 && inside(i_head, 16, i_size) &&
              inside(s_head, 16, s_size) && s_size <= 65536 && inside(rd64(a + 80), 8, s_size) &&
-             inside(rd64(a + 88), 8, s_size) && fr_size <= 1024 && inside(fr_sp, 8, fr_size) && fr_sp + 8 <= 80 &&
-             g_size <= 1024 && inside(g_iframe, fr_size, g_size) && g_state + 5 == g_iframe && g_iframe <= 160 &&
-             (l_next == 0 || l_next == 8) && lv_tag >= 8 && lv_tag + 8 <= lv_digit && lv_digit <= 56;
+             inside(rd64(a + 88), 8, s_size);
   if (!good) {
-    *msg = "asyncio debug offsets do not match the 3.14 Task layout";
+    *msg = "asyncio debug offsets do not match the Task layout of 3.14/3.15";
     return -EINVAL;
   }
-  *out = (tk314){t_size, t_awaited_by + 8, t_coro - 8, t_coro, t_name, t_node, i_head, s_head,
-                 g_iframe, g_state, fr_sp, l_next, lv_tag, lv_digit};
+  g.task_size = t_size;
+  g.task_fut_state = t_awaited_by + 8;
+  g.task_fut_waiter = t_coro - 8;
+  g.task_coro = t_coro;
+  g.task_name = t_name;
+  g.task_node = t_node;
+  g.is_tasks_head = i_head;
+  g.ts_tasks_head = s_head;
+  *out = g;
   return 0;
 }
 
@@ -129,7 +185,7 @@ static int elf_section(const smp_elf *e, const char *name, uint64_t *addr, uint6
 
 typedef struct find_q {
   char path[3][512]; /* _asyncio extension, libpython, executable */
-  uint64_t lo[3];
+  uint64_t lo[3], hi[3];
 } find_q;
 
 static int find_map(void *ud, const bf_procmap *m) {
@@ -143,10 +199,34 @@ static int find_map(void *ud, const bf_procmap *m) {
   if (k < 0 || q->path[k][0]) return 0;
   snprintf(q->path[k], sizeof q->path[k], "%s", m->name);
   q->lo[k] = m->lo;
+  q->hi[k] = m->hi;
   return 0;
 }
 
-int tk314_find(bf_smp *h, tk314 *out, const char **msg) {
+/* Load the file mapped at [lo, hi) as path in pid's maps. maps names it as
+ * this process sees it (a target chrooted or in a container shows its host
+ * path), so the mapping's own link comes first, then the path inside the
+ * target's root, then the path as named. */
+static int load_mapped(int pid, const char *path, uint64_t lo, uint64_t hi, smp_elf *elf) {
+  char file[600];
+  snprintf(file, sizeof file, "/proc/%d/map_files/%llx-%llx", pid, (unsigned long long)lo, (unsigned long long)hi);
+  if (smp_elf_load(file, elf) == 0) return 0;
+  snprintf(file, sizeof file, "/proc/%d/root%s", pid, path);
+  if (smp_elf_load(file, elf) == 0) return 0;
+  return smp_elf_load(path, elf);
+}
+
+int tk314_find_gen(bf_smp *h, tk314 *out, const char **msg) {
+  unsigned char pyd[TK314_PYDEBUG_LEN];
+  /* 3.14's is shorter than what is read: _PyRuntime goes on after it */
+  if (smp_read(h, h->runtime_addr, pyd, sizeof pyd) < 0) {
+    *msg = "cannot read _Py_DebugOffsets";
+    return -EIO;
+  }
+  return tk314_parse_gen(pyd, sizeof pyd, out, msg);
+}
+
+int tk314_find(bf_smp *h, unsigned *none, tk314 *out, const char **msg) {
   find_q q;
   memset(&q, 0, sizeof q);
   *msg = "the _asyncio module is not loaded";
@@ -157,19 +237,20 @@ int tk314_find(bf_smp *h, tk314 *out, const char **msg) {
     return -EIO;
   }
   for (int k = 0; k < 3; k++) {
-    if (!q.path[k][0]) continue;
-    char file[600];
-    snprintf(file, sizeof file, "/proc/%d/root%s", h->pid, q.path[k]);
+    if (!q.path[k][0] || (*none & (1u << k))) continue;
     smp_elf elf = {0};
     uint64_t val, sz;
-    if (smp_elf_load(file, &elf) < 0) continue;
+    if (load_mapped(h->pid, q.path[k], q.lo[k], q.hi[k], &elf) < 0) continue;
     int rc = smp_elf_symbol(&elf, "_AsyncioDebug", &val, &sz);
     if (rc < 0) rc = elf_section(&elf, ".AsyncioDebug", &val, &sz);
     uint64_t addr = q.lo[k] - elf.load_vaddr + val;
     smp_elf_free(&elf);
-    if (rc < 0) continue;
+    if (rc < 0) {
+      if (k > 0) *none |= 1u << k; /* libpython and the executable stay what they are */
+      continue;
+    }
     if (sz && sz < sizeof ad) {
-      *msg = "_AsyncioDebug is shorter than the 3.14 layout";
+      *msg = "_AsyncioDebug is shorter than the layout of 3.14/3.15";
       return -EINVAL;
     }
     if (smp_read(h, addr, ad, sizeof ad) < 0) {

@@ -1,7 +1,8 @@
 /* tasks_registry.c — asyncio tasks' registry: asyncio.tasks' sets of the
- * main interpreter (3.8-3.13) or, on 3.14+, the Tasks linked in the thread
- * states, read at a bounded rate into tk->addrs and aligned with what was
- * read of each task last time (tk->tasks). Part of the task reader (tasks.c).
+ * main interpreter (every Task on 3.8-3.13, the pure-Python ones on 3.14+)
+ * and, on 3.14+, the C Tasks linked in the thread states, read at a bounded
+ * rate into tk->addrs and aligned with what was read of each task last time
+ * (tk->tasks). Part of the task reader (tasks.c).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -157,12 +158,14 @@ static void remap_tasks(bf_smp_tasks *tk) {
 void tk_use_314(bf_smp_tasks *tk, const tk314 *o) {
   bf_smp *h = tk->h;
   tk->t314 = *o;
-  tk->lay = (tk_layout){14, (uint32_t)o->task_size, (uint32_t)o->task_fut_state, (uint32_t)o->task_fut_waiter,
+  tk->lay = (tk_layout){o->minor, (uint32_t)o->task_size, (uint32_t)o->task_fut_state, (uint32_t)o->task_fut_waiter,
                         (uint32_t)o->task_coro, (uint32_t)o->task_name, 0, 0, 0, (uint32_t)o->gen_iframe,
-                        (uint32_t)o->fr_stackpointer, 0, 0, 0, 0};
-  tk->v314 = 1;
-  /* 3.14 has no vendored attribute layout, but an unnamed Task's name is
-   * an int: its layout from the target's offsets */
+                        (uint32_t)o->fr_stackpointer, 0, 0, 0, 0, o->fs_await_lo, o->fs_await_hi, o->fs_exec,
+                        o->await_below};
+  tk->gen314 = 1;
+  if (o->task_size) tk->v314 = 1;
+  /* an unnamed Task's name is an int: its layout from the target's offsets
+   * when the names layout has none */
   if (!h->lay.nm.long_digit) {
     h->lay.nm.long_size = o->long_tag;
     h->lay.nm.long_digit = o->long_digit;
@@ -170,38 +173,71 @@ void tk_use_314(bf_smp_tasks *tk, const tk314 *o) {
   }
 }
 
-/* 3.14: the Task layout from _asyncio's debug offsets once it is loaded,
- * then the tasks linked in the thread states (tasks_314.c). */
+/* 3.14+: the coroutine layout from _Py_DebugOffsets at once, the Task
+ * layout from _asyncio's debug offsets once it is loaded, then the C Tasks
+ * linked in the thread states appended to tk->addrs (tasks_314.c). */
 static void refresh_314(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
-  tk->naddrs = 0;
-  if (tk->v314 < 0 && (!tk->found_ns || h->now_ns - tk->found_ns > TK_RETRY_NS)) {
-    const char *msg;
-    tk->found_ns = h->now_ns;
-    tk314 o;
-    int rc = tk314_find(h, &o, &msg);
+  const char *msg;
+  tk314 o;
+  char m[200];
+  if (!tk->gen314) {
+    int rc = tk314_find_gen(h, &o, &msg);
     if (rc == 0) {
       tk_use_314(tk, &o);
-    } else if (rc != -ENOENT) {
-      char m[200];
-      snprintf(m, sizeof m, "Python 3.14 tasks not read: %s", msg);
+    } else if (rc != -EIO) {
+      snprintf(m, sizeof m, "Python 3.%d tasks not read: %s", tk->lay.minor, msg);
+      tk_set_status(tk, m);
+      tk->v314 = tk->supported = 0;
+    }
+    if (!tk->gen314) return;
+  }
+  if (tk->v314 < 0 && (!tk->find314_ns || h->now_ns - tk->find314_ns > TK_RETRY_NS)) {
+    tk->find314_ns = h->now_ns;
+    int rc = tk314_find(h, &tk->none314, &o, &msg);
+    if (rc == 0) {
+      tk_use_314(tk, &o);
+    } else if (rc != -ENOENT) { /* pure-Python Tasks are still read */
+      snprintf(m, sizeof m, "Python 3.%d C Tasks not read: %s", tk->lay.minor, msg);
       tk_set_status(tk, m);
       tk->v314 = 0;
-      tk->supported = 0;
     }
   }
   uint64_t interp = 0;
   if (tk->v314 != 1 || smp_read(h, h->runtime_addr + h->lay.rt_interp_head, &interp, 8) < 0) return;
   if (tk_grow((void **)&tk->addrs, &tk->cap_addrs, TK_MAX_TASKS, 8) < 0) return;
   tk314_tasks(h, &tk->t314, interp, tk->addrs, TK_MAX_TASKS, &tk->naddrs);
-  sort_addrs(tk);
+}
+
+/* Drop repeats from the sorted tk->addrs (a Task in two registries). */
+static void dedupe_addrs(bf_smp_tasks *tk) {
+  size_t o = 0;
+  for (size_t i = 0; i < tk->naddrs; i++)
+    if (!o || tk->addrs[o - 1] != tk->addrs[i]) tk->addrs[o++] = tk->addrs[i];
+  tk->naddrs = o;
 }
 
 void tk_refresh_registry(bf_smp_tasks *tk) {
   bf_smp *h = tk->h;
   tk->reg_ns = h->now_ns;
+  tk->naddrs = 0;
+  /* 3.14+: C Tasks from the thread states' lists; pure-Python Tasks are
+   * still registered in asyncio.tasks' sets, read below */
   if (tk->v314) {
     refresh_314(tk);
+    if (!tk->gen314) {
+      tk->naddrs = 0;
+      remap_tasks(tk);
+      return;
+    }
+  }
+  if (tk->v314 && !h->lay.nm.minor) { /* asyncio.tasks' sets cannot be found without the dict layout */
+    if (!tk->warned_custom) {
+      tk->warned_custom = 1;
+      tk_set_status(tk, "pure-Python Tasks (asyncio.tasks._PyTask) are not read: this build has no dict "
+                        "layout for this Python; only C Tasks are shown");
+    }
+    sort_addrs(tk);
     remap_tasks(tk);
     return;
   }
@@ -213,12 +249,12 @@ void tk_refresh_registry(bf_smp_tasks *tk) {
    * refind, after a short program's end; so look for it at the retry rate */
   else if (!tk->uvloop && h->now_ns - tk->uv_ns > TK_RETRY_NS)
     find_uvloop(tk, 0);
-  tk->naddrs = 0;
   int bad = 0;
   for (int i = 0; i < 2; i++)
     if (tk->reg_sets[i] && set_items(tk, tk->reg_sets[i], tk->reg_weak[i]) < 0) bad = 1;
   if (bad) tk->mod_dict = 0; /* look the module up again next time */
   /* address order: batched reads then need no sorting (see tk_read_regions) */
   sort_addrs(tk);
+  dedupe_addrs(tk);
   remap_tasks(tk);
 }

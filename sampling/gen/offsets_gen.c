@@ -23,7 +23,61 @@
 #define F(name, val) printf("    .%s = %lu,\n", name, (unsigned long)(val))
 #define FS(name, val) printf("    .%s = %ld,\n", name, (long)(val))
 
-#ifdef BF_NAMES
+#if defined(BF_DBGPOS)
+/* Positions inside the target's _Py_DebugOffsets (3.13+) of the fields the
+ * thread-name reader takes from there rather than from builtin_names[]
+ * (names_dpos[] in sampling/layouts.c; 0: this version's offsets lack it). */
+#include <internal/pycore_runtime.h>
+#define P(name, field) printf("    .%s = %lu,\n", name, (unsigned long)offsetof(_Py_DebugOffsets, field))
+int main(void) {
+  printf("  { /* %s */\n", PY_VERSION);
+  printf("    .minor = %d,\n", PY_MINOR_VERSION);
+  P("is_size", interpreter_state.size);
+  P("is_modules", interpreter_state.imports_modules);
+  P("tp_size", type_object.size);
+  P("tp_flags", type_object.tp_flags);
+#if PY_VERSION_HEX >= 0x030F0000
+  P("tp_basicsize", type_object.tp_basicsize);
+  P("tp_dictoffset", type_object.tp_dictoffset);
+  P("ht_size", heap_type_object.size);
+  P("ht_cached_keys", heap_type_object.ht_cached_keys);
+#endif
+  P("dict_size", dict_object.size);
+  P("dict_keys", dict_object.ma_keys);
+  P("dict_values", dict_object.ma_values);
+  P("long_size", long_object.size);
+  P("long_tag", long_object.lv_tag);
+  P("long_digit", long_object.ob_digit);
+  printf("  },\n");
+  return 0;
+}
+#elif defined(BF_LOCPOS)
+/* Positions inside the target's _Py_DebugOffsets (3.13+) of what
+ * `dump --locals` reads (loc_dpos[] in sampling/locals.c). */
+#include <internal/pycore_runtime.h>
+#define P(name, field) printf("    .%s = %lu,\n", name, (unsigned long)offsetof(_Py_DebugOffsets, field))
+int main(void) {
+  printf("  { /* %s */\n", PY_VERSION);
+  printf("    .minor = %d,\n", PY_MINOR_VERSION);
+  P("fr_size", interpreter_frame.size);
+  P("fr_localsplus", interpreter_frame.localsplus);
+  P("co_size", code_object.size);
+  P("co_names", code_object.localsplusnames);
+  P("co_kinds", code_object.localspluskinds);
+  P("tp_size", type_object.size);
+  P("tp_flags", type_object.tp_flags);
+  P("tuple_size", tuple_object.size);
+  P("tuple_item", tuple_object.ob_item);
+  P("tuple_ob_size", tuple_object.ob_size);
+  P("float_size", float_object.size);
+  P("float_val", float_object.ob_fval);
+  P("long_size", long_object.size);
+  P("long_tag", long_object.lv_tag);
+  P("long_digit", long_object.ob_digit);
+  printf("  },\n");
+  return 0;
+}
+#elif defined(BF_NAMES)
 /* The thread-name table (smp_names_layout, read by pynames.c): dict, int,
  * module and instance-attribute layouts. Dict keys and modules of 3.8-3.10
  * live in Objects/dict-common.h / moduleobject.c, not in the installed

@@ -56,11 +56,11 @@ int tk_py_read_many(bf_smp_tasks *tk, tk_py *py, const uint64_t *addrs, size_t n
                     int *rc);
 
 /* ---- 3.14+: the _asyncio module's debug offsets (tasks_314.c) ----
- * NOT VERIFIED against a running 3.14 (none was available): written from
- * CPython 3.14's Modules/_asynciomodule.c (_Py_AsyncioModuleDebugOffsets,
- * section .AsyncioDebug, symbol _AsyncioDebug) and
- * Include/internal/pycore_debug_offsets.h, exercised by a unit test over a
- * fake memory image. */
+ * From CPython's Modules/_asynciomodule.c (_Py_AsyncioModuleDebugOffsets,
+ * section .AsyncioDebug, symbol _AsyncioDebug: in the _asyncio extension on
+ * 3.14, in the executable or libpython on 3.15) and
+ * Include/internal/pycore_debug_offsets.h of each version; verified against
+ * Debian sid's 3.14.10 and 3.15.2 (tests/integration/test_asyncio_tasks.py). */
 typedef struct tk314 {
   uint64_t task_size, task_fut_state, task_fut_waiter, task_coro, task_name, task_node;
   uint64_t is_tasks_head, ts_tasks_head; /* llist heads in the interpreter / thread state */
@@ -68,30 +68,44 @@ typedef struct tk314 {
   uint64_t fr_stackpointer;              /* _PyInterpreterFrame.stackpointer */
   uint64_t llist_next;                   /* struct llist_node.next */
   uint64_t long_tag, long_digit;         /* PyLongObject (an unnamed Task's name is its number) */
+  int minor;
+  /* gi_frame_state values: suspended at an await (yield from) in
+   * [await_lo, await_hi], and executing (3.15 renumbered them) */
+  int8_t fs_await_lo, fs_await_hi, fs_exec;
+  uint8_t await_below; /* as tk_layout's */
 } tk314;
 
 #define TK314_ASYNCIO_LEN 104 /* 13 uint64: task 7, interpreter 2, thread 4 */
-#define TK314_PYDEBUG_LEN 760 /* _Py_DebugOffsets of 3.14 */
+#define TK314_PYDEBUG_LEN 888 /* the longest _Py_DebugOffsets known (3.15; 3.14: 760) */
 
 /* Check and take the offsets: adbg (the target's _AsyncioDebug) and pydbg
- * (its _Py_DebugOffsets, at the start of _PyRuntime). Fields the sampler
+ * (its _Py_DebugOffsets, at the start of _PyRuntime; 3.14 or 3.15). Fields the sampler
  * needs beyond the exported ones (the Task's state and waiter) are placed
  * from the TaskObj layout and accepted only if the exported ones sit where
  * that layout puts them. OUT: *out; *msg says why not. 0, -EINVAL or
  * -ENOTSUP (a version whose _Py_DebugOffsets layout is not known). */
 int tk314_parse(const unsigned char *adbg, size_t alen, const unsigned char *pydbg, size_t plen,
                 tk314 *out, const char **msg);
+/* Only what comes from pydbg: the coroutine, frame and int offsets, the
+ * frame states and minor (task and list fields left 0). Pure-Python Tasks
+ * need no more. OUT: *out. Errors as tk314_parse's. */
+int tk314_parse_gen(const unsigned char *pydbg, size_t plen, tk314 *out, const char **msg);
+/* tk314_parse_gen over the target's _Py_DebugOffsets. OUT: *out. */
+int tk314_find_gen(bf_smp *h, tk314 *out, const char **msg);
 /* Find _AsyncioDebug in the target (the _asyncio extension, or libpython /
  * the executable when built in) and parse it with the target's
- * _Py_DebugOffsets. OUT: *out. -ENOENT while _asyncio is not loaded. */
-int tk314_find(bf_smp *h, tk314 *out, const char **msg);
+ * _Py_DebugOffsets. *none (in/out): bit 1 libpython, bit 2 the executable
+ * when found to lack it (not looked at again). OUT: *out. -ENOENT while
+ * _asyncio is not loaded. */
+int tk314_find(bf_smp *h, unsigned *none, tk314 *out, const char **msg);
 /* Append to addrs[*n..max) the Tasks linked in interp's thread states'
  * lists, then in the interpreter's own (tasks of finished threads). Bounded
  * by max and by SMP_MAX_THREADS threads; a list that does not come back to
  * its head ends at the first unreadable node. OUT: *n. */
 int tk314_tasks(bf_smp *h, const tk314 *o, uint64_t interp, uint64_t *addrs, size_t max, size_t *n);
-/* tasks.c: read 3.14 Tasks with offsets o from now on (once tk314_find
- * found them; tests hand in their own). */
+/* tasks.c: read 3.14+ Tasks with offsets o from now on (once tk314_find
+ * found them; tests hand in their own). With o->task_size 0 (from
+ * tk314_parse_gen) only coroutines, so pure-Python Tasks, are read. */
 void tk_use_314(bf_smp_tasks *tk, const tk314 *o);
 
 /* ---- the reader's state: tasks.c, with the registry (tasks_registry.c)
@@ -113,6 +127,12 @@ typedef struct tk_layout {
   uint32_t f_stacktop;   /* 3.8-3.9: PyObject ** (top of the value stack) */
   uint32_t f_valuestack, f_stackdepth; /* 3.10 */
   uint32_t if_stacktop, if_localsplus; /* 3.11+ (int stacktop, localsplus[]) */
+  /* 3.11+: the coroutine's frame state suspended at an await (in
+   * [fs_await_lo, fs_await_hi]) and executing; all 0: -1 and 0, as 3.11-3.14 */
+  int8_t fs_await_lo, fs_await_hi, fs_exec;
+  /* slots between the awaited object and the value stack's top (3.15: 1,
+   * the NULL that SEND's operands gained) */
+  uint8_t await_below;
 } tk_layout;
 
 /* A name object's text. Its address is reused once it is freed, by the name
@@ -216,6 +236,9 @@ struct bf_smp_tasks {
   int new_names; /* read this sample */
   tk_py *py;       /* pure-Python Tasks' key cache (tasks_py.c) */
   int v314;        /* 3.14+: tasks from _asyncio's debug offsets (tasks_314.c), 1 once found */
+  int gen314;      /* 3.14+: the coroutine layout taken (pure-Python Tasks readable) */
+  unsigned none314; /* tk314_find's files without _AsyncioDebug */
+  int64_t find314_ns; /* when _AsyncioDebug was last looked for */
   tk314 t314;
 };
 
@@ -232,8 +255,8 @@ int tk_read_regions(bf_smp_tasks *tk, int memo, const uint64_t *addrs, size_t n,
 /* tasks.c: kind of the type at type_addr (TK_*), cached per address. */
 int tk_type_kind(bf_smp_tasks *tk, uint64_t type_addr);
 
-/* tasks_registry.c: read the registry again (asyncio.tasks' sets, or the
- * 3.14 Task lists) into tk->addrs, in address order, and align tk->tasks
+/* tasks_registry.c: read the registry again (asyncio.tasks' sets, and the
+ * 3.14+ Task lists) into tk->addrs, in address order, and align tk->tasks
  * with it. */
 void tk_refresh_registry(bf_smp_tasks *tk);
 

@@ -1,10 +1,12 @@
 """asyncio oracle workload for test_asyncio_tasks.py: tasks that time their own
 awaits and CPU steps, two event loops (main thread and one more), and a
 spawner of thousands of short tasks. Writes the measured truth as JSON to
-argv[1]; runs about argv[2] seconds. Each await the test checks is on a line
+argv[1]; runs about argv[2] seconds (with $BIFOCAL_WORKLOAD_PROGRESS set, each
+burner also prints its CPU so far every ten steps). Each await the test checks is on a line
 tagged '# AWAIT-X' (the test finds the line numbers from this file)."""
 import asyncio
 import json
+import os
 import selectors
 import socket
 import sys
@@ -13,6 +15,7 @@ import time
 
 pc = time.perf_counter
 DUR = float(sys.argv[2])
+PROGRESS = bool(os.environ.get("BIFOCAL_WORKLOAD_PROGRESS"))  # "P name monotonic cpu" lines on stdout
 truth = {"tasks": {}, "loops": {}}
 lock = threading.Lock()
 
@@ -88,12 +91,15 @@ async def writer(sock, end):
 
 
 async def burner(name, cpu_s, sleep_s, end, stats):
-    t_start, cpu, d = pc(), 0.0, 0.0
+    t_start, cpu, d, n = pc(), 0.0, 0.0, 0
     while pc() < end:
         cpu += burn(cpu_s)
         t0 = pc()
         await asyncio.sleep(sleep_s)  # AWAIT-D
         d += pc() - t0
+        n += 1
+        if PROGRESS and n % 10 == 0:  # for windows of a run (bench_asyncio_tachyon.py)
+            print("P", name, time.monotonic(), cpu, flush=True)
     life = pc() - t_start
     stats["cpu"] += cpu
     record(name, life=life, running=cpu / life, D=d / life)

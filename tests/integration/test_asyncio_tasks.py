@@ -95,8 +95,6 @@ def recording(python, tmp_path_factory):
     p = info(python)
     if p["free_threaded"]:
         pytest.skip("%s is free-threaded: asyncio task layouts are vendored for default builds only" % p["tag"])
-    if p["version"][:2] > (3, 13):
-        pytest.skip("%s: asyncio tasks on 3.14+ are not verified" % p["tag"])
     d = tmp_path_factory.mktemp("asyncio")
     db, truth_path = str(d / "t.db"), str(d / "truth.json")
     sid = record_rt(["--async", "--rate", "2000", "--", python, WORKLOAD, truth_path, "4"], db)
@@ -195,7 +193,7 @@ def test_task_subclass_and_pure_python_task_read(tmp_path):
     chain. asyncio's pure-Python Task is read from its instance attributes
     (tasks_py.c; test_asyncio_pytasks.py checks it in depth). Oldest and
     newest interpreter."""
-    ps = [p for p in pythons.discover() if not p["free_threaded"] and p["version"][:2] <= (3, 13)]
+    ps = [p for p in pythons.discover() if not p["free_threaded"]]
     if not ps:
         pytest.skip("no supported interpreter")
     src = tmp_path / "custom.py"
@@ -243,7 +241,7 @@ def test_uvloop_tasks_read_and_said(tmp_path):
     states and await points are read; its loop has no Python frames, so the
     session and the tasks view say there is no loop split. Every interpreter
     that can import uvloop (Debian's python3-uvloop for /usr/bin/python3)."""
-    ps = [p for p in pythons.discover() if not p["free_threaded"] and p["version"][:2] <= (3, 13)]
+    ps = [p for p in pythons.discover() if not p["free_threaded"]]
     have = [p for p in ps if subprocess.run([p["path"], "-c", "import uvloop"], capture_output=True).returncode == 0]
     if not have:
         msg = "no interpreter here imports uvloop (apt-get install python3-uvloop)"
@@ -255,7 +253,7 @@ def test_uvloop_tasks_read_and_said(tmp_path):
     line = next(n for n, l in enumerate(UVLOOP.splitlines(), 1) if "AWAIT-S" in l)
     for p in have:
         db, truth = str(tmp_path / ("u%s.db" % p["tag"])), tmp_path / "truth.json"
-        sid = last_line_id(run(["record", "--async", "--rate", "1000", "--", p["path"], str(src), str(truth)], db=db))
+        sid = record_rt(["--async", "--rate", "1000", "--", p["path"], str(src), str(truth)], db)  # its share is checked
         sess = json.loads(run(["sessions", "--json"], db=db).stdout)[-1]
         assert "uvloop is loaded" in sess["extra"]["async_tasks"], sess["extra"]
         assert "not C _asyncio.Task" not in sess["extra"]["async_tasks"], sess["extra"]
@@ -289,7 +287,7 @@ def test_uvloop_imported_after_asyncio_is_said(tmp_path):
     found first, and uvloop must still be said within the program's 1.3 s
     (it was looked for again only every 2 s, so a short program's session
     never said it)."""
-    ps = [p for p in pythons.discover() if not p["free_threaded"] and p["version"][:2] <= (3, 13)]
+    ps = [p for p in pythons.discover() if not p["free_threaded"]]
     have = [p for p in ps if subprocess.run([p["path"], "-c", "import uvloop"], capture_output=True).returncode == 0]
     if not have:
         pytest.skip("no interpreter here imports uvloop (apt-get install python3-uvloop)")
@@ -350,7 +348,7 @@ def test_awaits_lua_joins_sampled_waits_with_exact_hits(tmp_path):
     1 (flush); the wait per hit within 10% of the workload's own timing of
     those awaits (25% on an overloaded host: samples then come in clumps).
     Oldest and newest interpreter (setprofile and sys.monitoring tracers)."""
-    ps = [p for p in pythons.discover() if not p["free_threaded"] and p["version"][:2] <= (3, 13)]
+    ps = [p for p in pythons.discover() if not p["free_threaded"]]
     if not ps:
         pytest.skip("no supported interpreter")
     rel = 0.10 if QUIET else 0.25

@@ -79,8 +79,8 @@ asyncio.run(spin())
 def test_tasks_view_hints_name_record_async(hdb, tmp_path):
     path, s, _ = hdb
     r = run(["replay", str(s["sampled"]), "--view", "tasks"], db=path)
-    assert ("no asyncio tasks observed (record with `bifocal record --async`; only C _asyncio tasks of\n"
-            "the main interpreter on CPython 3.8-3.13 are read)\n") in r.stdout, r.stdout
+    assert ("no asyncio tasks observed (record with `bifocal record --async`; C and pure-Python Tasks of\n"
+            "the main interpreter on CPython 3.8-3.15 are read)\n") in r.stdout, r.stdout
     # an event loop recorded without --async: the loop split is shown, task data is not
     ps = pythons.discover()
     if not ps:

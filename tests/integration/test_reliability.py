@@ -77,6 +77,16 @@ def newest_python():
     return ps[-1]["path"]
 
 
+def runtime_up(target, timeout=30):
+    """Wait until target runs a Python whose runtime is up: `record --pid`
+    attaches once, and a container's wrapper (the sid root's python3.14/3.15)
+    is a shell for a moment before it execs the interpreter in place."""
+    def up():
+        assert target.poll() is None, "the target exited (%s)" % target.returncode
+        return run(["dump", str(target.pid)], check=False, timeout=30).returncode == 0
+    wait_until(up, timeout=timeout, what="a Python runtime in pid %d" % target.pid, interval=0.05)
+
+
 def sessions(db):
     return {s["id"]: s for s in json.loads(run(["sessions", "--json"], db=db).stdout)}
 
@@ -324,6 +334,7 @@ def test_signal_finalises_attached_session(tmp_path, sig):
     w = tmp_path / "w.py"
     w.write_text(WORK)
     target = subprocess.Popen([py, str(w), "30"])
+    runtime_up(target)
     rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--rate", "200", "--pid",
                             str(target.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, env=env())
@@ -390,6 +401,7 @@ def test_locked_database_keeps_sampling(tmp_path):
     t0 = time.time()
     target = subprocess.Popen([newest_python(), str(g), "9"])
     try:
+        runtime_up(target)
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--pid", str(target.pid),
                                 "--duration", "7"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env())
@@ -445,6 +457,7 @@ def test_thread_churn_memory_bounded(tmp_path):
     target = subprocess.Popen([py, str(c), "8.5"], stdout=subprocess.PIPE, text=True)
     rec = target  # until bifocal starts
     try:
+        runtime_up(target)
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--pid", str(target.pid),
                                 "--duration", "7.5"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env())

@@ -99,6 +99,31 @@ def check_python_meta(s, info, source):
     assert py["implementation"] == "cpython" and py["source"] == source
 
 
+def test_sampled_session_names_the_build_that_ran(python, db, tmp_path):
+    """A sampled session of every interpreter says what it is, each field
+    against the interpreter's own word: version, executable and prefix as it
+    sees them (also in a container), SOABI, debug and free-threaded flags,
+    and the compiler and build date of its sys.version; the root of a
+    containerized one is named."""
+    entry = next(p for p in pythons.discover() if p["path"] == python)
+    info = probe(python)
+    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True,
+                             text=True, check=True, timeout=30).stdout
+    script = tmp_path / "spin.py"
+    script.write_text(textwrap.dedent(SPIN))
+    sid = last_line_id(run(["record", "--rate", "200", "--", python, str(script), "0.3"], db=db))
+    s = session(db, sid)
+    check_python_meta(s, info, "process")
+    py = s["extra"]["python"]
+    assert py["compiler"] and "[%s]" % py["compiler"] in version, (py, version)
+    assert py["build_date"] and py["build_date"] in version, (py, version)
+    assert s["python_build"] == ("debug" if info["debug"] else "release"), s["python_build"]
+    if entry.get("container"):
+        assert py["root"] == os.path.realpath(entry["root"]), py
+    else:
+        assert py["root"] is None, py
+
+
 def test_shared_suffix_pair_records_the_interpreter_that_ran(pair_db):
     db, suffix, members = pair_db
     (pa, ia, _, _), (pb, ib, _, _) = members
@@ -405,13 +430,19 @@ def test_killed_trace_still_says_which_python_without_asking_it_twice(tmp_path):
         shim = tmp_path / ("shim-" + info["version"])
         shim.write_text("#!/bin/sh\nexec %s \"$@\"\n" % info["executable"])
         shim.chmod(0o755)
-        for launcher in (p["path"], str(shim)):
+        # a container's wrapper (the sid root's) is itself such a launcher
+        # script, and the executable it names exists only inside the root
+        launchers = [p["path"]] if p.get("container") else [p["path"], str(shim)]
+        for launcher in launchers:
             r = run(["trace", "--", launcher, "-c", kill], db=db, check=False)
             assert r.returncode == 128 + 9, r.stderr
             sid = max(row[0] for row in sqlite3.connect(db).execute("SELECT id FROM sessions"))
             s = session(db, sid)
             assert s["status"] == "incomplete", s
-            if launcher == str(shim):
+            if p.get("container") and "python" in s["extra"]:  # the runner named it after all
+                assert info["version"].startswith(s["python_version"] or "-"), (s, info)
+                continue
+            if launcher == str(shim) or p.get("container"):
                 assert s["python_version"] is None and "python" not in s["extra"], s
                 continue
             py = s["extra"]["python"]

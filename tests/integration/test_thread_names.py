@@ -200,3 +200,72 @@ def test_live_threads_view_shows_python_names(tmp_path):
             live.wait(timeout=10)
         os.close(master)
         stop(proc)
+
+
+RENAME_TARGET = '''\
+import sys, threading
+stop = threading.Event()
+t = threading.Thread(target=stop.wait, name="before-rename")
+t.start()
+print("ready", flush=True)
+sys.stdin.readline()
+t.name = "a-very-long-thread-name-xyz"  # from another thread: the OS name stays
+print("renamed", flush=True)
+sys.stdin.readline()
+stop.set()
+'''
+
+
+def test_dump_follows_a_rename(python, tmp_path):
+    """A thread renamed from another thread keeps its OS name (threading
+    renames the OS thread only from itself, 3.14+) and the new name is longer
+    than the OS's 15 bytes: dump shows threading's name, the new one after
+    the rename, whole."""
+    path = tmp_path / "rename_target.py"
+    path.write_text(RENAME_TARGET, encoding="utf-8")
+    proc = subprocess.Popen([python, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        before = run(["dump", str(proc.pid)]).stdout
+        assert '"before-rename"' in before, before
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "renamed"
+        after = run(["dump", str(proc.pid)]).stdout
+        heads = re.findall(r'^Thread (\d+) "([^"]*)" \((.*)\)$', after, re.M)
+        renamed = [(tid, rest) for tid, name, rest in heads if name == "a-very-long-thread-name-xyz"]
+        assert renamed, after
+        # the OS never got the new name (3.14+ set it at start, older ones never)
+        assert comm(proc.pid, int(renamed[0][0])) != "a-very-long-thread-name-xyz"
+        assert not re.search(r'^Thread \d+ "before-rename"', after, re.M), after
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stdin.close()
+
+
+def test_top_follows_a_rename(python, tmp_path):
+    """top (and live, same table) shows a thread's new name once threading
+    renamed it during the run: names are looked up again every 2 s."""
+    path = tmp_path / "rename_target.py"
+    path.write_text(RENAME_TARGET, encoding="utf-8")
+    proc = subprocess.Popen([python, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        top = subprocess.Popen([bifocal_bin(), "top", str(proc.pid), "--duration", "4", "--idle"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "renamed"
+        out, err = top.communicate(timeout=60)
+        assert top.returncode == 0, err
+        assert "a-very-long-thread-name-xyz" in out and "before-rename" not in out, out
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stdin.close()

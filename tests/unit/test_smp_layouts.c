@@ -1,9 +1,10 @@
 /* test_smp_layouts.c — the _Py_DebugOffsets reader: synthetic 3.13, 3.14 and
  * 3.15 blobs (field positions as in those versions' headers) parse into the
  * expected layout; a bad cookie, an offset outside its section and a
- * free-threaded build are refused. Also the vendored 3.8-3.12 tables exist,
- * and the thread-name tables (3.8-3.13; 3.13 takes its modules dict offset
- * from _Py_DebugOffsets, 3.14+ has none).
+ * free-threaded build are refused in one line. Also the vendored 3.8-3.12
+ * tables exist, and the thread-name tables (3.8-3.15; 3.13+ take the modules
+ * dict, type flags, dict and int offsets from _Py_DebugOffsets, 3.15 also
+ * the type sizes and the heap type's cached keys).
  */
 #include <errno.h>
 #include <string.h>
@@ -33,6 +34,20 @@ static const uint64_t val[F_N] = {
     128, 136, 68, 200, 16, 8, 400, 24, 40, 16, 32, 64, 32, 16, 40, 400,
     44, 4000, 168, 176};
 
+/* The thread-name fields' positions (names_dpos[] in layouts.c: is_size,
+ * tp_size, tp_flags, tp_basicsize, tp_dictoffset, ht_size, ht_cached_keys,
+ * dict_size, ma_keys, ma_values, long_size, lv_tag, ob_digit; 0: absent)
+ * and values: each differs from the vendored table, so a value read from
+ * the blob is told apart from one taken from builtin_names[]. */
+enum { N_TP_SIZE, N_TP_FLAGS, N_TP_BASIC, N_TP_DICTOFF, N_HT_SIZE, N_HT_CACHED, N_DICT_SIZE,
+       N_DICT_KEYS, N_DICT_VALUES, N_LONG_SIZE, N_LONG_TAG, N_LONG_DIGIT, N_N };
+static const size_t npos[3][N_N] = {
+    {368, 392, 0, 0, 0, 0, 448, 456, 464, 488, 496, 504},
+    {416, 440, 0, 0, 0, 0, 528, 536, 544, 568, 576, 584},
+    {480, 504, 512, 520, 528, 536, 624, 632, 640, 664, 672, 680},
+};
+static const uint64_t nval[N_N] = {400, 176, 40, 296, 960, 888, 56, 40, 48, 32, 8, 16};
+
 static void fill(unsigned char *b, int minor) {
   memset(b, 0, 1024);
   memcpy(b, "xdebugpy", 8);
@@ -44,6 +59,8 @@ static void fill(unsigned char *b, int minor) {
   put(b, 72, 16);   /* threads_head */
   for (int f = 0; f < F_N; f++)
     if (pos[minor - 13][f]) put(b, pos[minor - 13][f], val[f]);
+  for (int f = 0; f < N_N; f++)
+    if (npos[minor - 13][f]) put(b, npos[minor - 13][f], nval[f]);
 }
 
 int main(void) {
@@ -70,13 +87,31 @@ int main(void) {
     CHECK_EQ_INT(l.ts_holds_gil, minor == 15 ? 176 : 0);
     CHECK(l.ts_read >= (minor == 15 ? 184u : 160u));
     CHECK_EQ_INT(ft, 0);
-    /* thread names: 3.13 from the vendored table and the target's modules
-     * offset; 3.14 is not known (no names) */
-    CHECK_EQ_INT(l.nm.minor, minor == 13 ? 13 : 0);
-    if (minor == 13) {
-      CHECK_EQ_INT(l.nm.is_modules, 4000);
-      CHECK_EQ_INT(l.nm.attr_mode, SMP_ATTR_INLINE);
-      put(b, 88, 9000); /* past the interpreter's size: no names, layout still fine */
+    /* thread names: the vendored table under the target's own offsets */
+    CHECK_EQ_INT(l.nm.minor, minor);
+    CHECK_EQ_INT(l.nm.is_modules, 4000);
+    CHECK_EQ_INT(l.nm.attr_mode, SMP_ATTR_INLINE);
+    CHECK_EQ_INT(l.nm.tp_flags, 176);
+    CHECK_EQ_INT(l.nm.dict_size, 56);
+    CHECK_EQ_INT(l.nm.dict_keys, 40);
+    CHECK_EQ_INT(l.nm.dict_values, 48);
+    CHECK_EQ_INT(l.nm.long_size, 8);
+    CHECK_EQ_INT(l.nm.long_digit, 16);
+    CHECK_EQ_INT(l.nm.tp_basicsize, minor == 15 ? 40 : 32); /* 3.15 only: else vendored */
+    CHECK_EQ_INT(l.nm.tp_dictoffset, minor == 15 ? 296 : 288);
+    CHECK_EQ_INT(l.nm.ht_cached_keys, minor == 15 ? 888 : 880);
+    CHECK_EQ_INT(l.nm.ht_size, minor == 15 ? 960 : minor == 14 ? 936 : 928);
+    CHECK_EQ_INT(l.nm.dk_uentry_size, 16); /* never in _Py_DebugOffsets */
+    /* one of them past its section: no names, the layout still fine */
+    const size_t bad[][2] = {{pos[minor - 13][F_MODULES], 9000},
+                             {npos[minor - 13][N_TP_FLAGS], 400},
+                             {npos[minor - 13][N_DICT_VALUES], 56},
+                             {npos[minor - 13][N_LONG_DIGIT], 30},
+                             {npos[minor - 13][N_HT_CACHED], 960},
+                             {npos[minor - 13][N_TP_BASIC], 1 << 20}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      if (!bad[i][0]) continue;
+      put(b, bad[i][0], bad[i][1]);
       CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), 0);
       CHECK_EQ_INT(l.nm.minor, 0);
       fill(b, minor);
@@ -85,9 +120,10 @@ int main(void) {
     put(b, pos[minor - 13][F_TS_FRAME], 4096);
     CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), -EINVAL);
     fill(b, minor);
-    put(b, 16, 1); /* free-threaded */
+    put(b, 16, 1); /* free-threaded: refused in one line that says so */
     CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), -ENOTSUP);
     CHECK_EQ_INT(ft, 1);
+    CHECK(strstr(msg, "free-threaded") != NULL && strchr(msg, '\n') == NULL);
     fill(b, minor);
     b[0] = 'X';
     CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), -EINVAL);
@@ -121,7 +157,10 @@ int main(void) {
   }
   struct smp_names_layout nm;
   CHECK_EQ_INT(smp_layout_names(13, &nm), 0);
-  CHECK_EQ_INT(smp_layout_names(14, &nm), -ENOTSUP);
+  CHECK_EQ_INT(smp_layout_names(14, &nm), 0);
+  CHECK_EQ_INT(smp_layout_names(15, &nm), 0);
+  CHECK_EQ_INT(nm.ht_cached_keys, 888); /* PyTypeObject grew in 3.15 */
+  CHECK_EQ_INT(smp_layout_names(16, &nm), -ENOTSUP);
   CHECK_EQ_INT(smp_layout_builtin(7, &l), -ENOTSUP);
   CHECK_EQ_INT(smp_layout_builtin(13, &l), -ENOTSUP);
   return CHECK_DONE();

@@ -1,8 +1,10 @@
-/* test_smp_tasks314.c — Python 3.14's asyncio debug offsets (tasks_314.c)
- * over a fake memory image: the offsets checked against the TaskObj layout
- * (each broken relation refused), then the Tasks linked in two thread
- * states and in the interpreter found, with bad lists bounded. No 3.14
- * interpreter was available: this is the only check the reader gets. */
+/* test_smp_tasks314.c — Python 3.14's and 3.15's asyncio debug offsets
+ * (tasks_314.c) over a fake memory image: the offsets checked against the
+ * TaskObj layout (each broken relation refused), then the Tasks linked in
+ * two thread states and in the interpreter found, with bad lists bounded,
+ * then the whole reader over a fake 3.14 and 3.15 process (3.15's frame
+ * states and await stack). The real interpreters are checked by
+ * tests/integration/test_asyncio_tasks.py. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -41,6 +43,22 @@ static void pydebug_blob(unsigned char *p, uint64_t version) {
   w64(p, 584, 24);  /* ob_digit */
 }
 
+/* The same values at 3.15's positions (its _Py_DebugOffsets is 888 bytes:
+ * interpreter_frame and what follows moved). */
+static void pydebug_blob315(unsigned char *p) {
+  memset(p, 0, TK314_PYDEBUG_LEN);
+  memcpy(p, "xdebugpy", 8);
+  w64(p, 8, 0x030f02f0);
+  w64(p, 312, 80);
+  w64(p, 360, 64);
+  w64(p, 792, 160);
+  w64(p, 808, 72);
+  w64(p, 816, 67);
+  w64(p, 824, 0);
+  w64(p, 672, 16);
+  w64(p, 680, 24);
+}
+
 /* The 3.14 blobs as a real 3.14.0 writes them, parsed into o. */
 static void parsed_blobs(unsigned char a[TK314_ASYNCIO_LEN], unsigned char p[TK314_PYDEBUG_LEN], tk314 *o) {
   const char *msg;
@@ -66,8 +84,23 @@ static void test_parse(void) {
   CHECK_EQ_INT(o.fr_stackpointer, 64);
   CHECK_EQ_INT(o.long_tag, 16);
   CHECK_EQ_INT(o.long_digit, 24);
-  /* versions other than 3.14, free-threaded builds, short blobs */
-  pydebug_blob(p, 0x030f00a1);
+  CHECK_EQ_INT(o.minor, 14);
+  CHECK(o.fs_await_lo == -1 && o.fs_await_hi == -1 && o.fs_exec == 0 && o.await_below == 0);
+  /* 3.15: its own positions, renumbered frame states, a NULL over the
+   * awaited object */
+  pydebug_blob315(p);
+  CHECK_EQ_INT(tk314_parse(a, sizeof a, p, sizeof p, &o, &msg), 0);
+  CHECK(o.minor == 15 && o.gen_iframe == 72 && o.gen_frame_state == 67 && o.fr_stackpointer == 64);
+  CHECK(o.long_tag == 16 && o.long_digit == 24);
+  CHECK(o.fs_await_lo == 2 && o.fs_await_hi == 3 && o.fs_exec == 4 && o.await_below == 1);
+  CHECK_EQ_INT(tk314_parse(a, sizeof a, p, 760, &o, &msg), -EINVAL); /* 3.14's length */
+  /* read at 3.14's positions, 3.15's values are refused */
+  w64(p, 8, 0x030e00f0);
+  CHECK_EQ_INT(tk314_parse(a, sizeof a, p, sizeof p, &o, &msg), -EINVAL);
+  /* versions other than 3.14/3.15, free-threaded builds, short blobs */
+  pydebug_blob(p, 0x031000a1);
+  CHECK_EQ_INT(tk314_parse(a, sizeof a, p, sizeof p, &o, &msg), -ENOTSUP);
+  pydebug_blob(p, 0x030d00f0);
   CHECK_EQ_INT(tk314_parse(a, sizeof a, p, sizeof p, &o, &msg), -ENOTSUP);
   pydebug_blob(p, 0x030e00f0);
   w64(p, 16, 1);
@@ -208,8 +241,10 @@ static uint64_t code_named(uint64_t str_type, const char *qualname) {
   put(c + 48, 10); /* firstlineno */
   return c;
 }
+static int v315; /* the fake process is a 3.15 one */
+
 /* A coroutine at frame state st running code; its stack's top (tagged) is
- * awaits (0: empty stack). */
+ * awaits (0: empty stack); on 3.15 a NULL stack reference above it. */
 static uint64_t coro(uint64_t coro_type, uint64_t code, int st, uint64_t awaits) {
   uint64_t g = alloc(160 + 64);
   uint64_t f = g + 72;
@@ -218,9 +253,14 @@ static uint64_t coro(uint64_t coro_type, uint64_t code, int st, uint64_t awaits)
   put(f + 0, code | 1);        /* f_executable, tagged */
   put(f + 56, code + 192 + 4); /* instr_ptr: the third code unit */
   put(f + 80, awaits | 1);     /* localsplus[0], tagged */
-  put(f + 64, awaits ? f + 88 : f + 80); /* stackpointer */
+  if (v315 && awaits) put(f + 88, 1); /* PyStackRef_NULL */
+  put(f + 64, awaits ? f + 88 + 8 * (uint64_t)v315 : f + 80); /* stackpointer */
   return g;
 }
+
+/* Frame states of the fake process's version: awaiting, executing. */
+static int st_await(void) { return v315 ? 2 : -1; }
+static int st_exec(void) { return v315 ? 4 : 0; }
 
 static const bf_smp_thread no_threads[1]; /* the sample's threads: none */
 
@@ -241,7 +281,10 @@ static void check_stack(const bf_smp_thread *t, const char *const *want, size_t 
   }
 }
 
-static void test_reader(void) {
+/* The reader over a fake 3.14 process, or (315) a 3.15 one: the thread and
+ * frame layout stays 3.14's, the task offsets come from a 3.15 blob. */
+static void test_reader(int v) {
+  v315 = v;
   memset(mem, 0, sizeof mem);
   top = BASE + 0x2000;
   unsigned char p[TK314_PYDEBUG_LEN], a[TK314_ASYNCIO_LEN];
@@ -255,7 +298,13 @@ static void test_reader(void) {
   const char *msg;
   CHECK_EQ_INT(smp_layout_from_debug_offsets(p, sizeof p, &l, &ft, &msg), 0);
   tk314 o;
-  CHECK_EQ_INT(tk314_parse(a, sizeof a, p, sizeof p, &o, &msg), 0);
+  if (v315) {
+    unsigned char p5[TK314_PYDEBUG_LEN];
+    pydebug_blob315(p5);
+    CHECK_EQ_INT(tk314_parse(a, sizeof a, p5, sizeof p5, &o, &msg), 0);
+  } else {
+    CHECK_EQ_INT(tk314_parse(a, sizeof a, p, sizeof p, &o, &msg), 0);
+  }
   uint64_t interp = alloc(4096), ts = alloc(2048);
   put(rt + 800, interp);
   put(interp + 72, ts);
@@ -264,9 +313,9 @@ static void test_reader(void) {
            t_iter = type_named("_asyncio.FutureIter");
   uint64_t fut_iter = alloc(32), future = alloc(64);
   put(fut_iter + 8, t_iter);
-  uint64_t c_inner = coro(t_coro, code_named(t_str, "inner"), -1, fut_iter);
-  uint64_t c_outer = coro(t_coro, code_named(t_str, "outer"), -1, c_inner);
-  uint64_t c_run = coro(t_coro, code_named(t_str, "run"), 0, 0);
+  uint64_t c_inner = coro(t_coro, code_named(t_str, "inner"), st_await(), fut_iter);
+  uint64_t c_outer = coro(t_coro, code_named(t_str, "outer"), st_await(), c_inner);
+  uint64_t c_run = coro(t_coro, code_named(t_str, "run"), st_exec(), 0);
   uint64_t ta = alloc(168), tb = alloc(168);
   put(ta + 8, t_task);
   put(ta + 120, future);
@@ -285,7 +334,7 @@ static void test_reader(void) {
   smp_set_layout(h, &l, rt);
   h->now_ns = 1000000000;
   bf_smp_tasks *tk = bf_smp_tasks_new(h);
-  CHECK(strstr(bf_smp_tasks_status(tk), "not verified") != NULL);
+  CHECK(strstr(bf_smp_tasks_status(tk), "not verified") == NULL);
   tk_use_314(tk, &o);
   for (int round = 0; round < 2; round++) { /* the second from the chain cache */
     const bf_smp_thread *out;
@@ -303,7 +352,7 @@ static void test_reader(void) {
   }
   /* inner is running now (a torn moment): alpha's chain stops at outer;
    * a Task whose coroutine is not a coroutine is left out */
-  mem[c_inner + 67 - BASE] = 0;
+  mem[c_inner + 67 - BASE] = (unsigned char)(signed char)st_exec();
   put(tb + 128, fut_iter);
   h->now_ns += 200000000; /* past the chain cache's life */
   const bf_smp_thread *out;
@@ -331,6 +380,7 @@ static void test_reader(void) {
 int main(void) {
   test_parse();
   test_lists();
-  test_reader();
+  test_reader(0);
+  test_reader(1);
   return CHECK_DONE();
 }
