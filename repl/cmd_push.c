@@ -1,0 +1,627 @@
+/* cmd_push.c — `bifocal push SESSION... --to URL`: sessions sent to a fleet
+ * backend, one request per session, retried with backoff within stated
+ * bounds. otlp+http(s):// gets OTLP profiles (gzip, protobuf) at
+ * /v1development/profiles; pyroscope(+https):// gets pprof at /ingest as
+ * multipart/form-data with its sample type config. Credentials come from the
+ * environment or a 0600 headers file, live in memory only and are redacted
+ * from every message. */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "cli.h"
+#include "http.h"
+#include "jsonw.h"
+#include "otlp.h"
+#include "text.h"
+#include "views.h"
+
+#define MAX_HEADERS 32
+#define RETRY_AFTER_MAX_S 30
+
+typedef enum { DEST_OTLP, DEST_PYROSCOPE } dest_kind;
+
+typedef struct dest {
+  dest_kind kind;
+  char url[2048];   /* http(s)://host:port/path (no query) */
+  char shown[512];  /* what messages name: the URL without user information */
+  char *hdr[MAX_HEADERS + 1]; /* "Name: value", owned */
+  size_t nhdr;
+  const char *secret[MAX_HEADERS]; /* header values, borrowed from hdr, redacted from messages */
+  size_t nsecret;
+  const char *service;
+  int gzip;
+  bf_http_req rq; /* bounds and TLS options */
+  int retries;
+} dest;
+
+/* ---- destination and credentials ------------------------------------------- */
+
+static int add_header(dest *d, const char *name, size_t nlen, const char *value, size_t vlen, const char *from) {
+  for (size_t i = 0; i < nlen; i++)
+    if (name[i] <= ' ' || name[i] == ':' || (unsigned char)name[i] >= 0x7f) {
+      bf_cli_error("a header name from %s is not a valid HTTP token: fix %s", from, from);
+      return 2;
+    }
+  for (size_t i = 0; i < vlen; i++)
+    if (value[i] == '\r' || value[i] == '\n' || value[i] == 0) {
+      bf_cli_error("a header value from %s holds a line break: fix %s", from, from);
+      return 2;
+    }
+  if (nlen == 0 || d->nhdr == MAX_HEADERS) {
+    bf_cli_error("%s: %s", from, nlen ? "more than 32 headers" : "a header without a name");
+    return 2;
+  }
+  char *h = malloc(nlen + vlen + 3);
+  if (!h) return 1;
+  sprintf(h, "%.*s: %.*s", (int)nlen, name, (int)vlen, value);
+  d->hdr[d->nhdr++] = h;
+  if (vlen) d->secret[d->nsecret++] = h + nlen + 2;
+  return 0;
+}
+
+static int hexv(int c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* OTEL_EXPORTER_OTLP_HEADERS: "k=v,k2=v2", values percent-decoded. */
+static int otel_headers(dest *d, const char *var) {
+  const char *spec = getenv(var);
+  while (spec && *spec) {
+    const char *end = spec + strcspn(spec, ","), *eq = memchr(spec, '=', (size_t)(end - spec));
+    if (eq) {
+      const char *k = spec, *ke = eq, *v = eq + 1, *ve = end;
+      while (k < ke && *k == ' ') k++;
+      while (ke > k && ke[-1] == ' ') ke--;
+      while (v < ve && *v == ' ') v++;
+      while (ve > v && ve[-1] == ' ') ve--;
+      char dec[4096];
+      size_t n = 0;
+      for (const char *p = v; p < ve && n < sizeof dec; p++) {
+        if (*p == '%' && ve - p >= 3 && hexv(p[1]) >= 0 && hexv(p[2]) >= 0) {
+          dec[n++] = (char)(hexv(p[1]) << 4 | hexv(p[2]));
+          p += 2;
+        } else {
+          dec[n++] = *p;
+        }
+      }
+      int rc = add_header(d, k, (size_t)(ke - k), dec, n, var);
+      if (rc) return rc;
+    }
+    spec = *end ? end + 1 : end;
+  }
+  return 0;
+}
+
+static void b64(const char *in, size_t n, char *out) {
+  static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)(unsigned char)in[i] << 16 | (i + 1 < n ? (uint32_t)(unsigned char)in[i + 1] << 8 : 0) |
+                 (i + 2 < n ? (unsigned char)in[i + 2] : 0);
+    out[o++] = t[v >> 18 & 63];
+    out[o++] = t[v >> 12 & 63];
+    out[o++] = i + 1 < n ? t[v >> 6 & 63] : '=';
+    out[o++] = i + 2 < n ? t[v & 63] : '=';
+  }
+  out[o] = 0;
+}
+
+/* Pyroscope: a bearer token, or basic auth, and the tenant, from the environment. */
+static int pyroscope_auth(dest *d) {
+  const char *tok = getenv("PYROSCOPE_AUTH_TOKEN"), *user = getenv("PYROSCOPE_BASIC_AUTH_USER"),
+             *pw = getenv("PYROSCOPE_BASIC_AUTH_PASSWORD"), *tenant = getenv("PYROSCOPE_TENANT_ID");
+  char v[8200];
+  int rc = 0;
+  if (tok && *tok && strlen(tok) < 4000) {
+    snprintf(v, sizeof v, "Bearer %s", tok);
+    rc = add_header(d, "Authorization", 13, v, strlen(v), "PYROSCOPE_AUTH_TOKEN");
+  } else if (user && *user && strlen(user) + (pw ? strlen(pw) : 0) < 3000) {
+    char up[6004], enc[8100];
+    snprintf(up, sizeof up, "%s:%s", user, pw ? pw : "");
+    b64(up, strlen(up), enc);
+    snprintf(v, sizeof v, "Basic %s", enc);
+    rc = add_header(d, "Authorization", 13, v, strlen(v), "PYROSCOPE_BASIC_AUTH_USER");
+    if (!rc && pw && *pw) d->secret[d->nsecret++] = pw; /* the environment's copy: redacted too */
+    memset(up, 0, sizeof up);
+  }
+  if (!rc && tenant && *tenant) rc = add_header(d, "X-Scope-OrgID", 13, tenant, strlen(tenant), "PYROSCOPE_TENANT_ID");
+  memset(v, 0, sizeof v);
+  return rc;
+}
+
+/* --headers-file FILE: "Name: value" lines; a regular file of this user that
+ * nobody else can read or write. */
+static int headers_file(dest *d, const char *path) {
+  FILE *f = fopen(path, "r");
+  struct stat st;
+  if (!f) {
+    bf_cli_error("cannot read headers file '%s': %s", path, strerror(errno));
+    return 2;
+  }
+  if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+    fclose(f);
+    bf_cli_error("headers file '%s' must be a regular file of yours that only you can read (chmod 600 '%s')", path,
+                 path);
+    return 2;
+  }
+  char line[4200];
+  int rc = 0;
+  while (!rc && fgets(line, sizeof line, f)) {
+    size_t n = strcspn(line, "\r\n");
+    line[n] = 0;
+    if (n == 0 || line[0] == '#') continue;
+    char *colon = strchr(line, ':');
+    if (!colon) {
+      rc = 2;
+      bf_cli_error("headers file '%s': a line without ':' (expected 'Name: value')", path);
+      break;
+    }
+    char *v = colon + 1;
+    while (*v == ' ') v++;
+    rc = add_header(d, line, (size_t)(colon - line), v, strlen(v), "the headers file");
+  }
+  memset(line, 0, sizeof line);
+  fclose(f);
+  return rc;
+}
+
+/* --to URL (or the OTLP endpoint variables) into d->url and d->kind. */
+static int parse_dest(dest *d, const char *to) {
+  char buf[2048];
+  const char *rest, *scheme, *path;
+  if (!to) {
+    const char *sig = getenv("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT"), *base = getenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+    if (sig && *sig) {
+      snprintf(buf, sizeof buf, "otlp+%s", sig);
+    } else if (base && *base) {
+      size_t n = strlen(base);
+      snprintf(buf, sizeof buf, "otlp+%.*s/v1development/profiles", (int)(n && base[n - 1] == '/' ? n - 1 : n), base);
+    } else {
+      bf_cli_error("push needs --to URL (otlp+http://HOST:4318, pyroscope://HOST:4040) or OTEL_EXPORTER_OTLP_ENDPOINT");
+      return 2;
+    }
+    to = buf;
+  }
+  if (strncmp(to, "otlp+http://", 12) == 0 || strncmp(to, "otlp+https://", 13) == 0) {
+    d->kind = DEST_OTLP;
+    scheme = to[9] == 's' ? "https://" : "http://";
+    rest = to + (to[9] == 's' ? 13 : 12);
+    path = "/v1development/profiles";
+  } else if (strncmp(to, "pyroscope://", 12) == 0 || strncmp(to, "pyroscope+https://", 18) == 0 ||
+             strncmp(to, "pyroscope+http://", 17) == 0) {
+    d->kind = DEST_PYROSCOPE;
+    scheme = to[9] == '+' && to[14] == 's' ? "https://" : "http://";
+    rest = strstr(to, "://") + 3;
+    path = "/ingest";
+  } else {
+    char pub[512];
+    bf_http_url_public(to, pub, sizeof pub);
+    bf_cli_error("'%s' is not a push destination: use otlp+http://HOST:4318, otlp+https://..., pyroscope://HOST:4040 "
+                 "or pyroscope+https://...", pub);
+    return 2;
+  }
+  size_t hostlen = strcspn(rest, "/?#");
+  if (hostlen == 0 || strchr(rest, '?') || strchr(rest, '#')) {
+    bf_cli_error("push --to: expected SCHEME://HOST[:PORT][/PATH] without a query");
+    return 2;
+  }
+  /* an explicit path is kept (a collector or Pyroscope behind a prefix) */
+  const char *given = rest + hostlen;
+  size_t gl = strlen(given);
+  while (gl && given[gl - 1] == '/') gl--;
+  int n;
+  if (d->kind == DEST_OTLP && gl)
+    n = snprintf(d->url, sizeof d->url, "%s%.*s%.*s", scheme, (int)hostlen, rest, (int)gl, given);
+  else
+    n = snprintf(d->url, sizeof d->url, "%s%.*s%.*s%s", scheme, (int)hostlen, rest, (int)gl, given, path);
+  if (n < 0 || (size_t)n >= sizeof d->url) {
+    bf_cli_error("push --to: the URL is too long");
+    return 2;
+  }
+  bf_http_url_public(d->url, d->shown, sizeof d->shown);
+  return 0;
+}
+
+static void dest_free(dest *d) {
+  for (size_t i = 0; i < d->nhdr; i++) {
+    memset(d->hdr[i], 0, strlen(d->hdr[i]));
+    free(d->hdr[i]);
+  }
+}
+
+/* msg with every secret replaced by "[redacted]", shown inert, into buf. */
+static void redact(const dest *d, const char *msg, char *buf, size_t len) {
+  char tmp[2048];
+  snprintf(tmp, sizeof tmp, "%s", msg);
+  for (size_t i = 0; i < d->nsecret; i++) {
+    size_t sl = strlen(d->secret[i]);
+    if (sl < 4) continue; /* too short to tell from ordinary text */
+    char *p;
+    while ((p = strstr(tmp, d->secret[i]))) {
+      char rest[2048];
+      snprintf(rest, sizeof rest, "%s", p + sl);
+      snprintf(p, sizeof tmp - (size_t)(p - tmp), "[redacted]%s", rest);
+    }
+  }
+  char inert[2048];
+  snprintf(buf, len, "%s", bf_inert(tmp, inert, sizeof inert));
+}
+
+/* ---- payloads ---------------------------------------------------------------- */
+
+typedef struct payload {
+  char *body;
+  size_t len;
+  char url[8192];
+  char ctype[128];
+} payload;
+
+static int gzip_buf(const uint8_t *in, size_t n, char **out, size_t *outn) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return -ENOMEM;
+  size_t cap = deflateBound(&z, (uLong)n) + 64;
+  char *b = malloc(cap);
+  if (!b) {
+    deflateEnd(&z);
+    return -ENOMEM;
+  }
+  z.next_in = (Bytef *)in;
+  z.avail_in = (uInt)n;
+  z.next_out = (Bytef *)b;
+  z.avail_out = (uInt)cap;
+  int zr = deflate(&z, Z_FINISH);
+  *outn = cap - z.avail_out;
+  deflateEnd(&z);
+  if (zr != Z_STREAM_END) {
+    free(b);
+    return -EIO;
+  }
+  *out = b;
+  return 0;
+}
+
+static int otlp_payload(const dest *d, bf_store *s, int64_t id, payload *p) {
+  bf_otlp_opts o = {.service_name = d->service, .resource_attributes = getenv("OTEL_RESOURCE_ATTRIBUTES")};
+  uint8_t *raw = NULL;
+  size_t n = 0;
+  int rc = bf_otlp_encode(s, &id, 1, NULL, &o, &raw, &n);
+  if (rc) return rc;
+  if (d->gzip) {
+    rc = gzip_buf(raw, n, &p->body, &p->len);
+    free(raw);
+  } else {
+    p->body = (char *)raw;
+    p->len = n;
+  }
+  snprintf(p->url, sizeof p->url, "%s", d->url);
+  snprintf(p->ctype, sizeof p->ctype, "application/x-protobuf");
+  return rc;
+}
+
+/* Percent-encode s (unreserved characters kept) onto the end of buf. */
+static void qput(char *buf, size_t len, const char *s) {
+  size_t o = strlen(buf);
+  for (; *s && o + 4 < len; s++) {
+    unsigned char c = (unsigned char)*s;
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || strchr("-._~", c))
+      buf[o++] = (char)c;
+    else
+      o += (size_t)snprintf(buf + o, len - o, "%%%02X", c);
+  }
+  buf[o] = 0;
+}
+
+/* A Pyroscope label value: what its name syntax allows ({k=v,...}), else '_'. */
+static void label(char *name, size_t len, const char *key, const char *v) {
+  if (!v || !*v) return;
+  size_t o = strlen(name);
+  o += (size_t)snprintf(name + o, o < len ? len - o : 0, "%s%s=", name[o - 1] == '{' ? "" : ",", key);
+  for (; *v && o + 2 < len; v++)
+    name[o++] = (isalnum((unsigned char)*v) || strchr("_.:/-@", *v)) ? *v : '_';
+  name[o] = 0;
+}
+
+/* pprof of the session as the "profile" part of a form, with a sample type
+ * config naming what its first value is (Pyroscope shows APP.<clock>). */
+static int pyroscope_payload(const dest *d, bf_store *s, int64_t id, const bf_session_info *in, payload *p) {
+  char *pb = NULL;
+  size_t pn = 0;
+  FILE *m = open_memstream(&pb, &pn);
+  if (!m) return -ENOMEM;
+  int rc = bf_export_pprof(s, id, NULL, m);
+  if (fclose(m) && !rc) rc = -EIO;
+  if (rc) {
+    free(pb);
+    return rc;
+  }
+  int traced = strcmp(in->kind, "traced") == 0;
+  const char *clock = in->clock && strcmp(in->clock, "cpu") == 0 ? "cpu" : "wall";
+  char cfg[512], head[512], tail[256], boundary[64];
+  snprintf(cfg, sizeof cfg, "{\"%s\":{\"units\":\"samples\",\"aggregation\":\"sum\",\"display-name\":\"%s\",\"sampled\":%s}}",
+           traced ? "calls" : "samples", traced ? "calls" : clock, traced ? "false" : "true");
+  snprintf(boundary, sizeof boundary, "bifocal-%lld-%ld", (long long)id, (long)time(NULL));
+  snprintf(head, sizeof head, "--%s\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"profile.pprof\"\r\n"
+           "Content-Type: application/octet-stream\r\n\r\n", boundary);
+  snprintf(tail, sizeof tail, "\r\n--%s\r\nContent-Disposition: form-data; name=\"sample_type_config\"; "
+           "filename=\"sample_type_config.json\"\r\nContent-Type: application/json\r\n\r\n", boundary);
+  size_t hl = strlen(head), tl = strlen(tail), cl = strlen(cfg), el = strlen(boundary) + 8;
+  p->body = malloc(hl + pn + tl + cl + el);
+  if (!p->body) {
+    free(pb);
+    return -ENOMEM;
+  }
+  memcpy(p->body, head, hl);
+  memcpy(p->body + hl, pb, pn);
+  memcpy(p->body + hl + pn, tail, tl);
+  memcpy(p->body + hl + pn + tl, cfg, cl);
+  p->len = hl + pn + tl + cl;
+  p->len += (size_t)sprintf(p->body + p->len, "\r\n--%s--\r\n", boundary);
+  free(pb);
+  snprintf(p->ctype, sizeof p->ctype, "multipart/form-data; boundary=%s", boundary);
+  /* name=APP{labels}&from=&until=&sampleRate=&spyName=bifocal&format=pprof */
+  char name[1024], num[64];
+  snprintf(name, sizeof name, "%s{", d->service);
+  char sid[32];
+  snprintf(sid, sizeof sid, "%lld", (long long)id);
+  label(name, sizeof name, "bifocal_session", sid);
+  label(name, sizeof name, "bifocal_clock", in->clock);
+  label(name, sizeof name, "bifocal_mode", in->mode);
+  label(name, sizeof name, "hostname", in->host);
+  label(name, sizeof name, "python_version", in->python_version);
+  label(name, sizeof name, "commit", in->commit);
+  label(name, sizeof name, "label", in->label);
+  snprintf(name + strlen(name), sizeof name - strlen(name), "}");
+  int64_t from = in->start_ns / 1000000000, until = (in->start_ns + in->duration_ns + 999999999) / 1000000000;
+  if (until <= from) until = from + 1;
+  snprintf(p->url, sizeof p->url, "%s?name=", d->url);
+  qput(p->url, sizeof p->url, name);
+  snprintf(num, sizeof num, "&from=%lld&until=%lld", (long long)from, (long long)until);
+  snprintf(p->url + strlen(p->url), sizeof p->url - strlen(p->url), "%s", num);
+  if (in->rate_hz > 0)
+    snprintf(p->url + strlen(p->url), sizeof p->url - strlen(p->url), "&sampleRate=%lld", (long long)llround(in->rate_hz));
+  snprintf(p->url + strlen(p->url), sizeof p->url - strlen(p->url), "&spyName=bifocal&format=pprof");
+  return 0;
+}
+
+/* ---- sending ----------------------------------------------------------------- */
+
+typedef struct outcome {
+  int ok;
+  long status;
+  int attempts;
+  size_t bytes;
+  char error[1024];
+} outcome;
+
+static void nap_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) && errno == EINTR) {
+  }
+}
+
+/* OTLP's answer: an ExportProfilesServiceResponse; rejected profiles, if any. */
+static int64_t otlp_rejected(const uint8_t *b, size_t n, char *msg, size_t mlen) {
+  msg[0] = 0;
+  /* field 1 (partial_success), length-delimited: fields 1 (varint), 2 (string) */
+  if (n < 2 || b[0] != 0x0a || b[1] >= 0x80 || (size_t)b[1] + 2 > n) return 0;
+  const uint8_t *p = b + 2, *end = b + 2 + b[1];
+  int64_t rejected = 0;
+  while (p < end) {
+    uint8_t tag = *p++;
+    if (tag == 0x08) {
+      uint64_t v = 0;
+      for (int sh = 0; p < end && sh < 64; sh += 7) {
+        v |= (uint64_t)(*p & 0x7f) << sh;
+        if (!(*p++ & 0x80)) break;
+      }
+      rejected = (int64_t)v;
+    } else if (tag == 0x12 && p < end && *p < 0x80 && p + 1 + *p <= end) {
+      snprintf(msg, mlen, "%.*s", (int)*p, (const char *)p + 1);
+      p += 1 + *p;
+    } else {
+      break;
+    }
+  }
+  return rejected;
+}
+
+static int retryable(bf_http_result r, long status) {
+  if (r == BF_HTTP_CONNECT || r == BF_HTTP_TIMEOUT || r == BF_HTTP_TRANSFER) return 1;
+  return r == BF_HTTP_OK && (status == 408 || status == 429 || status == 502 || status == 503 || status == 504 ||
+                             status == 500);
+}
+
+static void send_payload(const dest *d, const payload *p, outcome *out) {
+  const char *hdrs[MAX_HEADERS + 3];
+  char ct[160];
+  size_t nh = 0;
+  snprintf(ct, sizeof ct, "Content-Type: %s", p->ctype);
+  hdrs[nh++] = ct;
+  if (d->kind == DEST_OTLP && d->gzip) hdrs[nh++] = "Content-Encoding: gzip";
+  for (size_t i = 0; i < d->nhdr; i++) hdrs[nh++] = d->hdr[i];
+  hdrs[nh] = NULL;
+  bf_http_req rq = d->rq;
+  rq.url = p->url;
+  rq.headers = hdrs;
+  rq.body = p->body;
+  rq.body_len = p->len;
+  out->bytes = p->len;
+  long backoff = 500;
+  for (int a = 0; a <= d->retries; a++) {
+    bf_http_resp r;
+    char err[1024] = "";
+    bf_http_result res = bf_http_send(&rq, &r, err, sizeof err);
+    out->attempts = a + 1;
+    out->status = r.status;
+    if (res == BF_HTTP_OK && r.status >= 200 && r.status < 300) {
+      char msg[256];
+      int64_t rej = d->kind == DEST_OTLP ? otlp_rejected(r.body, r.len, msg, sizeof msg) : 0;
+      if (rej > 0) {
+        char m2[1024];
+        snprintf(m2, sizeof m2, "%s accepted the request but rejected %lld profile(s): %s", d->shown, (long long)rej,
+                 msg);
+        redact(d, m2, out->error, sizeof out->error);
+      } else {
+        out->ok = 1;
+      }
+      bf_http_resp_free(&r);
+      return;
+    }
+    if (res == BF_HTTP_OK) {
+      char body[200];
+      snprintf(body, sizeof body, "%.*s", (int)(r.len < 160 ? r.len : 160), r.body ? (const char *)r.body : "");
+      for (char *c = body; *c; c++)
+        if (*c == '\n' || *c == '\r') *c = ' ';
+      snprintf(err, sizeof err, "%s answered HTTP %ld%s%s", d->shown, r.status, *body ? ": " : "", body);
+    }
+    long wait = backoff;
+    if (res == BF_HTTP_OK && r.retry_after_s >= 0) wait = r.retry_after_s * 1000;
+    bf_http_resp_free(&r);
+    if (!retryable(res, out->status) || a == d->retries) {
+      snprintf(err + strlen(err), sizeof err - strlen(err), "%s",
+               retryable(res, out->status) ? " (gave up after the last retry; the session stays in the database)" : "");
+      redact(d, err, out->error, sizeof out->error);
+      return;
+    }
+    if (wait > RETRY_AFTER_MAX_S * 1000L) {
+      snprintf(err + strlen(err), sizeof err - strlen(err), " and asks to wait %ld s, more than the %d s bound: try later",
+               wait / 1000, RETRY_AFTER_MAX_S);
+      redact(d, err, out->error, sizeof out->error);
+      return;
+    }
+    nap_ms(wait);
+    backoff = backoff * 2 > 8000 ? 8000 : backoff * 2;
+  }
+}
+
+/* ---- the command ------------------------------------------------------------- */
+
+static void report(const bf_cli *cli, const dest *d, int64_t id, const outcome *o, int json, int first) {
+  if (json) {
+    printf("%s{\"session\":%lld,\"to\":", first ? "" : ",", (long long)id);
+    bf_json_str(stdout, d->shown);
+    printf(",\"ok\":%s,\"status\":%ld,\"attempts\":%d,\"bytes\":%zu,\"error\":", o->ok ? "true" : "false", o->status,
+           o->attempts, o->bytes);
+    if (o->ok)
+      printf("null}");
+    else
+      bf_json_str(stdout, o->error);
+    return;
+  }
+  (void)cli;
+  if (o->ok)
+    printf("session %lld pushed to %s (HTTP %ld, %zu bytes, %d attempt%s)\n", (long long)id, d->shown, o->status,
+           o->bytes, o->attempts, o->attempts == 1 ? "" : "s");
+  else
+    bf_cli_error("session %lld not pushed: %s", (long long)id, o->error);
+}
+
+static int push_one(bf_cli *cli, const dest *d, bf_store *s, const char *arg, int json, int first) {
+  int64_t id;
+  int rc = bf_cli_session_arg(cli, s, arg, &id);
+  if (rc) return rc;
+  bf_session_info *in = NULL;
+  payload p = {0};
+  outcome o = {0};
+  if ((rc = bf_store_session_get(s, id, &in)) ||
+      (rc = d->kind == DEST_OTLP ? otlp_payload(d, s, id, &p) : pyroscope_payload(d, s, id, in, &p))) {
+    snprintf(o.error, sizeof o.error, "cannot encode it: %s", bf_store_errmsg(s));
+    if (rc == -ENOMEM) snprintf(o.error, sizeof o.error, "out of memory encoding it");
+  } else {
+    send_payload(d, &p, &o);
+  }
+  report(cli, d, id, &o, json, first);
+  free(p.body);
+  bf_session_info_free(in);
+  return o.ok ? 0 : 1;
+}
+
+static int parse_seconds(const char *arg, const char *what, long *ms) {
+  char *end;
+  double v = strtod(arg, &end);
+  if (end == arg || *end || !(v > 0) || v > 3600) {
+    bf_cli_error("%s takes seconds (0 < S <= 3600), not '%s'", what, arg);
+    return 2;
+  }
+  *ms = (long)(v * 1000 + 0.5);
+  return 0;
+}
+
+int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"to", required_argument, NULL, 'T'},
+                                       {"service", required_argument, NULL, 'N'},
+                                       {"headers-file", required_argument, NULL, 'H'},
+                                       {"timeout", required_argument, NULL, 'w'},
+                                       {"retries", required_argument, NULL, 'R'},
+                                       {"cacert", required_argument, NULL, 'C'},
+                                       {"insecure", no_argument, NULL, 'k'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  const char *to = NULL, *hfile = NULL, *comp = getenv("OTEL_EXPORTER_OTLP_COMPRESSION");
+  dest d = {.retries = 3, .rq = {.max_response = 1 << 20, .max_redirects = 3, .timeout_ms = 10000}};
+  d.service = getenv("OTEL_SERVICE_NAME");
+  int json = 0, c, rc = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'T': to = optarg; break;
+      case 'N': d.service = optarg; break;
+      case 'H': hfile = optarg; break;
+      case 'w':
+        if (parse_seconds(optarg, "--timeout", &d.rq.timeout_ms)) return 2;
+        break;
+      case 'R': {
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (end == optarg || *end || v < 0 || v > 10) {
+          bf_cli_error("--retries takes 0..10, not '%s'", optarg);
+          return 2;
+        }
+        d.retries = (int)v;
+        break;
+      }
+      case 'C': d.rq.ca_file = optarg; break;
+      case 'k': d.rq.insecure = 1; break;
+      case 'j': json = 1; break;
+      case 'h': bf_cli_usage(bf_cli_find("push"), stdout); return 0;
+      default: return 2;
+    }
+  }
+  if (optind >= argc) {
+    bf_cli_error("push needs one or more session ids or labels");
+    return 2;
+  }
+  d.gzip = !(comp && strcmp(comp, "none") == 0);
+  if ((rc = parse_dest(&d, to))) return rc;
+  if (!d.service || !*d.service) d.service = d.kind == DEST_OTLP ? NULL : "bifocal";
+  rc = d.kind == DEST_OTLP ? otel_headers(&d, getenv("OTEL_EXPORTER_OTLP_PROFILES_HEADERS") ? "OTEL_EXPORTER_OTLP_PROFILES_HEADERS"
+                                                                                             : "OTEL_EXPORTER_OTLP_HEADERS")
+                           : pyroscope_auth(&d);
+  if (!rc && hfile) rc = headers_file(&d, hfile);
+  bf_store *s = NULL;
+  if (!rc) rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
+  if (rc) {
+    dest_free(&d);
+    return rc;
+  }
+  int failed = 0;
+  if (json) printf("[");
+  for (int i = optind; i < argc; i++) {
+    int r = push_one(cli, &d, s, argv[i], json, i == optind);
+    if (r) failed = r > failed ? r : failed;
+  }
+  if (json) printf("]\n");
+  bf_store_close(s);
+  dest_free(&d);
+  return failed;
+}
