@@ -354,7 +354,7 @@ static int pyroscope_payload(const dest *d, bf_store *s, int64_t id, const bf_se
            "Content-Type: application/octet-stream\r\n\r\n", boundary);
   snprintf(tail, sizeof tail, "\r\n--%s\r\nContent-Disposition: form-data; name=\"sample_type_config\"; "
            "filename=\"sample_type_config.json\"\r\nContent-Type: application/json\r\n\r\n", boundary);
-  size_t hl = strlen(head), tl = strlen(tail), cl = strlen(cfg), el = strlen(boundary) + 8;
+  size_t hl = strlen(head), tl = strlen(tail), cl = strlen(cfg), el = strlen(boundary) + 16; /* "\r\n--B--\r\n" and its NUL */
   p->body = malloc(hl + pn + tl + cl + el);
   if (!p->body) {
     free(pb);

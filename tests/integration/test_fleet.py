@@ -410,3 +410,371 @@ def test_otlp_export_imported(db, tmp_path):
     assert got == {"main;parse;lex": 70, "main;parse": 20, "main;render": 10}
     assert "period" not in p
     assert o.attrs_of(p)["bifocal.session.kind"] == "imported"
+
+
+# ---- push: a loopback receiver ------------------------------------------------
+
+import base64  # noqa: E402
+import email.parser  # noqa: E402
+import gzip  # noqa: E402
+import http.server  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import urllib.parse  # noqa: E402
+
+SECRET = "s3cr3t-Tok3n-5f0c1a"
+PASSWORD = "pa55-w0rd-9d2e"
+
+
+class Receiver:
+    """An HTTP server on 127.0.0.1 that records every request and answers
+    each with the next behaviour of its script (the last one repeats):
+    "ok", "500", "400", ("429", SECONDS), ("sleep", SECONDS), "huge", "cut",
+    ("redirect", URL)."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.requests = []
+        rec = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                u = urllib.parse.urlsplit(self.path)
+                rec.requests.append({"path": u.path, "query": urllib.parse.parse_qs(u.query, keep_blank_values=True),
+                                     "raw_query": u.query, "headers": dict(self.headers.items()),
+                                     "body": body, "t": time.monotonic()})
+                b = rec.script.pop(0) if len(rec.script) > 1 else rec.script[0]
+                kind = b[0] if isinstance(b, tuple) else b
+                if kind == "sleep":
+                    time.sleep(b[1])
+                    kind = "ok"
+                if kind == "ok":
+                    self.reply(200, b"", "application/x-protobuf")
+                elif kind in ("500", "400"):
+                    self.reply(int(kind), b"backend says no", "text/plain")
+                elif kind == "429":
+                    self.reply(429, b"slow down", "text/plain", {"Retry-After": str(b[1])})
+                elif kind == "huge":
+                    self.reply(200, b"x" * (5 << 20), "application/x-protobuf")
+                elif kind == "redirect":
+                    self.reply(307, b"", "text/plain", {"Location": b[1]})
+                elif kind == "cut":
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    self.wfile.write(b"0123456789")
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+
+            def reply(self, code, body, ctype, extra=None):
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (extra or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except OSError:
+                    pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    made = []
+
+    def make(*script):
+        r = Receiver(script or ("ok",))
+        made.append(r)
+        return r
+    yield make
+    for r in made:
+        r.close()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def push(db, args, env=None, timeout=60):
+    e = {"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=%s,x-team=prof" % SECRET,
+         "PYROSCOPE_BASIC_AUTH_USER": "fleet", "PYROSCOPE_BASIC_AUTH_PASSWORD": PASSWORD}
+    e.update(env or {})
+    t = time.monotonic()
+    r = run(["push"] + list(args), db=db, check=False, env=e, timeout=timeout)
+    return r, time.monotonic() - t
+
+
+def assert_no_secret(db, *texts):
+    for t in texts:
+        assert SECRET not in t and PASSWORD not in t
+        assert base64.b64encode(("fleet:" + PASSWORD).encode()).decode() not in t
+    audit = run(["audit", "--json"], db=db).stdout
+    assert SECRET not in audit and PASSWORD not in audit
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        if os.path.exists(db + suffix):
+            data = open(db + suffix, "rb").read()
+            assert SECRET.encode() not in data and PASSWORD.encode() not in data
+
+
+def imported(db, tmp_path):
+    src = tmp_path / "in.collapsed"
+    src.write_text("main;parse;lex 70\nmain;parse 20\nmain;render 10\n")
+    return run(["import", str(src), "--label", "fleet-import"], db=db).stdout.strip().splitlines()[-1]
+
+
+def test_push_otlp(python, db, tmp_path, receiver):
+    need_protoc()
+    sid, truth = record_workload(python, db, tmp_path)
+    rcv = receiver("ok")
+    r, _ = push(db, [sid, "--to", "otlp+http://127.0.0.1:%d" % rcv.port, "--json"],
+                env={"OTEL_SERVICE_NAME": "checkout", "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=staging,team=prof%20ing"})
+    assert r.returncode == 0, r.stderr
+    (res,) = json.loads(r.stdout)
+    assert res["ok"] and res["status"] == 200 and res["attempts"] == 1 and res["session"] == int(sid)
+    (req,) = rcv.requests
+    assert req["path"] == "/v1development/profiles" and req["raw_query"] == ""
+    h = req["headers"]
+    assert h["Content-Type"] == "application/x-protobuf" and h["Content-Encoding"] == "gzip"
+    assert h["x-api-key"] == SECRET and h["x-team"] == "prof"
+    assert res["bytes"] == len(req["body"])
+    o = Otlp(decode(gzip.decompress(req["body"]), tmp_path))
+    rp = one(o.msg, "resource_profiles")
+    ra = resource_attrs(rp)
+    assert ra["service.name"] == "checkout"
+    assert ra["deployment.environment"] == "staging" and ra["team"] == "prof ing"
+    check_sampled(o, rp, db, sid, truth, tmp_path)
+    assert_no_secret(db, r.stdout, r.stderr)
+
+
+def go_pprof(d, *args):
+    go = shutil.which("go")
+    if not go:
+        pytest.skip("go is missing: apt-get install golang-go (.ci/setup)")
+    env = dict(os.environ, HOME=str(d), GOCACHE=str(d / "gocache"), PPROF_TMPDIR=str(d), GOFLAGS="",
+               GOTOOLCHAIN="local", GOPROXY="off")
+    r = subprocess.run([go, "tool", "pprof"] + list(args), capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def form_parts(req):
+    ctype = req["headers"]["Content-Type"]
+    assert ctype.startswith("multipart/form-data; boundary=")
+    msg = email.parser.BytesParser().parsebytes(b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + req["body"])
+    assert msg.is_multipart()
+    return {p.get_param("name", header="content-disposition"): p.get_payload(decode=True) for p in msg.get_payload()}
+
+
+def test_push_pyroscope(python, db, tmp_path, receiver):
+    sid, truth = record_workload(python, db, tmp_path)
+    info = session_json(db, sid)
+    rcv = receiver("ok")
+    r, _ = push(db, [sid, "--to", "pyroscope://127.0.0.1:%d" % rcv.port, "--service", "checkout"])
+    assert r.returncode == 0, r.stderr
+    (req,) = rcv.requests
+    assert req["path"] == "/ingest"
+    q = {k: v[0] for k, v in req["query"].items()}
+    assert set(q) == {"name", "from", "until", "sampleRate", "spyName", "format"}
+    assert q["format"] == "pprof" and q["spyName"] == "bifocal" and q["sampleRate"] == "200"
+    assert int(q["from"]) == info["start_ns"] // 10**9
+    assert int(q["until"]) >= (info["start_ns"] + info["duration_ns"]) / 1e9 and int(q["until"]) > int(q["from"])
+    m = re.fullmatch(r"checkout\{(.*)\}", q["name"])
+    assert m, q["name"]
+    labels = dict(kv.split("=", 1) for kv in m.group(1).split(","))
+    assert labels["bifocal_session"] == sid and labels["bifocal_clock"] == "wall"
+    assert labels["commit"] == "c0ffee12" and labels["label"] == "fleet-noon"
+    assert labels["python_version"] == truth["version"]
+    assert req["headers"]["Authorization"] == "Basic " + base64.b64encode(("fleet:" + PASSWORD).encode()).decode()
+    parts = form_parts(req)
+    cfg = json.loads(parts["sample_type_config"])
+    assert cfg == {"samples": {"units": "samples", "aggregation": "sum", "display-name": "wall", "sampled": True}}
+    pb = tmp_path / "pushed.pb.gz"
+    pb.write_bytes(parts["profile"])
+    exported = tmp_path / "exported.pb.gz"
+    run(["export", sid, "-f", "pprof", "-o", str(exported)], db=db)
+    assert gzip.decompress(pb.read_bytes()) == gzip.decompress(exported.read_bytes())
+    raw = go_pprof(tmp_path, "-raw", str(pb))
+    body = raw.split("samples/count[dflt] wall/nanoseconds\n")[1].split("Locations")[0]
+    counts = [int(l.split()[0]) for l in body.splitlines() if l.strip() and ":" in l and not l.strip().startswith(("thread", "task"))]
+    assert sum(counts) == info["samples"]
+    assert "w\u00f6rker-1 (%d)" % truth["worker_tid"] in raw
+    assert_no_secret(db, r.stdout, r.stderr)
+
+
+def otlp_to(rcv):
+    return "otlp+http://127.0.0.1:%d" % rcv.port
+
+
+def test_push_refused_is_bounded_and_reported(db, tmp_path):
+    sid = imported(db, tmp_path)
+    r, took = push(db, [sid, "--to", "otlp+http://127.0.0.1:%d" % free_port(), "--retries", "2", "--timeout", "2"])
+    assert r.returncode == 1
+    assert "session %s not pushed" % sid in r.stderr and "connect" in r.stderr.lower()
+    assert "stays in the database" in r.stderr
+    # backoff 0.5 s + 1 s between three refused attempts; nothing waits for a timeout
+    assert 1.4 < took < 8, took
+    assert_no_secret(db, r.stdout, r.stderr)
+    assert session_json(db, sid)["samples"] == 100
+
+
+def test_push_retries_5xx_then_delivers_the_same_bytes(db, tmp_path, receiver):
+    sid = imported(db, tmp_path)
+    rcv = receiver("500", "500", "ok")
+    r, _ = push(db, [sid, "--to", otlp_to(rcv), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["attempts"] == 3
+    assert len(rcv.requests) == 3 and len({q["body"] for q in rcv.requests}) == 1
+    assert_no_secret(db, r.stdout, r.stderr)
+
+
+def test_push_429_honours_retry_after(db, tmp_path, receiver):
+    sid = imported(db, tmp_path)
+    rcv = receiver(("429", 2), "ok")
+    r, _ = push(db, [sid, "--to", otlp_to(rcv)])
+    assert r.returncode == 0, r.stderr
+    assert len(rcv.requests) == 2
+    gap = rcv.requests[1]["t"] - rcv.requests[0]["t"]
+    assert 1.9 < gap < 6, gap
+    # a wait beyond the bound is not taken: said at once, nothing hangs
+    rcv2 = receiver(("429", 120))
+    r, took = push(db, [sid, "--to", otlp_to(rcv2)])
+    assert r.returncode == 1 and len(rcv2.requests) == 1 and took < 10
+    assert "asks to wait 120 s" in r.stderr and "HTTP 429" in r.stderr
+    assert_no_secret(db, r.stdout, r.stderr)
+
+
+def test_push_timeout_is_bounded(db, tmp_path, receiver):
+    sid = imported(db, tmp_path)
+    rcv = receiver(("sleep", 6))
+    r, took = push(db, [sid, "--to", otlp_to(rcv), "--timeout", "1", "--retries", "1"])
+    assert r.returncode == 1
+    assert "timed out" in r.stderr.lower() or "timeout" in r.stderr.lower()
+    # two attempts of 1 s and one 0.5 s backoff
+    assert 2.0 < took < 6, took
+    assert len(rcv.requests) == 2
+    assert_no_secret(db, r.stdout, r.stderr)
+
+
+def test_push_huge_response_and_4xx_are_not_retried(db, tmp_path, receiver):
+    sid = imported(db, tmp_path)
+    rcv = receiver("huge")
+    r, took = push(db, [sid, "--to", otlp_to(rcv)])
+    assert r.returncode == 1 and len(rcv.requests) == 1 and took < 10
+    assert "larger than 1048576 bytes" in r.stderr
+    rcv = receiver("400")
+    r, _ = push(db, [sid, "--to", otlp_to(rcv)])
+    assert r.returncode == 1 and len(rcv.requests) == 1
+    assert "HTTP 400: backend says no" in r.stderr
+    assert_no_secret(db, r.stdout, r.stderr)
+
+
+def test_push_connection_cut_mid_body_is_retried(db, tmp_path, receiver):
+    need_protoc()
+    sid = imported(db, tmp_path)
+    rcv = receiver("cut", "ok")
+    r, took = push(db, [sid, "--to", otlp_to(rcv), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["attempts"] == 2 and took < 10
+    # the receiver may hold both: the same bytes, the same profile ids (its dedup key)
+    a, b = rcv.requests
+    assert a["body"] == b["body"]
+    o = Otlp(decode(gzip.decompress(b["body"]), tmp_path))
+    (p,) = profiles(one(o.msg, "resource_profiles"))
+    assert sum(one(s, "values") for s in p["samples"]) == 100
+    assert_no_secret(db, r.stdout, r.stderr)
+
+
+def test_push_redirects_only_to_the_same_origin(db, tmp_path, receiver):
+    sid = imported(db, tmp_path)
+    other = receiver("ok")
+    rcv = receiver(("redirect", "http://127.0.0.1:%d/v1development/profiles" % other.port))
+    r, _ = push(db, [sid, "--to", otlp_to(rcv)])
+    assert r.returncode == 1 and "another origin" in r.stderr
+    assert other.requests == []  # the secret header never went there
+    same = receiver(("redirect", "/moved"), "ok")
+    same.script[0] = ("redirect", "http://127.0.0.1:%d/moved" % same.port)
+    r, _ = push(db, [sid, "--to", otlp_to(same)])
+    assert r.returncode == 0, r.stderr
+    assert [q["path"] for q in same.requests] == ["/v1development/profiles", "/moved"]
+    assert same.requests[1]["headers"]["x-api-key"] == SECRET
+    assert_no_secret(db, r.stdout, r.stderr)
+
+
+def test_push_headers_file_must_be_private(db, tmp_path, receiver):
+    sid = imported(db, tmp_path)
+    hf = tmp_path / "headers"
+    hf.write_text("# pyroscope behind a proxy\nAuthorization: Bearer %s\nX-Scope-OrgID: team-a\n" % SECRET)
+    os.chmod(hf, 0o644)
+    rcv = receiver("ok")
+    env = {"PYROSCOPE_BASIC_AUTH_USER": "", "PYROSCOPE_BASIC_AUTH_PASSWORD": ""}
+    r, _ = push(db, [sid, "--to", "pyroscope://127.0.0.1:%d" % rcv.port, "--headers-file", str(hf)], env=env)
+    assert r.returncode == 2 and "chmod 600" in r.stderr and rcv.requests == []
+    os.chmod(hf, 0o600)
+    r, _ = push(db, [sid, "--to", "pyroscope://127.0.0.1:%d" % rcv.port, "--headers-file", str(hf)], env=env)
+    assert r.returncode == 0, r.stderr
+    h = rcv.requests[0]["headers"]
+    assert h["Authorization"] == "Bearer " + SECRET and h["X-Scope-OrgID"] == "team-a"
+    q = {k: v[0] for k, v in rcv.requests[0]["query"].items()}
+    assert "sampleRate" not in q  # an import has no rate
+    assert q["name"].startswith("bifocal{") and "label=fleet-import" in q["name"]
+    assert_no_secret(db, r.stdout, r.stderr)
+
+
+def test_push_tls_is_verified(db, tmp_path):
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is missing (needed to make a test certificate)")
+    import ssl
+    sid = imported(db, tmp_path)
+    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(crt),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    rcv = Receiver(("ok",))
+    try:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(crt), str(key))
+        rcv.server.socket = ctx.wrap_socket(rcv.server.socket, server_side=True)
+        to = "otlp+https://127.0.0.1:%d" % rcv.port
+        r, _ = push(db, [sid, "--to", to, "--retries", "0"])
+        assert r.returncode == 1 and "certificate" in r.stderr.lower() and "--cacert" in r.stderr
+        assert rcv.requests == []
+        r, _ = push(db, [sid, "--to", to, "--cacert", str(crt)])
+        assert r.returncode == 0, r.stderr
+        assert len(rcv.requests) == 1 and rcv.requests[0]["headers"]["x-api-key"] == SECRET
+    finally:
+        rcv.close()
+
+
+def test_push_usage_errors(db, tmp_path):
+    sid = imported(db, tmp_path)
+    r, _ = push(db, [sid, "--to", "ftp://user:%s@host/x" % SECRET])
+    assert r.returncode == 2 and "not a push destination" in r.stderr and SECRET not in r.stderr
+    r, _ = push(db, [sid], env={"OTEL_EXPORTER_OTLP_ENDPOINT": ""})
+    assert r.returncode == 2 and "--to URL" in r.stderr
+    r, _ = push(db, ["999", "--to", "otlp+http://127.0.0.1:9"])
+    assert r.returncode != 0 and "999" in r.stderr
