@@ -572,7 +572,7 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
   dest d = {.retries = 3, .rq = {.max_response = 1 << 20, .max_redirects = 3, .timeout_ms = 10000}};
   d.service = getenv("OTEL_SERVICE_NAME");
   int json = 0, c, rc = 0;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
     switch (c) {
       case 'T': to = optarg; break;
       case 'N': d.service = optarg; break;
