@@ -70,7 +70,7 @@ def need_protoc():
 
 # ---- protoc's text format, parsed -------------------------------------------
 
-_TOK = re.compile(r'\s*(?:([A-Za-z_][A-Za-z0-9_]*)\s*(:)?\s*(\{)?|(\})|"((?:[^"\\]|\\.)*)"|([-+0-9.eE]+|true|false))')
+_TOK = re.compile(r'\s*(?:([A-Za-z0-9_]+)\s*(?=[:{])(:)?\s*(\{)?|(\})|"((?:[^"\\]|\\.)*)"|([-+0-9.eE]+|true|false))')
 
 
 def _unescape(s):
@@ -465,6 +465,8 @@ class Receiver:
                     self.reply(429, b"slow down", "text/plain", {"Retry-After": str(b[1])})
                 elif kind == "huge":
                     self.reply(200, b"x" * (5 << 20), "application/x-protobuf")
+                elif kind == "body":
+                    self.reply(200, b[1], b[2])
                 elif kind == "redirect":
                     self.reply(307, b"", "text/plain", {"Location": b[1]})
                 elif kind == "cut":
@@ -778,3 +780,84 @@ def test_push_usage_errors(db, tmp_path):
     assert r.returncode == 2 and "--to URL" in r.stderr
     r, _ = push(db, ["999", "--to", "otlp+http://127.0.0.1:9"])
     assert r.returncode != 0 and "999" in r.stderr
+
+
+# ---- import --from pyroscope ---------------------------------------------------
+
+QUERIER = "/querier.v1.QuerierService/SelectMergeProfile"
+
+
+def decode_raw(payload):
+    r = subprocess.run(["protoc", "--decode_raw"], input=payload, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode()
+    return parse_text(r.stdout.decode())
+
+
+def functions_json(db, sid):
+    rows = json.loads(run(["replay", str(sid), "--view", "functions", "--json", "--limit", "100000"], db=db).stdout)
+    rows = rows.get("functions", rows) if isinstance(rows, dict) else rows
+    return {(f["file"], f["qualname"], f.get("firstlineno", f.get("line"))): f["self_samples"] for f in rows}
+
+
+def test_import_from_pyroscope(python, db, tmp_path, receiver):
+    need_protoc()
+    sid, truth = record_workload(python, db, tmp_path)
+    pb = tmp_path / "merged.pb.gz"
+    run(["export", sid, "-f", "pprof", "-o", str(pb)], db=db)
+    # Pyroscope answers the merged profile as plain protobuf
+    rcv = receiver(("body", gzip.decompress(pb.read_bytes()), "application/proto"))
+    sel = '{service_name="checkout",env="prod"}'
+    r = run(["import", "--from", "pyroscope", "pyroscope://127.0.0.1:%d" % rcv.port, "--query", sel,
+             "--since", "1796000000", "--until", "2026-12-01T10:00:00Z", "--label", "fleet-merged"],
+            db=db, env={"PYROSCOPE_AUTH_TOKEN": SECRET}, check=False)
+    assert r.returncode == 0, r.stderr
+    imp = r.stdout.strip().splitlines()[-1]
+    (req,) = rcv.requests
+    assert req["path"] == QUERIER
+    h = req["headers"]
+    assert h["Content-Type"] == "application/proto" and h["Connect-Protocol-Version"] == "1"
+    assert h["Authorization"] == "Bearer " + SECRET
+    until_ms = 1796119200000  # 2026-12-01T10:00:00Z
+    body = decode_raw(req["body"])
+    assert one(body, "1") == b"process_cpu:cpu:nanoseconds:cpu:nanoseconds"
+    assert one(body, "2") == sel.encode()
+    assert one(body, "3") == 1796000000000 and one(body, "4") == until_ms
+    info = session_json(db, imp)
+    assert info["kind"] == "imported" and info["mode"] == "pyroscope" and info["label"] == "fleet-merged"
+    assert info["start_ns"] == 1796000000 * 10**9 and info["duration_ns"] == (until_ms - 1796000000000) * 10**6
+    q = info["extra"]["pyroscope"]
+    assert q["query"] == sel and q["since_ms"] == 1796000000000 and q["until_ms"] == until_ms
+    assert q["url"] == "http://127.0.0.1:%d%s" % (rcv.port, QUERIER)
+    assert info["samples"] == session_json(db, sid)["samples"]
+    # the same functions, by identity, with the same self samples as the session it came from
+    assert functions_json(db, imp) == functions_json(db, sid)
+    assert_no_secret(db, r.stdout, r.stderr, json.dumps(info))
+
+
+def test_import_from_pyroscope_joins_a_trace(python, db, tmp_path, receiver):
+    sid, truth = record_workload(python, db, tmp_path)
+    tid, _ = traced_session(python, db, tmp_path)
+    pb = tmp_path / "merged.pb.gz"
+    run(["export", sid, "-f", "pprof", "-o", str(pb)], db=db)
+    rcv = receiver(("body", pb.read_bytes(), "application/proto"))  # gzip-compressed is read too
+    imp = run(["import", "--from", "pyroscope", "http://127.0.0.1:%d" % rcv.port, "--query", "{}"],
+              db=db).stdout.strip().splitlines()[-1]
+    rows = json.loads(run(["correlate", imp, tid, "--json"], db=db).stdout)
+    rows = rows.get("functions", rows) if isinstance(rows, dict) else rows
+    by = {r["qualname"]: r for r in rows if r.get("file") == truth["file"]}
+    assert by["leaf"]["calls"] == 500 and by["mid"]["calls"] == 300
+    assert by["leaf"]["self_samples"] > 0
+
+
+def test_import_from_pyroscope_refuses_bad_answers(db, tmp_path, receiver):
+    for behaviour, said in [(("body", b"\xff\xff\xff garbage", "application/proto"), "not a valid pprof"),
+                            ("500", "HTTP 500"), (("body", b"", "application/proto"), "no samples"),
+                            ("huge", "no samples")]:  # 5 MiB of 'x' is a valid message of unknown fields
+        rcv = receiver(behaviour)
+        r = run(["import", "--from", "pyroscope", "pyroscope://127.0.0.1:%d" % rcv.port, "--query", "{}"],
+                db=db, check=False, env={"PYROSCOPE_AUTH_TOKEN": SECRET})
+        assert r.returncode == 1 and said in r.stderr, (behaviour, r.stderr)
+        assert_no_secret(db, r.stdout, r.stderr)
+    assert not os.path.exists(db) or run(["sessions", "--json"], db=db).stdout.strip() in ("[]", "")
+    r = run(["import", "--from", "parca", "http://x", "--query", "{}"], db=db, check=False)
+    assert r.returncode == 2 and "pyroscope" in r.stderr
