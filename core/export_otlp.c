@@ -445,7 +445,15 @@ static int encode_session(ox *x, int64_t id, const bf_sample_filter *f, const bf
   osess o = {.x = x};
   int rc = bf_wstacks_load(x->s, id, f, &o.w);
   if (rc) return rc;
-  o.info = o.w->info;
+  /* a window (f's since/until) is its own profile: its own time range and id */
+  bf_session_info win = *o.w->info;
+  if (f && f->since_ns > 0) {
+    win.start_ns += f->since_ns;
+    win.duration_ns = win.duration_ns > f->since_ns ? win.duration_ns - f->since_ns : 0;
+  }
+  if (f && f->until_ns > 0 && f->until_ns - (f->since_ns > 0 ? f->since_ns : 0) < win.duration_ns)
+    win.duration_ns = f->until_ns - (f->since_ns > 0 ? f->since_ns : 0);
+  o.info = &win;
   bf_q_kind kind = bf_q_kind_of(o.info);
   const char *clock = bf_q_clock_of(o.info) == BF_Q_CPU ? "cpu" : "wall";
   bf_pb rp = {0}, sp = {0}, scope = {0}, smp = {0};

@@ -27,7 +27,9 @@ typedef struct bf_otlp_opts {
  *   traced   — calls/count (exact: one sample per caller→callee edge, the
  *              callee first), and cpu|wall/nanoseconds over rebuilt paths;
  *   imported — samples/count.
- * Samples carry thread.id, thread.name and bifocal.task attributes.
+ * Samples carry thread.id, thread.name and bifocal.task attributes. A time
+ * window in f (since/until) narrows the profiles' time range to it, and so
+ * their profile_id, derived from the session and that range.
  * OUT: *buf (caller frees), *len; untouched on failure (message on the handle). */
 int bf_otlp_encode(bf_store *s, const int64_t *ids, size_t n, const bf_sample_filter *f,
                    const bf_otlp_opts *o, uint8_t **buf, size_t *len);

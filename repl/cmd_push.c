@@ -21,6 +21,7 @@
 #include "fleet.h"
 #include "http.h"
 #include "jsonw.h"
+#include "opts.h"
 #include "otlp.h"
 #include "text.h"
 #include "views.h"
@@ -65,7 +66,7 @@ static int otlp_payload(const dest *d, bf_store *s, int64_t id, payload *p) {
   bf_otlp_opts o = {.service_name = d->service, .resource_attributes = getenv("OTEL_RESOURCE_ATTRIBUTES")};
   uint8_t *raw = NULL;
   size_t n = 0;
-  int rc = bf_otlp_encode(s, &id, 1, NULL, &o, &raw, &n);
+  int rc = bf_otlp_encode(s, &id, 1, &d->filter, &o, &raw, &n);
   if (rc) return rc;
   if (d->gzip) {
     rc = gzip_buf(raw, n, &p->body, &p->len);
@@ -109,7 +110,7 @@ static int pyroscope_payload(const dest *d, bf_store *s, int64_t id, const bf_se
   size_t pn = 0;
   FILE *m = open_memstream(&pb, &pn);
   if (!m) return -ENOMEM;
-  int rc = bf_export_pprof(s, id, NULL, m);
+  int rc = bf_export_pprof(s, id, &d->filter, m);
   if (fclose(m) && !rc) rc = -EIO;
   if (rc) {
     free(pb);
@@ -152,7 +153,9 @@ static int pyroscope_payload(const dest *d, bf_store *s, int64_t id, const bf_se
   label(name, sizeof name, "commit", in->commit);
   label(name, sizeof name, "label", in->label);
   snprintf(name + strlen(name), sizeof name - strlen(name), "}");
-  int64_t from = in->start_ns / 1000000000, until = (in->start_ns + in->duration_ns + 999999999) / 1000000000;
+  int64_t t0 = in->start_ns + d->filter.since_ns, t1 = in->start_ns + in->duration_ns;
+  if (d->filter.until_ns > 0 && in->start_ns + d->filter.until_ns < t1) t1 = in->start_ns + d->filter.until_ns;
+  int64_t from = t0 / 1000000000, until = (t1 + 999999999) / 1000000000;
   if (until <= from) until = from + 1;
   snprintf(p->url, sizeof p->url, "%s?name=", d->url);
   qput(p->url, sizeof p->url, name);
@@ -337,6 +340,8 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
                                        {"cacert", required_argument, NULL, 'C'},
                                        {"insecure", no_argument, NULL, 'k'},
                                        {"json", no_argument, NULL, 'j'},
+                                       {"since", required_argument, NULL, 'S'},
+                                       {"until", required_argument, NULL, 'U'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   const char *to = NULL, *hfile = NULL, *comp = getenv("OTEL_EXPORTER_OTLP_COMPRESSION");
@@ -364,6 +369,10 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
       case 'C': d.rq.ca_file = optarg; break;
       case 'k': d.rq.insecure = 1; break;
       case 'j': json = 1; break;
+      case 'S':
+      case 'U':
+        if (bf_opt_window(c, optarg, &d.filter)) return 2;
+        break;
       case 'h': bf_cli_usage(bf_cli_find("push"), stdout); return 0;
       default: return 2;
     }

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "http.h"
+#include "store.h"
 
 #define MAX_HEADERS 32
 
@@ -24,6 +25,7 @@ typedef struct dest {
   const char *service;
   int gzip;
   bf_http_req rq; /* bounds and TLS options */
+  bf_sample_filter filter; /* push --since/--until: one window of each session */
   int retries;
 } dest;
 

@@ -41,6 +41,15 @@ static const bf_opt_doc docs[] = {
     {"import", "-l, --label L", NULL, "label of the new session"},
     {"import", "-t, --ttl T", NULL, "expire the session after T (90s, 30m, 12h, 7d; see gc)"},
     {"import", "-k, --key SECRET.key", "@file", "open a sealed export with this secret key (see keygen)"},
+    {"import", "--from pyroscope", "pyroscope", "the fleet's merged profile from Pyroscope at URL (pyroscope://, pyroscope+https://, http(s)://)"},
+    {"import", "--query SELECTOR", NULL, "with --from: the label selector, e.g. '{service_name=\"checkout\"}'"},
+    {"import", "--since T", NULL, "with --from: window start (Unix seconds, now-1h, 2026-12-01T10:00:00Z; default now-1h)"},
+    {"import", "--until T", NULL, "with --from: window end (default now)"},
+    {"import", "--profile-type ID", NULL, "with --from: default process_cpu:cpu:nanoseconds:cpu:nanoseconds"},
+    {"import", "--headers-file FILE", "@file", "with --from: extra 'Name: value' headers from a 0600 file of yours"},
+    {"import", "--timeout S", NULL, "with --from: bound of the request (default 30)"},
+    {"import", "--cacert FILE", "@file", "with --from: verify TLS against this CA bundle"},
+    {"import", "--insecure", NULL, "with --from: do not verify TLS certificates"},
 
     {"replay", "-v, --view V", "functions flame heatmap gil stack tasks", "the view (default functions)"},
     {"replay", "-j, --json", NULL, "machine-readable output (functions view)"},
@@ -155,6 +164,8 @@ static const bf_opt_doc docs[] = {
     {"push", "--cacert FILE", "@file", "verify TLS against this CA bundle instead of the system's"},
     {"push", "--insecure", NULL, "do not verify TLS certificates (never the default)"},
     {"push", "-j, --json", NULL, "one JSON array with each session's outcome"},
+    {"push", "--since S", NULL, "only samples from S seconds after the session start (one window)"},
+    {"push", "--until S", NULL, "only samples until S seconds after the session start"},
 };
 #define NDOCS (sizeof docs / sizeof *docs)
 

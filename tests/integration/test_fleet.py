@@ -861,3 +861,27 @@ def test_import_from_pyroscope_refuses_bad_answers(db, tmp_path, receiver):
     assert not os.path.exists(db) or run(["sessions", "--json"], db=db).stdout.strip() in ("[]", "")
     r = run(["import", "--from", "parca", "http://x", "--query", "{}"], db=db, check=False)
     assert r.returncode == 2 and "pyroscope" in r.stderr
+
+
+def test_push_windows(python, db, tmp_path, receiver):
+    need_protoc()
+    sid, truth = record_workload(python, db, tmp_path)
+    info = session_json(db, sid)
+    rcv = receiver("ok")
+    half = round(info["duration_s"] / 2, 3)
+    for w in (["--until", "%.3f" % half], ["--since", "%.3f" % half]):
+        r, _ = push(db, [sid, "--to", otlp_to(rcv)] + w)
+        assert r.returncode == 0, r.stderr
+    ids, totals = [], []
+    for req, w in zip(rcv.requests, (["--until", "%.3f" % half], ["--since", "%.3f" % half])):
+        o = Otlp(decode(gzip.decompress(req["body"]), tmp_path))
+        counts = profiles(one(o.msg, "resource_profiles"))[0]
+        got = sum(one(s, "values") for s in counts["samples"])
+        want = sum(read_collapsed(run(["export", sid, "-f", "collapsed", "-o", "-"] + w, db=db).stdout).values())
+        assert got == want
+        totals.append(got)
+        ids.append(one(counts, "profile_id"))
+        start = one(counts, "time_unix_nano")
+        assert start == info["start_ns"] + (0 if w[0] == "--until" else int(half * 1000) * 10**6)
+    assert ids[0] != ids[1]
+    assert sum(totals) == info["samples"]
