@@ -139,9 +139,11 @@ int main(int argc, char **argv) {
           break;
         default: {
           size_t len = rnd() % 64, from = rnd() % n;
-          if (from + len <= n && n + len < sizeof buf) {
+          uint8_t dup[64];
+          if (from + len <= n && n + len < sizeof buf) { /* a copy of another span, inserted at at */
+            memcpy(dup, buf + from, len);
             memmove(buf + at + len, buf + at, n - at);
-            memcpy(buf + at, buf + (from < at ? from : from + len), len > n - from ? 0 : len);
+            memcpy(buf + at, dup, len);
             n += len;
           }
         }
