@@ -287,11 +287,11 @@ static int no_runtime(bf_smp *h, int pid, smp_elf *elf, const char *exe, const c
     if (!b || sscanf(b + 6, "%d.%d", &mj, &mn) != 2 || mj > 3 || (mj == 3 && mn > 6)) mj = 0;
   }
   if (mj)
-    return smp_seterr(h, -ENOTSUP, "process %d runs unsupported Python version %d.%d; bifocal supports 3.8–3.14",
+    return smp_seterr(h, -ENOTSUP, "process %d runs unsupported Python version %d.%d; bifocal supports 3.8–3.15",
                       pid, mj, mn);
   if (old)
     return smp_seterr(h, -ENOTSUP,
-                      "process %d runs an unsupported Python (older than 3.7); bifocal supports 3.8–3.14", pid);
+                      "process %d runs an unsupported Python (older than 3.7); bifocal supports 3.8–3.15", pid);
   return smp_seterr(h, -ENOEXEC, "process %d (%s) is not a Python process (no _PyRuntime symbol)", pid, exe);
 }
 
@@ -338,7 +338,7 @@ static int read_version(bf_smp *h, int pid, smp_elf *elf, uint64_t bias, const c
  * the build as the ELF file tells it. */
 static int choose_layout(bf_smp *h, int pid, int minor, int debug, int ft, uint64_t rt_size) {
   if (minor < 8)
-    return smp_seterr(h, -ENOTSUP, "process %d runs unsupported Python version %s; bifocal supports 3.8–3.14", pid,
+    return smp_seterr(h, -ENOTSUP, "process %d runs unsupported Python version %s; bifocal supports 3.8–3.15", pid,
                       h->version);
   if (minor <= 12) {
     if (debug)

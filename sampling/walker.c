@@ -136,6 +136,8 @@ static const uint8_t *op_table(uint32_t version_hex) {
     case 11: return smp_op_3_11;
     case 12: return smp_op_3_12;
     case 13: return smp_op_3_13;
+    case 14: return smp_op_3_14;
+    case 15: return smp_op_3_15;
     default: return NULL; /* unknown opcodes: callers are not checked */
   }
 }

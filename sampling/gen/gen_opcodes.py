@@ -1,5 +1,5 @@
 """Print the per-version opcode table (sampling/gen/opcodes.h) the walker's
-torn-stack check uses. Run once per CPython 3.8-3.13 (gen_opcodes.sh):
+torn-stack check uses. Run once per CPython 3.8-3.15 (gen_opcodes.sh):
 
     smp_op_3_<minor>[opcode] = caches | class << 4
 
@@ -22,6 +22,10 @@ if minor >= 11:
     # only what the eval loop runs inline (no C frame in between)
     CALLS = {"CALL", "CALL_FUNCTION_EX", "CALL_KW", "PRECALL", "SEND", "FOR_ITER",
              "BINARY_SUBSCR", "LOAD_ATTR", "EXIT_INIT_CHECK"}
+    if minor >= 14:
+        # 3.14 folded BINARY_SUBSCR into BINARY_OP (BINARY_OP_SUBSCR_GETITEM
+        # pushes __getitem__'s frame inline)
+        CALLS.add("BINARY_OP")
     UNKNOWN = {"INSTRUMENTED_LINE", "INSTRUMENTED_INSTRUCTION", "ENTER_EXECUTOR"}
     PLAIN = None  # everything else
 else:
@@ -46,7 +50,7 @@ def base(name):
 
 def caches(name):
     ice = opcode._inline_cache_entries
-    if isinstance(ice, dict):
+    if hasattr(ice, "get"):  # a dict (3.13), a frozendict (3.15)
         return ice.get(name, 0)
     return ice[opmap[name]] if name in opmap and opmap[name] < len(ice) else 0
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate sampling/gen/opcodes.h (the torn-stack check's opcode classes)
-# from every pyenv CPython 3.8-3.13.
+# from every pyenv CPython 3.8-3.13 and the Debian sid root's 3.14 and 3.15
+# (.ci/sid-root; their wrappers in $BIFOCAL_SID_BIN).
 set -euo pipefail
 cd "$(dirname "$0")"
 root="${PYENV_ROOT:-$HOME/.pyenv}"
@@ -13,6 +14,11 @@ root="${PYENV_ROOT:-$HOME/.pyenv}"
   for v in 3.8 3.9 3.10 3.11 3.12 3.13; do
     d=$(ls -d "$root"/versions/$v.* | sort -V | tail -1)
     "$d/bin/python3" gen_opcodes.py
+  done
+  sid="${BIFOCAL_SID_BIN:-/var/lib/bifocal/bin}"
+  for v in 3.14 3.15; do
+    # the wrapper runs in the caller's directory (bound into the root)
+    "$sid/python$v" gen_opcodes.py
   done
   echo "#endif"
 } > opcodes.h
