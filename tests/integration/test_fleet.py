@@ -885,3 +885,21 @@ def test_push_windows(python, db, tmp_path, receiver):
         assert start == info["start_ns"] + (0 if w[0] == "--until" else int(half * 1000) * 10**6)
     assert ids[0] != ids[1]
     assert sum(totals) == info["samples"]
+
+
+def test_push_otlp_endpoint_from_the_environment(db, tmp_path, receiver):
+    need_protoc()
+    sid = imported(db, tmp_path)
+    rcv = receiver("ok")
+    r, _ = push(db, [sid], env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:%d/" % rcv.port,
+                                "OTEL_EXPORTER_OTLP_COMPRESSION": "none"})
+    assert r.returncode == 0, r.stderr
+    (req,) = rcv.requests
+    assert req["path"] == "/v1development/profiles" and "Content-Encoding" not in req["headers"]
+    o = Otlp(decode(req["body"], tmp_path))
+    assert resource_attrs(one(o.msg, "resource_profiles"))["service.name"] == "unknown_service:bifocal"
+    # the signal's own endpoint is used as it is
+    r, _ = push(db, [sid], env={"OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT": "http://127.0.0.1:%d/custom/profiles" % rcv.port})
+    assert r.returncode == 0, r.stderr
+    assert rcv.requests[1]["path"] == "/custom/profiles"
+    assert_no_secret(db, r.stdout, r.stderr)
