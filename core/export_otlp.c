@@ -447,12 +447,12 @@ static int encode_session(ox *x, int64_t id, const bf_sample_filter *f, const bf
   if (rc) return rc;
   /* a window (f's since/until) is its own profile: its own time range and id */
   bf_session_info win = *o.w->info;
-  if (f && f->since_ns > 0) {
-    win.start_ns += f->since_ns;
-    win.duration_ns = win.duration_ns > f->since_ns ? win.duration_ns - f->since_ns : 0;
+  int64_t since = f && f->since_ns > 0 ? f->since_ns : 0, end = win.duration_ns;
+  if (f && f->until_ns > 0 && (end <= 0 || f->until_ns < end)) end = f->until_ns; /* a session still recording has no duration yet */
+  if (f && (since || f->until_ns > 0)) {
+    win.start_ns += since;
+    win.duration_ns = end > since ? end - since : 0;
   }
-  if (f && f->until_ns > 0 && f->until_ns - (f->since_ns > 0 ? f->since_ns : 0) < win.duration_ns)
-    win.duration_ns = f->until_ns - (f->since_ns > 0 ? f->since_ns : 0);
   o.info = &win;
   bf_q_kind kind = bf_q_kind_of(o.info);
   const char *clock = bf_q_clock_of(o.info) == BF_Q_CPU ? "cpu" : "wall";

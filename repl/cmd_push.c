@@ -23,7 +23,9 @@
 #include "jsonw.h"
 #include "opts.h"
 #include "otlp.h"
+#include "query.h"
 #include "text.h"
+#include "util.h"
 #include "views.h"
 
 #define RETRY_AFTER_MAX_S 30
@@ -154,7 +156,8 @@ static int pyroscope_payload(const dest *d, bf_store *s, int64_t id, const bf_se
   label(name, sizeof name, "label", in->label);
   snprintf(name + strlen(name), sizeof name - strlen(name), "}");
   int64_t t0 = in->start_ns + d->filter.since_ns, t1 = in->start_ns + in->duration_ns;
-  if (d->filter.until_ns > 0 && in->start_ns + d->filter.until_ns < t1) t1 = in->start_ns + d->filter.until_ns;
+  if (d->filter.until_ns > 0 && (in->duration_ns <= 0 || in->start_ns + d->filter.until_ns < t1))
+    t1 = in->start_ns + d->filter.until_ns;
   int64_t from = t0 / 1000000000, until = (t1 + 999999999) / 1000000000;
   if (until <= from) until = from + 1;
   snprintf(p->url, sizeof p->url, "%s?name=", d->url);
@@ -174,6 +177,7 @@ typedef struct outcome {
   long status;
   int attempts;
   size_t bytes;
+  int retryable; /* the last failure may pass (refused, timeout, 5xx, 429) */
   char error[1024];
 } outcome;
 
@@ -261,6 +265,7 @@ static void send_payload(const dest *d, const payload *p, outcome *out) {
     long wait = backoff;
     if (res == BF_HTTP_OK && r.retry_after_s >= 0) wait = r.retry_after_s * 1000;
     bf_http_resp_free(&r);
+    out->retryable = retryable(res, out->status);
     if (!retryable(res, out->status) || a == d->retries) {
       snprintf(err + strlen(err), sizeof err - strlen(err), "%s",
                retryable(res, out->status) ? " (gave up after the last retry; the session stays in the database)" : "");
@@ -331,6 +336,91 @@ static int parse_seconds(const char *arg, const char *what, long *ms) {
   return 0;
 }
 
+/* ---- push --follow: each window of a growing session as it closes ---------- */
+
+static int64_t wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Window k of session id: encode and send until it is delivered, waiting
+ * between rounds while the backend stays away (the samples wait in the
+ * database, which the recorder keeps writing: it never waits on this). 0 sent,
+ * 1 refused for good. */
+static int follow_window(const bf_cli *cli, dest *d, bf_store *s, int64_t id, int64_t k, int64_t every_ns,
+                         int64_t end_ns) {
+  d->filter.since_ns = k * every_ns;
+  d->filter.until_ns = end_ns;
+  for (long pause = 1000;; pause = pause * 2 > 30000 ? 30000 : pause * 2) {
+    bf_session_info *in = NULL;
+    payload p = {0};
+    outcome o = {0};
+    int rc = bf_store_session_get(s, id, &in);
+    if (!rc) rc = d->kind == DEST_OTLP ? otlp_payload(d, s, id, &p) : pyroscope_payload(d, s, id, in, &p);
+    if (rc) {
+      bf_cli_error("session %lld window %lld: cannot encode it: %s", (long long)id, (long long)k, bf_store_errmsg(s));
+    } else {
+      send_payload(d, &p, &o);
+    }
+    free(p.body);
+    bf_session_info_free(in);
+    if (o.ok) {
+      printf("session %lld window %lld (%.3f-%.3f s) pushed to %s (HTTP %ld, %zu bytes)\n", (long long)id,
+             (long long)k, (double)k * (double)every_ns / 1e9, (double)end_ns / 1e9, d->shown, o.status, o.bytes);
+      fflush(stdout);
+      return 0;
+    }
+    if (rc || !o.retryable) {
+      if (!rc) bf_cli_error("session %lld window %lld not pushed: %s", (long long)id, (long long)k, o.error);
+      return 1;
+    }
+    bf_cli_warn("session %lld window %lld waits for the backend (%s); next try in %ld s", (long long)id,
+                (long long)k, o.error, pause / 1000);
+    nap_ms(pause);
+  }
+  (void)cli;
+}
+
+/* Has the recorder stored a sample at or after end_ns (from the start)? It
+ * flushes every thread's samples together, so then the window before is whole. */
+static int window_closed(bf_store *s, int64_t id, int64_t end_ns) {
+  bf_sample_filter f = {.since_ns = end_ns};
+  bf_q_cursor *c = NULL;
+  const bf_sample *smp;
+  int any = 0;
+  if (bf_q_timeline_open(s, id, &f, &c) == 0) any = bf_q_timeline_next(c, &smp) == 1;
+  bf_q_timeline_close(c);
+  return any;
+}
+
+/* Push session id window by window (every_ns long, relative to its start),
+ * each once it has closed (a later sample is stored, or 10 s have passed
+ * since its end without any), in order, until the session is finished and
+ * its last window sent. */
+static int follow(const bf_cli *cli, dest *d, bf_store *s, int64_t id, int64_t every_ns) {
+  for (int64_t k = 0;;) {
+    bf_session_info *in = NULL;
+    if (bf_store_session_get(s, id, &in)) {
+      bf_cli_error("%s", bf_store_errmsg(s));
+      return 1;
+    }
+    int done = in->status && strcmp(in->status, "incomplete") != 0;
+    int64_t start = in->start_ns, dur = in->duration_ns;
+    bf_session_info_free(in);
+    int64_t end = (k + 1) * every_ns;
+    if (done && k * every_ns >= dur && k > 0) return 0;
+    if (done || window_closed(s, id, end) || wall_ns() - start > end + 10000000000LL) {
+      if (done && end >= dur) end = 0; /* the last window: to the end */
+      if (follow_window(cli, d, s, id, k, every_ns, end)) return 1;
+      if (!end) return 0;
+      k++;
+      continue;
+    }
+    nap_ms(200);
+  }
+}
+
 int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"to", required_argument, NULL, 'T'},
                                        {"service", required_argument, NULL, 'N'},
@@ -341,13 +431,16 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
                                        {"insecure", no_argument, NULL, 'k'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"since", required_argument, NULL, 'S'},
+                                       {"follow", no_argument, NULL, 'f'},
+                                       {"every", required_argument, NULL, 'e'},
                                        {"until", required_argument, NULL, 'U'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   const char *to = NULL, *hfile = NULL, *comp = getenv("OTEL_EXPORTER_OTLP_COMPRESSION");
   dest d = {.retries = 3, .rq = {.max_response = 1 << 20, .max_redirects = 3, .timeout_ms = 10000}};
   d.service = getenv("OTEL_SERVICE_NAME");
-  int json = 0, c, rc = 0;
+  int json = 0, c, rc = 0, follow_mode = 0;
+  int64_t every_ns = 10000000000LL;
   while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
     switch (c) {
       case 'T': to = optarg; break;
@@ -373,6 +466,13 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
       case 'U':
         if (bf_opt_window(c, optarg, &d.filter)) return 2;
         break;
+      case 'f': follow_mode = 1; break;
+      case 'e':
+        if (bf_parse_duration_ns(optarg, &every_ns) < 0 || every_ns < 1000000000LL || every_ns > 3600000000000LL) {
+          bf_cli_error("--every takes 1s .. 1h (e.g. 10s), not '%s'", optarg);
+          return 2;
+        }
+        break;
       case 'h': bf_cli_usage(bf_cli_find("push"), stdout); return 0;
       default: return 2;
     }
@@ -391,6 +491,18 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
   bf_store *s = NULL;
   if (!rc) rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
   if (rc) {
+    bf_fleet_dest_free(&d);
+    return rc;
+  }
+  if (follow_mode) {
+    int64_t id;
+    if (optind != argc - 1 || json || d.filter.since_ns || d.filter.until_ns) {
+      bf_cli_error("push --follow takes one session (id or label) and no --json/--since/--until");
+      rc = 2;
+    } else if (!(rc = bf_cli_session_arg(cli, s, argv[optind], &id))) {
+      rc = follow(cli, &d, s, id, every_ns);
+    }
+    bf_store_close(s);
     bf_fleet_dest_free(&d);
     return rc;
   }

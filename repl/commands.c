@@ -44,7 +44,7 @@ const bf_cmd bf_cmds[] = {
     {"redact", bf_cmd_redact, "redact ID -o OUT.db [--keep PREFIX ...]",
      "copy a session with file paths hashed and host/command line dropped", NULL},
     {"gc", bf_cmd_gc, "gc [--force]", "delete expired sessions (--ttl) and reclaim the space", NULL},
-    {"push", bf_cmd_push, "push SESSION... [--to URL] [--service NAME] [--headers-file FILE] [--timeout S] [--retries N] [--cacert FILE] [--insecure] [--since S] [--until S] [--json]",
+    {"push", bf_cmd_push, "push SESSION... [--to URL] [--service NAME] [--headers-file FILE] [--timeout S] [--retries N] [--cacert FILE] [--insecure] [--since S] [--until S] [--json] | push ID --follow [--every 10s] [--to URL]",
      "send sessions to a fleet backend: OTLP profiles (otlp+http://HOST:4318) or Pyroscope (pyroscope://HOST:4040)",
      "Credentials come from OTEL_EXPORTER_OTLP_HEADERS, PYROSCOPE_AUTH_TOKEN, PYROSCOPE_BASIC_AUTH_USER/PASSWORD\nor --headers-file FILE (mode 0600, 'Name: value' lines); they are never stored or printed.\nEach request is bounded by --timeout S (default 10) and retried --retries N times (default 3)\non refusal, timeouts, 5xx and 429 (Retry-After honoured up to 30 s)."},
     {"keygen", bf_cmd_keygen, "keygen [-o NAME]", "make NAME.pub / NAME.key for encrypted sharing", NULL},

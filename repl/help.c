@@ -166,6 +166,8 @@ static const bf_opt_doc docs[] = {
     {"push", "-j, --json", NULL, "one JSON array with each session's outcome"},
     {"push", "--since S", NULL, "only samples from S seconds after the session start (one window)"},
     {"push", "--until S", NULL, "only samples until S seconds after the session start"},
+    {"push", "--follow", NULL, "push a session being recorded window by window as each closes, until it ends"},
+    {"push", "--every DURATION", NULL, "with --follow: the window (1s .. 1h, default 10s)"},
 };
 #define NDOCS (sizeof docs / sizeof *docs)
 

@@ -454,12 +454,15 @@ class Receiver:
                                      "body": body, "t": time.monotonic()})
                 b = rec.script.pop(0) if len(rec.script) > 1 else rec.script[0]
                 kind = b[0] if isinstance(b, tuple) else b
+                if kind == "down_until":  # 503 until a moment, then accepted
+                    kind = "ok" if time.monotonic() >= b[1] else "503"
+                rec.requests[-1]["answer"] = kind
                 if kind == "sleep":
                     time.sleep(b[1])
                     kind = "ok"
                 if kind == "ok":
                     self.reply(200, b"", "application/x-protobuf")
-                elif kind in ("500", "400"):
+                elif kind in ("500", "400", "503"):
                     self.reply(int(kind), b"backend says no", "text/plain")
                 elif kind == "429":
                     self.reply(429, b"slow down", "text/plain", {"Retry-After": str(b[1])})
@@ -903,3 +906,56 @@ def test_push_otlp_endpoint_from_the_environment(db, tmp_path, receiver):
     assert r.returncode == 0, r.stderr
     assert rcv.requests[1]["path"] == "/custom/profiles"
     assert_no_secret(db, r.stdout, r.stderr)
+
+
+def test_push_follow_delivers_every_window_once_in_order(python, db, tmp_path, receiver):
+    """A recording pushed window by window while the backend is down for its
+    first seconds: every window arrives once, in order, and they add up to the
+    session; the recorder, a separate process, never waits."""
+    need_protoc()
+    from conftest import wait_session
+    wl = tmp_path / "fleet_work.py"
+    wl.write_text(WORKLOAD)
+    truth = tmp_path / "truth.json"
+    e = dict(os.environ)
+    e.pop("BIFOCAL_DB", None)
+    rec = subprocess.Popen([os.environ.get("BIFOCAL_BIN", "build/bifocal"), "--db", db, "record", "-r", "100",
+                            "--label", "fleet-follow", "--", python, str(wl), str(truth), "6"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    try:
+        wait_session(db, rec)
+        rcv = receiver(("down_until", time.monotonic() + 3.0))
+        env = dict(e, OTEL_EXPORTER_OTLP_HEADERS="x-api-key=" + SECRET)
+        pusher = subprocess.Popen([os.environ.get("BIFOCAL_BIN", "build/bifocal"), "--db", db, "push", "fleet-follow",
+                                   "--follow", "--every", "1s", "--to", otlp_to(rcv), "--timeout", "2", "--retries", "1"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        out_r, err_r = rec.communicate(timeout=120)
+        assert rec.returncode == 0, err_r
+        out_p, err_p = pusher.communicate(timeout=90)
+    finally:
+        for p in (rec,):
+            if p.poll() is None:
+                p.kill()
+    assert pusher.returncode == 0, err_p
+    sid = out_r.strip().splitlines()[-1]
+    info = session_json(db, sid)
+    refused = [q for q in rcv.requests if q["answer"] == "503"]
+    accepted = [q for q in rcv.requests if q["answer"] == "ok"]
+    assert refused, "the backend was never down while windows were ready"
+    assert "waits for the backend" in err_p
+    starts, ids, total = [], [], 0
+    for q in accepted:
+        o = Otlp(decode(gzip.decompress(q["body"]), tmp_path))
+        counts = profiles(one(o.msg, "resource_profiles"))[0]
+        starts.append(one(counts, "time_unix_nano"))
+        ids.append(one(counts, "profile_id"))
+        total += sum(one(s, "values") for s in counts["samples"])
+    # one window per second of the session, each once, in order, none missing
+    n = len(accepted)
+    assert starts == [info["start_ns"] + k * 10**9 for k in range(n)]
+    assert len(set(ids)) == n
+    assert n >= int(info["duration_s"])
+    assert total == info["samples"]
+    assert out_p.count("pushed to") == n
+    assert info["missed"] <= 0.05 * info["samples"]
+    assert_no_secret(db, out_p, err_p, out_r, err_r)
