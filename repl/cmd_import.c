@@ -16,8 +16,7 @@ int bf_cmd_import(bf_cli *cli, int argc, char **argv) {
                                        {"key", required_argument, NULL, 'k'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
-  for (int i = 1; i < argc; i++) /* the fleet's merged profile: cmd_import_pyroscope.c */
-    if (strncmp(argv[i], "--from", 6) == 0) return bf_cmd_import_pyroscope(cli, argc, argv);
+  if (bf_import_is_fleet(argc, argv)) return bf_cmd_import_pyroscope(cli, argc, argv); /* cmd_import_pyroscope.c */
   bf_import_opts io = {.profiler_version = BF_VERSION};
   const char *key = NULL;
   int c;

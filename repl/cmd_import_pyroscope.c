@@ -133,6 +133,17 @@ static int fetch_and_store(bf_cli *cli, dest *d, const iq *q) {
   return 0;
 }
 
+int bf_import_is_fleet(int argc, char **argv) {
+  static const char *const own[] = {"--from", "--query", "--since", "--until", "--profile-type", "--headers-file",
+                                    "--timeout", "--cacert", "--insecure", NULL};
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+    for (const char *const *o = own; *o; o++) {
+      size_t n = strlen(*o);
+      if (strncmp(argv[i], *o, n) == 0 && (argv[i][n] == 0 || argv[i][n] == '=')) return 1;
+    }
+  return 0;
+}
+
 int bf_cmd_import_pyroscope(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {
       {"from", required_argument, NULL, 'F'},    {"query", required_argument, NULL, 'q'},

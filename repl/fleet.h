@@ -51,4 +51,9 @@ void bf_fleet_dest_free(dest *d);
  * hands its arguments to when --from is among them. */
 int bf_cmd_import_pyroscope(bf_cli *cli, int argc, char **argv);
 
+/* Does an import command line use an option of --from's (--from, --query,
+ * --since, --until, --profile-type, --headers-file, --timeout, --cacert,
+ * --insecure)? Then it is bf_cmd_import_pyroscope's. */
+int bf_import_is_fleet(int argc, char **argv);
+
 #endif
