@@ -421,7 +421,14 @@ static int follow(const bf_cli *cli, dest *d, bf_store *s, int64_t id, int64_t e
   }
 }
 
-int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
+typedef struct push_args {
+  const char *to, *hfile;
+  int json, follow;
+  int64_t every_ns;
+} push_args;
+
+/* push's options into d and a. -1 to go on, else the exit status. */
+static int push_opts(int argc, char **argv, dest *d, push_args *a) {
   static const struct option opts[] = {{"to", required_argument, NULL, 'T'},
                                        {"service", required_argument, NULL, 'N'},
                                        {"headers-file", required_argument, NULL, 'H'},
@@ -431,23 +438,19 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
                                        {"insecure", no_argument, NULL, 'k'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"since", required_argument, NULL, 'S'},
+                                       {"until", required_argument, NULL, 'U'},
                                        {"follow", no_argument, NULL, 'f'},
                                        {"every", required_argument, NULL, 'e'},
-                                       {"until", required_argument, NULL, 'U'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
-  const char *to = NULL, *hfile = NULL, *comp = getenv("OTEL_EXPORTER_OTLP_COMPRESSION");
-  dest d = {.retries = 3, .rq = {.max_response = 1 << 20, .max_redirects = 3, .timeout_ms = 10000}};
-  d.service = getenv("OTEL_SERVICE_NAME");
-  int json = 0, c, rc = 0, follow_mode = 0;
-  int64_t every_ns = 10000000000LL;
+  int c;
   while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
     switch (c) {
-      case 'T': to = optarg; break;
-      case 'N': d.service = optarg; break;
-      case 'H': hfile = optarg; break;
+      case 'T': a->to = optarg; break;
+      case 'N': d->service = optarg; break;
+      case 'H': a->hfile = optarg; break;
       case 'w':
-        if (parse_seconds(optarg, "--timeout", &d.rq.timeout_ms)) return 2;
+        if (parse_seconds(optarg, "--timeout", &d->rq.timeout_ms)) return 2;
         break;
       case 'R': {
         char *end;
@@ -456,19 +459,20 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
           bf_cli_error("--retries takes 0..10, not '%s'", optarg);
           return 2;
         }
-        d.retries = (int)v;
+        d->retries = (int)v;
         break;
       }
-      case 'C': d.rq.ca_file = optarg; break;
-      case 'k': d.rq.insecure = 1; break;
-      case 'j': json = 1; break;
+      case 'C': d->rq.ca_file = optarg; break;
+      case 'k': d->rq.insecure = 1; break;
+      case 'j': a->json = 1; break;
       case 'S':
       case 'U':
-        if (bf_opt_window(c, optarg, &d.filter)) return 2;
+        if (bf_opt_window(c, optarg, &d->filter)) return 2;
         break;
-      case 'f': follow_mode = 1; break;
+      case 'f': a->follow = 1; break;
       case 'e':
-        if (bf_parse_duration_ns(optarg, &every_ns) < 0 || every_ns < 1000000000LL || every_ns > 3600000000000LL) {
+        if (bf_parse_duration_ns(optarg, &a->every_ns) < 0 || a->every_ns < 1000000000LL ||
+            a->every_ns > 3600000000000LL) {
           bf_cli_error("--every takes 1s .. 1h (e.g. 10s), not '%s'", optarg);
           return 2;
         }
@@ -481,39 +485,47 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("push needs one or more session ids or labels");
     return 2;
   }
+  if (a->follow && (optind != argc - 1 || a->json || d->filter.since_ns || d->filter.until_ns)) {
+    bf_cli_error("push --follow takes one session (id or label) and no --json/--since/--until");
+    return 2;
+  }
+  return -1;
+}
+
+int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
+  const char *comp = getenv("OTEL_EXPORTER_OTLP_COMPRESSION");
+  dest d = {.retries = 3, .rq = {.max_response = 1 << 20, .max_redirects = 3, .timeout_ms = 10000}};
+  d.service = getenv("OTEL_SERVICE_NAME");
+  push_args a = {.every_ns = 10000000000LL};
+  int rc = push_opts(argc, argv, &d, &a);
+  if (rc >= 0) return rc;
   d.gzip = !(comp && strcmp(comp, "none") == 0);
-  if ((rc = bf_fleet_dest(&d, to, "/ingest"))) return rc;
+  if ((rc = bf_fleet_dest(&d, a.to, "/ingest"))) return rc;
   if (!d.service || !*d.service) d.service = d.kind == DEST_OTLP ? NULL : "bifocal";
-  rc = d.kind == DEST_OTLP ? bf_fleet_otel_headers(&d, getenv("OTEL_EXPORTER_OTLP_PROFILES_HEADERS") ? "OTEL_EXPORTER_OTLP_PROFILES_HEADERS"
-                                                                                             : "OTEL_EXPORTER_OTLP_HEADERS")
-                           : bf_fleet_pyroscope_auth(&d);
-  if (!rc && hfile) rc = bf_fleet_headers_file(&d, hfile);
+  if (d.kind == DEST_OTLP)
+    rc = bf_fleet_otel_headers(&d, getenv("OTEL_EXPORTER_OTLP_PROFILES_HEADERS") ? "OTEL_EXPORTER_OTLP_PROFILES_HEADERS"
+                                                                                 : "OTEL_EXPORTER_OTLP_HEADERS");
+  else
+    rc = bf_fleet_pyroscope_auth(&d);
+  if (!rc && a.hfile) rc = bf_fleet_headers_file(&d, a.hfile);
   bf_store *s = NULL;
   if (!rc) rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
   if (rc) {
     bf_fleet_dest_free(&d);
     return rc;
   }
-  if (follow_mode) {
-    int64_t id;
-    if (optind != argc - 1 || json || d.filter.since_ns || d.filter.until_ns) {
-      bf_cli_error("push --follow takes one session (id or label) and no --json/--since/--until");
-      rc = 2;
-    } else if (!(rc = bf_cli_session_arg(cli, s, argv[optind], &id))) {
-      rc = follow(cli, &d, s, id, every_ns);
+  int64_t id;
+  if (a.follow) {
+    if (!(rc = bf_cli_session_arg(cli, s, argv[optind], &id))) rc = follow(cli, &d, s, id, a.every_ns);
+  } else {
+    if (a.json) printf("[");
+    for (int i = optind; i < argc; i++) {
+      int r = push_one(cli, &d, s, argv[i], a.json, i == optind);
+      if (r > rc) rc = r;
     }
-    bf_store_close(s);
-    bf_fleet_dest_free(&d);
-    return rc;
+    if (a.json) printf("]\n");
   }
-  int failed = 0;
-  if (json) printf("[");
-  for (int i = optind; i < argc; i++) {
-    int r = push_one(cli, &d, s, argv[i], json, i == optind);
-    if (r) failed = r > failed ? r : failed;
-  }
-  if (json) printf("]\n");
   bf_store_close(s);
   bf_fleet_dest_free(&d);
-  return failed;
+  return rc;
 }
