@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,6 +84,7 @@ static int start_trace(const bf_cal_opts *o, pid_t *pid, int *rfd, char *err, si
   }
   fflush(stdout);
   fflush(stderr);
+  pid_t parent = getpid();
   pid_t tp = fork();
   if (tp < 0) {
     int e = errno;
@@ -93,6 +95,9 @@ static int start_trace(const bf_cal_opts *o, pid_t *pid, int *rfd, char *err, si
     return -e;
   }
   if (tp == 0) {
+    /* calibrate killed outright: the trace ends its program, which writes */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);
     dup2(pfd[1], 1);
     close(pfd[0]);
     close(pfd[1]);
@@ -155,6 +160,7 @@ int bf_cal_run(const bf_cal_opts *o, bf_cal_run_result *out) {
   int rfd;
   if (start_trace(o, &tp, &rfd, out->err, sizeof out->err) < 0) return -EIO;
   *o->child = tp;
+  if (*o->stop) kill(tp, SIGTERM); /* stopped before the trace existed: it ends at once */
   sample_traced(o, &tp, out);
   collect_output(rfd, out);
   int tstatus = 0;

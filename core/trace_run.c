@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,10 +51,25 @@ static const char trc_probe[] =
     "print('%d.%d.%d'%sys.version_info[:3]);print(sysconfig.get_config_var('EXT_SUFFIX') or '');"
     "print(os.path.realpath(sys.executable) if sys.executable else '')";
 
-static volatile sig_atomic_t trc_child_pid;
+static volatile sig_atomic_t trc_child_pid, trc_forwarded, trc_pending;
 
-static void trc_forward(int sig) {
-  if (trc_child_pid > 0) kill((pid_t)trc_child_pid, sig);
+/* SIGINT/SIGTERM/SIGHUP/SIGQUIT while the program runs: bifocal waits for it
+ * and passes the first such signal on, so the runner writes what it traced.
+ * SIGINT stays SIGINT (KeyboardInterrupt); the others become SIGTERM, the
+ * one the runner turns into an interrupted, written trace (Python would die
+ * of SIGHUP or SIGQUIT without writing). A terminal's own SIGINT/SIGQUIT
+ * already reached the program's process group: not sent twice. Repeated
+ * signals are absorbed: a second SIGTERM would cut the runner's write. */
+static void trc_forward(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  int from_tty = (sig == SIGINT || sig == SIGQUIT) && si && si->si_code == SI_KERNEL;
+  if (from_tty || trc_forwarded) return;
+  if (trc_child_pid <= 0) { /* between fork and the pid known: passed on then */
+    trc_pending = sig;
+    return;
+  }
+  trc_forwarded = 1;
+  kill((pid_t)trc_child_pid, sig == SIGINT ? SIGINT : SIGTERM);
 }
 
 static int trc_has(const char *dir, const char *name) {
@@ -389,10 +405,15 @@ static pid_t spawn(char **cargv, const struct sigaction old[4], int keep_fd, int
   int ep[2];
   *exec_errno = 0;
   if (pipe2(ep, O_CLOEXEC) < 0) return -1;
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
     static const int sigs[4] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
     for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
+    /* bifocal killed outright (SIGKILL): the runner gets SIGTERM, writes
+     * what it traced and ends; bifocal gone before this line: end now */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);
     close(ep[0]);
     if (keep_fd >= 0) fcntl(keep_fd, F_SETFD, 0); /* inherited by the runner's bootstrap */
     execvp(cargv[0], cargv);
@@ -470,13 +491,13 @@ int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p) {
   }
   fflush(stdout);
   fflush(stderr);
-  struct sigaction ign = {0}, fwd = {0}, old[4];
-  ign.sa_handler = SIG_IGN;
-  fwd.sa_handler = trc_forward;
-  sigemptyset(&ign.sa_mask);
+  struct sigaction fwd = {0}, old[4];
+  fwd.sa_sigaction = trc_forward;
+  fwd.sa_flags = SA_SIGINFO;
   sigemptyset(&fwd.sa_mask);
-  sigaction(SIGINT, &ign, &old[0]);
-  sigaction(SIGQUIT, &ign, &old[1]);
+  trc_forwarded = trc_pending = 0;
+  sigaction(SIGINT, &fwd, &old[0]);
+  sigaction(SIGQUIT, &fwd, &old[1]);
   sigaction(SIGTERM, &fwd, &old[2]);
   sigaction(SIGHUP, &fwd, &old[3]);
   int status = 0, exit_code = 1, exec_errno;
@@ -487,6 +508,10 @@ int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p) {
   } else {
     if (exec_errno) snprintf(p->err, sizeof p->err, "cannot run '%s': %s", cargv[0], strerror(exec_errno));
     trc_child_pid = pid;
+    if (trc_pending && !trc_forwarded) {
+      trc_forwarded = 1;
+      kill(pid, trc_pending == SIGINT ? SIGINT : SIGTERM);
+    }
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     trc_child_pid = 0;

@@ -1,7 +1,9 @@
 /* audit.c — who attached to what, when, with which command line. Everything
  * is captured at begin; end only fills in the outcome and the session. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,8 +165,48 @@ int bf_audit_begin_look(bf_cli *cli, const char *command, long long target_pid, 
   return 0;
 }
 
+/* One descriptor per database path, opened once and never closed (see
+ * audit.h); -1 when the file cannot be opened. */
+static int capture_fd(const char *db_path) {
+  static struct {
+    char path[4096];
+    int fd;
+  } fds[8];
+  static int n;
+  if (!db_path) return -1;
+  for (int i = 0; i < n; i++)
+    if (strcmp(fds[i].path, db_path) == 0) return fds[i].fd;
+  int fd = open(db_path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0 || n == (int)(sizeof fds / sizeof *fds)) return fd; /* past 8 paths: unshared, still works */
+  snprintf(fds[n].path, sizeof fds[n].path, "%s", db_path);
+  fds[n++].fd = fd;
+  return fd;
+}
+
+void bf_audit_capture_hold(const char *db_path) {
+  int fd = capture_fd(db_path);
+  if (fd >= 0) flock(fd, LOCK_SH);
+}
+
+void bf_audit_capture_release(const char *db_path) {
+  int fd = capture_fd(db_path);
+  if (fd >= 0) flock(fd, LOCK_UN);
+}
+
+int bf_audit_capture_running(const char *db_path) {
+  int fd = capture_fd(db_path);
+  if (fd < 0) return 0;
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) return errno == EWOULDBLOCK;
+  flock(fd, LOCK_UN);
+  return 0;
+}
+
 void bf_audit_end(bf_audit *a, const char *outcome, int64_t session_id) {
   if (!a) return;
+  /* finishing the row must not lose to another writer's lock: a capture
+   * ends on a short busy timeout (samples are held meanwhile, see
+   * sampling/record.c); the row gets as long as a command gets to begin */
+  bf_store_set_busy_timeout(a->s, 30000);
   if (bf_store_audit_update(a->s, a->row, outcome ? outcome : "ok", session_id) < 0)
     bf_cli_warn("audit row %lld not updated: %s", (long long)a->row, bf_store_errmsg(a->s));
   if (a->owns_store) bf_store_close(a->s);

@@ -43,4 +43,14 @@ int bf_audit_user_store(char *buf, size_t len);
  * update leaves "started" in the row and prints one warning. */
 void bf_audit_end(bf_audit *a, const char *outcome, int64_t session_id);
 
+/* A capture (record, trace, calibrate) writing into the database at
+ * db_path holds a shared flock(2) on that file from bf_audit_capture_hold to
+ * bf_audit_capture_release; bf_audit_capture_running says whether any
+ * process holds one (1) or none (0), so gc --force never sweeps rows a live
+ * capture still needs. The descriptor stays open until exit: closing any
+ * descriptor of a file drops the process's SQLite (fcntl) locks on it. */
+void bf_audit_capture_hold(const char *db_path);
+void bf_audit_capture_release(const char *db_path);
+int bf_audit_capture_running(const char *db_path);
+
 #endif

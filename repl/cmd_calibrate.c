@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "calibrate.h"
 #include "cli.h"
 #include "opts.h"
@@ -24,10 +25,17 @@
 
 static volatile int cal_stop;
 static volatile int cal_child;
-static void cal_signal(int sig) {
+/* SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the sampler, and the first is passed on
+ * to the `bifocal trace` child (which has the program write its trace); a
+ * terminal's SIGINT/SIGQUIT reached the whole group already. The report is
+ * then made of what both recorded. Repeated signals are absorbed. */
+static void cal_signal(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  int from_tty = (sig == SIGINT || sig == SIGQUIT) && si && si->si_code == SI_KERNEL;
+  if (!cal_stop && cal_child > 0 && !from_tty) kill(cal_child, sig);
   cal_stop = 1;
-  if (cal_child > 0) kill(cal_child, sig);
 }
+static const int cal_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 typedef struct cal_sampler {
   bf_cli *cli;
@@ -199,7 +207,7 @@ static int cal_parse(int argc, char **argv, double *rate, const char **clock, in
   return -1;
 }
 
-int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
+static int calibrate_main(bf_cli *cli, int argc, char **argv) {
   double rate = 1000;
   const char *clock = "wall", *label = NULL;
   int json = 0, limit = 20;
@@ -222,16 +230,10 @@ int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
   cal_sampler cs = {cli, strcmp(clock, "cpu") == 0, rate, slabel};
   bf_cal_opts o = {.self_exe = self, .db_path = cli->db_path, .clock = clock, .label = label, .argv = argv + optind,
                    .sample = cal_sample, .sample_ud = &cs, .stop = &cal_stop, .child = &cal_child};
-  struct sigaction sa = {0}, old_int, old_term;
-  sa.sa_handler = cal_signal;
-  sigemptyset(&sa.sa_mask);
-  cal_stop = 0;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
   bf_cal_run_result run;
+  bf_audit_capture_hold(cli->db_path); /* gc --force keeps out meanwhile */
   int ran = bf_cal_run(&o, &run);
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
+  bf_audit_capture_release(cli->db_path);
   if (run.output && run.output[0]) fprintf(json ? stderr : stdout, "%s\n", run.output); /* the program's own */
   bf_cal_run_clear(&run);
   if (ran < 0) {
@@ -250,4 +252,18 @@ int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
   bf_cal_report_free(r);
   bf_store_close(s);
   return run.exit_status;
+}
+
+int bf_cmd_calibrate(bf_cli *cli, int argc, char **argv) {
+  /* caught until calibrate returns: the report is written whatever comes */
+  struct sigaction sa = {0}, old_sa[sizeof cal_sigs / sizeof *cal_sigs];
+  sa.sa_sigaction = cal_signal;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  cal_stop = 0;
+  cal_child = 0;
+  for (size_t i = 0; i < sizeof cal_sigs / sizeof *cal_sigs; i++) sigaction(cal_sigs[i], &sa, &old_sa[i]);
+  int rc = calibrate_main(cli, argc, argv);
+  for (size_t i = 0; i < sizeof cal_sigs / sizeof *cal_sigs; i++) sigaction(cal_sigs[i], &old_sa[i], NULL);
+  return rc;
 }

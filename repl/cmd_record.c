@@ -23,17 +23,19 @@
 static volatile int stop_flag;
 static volatile int child_pid;
 
-/* SIGINT/SIGTERM/SIGHUP stop the capture and are passed on to a launched
- * command (a terminal's own SIGINT already reached its whole process group,
- * so that one is not sent twice); SIGUSR1 and SIGPIPE only stop the capture.
- * Either way the session is finalised with every sample taken, and a launched
- * command is waited for. */
+/* SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the capture and are passed on to a
+ * launched command, SIGQUIT as SIGTERM (a terminal's own SIGINT/SIGQUIT
+ * already reached its whole process group, so those are not sent twice); SIGUSR1 and SIGPIPE only stop
+ * the capture. Either way the session is finalised with every sample taken,
+ * and a launched command is waited for. The handler stays until record
+ * returns: a repeated signal (timeout's second, to the whole group) while the
+ * session or -o FILE is being written is noted, never fatal. */
 static void on_signal(int sig, siginfo_t *si, void *uc) {
   (void)uc;
   stop_flag = sig;
-  int from_tty = sig == SIGINT && si && si->si_code == SI_KERNEL;
-  if (child_pid > 0 && (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) && !from_tty)
-    kill(child_pid, sig);
+  int from_tty = (sig == SIGINT || sig == SIGQUIT) && si && si->si_code == SI_KERNEL;
+  if (child_pid > 0 && (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) && !from_tty)
+    kill(child_pid, sig == SIGQUIT ? SIGTERM : sig); /* stopped, not core-dumped */
 }
 
 /* --native: Ctrl-Z releases the target's threads before bifocal stops
@@ -44,7 +46,7 @@ static void on_tstp(int sig) {
   suspend_flag = 1;
 }
 
-static const int stop_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
+static const int stop_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGPIPE};
 #define N_STOP_SIGS ((int)(sizeof stop_sigs / sizeof stop_sigs[0]))
 
 static void progress(void *ud, const bf_smp_progress *p) {
@@ -229,17 +231,9 @@ static void record_report(bf_store *st, int64_t sid, int native, int tty) {
   }
 }
 
-/* bf_smp_record with the stop signals (and, for --native, Ctrl-Z) caught
- * for its duration. OUT: *sid, *wst as bf_smp_record. */
+/* bf_smp_record with, for --native, Ctrl-Z caught for its duration (the stop
+ * signals are the caller's, see on_signal). OUT: *sid, *wst as bf_smp_record. */
 static int record_capture(bf_smp *h, bf_store *st, bf_smp_record_opts *o, int tty, int64_t *sid, int *wst) {
-  stop_flag = 0;
-  child_pid = 0;
-  struct sigaction sa, old_sa[N_STOP_SIGS];
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_signal;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &sa, &old_sa[i]);
   o->stop = &stop_flag;
   o->child_pid = &child_pid;
   struct sigaction tstp, old_tstp;
@@ -253,7 +247,6 @@ static int record_capture(bf_smp *h, bf_store *st, bf_smp_record_opts *o, int tt
   }
   if (tty) o->progress = progress;
   int rc = bf_smp_record(h, st, o, sid, wst);
-  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &old_sa[i], NULL);
   if (o->native) sigaction(SIGTSTP, &old_tstp, NULL);
   return rc;
 }
@@ -270,6 +263,8 @@ static int record_status(int status, int wst) {
   return status;
 }
 
+static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf_cli_out_kind out_kind);
+
 int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   bf_smp_record_opts o = {0};
   o.rate_hz = 1000;
@@ -277,6 +272,23 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   bf_cli_out_kind out_kind = 0;
   int rc = record_parse(argc, argv, &o, &outp, &out_kind);
   if (rc >= 0) return rc;
+  stop_flag = 0;
+  child_pid = 0;
+  struct sigaction sa, old_sa[N_STOP_SIGS];
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &sa, &old_sa[i]);
+  rc = record_main(cli, &o, outp, out_kind);
+  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &old_sa[i], NULL);
+  return rc;
+}
+
+/* The capture, its report and audit, then -o FILE and the id. */
+static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf_cli_out_kind out_kind) {
+  bf_smp_record_opts o = *op;
+  int rc;
   char scratch[4096];
   bf_cli scratch_cli = *cli;
   if ((rc = scratch_make(cli, outp, scratch, sizeof scratch))) return rc;
@@ -306,7 +318,9 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   int tty = isatty(2); /* progress on a terminal stderr, also under ID=$(bifocal record ...) */
   int64_t sid = 0;
   int wst = -1;
+  if (!scratch[0]) bf_audit_capture_hold(cli->db_path); /* gc --force keeps out meanwhile */
   rc = record_capture(h, st, &o, tty, &sid, &wst);
+  if (!scratch[0]) bf_audit_capture_release(cli->db_path);
   if (tty) fputs("\r\033[K", stderr);
   int status = 0;
   if (rc < 0) {

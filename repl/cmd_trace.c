@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,14 @@
 #include "opts.h"
 #include "trace_run.h"
 #include "util.h"
+
+/* Around the run (core/trace_run.c passes stop signals on to the program
+ * meanwhile) and after it, until the audit row and the id are out: a stop
+ * signal is noted, never fatal, so a repeated one (timeout's second, a
+ * second Ctrl-C) cannot lose the outcome. */
+static volatile sig_atomic_t trace_signalled;
+static void trace_hold(int sig) { trace_signalled = sig; }
+static const int trace_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 /* Options; -1 to go on, else the exit status. */
 static int trace_parse(int argc, char **argv, bf_trace_opts *o) {
@@ -96,7 +105,13 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
     return 1;
   }
   bf_store_close(s);
+  struct sigaction hold = {0}, old_sa[sizeof trace_sigs / sizeof *trace_sigs];
+  hold.sa_handler = trace_hold;
+  sigemptyset(&hold.sa_mask);
+  for (size_t i = 0; i < sizeof trace_sigs / sizeof *trace_sigs; i++) sigaction(trace_sigs[i], &hold, &old_sa[i]);
+  bf_audit_capture_hold(cli->db_path); /* the program writes at its end; gc --force keeps out */
   int exit_code = bf_trace_exec(&o, &p);
+  bf_audit_capture_release(cli->db_path);
   if (p.err[0]) bf_cli_error("%s", p.err);
   int64_t sid = p.session_id;
   bf_trace_plan_free(&p);
@@ -118,5 +133,6 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   fflush(stderr);
   if (exists) printf("%lld\n", (long long)sid);
   fflush(stdout);
+  for (size_t i = 0; i < sizeof trace_sigs / sizeof *trace_sigs; i++) sigaction(trace_sigs[i], &old_sa[i], NULL);
   return exit_code;
 }

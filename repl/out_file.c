@@ -37,7 +37,12 @@ static void arm(const char *tmp) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_fatal_signal;
   sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < 4; i++) sigaction(tmp_sigs[i], &sa, &old_sa[i]);
+  /* a signal the command already catches (record, trace: to finish what it
+   * writes) stays caught; only one that would kill gets the clean-up */
+  for (int i = 0; i < 4; i++) {
+    sigaction(tmp_sigs[i], NULL, &old_sa[i]);
+    if (old_sa[i].sa_handler == SIG_DFL) sigaction(tmp_sigs[i], &sa, NULL);
+  }
   tmp_armed = 1;
 }
 

@@ -4,11 +4,14 @@
  * it with. Remote memory is untrusted: every read goes through remote.c.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <signal.h>
@@ -44,8 +47,61 @@ bf_smp *bf_smp_new(void) {
   return h;
 }
 
+/* Start time of pid (/proc/PID/stat field 22, clock ticks since boot), 0
+ * when unreadable. The comm field may hold spaces and ')': parse after the
+ * last ')'. */
+static unsigned long long proc_start_time(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  if (!p) return 0;
+  p++;
+  for (int field = 3; field < 22; field++) { /* p is before field 3 (state) */
+    while (*p == ' ') p++;
+    while (*p && *p != ' ') p++;
+    if (!*p) return 0;
+  }
+  return strtoull(p, NULL, 10);
+}
+
+/* Pin h to the process pid names now (a pidfd, else its start time). A
+ * re-attach to the pinned pid keeps the pin: 0, or -ESRCH when the pinned
+ * process has ended and pid names another one. */
+static int smp_pin(bf_smp *h, int pid) {
+  if (h->pin_pid == pid) return smp_pin_gone(h) ? -ESRCH : 0;
+  if (h->pin_pid && h->pin_fd >= 0) close(h->pin_fd);
+  h->pin_pid = pid;
+  h->pin_fd = -1;
+#ifdef SYS_pidfd_open
+  h->pin_fd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
+  h->pin_start = proc_start_time(pid);
+  if (h->pin_fd < 0 && !h->pin_start) { /* neither: nothing to pin by */
+    h->pin_pid = 0;
+    return 0;
+  }
+  return 0;
+}
+
+int smp_pin_gone(bf_smp *h) {
+  if (!h->pin_pid) return 0;
+  if (h->pin_fd >= 0) { /* readable once the process has exited */
+    struct pollfd pf = {h->pin_fd, POLLIN, 0};
+    return poll(&pf, 1, 0) > 0;
+  }
+  unsigned long long st = proc_start_time(h->pin_pid);
+  return st != h->pin_start;
+}
+
 void bf_smp_free(bf_smp *h) {
   if (!h) return;
+  if (h->pin_pid && h->pin_fd >= 0) close(h->pin_fd);
   smp_code_cache_free(h);
   for (size_t i = 0; i < h->nslots; i++) smp_slot_close(&h->slots[i]);
   free(h->slots);
@@ -390,6 +446,8 @@ int bf_smp_attach(bf_smp *h, int pid) {
   attach_reset(h, pid);
   if (pid <= 0) return smp_seterr(h, -ESRCH, "invalid pid %d", pid);
   if (kill(pid, 0) < 0 && errno == ESRCH) return smp_seterr(h, -ESRCH, "no process with pid %d", pid);
+  if (smp_pin(h, pid) < 0)
+    return smp_seterr(h, -ESRCH, "process %d ended; its pid now names another process", pid);
   if ((rc = read_exe(h, pid, exe, sizeof exe)) < 0) return rc;
   if ((rc = load_python_elf(h, pid, exe, &m, &elf, &obj_name)) < 0) return rc;
   uint64_t bias = m.start - elf.load_vaddr;

@@ -1,7 +1,8 @@
 /* elf.c — just enough ELF64 reading to find CPython's symbols (_PyRuntime,
  * PyCode_Type, Py_Version) and its version string in a libpython or python
- * executable opened through /proc/PID/root. The file is untrusted: every
- * offset and size is checked against the file size.
+ * executable opened through /proc/PID/root, and, for native stacks, any
+ * mapped object's function symbols, segments and .eh_frame_hdr index. The
+ * file is untrusted: every offset and size is checked against the file size.
  */
 #include <elf.h>
 #include <errno.h>
@@ -169,4 +170,181 @@ int smp_elf_find_version(const smp_elf *e, const char *prefix, char *buf, size_t
     }
   }
   return -ENOENT;
+}
+
+/* ---- what the native unwinder needs: functions, segments, unwind index ---- */
+
+static int sym_cmp(const void *a, const void *b) {
+  const smp_elf_sym *x = a, *y = b;
+  if (x->value != y->value) return x->value < y->value ? -1 : 1;
+  /* at one address: a sized symbol first, then a global one, then by name */
+  if ((x->size != 0) != (y->size != 0)) return x->size ? -1 : 1;
+  if (x->global != y->global) return x->global ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* Append the defined function symbols of one symbol table. */
+static int funcs_in(const smp_elf *e, const Elf64_Shdr *sh, smp_elf_sym **v, size_t *n,
+                    size_t *cap) {
+  Elf64_Shdr str;
+  if (sh->sh_entsize != sizeof(Elf64_Sym) || !in_file(e, sh->sh_offset, sh->sh_size)) return 0;
+  if (shdr(e, sh->sh_link, &str) < 0 || str.sh_type == SHT_NOBITS ||
+      !in_file(e, str.sh_offset, str.sh_size))
+    return 0;
+  const char *strs = (const char *)e->data + str.sh_offset;
+  uint64_t count = sh->sh_size / sizeof(Elf64_Sym);
+  for (uint64_t k = 0; k < count; k++) {
+    Elf64_Sym s;
+    memcpy(&s, e->data + sh->sh_offset + k * sizeof s, sizeof s);
+    int type = ELF64_ST_TYPE(s.st_info);
+    if ((type != STT_FUNC && type != STT_GNU_IFUNC) || s.st_shndx == SHN_UNDEF || !s.st_value) continue;
+    /* the name must end inside the string table */
+    if (s.st_name >= str.sh_size || !memchr(strs + s.st_name, 0, str.sh_size - s.st_name) ||
+        !strs[s.st_name])
+      continue;
+    if (*n == *cap) {
+      size_t nc = *cap ? *cap * 2 : 1024;
+      smp_elf_sym *nv = realloc(*v, nc * sizeof *nv);
+      if (!nv) return -ENOMEM;
+      *v = nv;
+      *cap = nc;
+    }
+    (*v)[(*n)++] = (smp_elf_sym){s.st_value, s.st_size, strs + s.st_name,
+                                 ELF64_ST_BIND(s.st_info) != STB_LOCAL};
+  }
+  return 0;
+}
+
+int smp_elf_functions(const smp_elf *e, smp_elf_sym **syms, size_t *count) {
+  const Elf64_Ehdr *h = (const Elf64_Ehdr *)e->data;
+  smp_elf_sym *v = NULL;
+  size_t n = 0, cap = 0;
+  for (unsigned i = 0; i < h->e_shnum && i < 65536; i++) {
+    Elf64_Shdr sh;
+    if (shdr(e, i, &sh) < 0) break;
+    if (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB) continue;
+    if (funcs_in(e, &sh, &v, &n, &cap) < 0) {
+      free(v);
+      return -ENOMEM;
+    }
+  }
+  if (n) qsort(v, n, sizeof *v, sym_cmp);
+  /* one symbol per address (the first after sorting) */
+  size_t w = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!w || v[w - 1].value != v[i].value) v[w++] = v[i];
+  *syms = v;
+  *count = w;
+  return 0;
+}
+
+const smp_elf_sym *smp_elf_function_at(const smp_elf_sym *syms, size_t n, uint64_t vaddr) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) { /* first symbol above vaddr */
+    size_t mid = lo + (hi - lo) / 2;
+    if (syms[mid].value <= vaddr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo ? &syms[lo - 1] : NULL;
+}
+
+/* Program header i, bounds-checked. */
+static int phdr(const smp_elf *e, unsigned i, Elf64_Phdr *out) {
+  const Elf64_Ehdr *h = (const Elf64_Ehdr *)e->data;
+  if (h->e_phentsize != sizeof(Elf64_Phdr) || i >= h->e_phnum) return -EINVAL;
+  uint64_t off = h->e_phoff + (uint64_t)i * sizeof(Elf64_Phdr);
+  if (off < h->e_phoff || !in_file(e, off, sizeof(Elf64_Phdr))) return -EINVAL;
+  memcpy(out, e->data + off, sizeof *out);
+  return 0;
+}
+
+int smp_elf_vaddr_of_offset(const smp_elf *e, uint64_t off, uint64_t *vaddr) {
+  const Elf64_Ehdr *h = (const Elf64_Ehdr *)e->data;
+  for (unsigned i = 0; i < h->e_phnum; i++) {
+    Elf64_Phdr p;
+    if (phdr(e, i, &p) < 0) return -EINVAL;
+    if (p.p_type != PT_LOAD) continue;
+    /* the kernel maps from the page holding p_offset */
+    uint64_t plo = p.p_offset & ~(uint64_t)0xfff;
+    if (p.p_offset > UINT64_MAX - p.p_filesz || off < plo || off >= p.p_offset + p.p_filesz) continue;
+    if (p.p_vaddr < p.p_offset - plo) return -EINVAL;
+    *vaddr = p.p_vaddr - (p.p_offset - plo) + (off - plo);
+    return 0;
+  }
+  return -ENOENT;
+}
+
+int smp_elf_bytes_at(const smp_elf *e, uint64_t vaddr, uint64_t len, const unsigned char **p) {
+  const Elf64_Ehdr *h = (const Elf64_Ehdr *)e->data;
+  for (unsigned i = 0; i < h->e_phnum; i++) {
+    Elf64_Phdr ph;
+    if (phdr(e, i, &ph) < 0) return -EINVAL;
+    if (ph.p_type != PT_LOAD || vaddr < ph.p_vaddr || vaddr - ph.p_vaddr >= ph.p_filesz) continue;
+    uint64_t rel = vaddr - ph.p_vaddr;
+    if (len > ph.p_filesz - rel || ph.p_offset > UINT64_MAX - rel ||
+        !in_file(e, ph.p_offset + rel, len))
+      return -ERANGE;
+    *p = e->data + ph.p_offset + rel;
+    return 0;
+  }
+  return -ENOENT;
+}
+
+/* Size of a fixed-size DWARF pointer encoding's value, or 0. */
+static unsigned pe_size(unsigned enc) {
+  switch (enc & 0x0f) {
+    case 0x00: return 8; /* absptr */
+    case 0x02: case 0x0a: return 2;
+    case 0x03: case 0x0b: return 4;
+    case 0x04: case 0x0c: return 8;
+    default: return 0;
+  }
+}
+
+int smp_elf_eh_frame_index(const smp_elf *e, uint64_t *hdr_vaddr, uint64_t *table_vaddr,
+                           uint64_t *nfde) {
+  const Elf64_Ehdr *h = (const Elf64_Ehdr *)e->data;
+  for (unsigned i = 0; i < h->e_phnum; i++) {
+    Elf64_Phdr ph;
+    if (phdr(e, i, &ph) < 0) return -EINVAL;
+    if (ph.p_type != PT_GNU_EH_FRAME) continue;
+    const unsigned char *p;
+    if (ph.p_filesz < 4 || smp_elf_bytes_at(e, ph.p_vaddr, ph.p_filesz, &p) < 0) return -EINVAL;
+    /* version, eh_frame_ptr encoding, fde_count encoding, table encoding */
+    unsigned fp = pe_size(p[1]), fc = pe_size(p[2]);
+    if (p[0] != 1 || p[1] == 0xff || !fp || !fc || (p[2] & 0x70) != 0) return -ENOTSUP;
+    /* the binary-search table libunwind reads: pairs of 4-byte offsets
+     * relative to the header (DW_EH_PE_datarel | DW_EH_PE_sdata4) */
+    if (p[3] != 0x3b) return -ENOTSUP;
+    uint64_t at = 4 + fp, count = 0;
+    if (at + fc > ph.p_filesz) return -EINVAL;
+    memcpy(&count, p + at, fc); /* little-endian, unsigned counts only */
+    if ((p[2] & 0x08) && fc < 8 && (count >> (fc * 8 - 1))) return -EINVAL;
+    at += fc;
+    if (count > (ph.p_filesz - at) / 8) return -EINVAL;
+    *hdr_vaddr = ph.p_vaddr;
+    *table_vaddr = ph.p_vaddr + at;
+    *nfde = count;
+    return 0;
+  }
+  return -ENOENT;
+}
+
+int smp_elf_load_span(const smp_elf *e, uint64_t *lo, uint64_t *hi) {
+  const Elf64_Ehdr *h = (const Elf64_Ehdr *)e->data;
+  uint64_t l = UINT64_MAX, u = 0;
+  for (unsigned i = 0; i < h->e_phnum; i++) {
+    Elf64_Phdr p;
+    if (phdr(e, i, &p) < 0) return -EINVAL;
+    if (p.p_type != PT_LOAD) continue;
+    if (p.p_vaddr > UINT64_MAX - p.p_memsz) return -EINVAL;
+    if (p.p_vaddr < l) l = p.p_vaddr;
+    if (p.p_vaddr + p.p_memsz > u) u = p.p_vaddr + p.p_memsz;
+  }
+  if (l >= u) return -ENOENT;
+  *lo = l;
+  *hi = u;
+  return 0;
 }

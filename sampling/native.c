@@ -68,6 +68,7 @@ int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char 
   unw_set_cache_size(n->as, 4096, 0);
   n->samples = 1;
   n->pages = calloc(NAT_PAGES, sizeof *n->pages); /* optional: NULL reads live */
+  nat_read_root(n);
   rc = nat_maps_refresh(n);
   if (rc < 0) {
     snprintf(errbuf, len, "cannot read /proc/%d/maps: %s", n->pid, strerror(-rc));
@@ -88,7 +89,7 @@ int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char 
       exe[k] = 0;
       char *d = strstr(exe, " (deleted)");
       if (d) *d = 0;
-      n->interp_path = nat_intern_path(n, exe);
+      n->interp_path = nat_intern_path(n, nat_target_path(n, exe));
     }
   }
   rc = prime(n);
@@ -170,6 +171,7 @@ void bf_smp_native_free(bf_smp_native *n) {
   free(n->codes);
   bf_map3_free(&n->code_map);
   free(n->ips);
+  nat_objs_free(n);
   for (size_t i = 0; i < n->npaths; i++) free(n->paths[i]);
   free(n->paths);
   free(n->maps);
@@ -365,13 +367,13 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
           "{\"native\":{\"stops\":%lld,\"stopped_ns\":%lld,\"stop_p50_ns\":%lld,"
           "\"stop_p90_ns\":%lld,\"stop_p99_ns\":%lld,\"stop_max_ns\":%lld,"
           "\"signals_reinjected\":%lld,\"unwind_failed\":%lld,\"unwind_truncated\":%lld,"
-          "\"merge_mismatch\":%lld,\"threads_gone\":%lld,\"late_stops\":%lld,"
+          "\"merge_mismatch\":%lld,\"merge_realigned\":%lld,\"threads_gone\":%lld,\"late_stops\":%lld,"
           "\"stop_wait_ns\":%lld,\"interrupt_p50_ns\":%lld,\"interrupt_p99_ns\":%lld,"
           "\"threads\":[",
           (long long)n->stops, (long long)n->stopped_ns, (long long)hist_pct(n->hist, 0.5),
           (long long)hist_pct(n->hist, 0.9), (long long)hist_pct(n->hist, 0.99), (long long)n->max_ns,
           (long long)n->reinjected, (long long)n->unwind_failed, (long long)n->truncated,
-          (long long)n->mismatch, (long long)n->gone, (long long)n->late,
+          (long long)n->mismatch, (long long)n->realigned, (long long)n->gone, (long long)n->late,
           (long long)n->stop_wait_ns, (long long)hist_pct(n->hist_lat, 0.5),
           (long long)hist_pct(n->hist_lat, 0.99));
   size_t listed = 0;

@@ -262,9 +262,15 @@ static uint64_t find_active(bf_smp *h, uint64_t interp) {
   return type_is(h, active, h->dict_type_addr) ? active : 0;
 }
 
+/* names kept per lookup: as many as one _active dict is scanned for (the
+ * table grows; SMP_PYNAME_MAX was a fixed 1,024 and left the rest unnamed) */
+#define PN_TABLE_MAX SMP_DICT_MAX
+/* remote reads for one lookup: about 11 per name, so 16 each for a full table */
+#define PN_REFRESH_BUDGET (16 * PN_TABLE_MAX > SMP_PYNAME_BUDGET ? 16 * PN_TABLE_MAX : SMP_PYNAME_BUDGET)
+
 typedef struct collect_ctx {
   smp_pyname *tab;
-  size_t n;
+  size_t n, cap;
 } collect_ctx;
 
 /* Keep at most SMP_PYNAME_LEN bytes of s, cut on a character boundary. */
@@ -280,7 +286,14 @@ static int collect_visit(bf_smp *h, uint64_t key, uint64_t value, void *ud) {
   collect_ctx *c = ud;
   uint64_t ident, nm;
   char *s = NULL;
-  if (c->n >= SMP_PYNAME_MAX) return 1;
+  if (c->n >= PN_TABLE_MAX) return 1;
+  if (c->n == c->cap) {
+    size_t cap = c->cap * 2 > PN_TABLE_MAX ? PN_TABLE_MAX : c->cap * 2;
+    smp_pyname *t = realloc(c->tab, cap * sizeof *t);
+    if (!t) return 1;
+    c->tab = t;
+    c->cap = cap;
+  }
   if (h->pn_budget <= 0) return 1;
   if (long_read(h, key, &ident) < 0 || !ident) return 0;
   for (size_t i = 0; i < c->n; i++)
@@ -314,7 +327,7 @@ void smp_pynames_clear(bf_smp *h) {
 
 void smp_pynames_refresh(bf_smp *h, int64_t start_ns) {
   const smp_layout *l = &h->lay;
-  collect_ctx c = {NULL, 0};
+  collect_ctx c = {NULL, 0, SMP_PYNAME_MAX};
   h->pn_last_ns = bf_mono_ns();
   h->pn_start_ns = start_ns;
   h->pn_gen++;
@@ -323,7 +336,7 @@ void smp_pynames_refresh(bf_smp *h, int64_t start_ns) {
   if (!l->nm.minor || (!h->dict_type_addr && h->pid > 0) || !h->runtime_addr) goto out;
   c.tab = calloc(SMP_PYNAME_MAX, sizeof *c.tab);
   if (!c.tab) goto out;
-  h->pn_budget = SMP_PYNAME_BUDGET;
+  h->pn_budget = PN_REFRESH_BUDGET;
   uint64_t interp = 0;
   if (pn_read64(h, h->runtime_addr + l->rt_interp_head, &interp) < 0) goto out;
   for (size_t ni = 0; interp && ni < sizeof h->pn_active / sizeof h->pn_active[0]; ni++) {

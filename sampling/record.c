@@ -285,6 +285,9 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   /* a torn stack (changed while read) is re-read at once inside
    * bf_smp_sample; -EIO here is a sample given up (counted invalid) */
   if (rc == -ESRCH) return rc;
+  /* checked after the read: a target that ended before it was read (its pid
+   * perhaps taken by another process since) gives no sample */
+  if (smp_pin_gone(t->h)) return -ESRCH;
   if (rc == -EPERM && t->nat) return seterr(t->h, rc, "%s", bf_smp_native_errmsg(t->nat));
   if (rc < 0) {
     if (rc == -ENOMEM) return rc;
@@ -450,10 +453,14 @@ static void wait_launched(int pid, const bf_smp_record_opts *o, int *exit_status
 static int launch(bf_smp *h, char *const *argv) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) < 0) return seterr(h, -errno, "pipe: %s", strerror(errno));
+  pid_t parent = getpid();
   pid_t c = fork();
   if (c < 0) return seterr(h, -errno, "fork: %s", strerror(errno));
   if (c == 0) {
     close(fds[0]);
+    /* never outlive bifocal, even when it is killed outright (SIGKILL) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);

@@ -58,7 +58,39 @@ typedef struct nat_map {
   uint64_t lo, hi, off;
   const char *path; /* interned, NULL for anonymous */
   int exec, writable;
+  int obj; /* index into the handle's objs; NAT_OBJ_UNKNOWN until looked up, NAT_OBJ_NONE */
 } nat_map;
+
+#define NAT_OBJ_UNKNOWN (-1)
+#define NAT_OBJ_NONE (-2)
+#define NAT_MAX_OBJS 1024          /* ELF objects read per target */
+#define NAT_MAX_PART (16u << 20)   /* bytes of one unnamed function scanned for jumps */
+
+/* An unnamed function (FDE) of an object that holds the eval loop, judged
+ * once: is it a GCC-split part of _PyEval_EvalFrameDefault? */
+typedef struct nat_part {
+  uint64_t start; /* vaddr of the FDE's first byte */
+  int eval;
+} nat_part;
+
+/* One ELF object mapped by the target, read from the file behind the mapping
+ * (/proc/PID/map_files: right whatever root the target runs in): its
+ * function symbols, its unwind index and, when it holds CPython's eval loop,
+ * where that lies. Addresses are the file's (vaddr); runtime = vaddr + bias. */
+typedef struct nat_obj {
+  const char *path; /* interned: the mapping's path as we see it */
+  uint64_t bias;
+  smp_elf elf;
+  smp_elf_sym *syms;
+  size_t nsyms;
+  uint64_t hdr, table, nfde; /* .eh_frame_hdr and its search table; nfde 0: none */
+  uint64_t lo, hi;           /* span of the PT_LOAD segments */
+  uint64_t ev_lo, ev_hi;     /* _PyEval_EvalFrameDefault as named (0, 0: none) */
+  uint64_t *ev_jumps;        /* where its rel32 jumps out of itself land, sorted */
+  size_t nev_jumps;
+  nat_part *parts;
+  size_t nparts, cap_parts;
+} nat_obj;
 
 /* Read-only pages of the target (unwind tables, code) cached for libunwind:
  * a lookup in .eh_frame_hdr reads word by word. */
@@ -135,6 +167,10 @@ struct bf_smp_native {
   char **paths;
   size_t npaths, cap_paths;
   const char *interp_path;
+  char root[512]; /* the target's root as we see it ("" when it is ours) */
+  size_t root_len;
+  nat_obj *objs; /* ELF objects by first use (NAT_MAX_OBJS at most) */
+  size_t nobjs, cap_objs;
   int64_t maps_sample; /* sample count at the last refresh */
   /* symbol caches */
   nat_ip *ips;
@@ -153,7 +189,7 @@ struct bf_smp_native {
   int leader_exited, leader_status;
   /* statistics */
   int64_t samples, stops, stopped_ns, max_ns;
-  int64_t reinjected, unwind_failed, truncated, mismatch, gone, late;
+  int64_t reinjected, unwind_failed, truncated, mismatch, realigned, gone, late;
   int64_t stop_wait_ns;
   nat_tstat *retired;
   size_t nretired, cap_retired;
@@ -195,6 +231,29 @@ int nat_merge(bf_smp_native *n, const bf_smp_frame *py, size_t np, size_t nc);
 int nat_push_out_frame(bf_smp_native *n, const bf_smp_code *code, int32_t line, uint32_t fl);
 int nat_maps_refresh(bf_smp_native *n);
 const char *nat_intern_path(bf_smp_native *n, const char *p);
+/* Read where the target's root lies in our view (/proc/PID/root) into n->root. */
+void nat_read_root(bf_smp_native *n);
+/* A path as we see it, as the target sees it: without the target's root in
+ * front (a chroot or container's files seen from the host). Borrowed from p. */
+const char *nat_target_path(const bf_smp_native *n, const char *p);
 const nat_map *nat_maps_find(bf_smp_native *n, uint64_t addr);
+void nat_objs_free(bf_smp_native *n);
+
+/* Targets of the rel32 jumps (jmp, jcc; not call) encoded at any byte of
+ * code[0..len), which is loaded at va, that land outside [va, va+len).
+ * Every byte offset is tried (no decoding): an object's own code is the
+ * input, and a stray match only adds a candidate that must be confirmed.
+ * OUT: *out (caller frees; sorted, unique), *n. Returns 0 or -ENOMEM. */
+int nat_jump_targets(const unsigned char *code, size_t len, uint64_t va, uint64_t **out, size_t *n);
+/* 1 when some rel32 jump (as above) in code[0..len) at va lands in [lo, hi). */
+int nat_jumps_into(const unsigned char *code, size_t len, uint64_t va, uint64_t lo, uint64_t hi);
+/* Is the unnamed function [start, end) (vaddrs) a split part of the eval
+ * loop [ev_lo, ev_hi) whose outward jumps are ev_jumps[0..nj)? It is when a
+ * jump of the named part lands in it and a jump of it lands back in the
+ * named part (GCC's hot/cold and partial-inlining splits jump both ways;
+ * a helper the eval loop tail-calls never jumps back into it). code: its
+ * bytes (len = end - start, or fewer when the file has fewer). */
+int nat_is_eval_part(uint64_t ev_lo, uint64_t ev_hi, const uint64_t *ev_jumps, size_t nj,
+                     uint64_t start, uint64_t end, const unsigned char *code, size_t len);
 
 #endif

@@ -143,6 +143,34 @@ int smp_elf_symbol(const smp_elf *e, const char *name, uint64_t *value, uint64_t
  * and then looks like a version ("3.10." -> "3.10.13"). OUT: buf. */
 int smp_elf_find_version(const smp_elf *e, const char *prefix, char *buf, size_t buflen);
 
+/* A function symbol: its vaddr, size (0: unknown) and name (borrowed from the smp_elf). */
+typedef struct smp_elf_sym {
+  uint64_t value, size;
+  const char *name;
+  int global;
+} smp_elf_sym;
+/* Every defined function of .dynsym and .symtab, sorted by value, one per
+ * value (a sized, global one preferred). OUT: *syms (caller frees; the names
+ * live as long as e), *n. Returns 0 or -ENOMEM; malformed tables are skipped. */
+int smp_elf_functions(const smp_elf *e, smp_elf_sym **syms, size_t *n);
+/* The last of syms[0..n) at or below vaddr, or NULL (whether it covers vaddr
+ * is the caller's call: its size may be 0). */
+const smp_elf_sym *smp_elf_function_at(const smp_elf_sym *syms, size_t n, uint64_t vaddr);
+/* The vaddr a file offset is mapped at (the PT_LOAD holding it). OUT: *vaddr.
+ * -ENOENT: no PT_LOAD holds off; -EINVAL: malformed headers. */
+int smp_elf_vaddr_of_offset(const smp_elf *e, uint64_t off, uint64_t *vaddr);
+/* The file bytes loaded at [vaddr, vaddr+len), all in one PT_LOAD's file
+ * part. OUT: *p (borrowed from e). -ENOENT / -ERANGE when not. */
+int smp_elf_bytes_at(const smp_elf *e, uint64_t vaddr, uint64_t len, const unsigned char **p);
+/* [lowest, highest) vaddr of the PT_LOAD segments. OUT: *lo, *hi. -ENOENT: none. */
+int smp_elf_load_span(const smp_elf *e, uint64_t *lo, uint64_t *hi);
+/* The .eh_frame_hdr (PT_GNU_EH_FRAME) binary-search table: OUT: *hdr_vaddr
+ * (the header: table entries are relative to it), *table_vaddr, *nfde.
+ * -ENOENT: none; -ENOTSUP: a table encoding other than datarel sdata4
+ * (what libunwind's remote search reads); -EINVAL: malformed. */
+int smp_elf_eh_frame_index(const smp_elf *e, uint64_t *hdr_vaddr, uint64_t *table_vaddr,
+                           uint64_t *nfde);
+
 /* ---- the handle ----------------------------------------------------------- */
 
 typedef struct smp_code {
@@ -201,6 +229,10 @@ typedef ssize_t (*smp_readv_fn)(void *ud, const struct iovec *local, size_t nloc
 struct bf_smp {
   int pid;
   int attached;
+  /* the process first attached to (attach.c smp_pin_*): a pidfd, else its
+   * start time; a pid that names another process later is not followed */
+  int pin_pid, pin_fd;
+  unsigned long long pin_start;
   char err[512];
   char version[32];
   const char *build;
@@ -305,6 +337,10 @@ int smp_errno_remote(int e);
 int64_t smp_host_tid(bf_smp *h, int64_t ns_tid);
 /* The reverse: the tid the target's namespace gives host_tid (or host_tid). */
 int64_t smp_ns_tid(const bf_smp *h, int64_t host_tid);
+/* Whether the pinned target has ended (its pid may name another process
+ * now): 1 when gone, else 0. Cheap (one poll); call after each read. */
+int smp_pin_gone(bf_smp *h);
+
 /* The target's pid as its own PID namespace numbers it (h->pid outside one). */
 int64_t smp_ns_pid(bf_smp *h);
 /* Forget the namespace map (attach, free). */

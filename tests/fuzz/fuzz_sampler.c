@@ -13,6 +13,7 @@
  * inputs (the meson unit test `smp_fuzz`, fast enough for CI; run it under
  * -Db_sanitize=address,undefined for the real check).
  */
+#include <elf.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -323,15 +324,53 @@ static void fuzz_one(const uint8_t *data, size_t size) {
       }
       break;
     }
-    case 1: { /* ELF */
+    case 1: { /* ELF; half the time the input behind a valid header */
       smp_elf e;
-      if (smp_elf_from_buffer(data, size, &e) == 0) {
-        uint64_t v, s;
+      unsigned char *img = NULL;
+      const unsigned char *in = data;
+      size_t len = size;
+      if ((sel & 4) && size > 8 && (img = calloc(1, size + 64))) {
+        Elf64_Ehdr h;
+        memset(&h, 0, sizeof h);
+        memcpy(h.e_ident, ELFMAG, SELFMAG);
+        h.e_ident[EI_CLASS] = ELFCLASS64;
+        h.e_ident[EI_DATA] = ELFDATA2LSB;
+        h.e_phoff = 64;
+        h.e_phentsize = sizeof(Elf64_Phdr);
+        h.e_phnum = data[0] % 8;
+        h.e_shoff = 64 + (uint64_t)(data[1] % 4) * sizeof(Elf64_Phdr);
+        h.e_shentsize = sizeof(Elf64_Shdr);
+        h.e_shnum = data[2] % 8;
+        h.e_shstrndx = data[3] % 8;
+        memcpy(img, &h, sizeof h);
+        memcpy(img + 64, data, size);
+        in = img;
+        len = size + 64;
+      }
+      if (smp_elf_from_buffer(in, len, &e) == 0) {
+        uint64_t v, s, a, b, c;
         char buf[32];
         (void)smp_elf_symbol(&e, "_PyRuntime", &v, &s);
         (void)smp_elf_find_version(&e, "3.10.", buf, sizeof buf);
+        /* what the native unwinder reads (sampling/native_unwind.c) */
+        smp_elf_sym *syms = NULL;
+        size_t n = 0;
+        if (smp_elf_functions(&e, &syms, &n) == 0) {
+          for (size_t i = 0; i < n; i++)
+            if (!syms[i].name || (i && syms[i - 1].value >= syms[i].value)) abort();
+          const smp_elf_sym *f = smp_elf_function_at(syms, n, n ? syms[n / 2].value + 1 : 0);
+          if (n && (!f || f->value > syms[n / 2].value + 1)) abort();
+          free(syms);
+        }
+        const unsigned char *p;
+        if (smp_elf_vaddr_of_offset(&e, sel * 64u, &v) == 0 && smp_elf_bytes_at(&e, v, 16, &p) == 0 &&
+            (p < e.data || p + 16 > e.data + e.size))
+          abort();
+        if (smp_elf_eh_frame_index(&e, &a, &b, &c) == 0 && (b < a || c > e.size)) abort();
+        (void)smp_elf_load_span(&e, &a, &b);
         smp_elf_free(&e);
       }
+      free(img);
       break;
     }
     case 2: { /* _Py_DebugOffsets, with a valid cookie and version half the time */
