@@ -33,7 +33,8 @@ size_t bf_utf8_seq(const unsigned char *p, size_t avail, uint32_t *cp) {
 
 int bf_text_is_control(uint32_t cp) {
   return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) ||
-         (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200E || cp == 0x200F || cp == 0x061C;
+         (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200E || cp == 0x200F || cp == 0x061C ||
+         cp == 0x2028 || cp == 0x2029; /* line and paragraph separators: a terminal may break the line */
 }
 
 /* The escape for the sequence at p of n bytes (n == 0: one invalid byte). */
@@ -79,6 +80,10 @@ static int inert_walk(const char *s, void (*put)(void *, const char *, size_t), 
     left -= n;
   }
   return changed;
+}
+
+int bf_inert_put(const char *s, void (*put)(void *ud, const char *bytes, size_t n), void *ud) {
+  return s ? inert_walk(s, put, ud) : 0;
 }
 
 typedef struct bufw {

@@ -16,7 +16,8 @@
 size_t bf_utf8_seq(const unsigned char *p, size_t avail, uint32_t *cp);
 
 /* 1 when code point cp must not reach a terminal raw: C0 controls, DEL, C1
- * controls and the bidirectional overrides that reorder what is shown. */
+ * controls, the bidirectional overrides that reorder what is shown, and the
+ * line/paragraph separators U+2028/U+2029. */
 int bf_text_is_control(uint32_t cp);
 
 /* s in its inert form: \n, \r, \t, \x1b (other controls and invalid UTF-8
@@ -25,6 +26,11 @@ int bf_text_is_control(uint32_t cp);
  * cut with "…" when the escaped text does not fit in len bytes. NULL gives "".
  * The result is borrowed: s or buf. */
 const char *bf_inert(const char *s, char *buf, size_t len);
+
+/* s's inert form in pieces: put(ud, bytes, n) for each (no length limit),
+ * e.g. to escape it again for HTML. Returns 1 when anything was escaped;
+ * NULL puts nothing. */
+int bf_inert_put(const char *s, void (*put)(void *ud, const char *bytes, size_t n), void *ud);
 
 /* Write s in its inert form to f (no length limit). */
 void bf_fputs_inert(FILE *f, const char *s);

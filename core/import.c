@@ -24,6 +24,11 @@
  * weights; anything above is a corrupt or hostile count, refused before it
  * turns into millions of 32-bit records. */
 #define MAX_TOTAL_COUNT 1000000000000000LL
+/* Sum of weights in ns: 10^18 ns is 31 years, and every sum the query layer
+ * makes over one session (int64, at most 9.2 * 10^18) stays exact below it. */
+#define MAX_TOTAL_WEIGHT_NS 1000000000000000000LL
+/* austin's "# duration:"/"# interval:" in microseconds: 10^15 us is 31 years. */
+#define MAX_HEADER_US 1000000000000000LL
 
 typedef enum { D_FLAMEGRAPH, D_PYSPY, D_AUSTIN } dialect;
 
@@ -77,7 +82,9 @@ static int parse_pyspy_frame(const char *f, size_t n, frame_id *out) {
       break;
     }
   int64_t a;
+  int numbered = 0;
   if (c1 && parse_i64(c1 + 1, (size_t)(in + in_len - c1 - 1), &a) == 0) {
+    numbered = 1;
     out->line = a;
     out->file_len = (size_t)(c1 - in);
     const char *c2 = NULL;
@@ -92,7 +99,9 @@ static int parse_pyspy_frame(const char *f, size_t n, frame_id *out) {
       out->file_len = (size_t)(c2 - in);
     }
   }
-  if (!out->qual_len || !out->file_len) return -1;
+  /* an empty co_filename is a filename too: "f (:3:4)" is what export
+   * writes for one, and must read back as it was */
+  if (!out->qual_len || (!out->file_len && !numbered)) return -1;
   return 0;
 }
 
@@ -130,7 +139,7 @@ typedef struct imp {
   int64_t samples, records;
   int64_t invalid;      /* austin ":INVALID:" samples: counted, not stored */
   int64_t zero_lines;   /* FlameGraph/py-spy lines with count 0: nothing to store */
-  double total_weight;
+  int64_t total_weight; /* ns (austin) or counts; at most MAX_TOTAL_WEIGHT_NS */
   char *sbuf1, *sbuf2;
   size_t sbuf_cap;
 } imp;
@@ -187,6 +196,10 @@ static int parse_metric(imp *m, char *metric, int64_t *count, int64_t *weight, i
     char *comma = strchr(metric, ',');
     size_t l = comma ? (size_t)(comma - metric) : strlen(metric);
     if (parse_i64(metric, l, weight)) return fail_line(m, "bad austin metric (expected microseconds)");
+    /* checked before the multiplication: 18 digits of microseconds overflow ns */
+    if (*weight > (MAX_TOTAL_WEIGHT_NS - m->total_weight) / 1000)
+      return fail_line(m, "austin metrics add up to more than 10^15 microseconds (31 years), more than any "
+                          "capture holds (the metric is corrupt or not a time)");
     if (comma) {
       char *c2 = strchr(comma + 1, ',');
       size_t l2 = c2 ? (size_t)(c2 - comma - 1) : strlen(comma + 1);
@@ -203,6 +216,9 @@ static int parse_metric(imp *m, char *metric, int64_t *count, int64_t *weight, i
     }
     *weight = *count;
   }
+  if (*weight > MAX_TOTAL_WEIGHT_NS - m->total_weight)
+    return fail_line(m, "sample weights add up to more than 10^18, more than any capture holds (the count is "
+                        "corrupt or not a sample count)");
   if (*count > MAX_TOTAL_COUNT - m->samples)
     return fail_line(m, "sample counts add up to more than 10^15, more than any capture holds (the count is "
                         "corrupt or not a sample count)");
@@ -314,7 +330,7 @@ static int import_line(imp *m, char *line) {
   }
   m->samples += count;
   m->records++;
-  m->total_weight += (double)weight;
+  m->total_weight += weight; /* bounded in parse_metric */
   return 0;
 }
 
@@ -411,10 +427,17 @@ static int header_line(imp *m, const char *t, hdr *h) {
       h->clock = "wall";
     else if (strcmp(val, "memory") == 0)
       return fail_line(m, "austin memory-mode captures are not supported (use wall or cpu mode)");
-  } else if (strcmp(key, "interval") == 0) {
-    h->interval_us = atof(val);
-  } else if (strcmp(key, "duration") == 0) {
-    h->duration_us = atoll(val);
+  } else if (strcmp(key, "interval") == 0 || strcmp(key, "duration") == 0) {
+    /* whole microseconds, bounded: the ns value and the rates made from it fit */
+    int64_t us = 0;
+    if (parse_i64(val, strlen(val), &us) || us > MAX_HEADER_US) {
+      if (m->d != D_AUSTIN) return 0; /* another tool's comment, not austin's header */
+      char msg[256];
+      snprintf(msg, sizeof msg, "austin header '# %s: %.40s' is not a time in microseconds (0 to 10^15)", key, val);
+      return fail_line(m, msg);
+    }
+    if (key[0] == 'i') h->interval_us = (double)us;
+    else h->duration_us = us;
   } else if (strcmp(key, "python") == 0) {
     free(h->pyver);
     h->pyver = strdup(val);
@@ -490,8 +513,8 @@ int bf_import_collapsed(bf_store *s, const char *path, const bf_import_opts *o, 
     info.achieved_rate_hz = (double)m.samples / ((double)h.duration_us / 1e6);
   }
   if (asprintf(&extra,
-               "{\"dialect\":\"%s\",\"records\":%lld,\"total_weight\":%.0f,\"invalid\":%lld,\"zero_count_lines\":%lld}",
-               dialect_name(m.d), (long long)m.records, m.total_weight, (long long)m.invalid,
+               "{\"dialect\":\"%s\",\"records\":%lld,\"total_weight\":%lld,\"invalid\":%lld,\"zero_count_lines\":%lld}",
+               dialect_name(m.d), (long long)m.records, (long long)m.total_weight, (long long)m.invalid,
                (long long)m.zero_lines) < 0)
     extra = NULL;
   info.extra_json = extra;

@@ -2,12 +2,15 @@
  * of the single-session extract of copy.c.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pwd.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "copy.h"
@@ -188,6 +191,86 @@ static char *map_json(void *ud, const char *json) {
   return out;
 }
 
+/* Write len bytes to fd; 0 or a negative errno. */
+static int write_all(int fd, const unsigned char *buf, size_t len) {
+  for (size_t off = 0; off < len;) {
+    ssize_t w = write(fd, buf + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? -errno : -EIO;
+    off += (size_t)w;
+  }
+  return 0;
+}
+
+/* Publish buf as the new file out_path (which must not exist), with nothing
+ * visible until it is complete: an unnamed O_TMPFILE in out_path's directory,
+ * linked into place at the end, so a kill (even SIGKILL) or a full disk
+ * leaves nothing behind. Where the filesystem has no O_TMPFILE, a hidden
+ * temporary that is removed on failure. 0 or a negative errno, message on s. */
+static int publish(bf_store *s, const char *out_path, const unsigned char *buf, size_t len) {
+  char dir[PATH_MAX], tmp[PATH_MAX + 32] = "", proc[64];
+  const char *slash = strrchr(out_path, '/');
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out_path) + (slash == out_path) : 1,
+           slash ? out_path : ".");
+  int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    snprintf(tmp, sizeof tmp, "%s/.%s.bifocal-XXXXXX", dir, slash ? slash + 1 : out_path);
+    fd = mkostemp(tmp, O_CLOEXEC);
+  }
+  if (fd < 0)
+    return bf_store_fail(s, -errno, "cannot create '%s': %s", out_path, strerror(errno));
+  int rc = write_all(fd, buf, len);
+  if (!rc && fsync(fd) != 0) rc = -errno;
+  if (!rc) {
+    if (tmp[0]) {
+      if (link(tmp, out_path) != 0) rc = -errno; /* refuses an existing target, unlike rename */
+    } else {
+      snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+      if (linkat(AT_FDCWD, proc, AT_FDCWD, out_path, AT_SYMLINK_FOLLOW) != 0) rc = -errno;
+    }
+  }
+  close(fd);
+  if (tmp[0]) unlink(tmp);
+  if (rc == -ENOSPC || rc == -EDQUOT)
+    return bf_store_fail(s, rc, "cannot write '%s': the disk is full (%zu bytes needed); free some space or write "
+                                "elsewhere; nothing written",
+                         out_path, len);
+  if (rc == -EEXIST)
+    return bf_store_fail(s, rc, "'%s' already exists; remove it or choose another output file", out_path);
+  if (rc) return bf_store_fail(s, rc, "cannot write '%s': %s; nothing written", out_path, strerror(-rc));
+  return 0;
+}
+
+/* bf_session_extract, built in memory: the copy never touches the disk until
+ * the finished file is published, so nothing (no temporary, no -wal/-shm) is
+ * left beside out_path when redact is killed or the disk fills up. */
+static int extract(bf_store *src, int64_t session_id, const char *out_path, const bf_copy_opts *co,
+                   int64_t *new_id) {
+  struct stat st;
+  if (lstat(out_path, &st) == 0)
+    return bf_store_fail(src, -EEXIST, "'%s' already exists; remove it or choose another output file", out_path);
+  bf_store *mem = NULL;
+  const char *msg = NULL;
+  unsigned char *img = NULL;
+  size_t len = 0;
+  int64_t id = 0;
+  int rc = bf_store_open_memory(&mem, &msg);
+  if (rc) return bf_store_fail(src, rc, "cannot open a database in memory: %s", msg ? msg : strerror(-rc));
+  if ((rc = bf_session_copy(src, session_id, mem, co, &id)) || (rc = bf_store_mark_redacted(mem)) ||
+      (rc = bf_store_flush(mem)) || (rc = bf_store_image(mem, (size_t)1 << 40, &img, &len))) {
+    /* a copy failure may be src's (then src holds the message) */
+    if (bf_store_errmsg(mem)[0]) bf_store_fail(src, rc, "%s", bf_store_errmsg(mem));
+    bf_store_close(mem);
+    return rc;
+  }
+  bf_store_close(mem);
+  rc = publish(src, out_path, img, len);
+  sodium_memzero(img, len);
+  free(img);
+  if (!rc && new_id) *new_id = id;
+  return rc;
+}
+
 int bf_redact_session(bf_store *src, int64_t session_id, const char *out_path, const bf_redact_opts *o,
                       int64_t *new_id) {
   if (sodium_init() < 0) return bf_store_fail(src, -EIO, "cannot initialise libsodium");
@@ -216,7 +299,7 @@ int bf_redact_session(bf_store *src, int64_t session_id, const char *out_path, c
                      .ud = &r,
                      .drop_host_command = 1,
                      .mark_redacted = 1};
-  int rc = bf_session_extract(src, session_id, out_path, &co, new_id);
+  int rc = extract(src, session_id, out_path, &co, new_id);
   sodium_memzero(r.key, sizeof r.key);
   for (size_t i = 0; i < r.nwords; i++) free(r.words[i]);
   return rc;

@@ -30,7 +30,9 @@ typedef struct bf_redact_opts {
  *    word, tokenised the same way; extra_json that is not one well-formed
  *    object becomes null; labels, thread names and every number kept;
  *  - the session's redacted flag and the file's meta redacted=1 set.
- * See bf_session_extract for how the file is made. Errors on src's handle.
+ * The copy is made in memory and published whole (an unnamed temporary
+ * linked into place): out_path must not exist, and a kill or a full disk
+ * leaves nothing behind it. Errors on src's handle.
  * OUT: *new_id (may be NULL). */
 int bf_redact_session(bf_store *src, int64_t session_id, const char *out_path, const bf_redact_opts *o,
                       int64_t *new_id);

@@ -22,6 +22,11 @@
 #define FPR_LEN 8
 #define PUB_PREFIX "bifocal-pub-1 "
 #define KEY_PREFIX "bifocal-key-1 "
+/* A sealed database may inflate to at most BF_SHARE_MAX_RATIO times its
+ * compressed size, or BF_SHARE_MIN_BOUND: an export of real sessions
+ * compresses 2-3:1, an empty one (mostly empty pages) 50:1 at 90 KiB. */
+#define BF_SHARE_MAX_RATIO 64
+#define BF_SHARE_MIN_BOUND (64 << 20)
 
 static void fingerprint(const unsigned char pk[crypto_box_PUBLICKEYBYTES], unsigned char out[FPR_LEN]) {
   crypto_generichash(out, FPR_LEN, pk, crypto_box_PUBLICKEYBYTES, NULL, 0);
@@ -384,6 +389,18 @@ int bf_share_import(bf_store *dst, const char *path, const char *key_path, const
   for (int i = 0; i < 8; i++) want_len |= (uint64_t)plain[8 + i] << (8 * i);
   if (memcmp(plain, INNER_MAGIC, 8) != 0 || want_len == 0 || want_len > (uint64_t)BF_SHARE_MAX_BYTES) {
     rc = bf_store_fail(dst, -EBADMSG, "'%s': unknown content format; nothing imported", path);
+    goto out;
+  }
+  /* The size comes from the file, not from its own header: nothing bigger
+   * than what a bifocal database can compress from is allocated or inflated. */
+  uint64_t zlen = plain_len - INNER_HDR, bound = zlen * BF_SHARE_MAX_RATIO;
+  if (bound < BF_SHARE_MIN_BOUND) bound = BF_SHARE_MIN_BOUND;
+  if (want_len > bound) {
+    rc = bf_store_fail(dst, -EBADMSG,
+                       "'%s' claims %llu bytes of database from %llu compressed, more than a bifocal export ever "
+                       "compresses (%d:1 above %d MiB); it was not made by bifocal; nothing imported",
+                       path, (unsigned long long)want_len, (unsigned long long)zlen, BF_SHARE_MAX_RATIO,
+                       BF_SHARE_MIN_BOUND >> 20);
     goto out;
   }
   /* decrypted only into memory: nothing readable is ever on disk, so no

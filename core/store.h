@@ -42,6 +42,21 @@ int bf_store_open_memory(bf_store **out, const char **errmsg);
 /* Close; flushes pending samples. Accepts NULL. */
 void bf_store_close(bf_store *s);
 
+/* Untrusted databases (every one): each handle is opened defensive, with
+ * triggers and views off and nothing in the schema trusted, and bifocal's
+ * tables are checked (plain tables, expected columns) before anything is
+ * read. Every statement runs under a progress guard:
+ * - bf_store_interrupt() (async-signal-safe: a SIGINT/SIGTERM handler may
+ *   call it) makes every running and later statement of every handle fail
+ *   with -EINTR ("interrupted") until bf_store_interrupt_clear();
+ * - a read that runs longer than its budget without producing a row fails
+ *   with -ETIMEDOUT (default 30 s; ns <= 0 turns the budget off). Writes are
+ *   not budgeted (a VACUUM of a large file is slow, not hostile). */
+void bf_store_interrupt(void);
+void bf_store_interrupt_clear(void);
+int bf_store_interrupted(void);
+void bf_store_set_stmt_budget(bf_store *s, int64_t ns);
+
 /* Last error on this handle (never NULL). Borrowed until the next call. */
 const char *bf_store_errmsg(const bf_store *s);
 

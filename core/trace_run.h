@@ -21,16 +21,20 @@ typedef struct bf_trace_opts {
   long records;        /* focus-mode ring size */
   int64_t ttl_ns;
   const char *db_path;
-  char **cmd;          /* python [interpreter options] (script | -m mod | -c cmd) ARGS */
+  char **cmd;          /* [launcher ...] python [interpreter options] (script | -m mod | -c cmd) ARGS;
+                        * a launcher (chroot ROOT, env, nsenter ...) is every word before the
+                        * first one named python[X.Y] */
   int ncmd;
 } bf_trace_opts;
 
 typedef struct bf_trace_plan {
+  int interp;                 /* index of the interpreter in cmd (> 0 after a launcher) */
   int first;                  /* index of the program in cmd (after interpreter options) */
   char version[64], suffix[128], exe[PATH_MAX]; /* version "X.Y" only when from_files */
   int from_files;             /* version and suffix read from the interpreter's files, not asked */
   int boot_check;             /* neither read nor asked: the runner's bootstrap checks (a launcher
-                               * script); version and suffix empty, extdir newline-separated */
+                               * script, a launcher command, a target in another root); version
+                               * and suffix empty, extdir newline-separated */
   char extdir[PATH_MAX];      /* where _bifocal_trace<suffix> and bifocal_trace.py are */
   char commit[128];
   char *command;              /* cmd joined (malloc'd) */
@@ -52,7 +56,11 @@ int bf_trace_begin(bf_store *s, const bf_trace_opts *o, bf_trace_plan *p);
 /* Run the program under the runner (the terminal's SIGINT/SIGQUIT reach the
  * program, as with system(3); SIGTERM/SIGHUP sent to this process are passed
  * on so the trace gets written). Returns the program's exit status (128+N
- * when killed by signal N); p->err is set when it could not be started. */
+ * when killed by signal N); p->err is set when it could not be started.
+ * With boot_check, the tracing directories and the database's directory are
+ * also handed over as inherited O_PATH descriptors, so a target whose root
+ * differs (a chroot, a container's mount namespace) loads the extension and
+ * writes the database through them where the host paths do not exist. */
 int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p);
 
 /* What became of session_id: 1 written, 0 still "incomplete" (the program
@@ -61,5 +69,15 @@ int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p);
 int bf_trace_outcome(bf_store *s, int64_t session_id);
 
 void bf_trace_plan_free(bf_trace_plan *p);
+
+/* In the target (the collector): while pushed, SQLite takes a relative
+ * database name, and the -wal/-shm/-journal names made from it, relative to
+ * the working directory as it is, instead of prefixing getcwd(), which fails
+ * when the working directory is a directory handle from outside the
+ * process's root (fchdir to a descriptor bifocal passed across a chroot).
+ * Absolute names are unchanged. Process-wide: the caller keeps other threads
+ * out (holds the GIL) until the pop. Returns 0 or -EIO; pop only after 0. */
+int bf_trace_cwd_db_push(void);
+void bf_trace_cwd_db_pop(void);
 
 #endif

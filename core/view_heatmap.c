@@ -8,6 +8,7 @@
 
 #include "query.h"
 #include "store_int.h"
+#include "text.h"
 #include "util.h"
 #include "views.h"
 #include "views_int.h"
@@ -142,6 +143,18 @@ static int hm_json(hm *h, const bf_session_info *info, FILE *out) {
   return rc;
 }
 
+/* Untrusted text for the page: inert first (an ESC or BEL in a name must not
+ * reach a terminal that prints the file, as in every other view), then
+ * escaped for HTML text and attributes. */
+static void html_put(void *ud, const char *b, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char one[2] = {b[i], 0};
+    bf_html_str(ud, one);
+  }
+}
+
+static void html_inert(FILE *out, const char *s) { bf_inert_put(s, html_put, out); }
+
 static int hm_html(hm *h, const bf_session_info *info, int64_t session_id, FILE *out) {
   int rc = 0;
   char sub[1024];
@@ -158,22 +171,22 @@ static int hm_html(hm *h, const bf_session_info *info, int64_t session_id, FILE 
         "</style></head><body><h1>bifocal heatmap — session ",
         out);
   fprintf(out, "%lld</h1><div class=\"sub\">", (long long)session_id);
-  bf_html_str(out, sub);
+  html_inert(out, sub);
   fprintf(out, " · %lld samples · %d buckets of %.3g s · cell = the function's self share of the bucket</div><table>",
           (long long)h->nsamples, h->nb, h->bucket_s);
   for (size_t r = 0; r < h->top; r++) {
     bf_function_ref ref;
     if ((rc = bf_store_function_get(h->s, h->fids[h->rk[r].idx], &ref))) return rc;
     fputs("<tr><td class=\"n\" title=\"", out);
-    bf_html_str(out, ref.file);
+    html_inert(out, ref.file);
     fprintf(out, ":%lld\">", (long long)ref.firstlineno);
-    bf_html_str(out, ref.qualname);
+    html_inert(out, ref.qualname);
     fputs("</td>", out);
     for (int b = 0; b < h->nb; b++) {
       double x = h->btot[b] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)b] / h->btot[b] : 0;
       double a = h->hottest > 0 ? x / h->hottest : 0;
       fprintf(out, "<td class=\"c\" style=\"background:rgba(214,39,40,%.3f)\" title=\"", a < 0.03 && x > 0 ? 0.03 : a);
-      bf_html_str(out, ref.qualname);
+      html_inert(out, ref.qualname);
       fprintf(out, " · %.2f–%.2f s · %.1f%% of %lld samples\"></td>", h->t0_s + b * h->bucket_s, h->t0_s + (b + 1) * h->bucket_s,
               x * 100, (long long)h->bcount[b]);
     }
@@ -187,6 +200,27 @@ static int hm_html(hm *h, const bf_session_info *info, int64_t session_id, FILE 
   return rc;
 }
 
+/* A name right-aligned in width columns, inert (controls escaped), its head
+ * cut to "…" when longer; counted and cut in code points, never inside one. */
+static void put_label(FILE *out, const char *name, size_t width) {
+  char nb[1024];
+  const char *q = bf_inert(name, nb, sizeof nb);
+  size_t cps = 0;
+  for (const char *c = q; *c; c++) cps += ((unsigned char)*c & 0xC0) != 0x80;
+  if (cps > width) {
+    for (size_t skip = cps - width + 1; *q && skip;) { /* drop code points from the front */
+      q++;
+      while (((unsigned char)*q & 0xC0) == 0x80) q++;
+      skip--;
+    }
+    fputs("…", out);
+    cps = width - 1;
+  }
+  for (size_t i = cps; i < width; i++) fputc(' ', out);
+  fputs(q, out);
+  fputc(' ', out);
+}
+
 static int hm_text(hm *h, const bf_view_opts *o, const bf_session_info *info, FILE *out) {
   int rc = 0;
   const char *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
@@ -197,9 +231,7 @@ static int hm_text(hm *h, const bf_view_opts *o, const bf_session_info *info, FI
   for (size_t r = 0; r < h->top; r++) {
     bf_function_ref ref;
     if ((rc = bf_store_function_get(h->s, h->fids[h->rk[r].idx], &ref))) return rc;
-    size_t ql = strlen(ref.qualname);
-    const char *q = ql > (size_t)h->label_w ? ref.qualname + ql - h->label_w + 1 : ref.qualname;
-    fprintf(out, "%s%*s ", ql > (size_t)h->label_w ? "…" : "", ql > (size_t)h->label_w ? h->label_w - 1 : h->label_w, q);
+    put_label(out, ref.qualname, (size_t)h->label_w);
     for (int k = 0; k < h->nb; k++) {
       double x = h->btot[k] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)k] / h->btot[k] : 0;
       shade(out, h->hottest > 0 ? x / h->hottest : 0, o->color);

@@ -7,6 +7,7 @@
 #include "audit.h"
 #include "cli.h"
 #include "opts.h"
+#include "otlp.h"
 #include "out_file.h"
 #include "share.h"
 #include "util.h"
@@ -27,10 +28,9 @@ static const struct {
 } formats[] = {
     {"collapsed", bf_export_collapsed}, {"speedscope", bf_export_speedscope}, {"pstats", bf_export_pstats},
     {"pprof", bf_export_pprof},         {"chrome", bf_export_chrome},         {"svg", export_svg},
-    {"gecko", bf_export_gecko},
-    {NULL, NULL},
+    {"gecko", bf_export_gecko},         {"otlp", bf_export_otlp},             {NULL, NULL},
 };
-#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, svg, gecko, bifocal (with --encrypt-to)"
+#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, svg, gecko, otlp, bifocal (with --encrypt-to)"
 
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
@@ -89,8 +89,8 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("export takes one session id");
     return 2;
   }
-  if (strcmp(outp, "-") == 0 && cli->stdout_tty && strcmp(format, "pprof") == 0) {
-    bf_cli_error("pprof is binary: give -o FILE.pb.gz");
+  if (strcmp(outp, "-") == 0 && cli->stdout_tty && (strcmp(format, "pprof") == 0 || strcmp(format, "otlp") == 0)) {
+    bf_cli_error("%s is binary: give -o FILE%s", format, strcmp(format, "otlp") == 0 ? ".otlp.pb" : ".pb.gz");
     return 2;
   }
   bf_store *s;

@@ -1,8 +1,10 @@
 /* cmd_import.c — `bifocal import FILE [--label L] [--ttl T]`. */
 #include <getopt.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "fleet.h"
 #include "opts.h"
 #include "import.h"
 #include "share.h"
@@ -14,6 +16,7 @@ int bf_cmd_import(bf_cli *cli, int argc, char **argv) {
                                        {"key", required_argument, NULL, 'k'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
+  if (bf_import_is_fleet(argc, argv)) return bf_cmd_import_pyroscope(cli, argc, argv); /* cmd_import_pyroscope.c */
   bf_import_opts io = {.profiler_version = BF_VERSION};
   const char *key = NULL;
   int c;

@@ -93,8 +93,7 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
     return 2;
   }
   char *msg = NULL;
-  int rc = bf_lua_run_main(L, script, argc - optind - 1, argv + optind + 1, &msg);
-  lua_close(L);
+  int rc = bf_lua_run_main(L, script, argc - optind - 1, argv + optind + 1, &msg); /* closes L */
   fflush(stdout);
   if (rc == 2) {
     /* the message may quote names from profiles: controls escaped, the line

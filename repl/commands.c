@@ -23,13 +23,14 @@ BF_DECL(audit)
 BF_DECL(redact)
 BF_DECL(gc)
 BF_DECL(keygen)
+BF_DECL(push)
 #undef BF_DECL
 
 const bf_cmd bf_cmds[] = {
     {"sessions", bf_cmd_sessions, "sessions [--json]", "list sessions with their metadata", NULL},
-    {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key]", "import collapsed stacks (FlameGraph, py-spy raw, austin text) or a sealed export", NULL},
+    {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key] | import --from pyroscope URL --query SEL [--since T] [--until T] [--label L]", "import collapsed stacks (FlameGraph, py-spy raw, austin text), a sealed export, or a fleet-merged profile from Pyroscope", NULL},
     {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N] [--tree]", "show a view of a session", NULL},
-    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome|svg|gecko -o FILE [--thread T] [--since S] [--until S] [--tree] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
+    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome|svg|gecko|otlp -o FILE [--thread T] [--since S] [--until S] [--tree] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
     {"attach", bf_cmd_attach, "attach [record options] PID", "record an existing process (Tachyon's spelling of record -p PID)", NULL},
     {"record", bf_cmd_record, "record [-r HZ] [-d S] [-o FILE [-f FMT]] [--clock wall|cpu] [-g] [-i|--no-idle] [-n] [-s] [--async] [--label L] [--commit SHA] [--ttl T] (-p PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
     {"dump", bf_cmd_dump, "dump [-j] [-l] [-n] [-s] (-p PID | PID)", "current Python stack of every thread of a process, once", NULL},
@@ -45,6 +46,9 @@ const bf_cmd bf_cmds[] = {
     {"redact", bf_cmd_redact, "redact ID -o OUT.db [--keep PREFIX ...]",
      "copy a session with file paths hashed and host/command line dropped", NULL},
     {"gc", bf_cmd_gc, "gc [--force]", "delete expired sessions (--ttl) and reclaim the space", NULL},
+    {"push", bf_cmd_push, "push SESSION... [--to URL] [--service NAME] [--headers-file FILE] [--timeout S] [--retries N] [--cacert FILE] [--insecure] [--since S] [--until S] [--json] | push ID --follow [--every 10s] [--to URL]",
+     "send sessions to a fleet backend: OTLP profiles (otlp+http://HOST:4318) or Pyroscope (pyroscope://HOST:4040)",
+     "Credentials come from OTEL_EXPORTER_OTLP_HEADERS, PYROSCOPE_AUTH_TOKEN, PYROSCOPE_BASIC_AUTH_USER/PASSWORD\nor --headers-file FILE (mode 0600, 'Name: value' lines); they are never stored or printed.\nEach request is bounded by --timeout S (default 10) and retried --retries N times (default 3)\non refusal, timeouts, 5xx and 429 (Retry-After honoured up to 30 s)."},
     {"keygen", bf_cmd_keygen, "keygen [-o NAME]", "make NAME.pub / NAME.key for encrypted sharing", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

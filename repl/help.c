@@ -41,6 +41,15 @@ static const bf_opt_doc docs[] = {
     {"import", "-l, --label L", NULL, "label of the new session"},
     {"import", "-t, --ttl T", NULL, "expire the session after T (90s, 30m, 12h, 7d; see gc)"},
     {"import", "-k, --key SECRET.key", "@file", "open a sealed export with this secret key (see keygen)"},
+    {"import", "--from pyroscope", "pyroscope", "the fleet's merged profile from Pyroscope at URL (pyroscope://, pyroscope+https://, http(s)://)"},
+    {"import", "--query SELECTOR", NULL, "with --from: the label selector, e.g. '{service_name=\"checkout\"}'"},
+    {"import", "--since T", NULL, "with --from: window start (Unix seconds, now-1h, 2026-12-01T10:00:00Z; default now-1h)"},
+    {"import", "--until T", NULL, "with --from: window end (default now)"},
+    {"import", "--profile-type ID", NULL, "with --from: default process_cpu:cpu:nanoseconds:cpu:nanoseconds"},
+    {"import", "--headers-file FILE", "@file", "with --from: extra 'Name: value' headers from a 0600 file of yours"},
+    {"import", "--timeout S", NULL, "with --from: bound of the request (default 30)"},
+    {"import", "--cacert FILE", "@file", "with --from: verify TLS against this CA bundle"},
+    {"import", "--insecure", NULL, "with --from: do not verify TLS certificates"},
 
     {"replay", "-v, --view V", "functions flame heatmap gil stack tasks", "the view (default functions)"},
     {"replay", "-j, --json", NULL, "machine-readable output (functions view)"},
@@ -57,7 +66,7 @@ static const bf_opt_doc docs[] = {
     {"replay", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one; "
                                "a child's own id shows that process alone"},
 
-    {"export", "-f, --format F", "collapsed speedscope pstats pprof chrome svg gecko bifocal",
+    {"export", "-f, --format F", "collapsed speedscope pstats pprof chrome svg gecko otlp bifocal",
      "the output format (py-spy's flamegraph = svg, raw = collapsed, chrometrace = chrome)"},
     {"export", "-o, --output FILE", "@file", "the file to write ('-' for stdout)"},
     {"export", "-t, --thread T", NULL, "only this thread (native id or name)"},
@@ -151,6 +160,20 @@ static const bf_opt_doc docs[] = {
     {"gc", "-f, --force", NULL, "sweep unused stacks and strings even while a capture may be running"},
 
     {"keygen", "-o, --output NAME", "@file", "write NAME.pub and NAME.key"},
+
+    {"push", "--to URL", "otlp+http:// otlp+https:// pyroscope:// pyroscope+https://",
+     "the backend (default $OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT)"},
+    {"push", "--service NAME", NULL, "service.name (OTLP) or application name (Pyroscope); default $OTEL_SERVICE_NAME"},
+    {"push", "--headers-file FILE", "@file", "extra 'Name: value' headers (credentials) from a 0600 file of yours"},
+    {"push", "--timeout S", NULL, "bound of each request, redirects included (default 10)"},
+    {"push", "--retries N", NULL, "retries after refusal, timeout, 5xx or 429 (default 3, at most 10)"},
+    {"push", "--cacert FILE", "@file", "verify TLS against this CA bundle instead of the system's"},
+    {"push", "--insecure", NULL, "do not verify TLS certificates (never the default)"},
+    {"push", "-j, --json", NULL, "one JSON array with each session's outcome"},
+    {"push", "--since S", NULL, "only samples from S seconds after the session start (one window)"},
+    {"push", "--until S", NULL, "only samples until S seconds after the session start"},
+    {"push", "--follow", NULL, "push a session being recorded window by window as each closes, until it ends"},
+    {"push", "--every DURATION", NULL, "with --follow: the window (1s .. 1h, default 10s)"},
 };
 #define NDOCS (sizeof docs / sizeof *docs)
 
@@ -284,6 +307,10 @@ static void man_page(FILE *f) {
         ".TP\n.B XDG_STATE_HOME\ndump, top and live audit into $XDG_STATE_HOME/bifocal/audit.db "
         "(~/.local/state/bifocal/audit.db) when no \\-\\-db is named.\n"
         ".TP\n.B NO_COLOR\nno colour on terminals.\n"
+        ".TP\n.B OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES\n"
+        "push to OTLP: the endpoint, request headers (credentials), service.name and resource attributes.\n"
+        ".TP\n.B PYROSCOPE_AUTH_TOKEN, PYROSCOPE_BASIC_AUTH_USER, PYROSCOPE_BASIC_AUTH_PASSWORD, PYROSCOPE_TENANT_ID\n"
+        "push to Pyroscope: bearer or basic authentication and the X\\-Scope\\-OrgID tenant; never stored or printed.\n"
         ".SH EXIT STATUS\n0 success; 1 failure (one line on stderr says why); 2 bad usage. "
         "bifocal run: 0 all checks held, 1 one failed, 2 script error.\n"
         ".SH SEE ALSO\n.BR py\\-spy (1),\n.BR austin (1)\n",

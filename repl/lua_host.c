@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 
 #include "lua_bifocal.h"
 #include "lua_host.h"
+#include "store.h"
 #include "text.h"
 
 /* Per-state context of the host, a userdata in the registry under HOST_KEY. */
@@ -32,6 +34,8 @@ typedef struct host_ctx {
   struct timespec deadline; /* valid when timeout_s > 0 */
   int armed;                /* a chunk is running: deadline and Ctrl-C apply */
   int printed;              /* checks already shown in a verdict table */
+  char stop_msg[256];       /* why the running chunk was stopped ("" = it was not) */
+  const char *script;       /* the file bf_lua_run_file runs (borrowed), NULL otherwise */
 } host_ctx;
 
 /* The allocator's accounting (lua_setallocf ud). Freed by the allocator itself
@@ -44,9 +48,45 @@ typedef struct lua_mem {
 
 static const char HOST_KEY = 'h'; /* registry: host_ctx userdata */
 
+/* The budget outside the hook. A stop (Ctrl-C, the deadline) sets
+ * stop_pending; from then on the allocator refuses every growth (so a C call
+ * that allocates fails at once, also inside a finalizer, where Lua runs no
+ * hooks) and the count hook of the running state is set to fire at every
+ * instruction. armed_L and running_L (the coroutine being resumed) are what
+ * a signal handler may call lua_sethook on (as lua.c does). */
 static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t stop_pending;
+static lua_State *volatile armed_L;
+static lua_State *volatile running_L;
+static volatile sig_atomic_t stop_cause; /* 1 interrupted, 2 the deadline; cleared by arm */
+static volatile sig_atomic_t closing; /* bf_lua_run_main is closing its state (finalizers run) */
 
-void bf_lua_interrupt(void) { interrupted = 1; }
+static void stop_hook(lua_State *L, lua_Debug *ar);
+
+/* Async-signal-safe: make the armed state (and the coroutine it runs) stop at
+ * its next instruction. */
+static void stop_soon(void) {
+  stop_pending = 1;
+  lua_State *L = armed_L, *co = running_L;
+  if (L) lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1);
+  if (co) lua_sethook(co, stop_hook, LUA_MASKCOUNT, 1);
+}
+
+static void hard_exit(const char *msg) {
+  ssize_t w = write(STDERR_FILENO, msg, strlen(msg));
+  (void)w;
+  _exit(2);
+}
+
+void bf_lua_interrupt(void) {
+  if (interrupted && (armed_L || closing))
+    hard_exit("bifocal: interrupted again: the script did not stop (a finalizer or a C call that does not "
+              "return); exiting\n");
+  interrupted = 1;
+  if (!stop_cause) stop_cause = 1;
+  bf_store_interrupt(); /* a query of the script stops too */
+  stop_soon();
+}
 
 static host_ctx *getctx(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &HOST_KEY);
@@ -303,6 +343,7 @@ static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     if (m->used == 0) free(m); /* lua_close freed the state's last block */
     return NULL;
   }
+  if (nsize > osize && stop_pending) return NULL; /* the script is being stopped */
   if (nsize > osize && (nsize - osize > m->limit || m->used + (nsize - osize) > m->limit)) {
     m->refused = 1;
     return NULL;
@@ -336,15 +377,24 @@ static const char *stop_reason(host_ctx *c, char *buf, size_t len) {
 }
 
 static void stop(lua_State *L, const char *why) {
-  /* every instruction from now on fails, so a pcall loop cannot swallow it */
-  lua_sethook(L, lua_gethook(L), LUA_MASKCOUNT, 1);
-  lua_Debug d;
-  for (int level = 0; lua_getstack(L, level, &d); level++)
-    if (lua_getinfo(L, "Sl", &d) && d.currentline > 0) {
-      lua_pushfstring(L, "%s:%d: %s", d.short_src, d.currentline, why);
-      lua_error(L);
-    }
-  lua_pushstring(L, why);
+  host_ctx *c = getctx(L);
+  if (c && !c->stop_msg[0]) {
+    snprintf(c->stop_msg, sizeof c->stop_msg, "%s", why);
+    lua_Debug d;
+    for (int level = 0; lua_getstack(L, level, &d); level++)
+      if (lua_getinfo(L, "Sl", &d) && d.currentline > 0) {
+        snprintf(c->stop_msg, sizeof c->stop_msg, "%s:%d: %s", d.short_src, d.currentline, why);
+        break;
+      }
+  }
+  /* every instruction from now on fails, so a pcall loop cannot swallow it,
+   * and every allocation, so a C function cannot either */
+  stop_pending = 1;
+  lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1);
+  /* Raised as a memory error (the allocator refuses now): Lua calls no
+   * message handler for those, so a looping xpcall handler never runs. */
+  lua_newuserdatauv(L, 1, 0);
+  lua_pushstring(L, c && c->stop_msg[0] ? c->stop_msg : why);
   lua_error(L);
 }
 
@@ -367,6 +417,11 @@ static void stop_hook(lua_State *L, lua_Debug *ar) {
 static void arm(lua_State *L) {
   host_ctx *c = getctx(L);
   interrupted = 0;
+  stop_pending = 0;
+  stop_cause = 0;
+  bf_store_interrupt_clear();
+  c->stop_msg[0] = 0;
+  c->script = NULL;
   if (c->timeout_s > 0) {
     clock_gettime(CLOCK_MONOTONIC, &c->deadline);
     double whole = floor(c->timeout_s);
@@ -381,18 +436,75 @@ static void arm(lua_State *L) {
   lua_mem *m = getmem(L);
   if (m) m->refused = 0;
   lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1000);
+  armed_L = L;
 }
 
 static void disarm(lua_State *L) {
+  armed_L = NULL;
+  running_L = NULL;
   getctx(L)->armed = 0;
+  stop_pending = 0;
+  interrupted = 0;
+  bf_store_interrupt_clear();
   lua_sethook(L, stop_hook, LUA_MASKCOUNT, 1000);
 }
 
 static char *take_msg(lua_State *L);
 
+/* ---- coroutines: the one being resumed is where a stop must land -------------- */
+
+/* Re-raise the error of a resume: a stop stays a stop (a memory error, no
+ * message handler), anything else as it was. */
+static int rethrow(lua_State *L) {
+  host_ctx *c = getctx(L);
+  if (c && c->stop_msg[0]) stop(L, c->stop_msg);
+  return lua_error(L);
+}
+
+/* Call upvalue 1 with this call's arguments while running_L is co. */
+static int call_running(lua_State *L, lua_State *co) {
+  lua_State *prev = running_L;
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  if (co) running_L = co;
+  int st = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  running_L = prev;
+  return st == LUA_OK ? lua_gettop(L) : rethrow(L);
+}
+
+static int co_resume(lua_State *L) { return call_running(L, lua_tothread(L, 1)); }
+
+/* The function coroutine.wrap made (upvalue 1), its coroutine (upvalue 2). */
+static int co_wrapped(lua_State *L) { return call_running(L, lua_tothread(L, lua_upvalueindex(2))); }
+
+static int co_wrap(lua_State *L) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  if (!lua_getupvalue(L, -1, 1)) lua_pushnil(L); /* Lua's wrap keeps the coroutine as upvalue 1 */
+  lua_pushcclosure(L, co_wrapped, 2);
+  return 1;
+}
+
 /* The message of a failed chunk; an allocation refused for the cap becomes a
  * clear line instead of Lua's "not enough memory". */
 static char *fail_msg(lua_State *L, int st) {
+  host_ctx *c = getctx(L);
+  if (c->stop_msg[0]) { /* stopped: whatever error unwound the chunk says so */
+    lua_pop(L, 1);
+    char *r = strdup(c->stop_msg);
+    c->stop_msg[0] = 0;
+    return r ? r : strdup("stopped");
+  }
+  if (stop_cause) { /* stopped by the watchdog at an allocation: no position known */
+    char *r = NULL;
+    const char *at = c->script ? c->script : "", *sep = c->script ? ": " : "";
+    if (stop_cause == 1 ? asprintf(&r, "%s%sinterrupted", at, sep) < 0
+                        : asprintf(&r, "%s%stimed out after %g s (--timeout)", at, sep, c->timeout_s) < 0)
+      r = NULL;
+    lua_pop(L, 1);
+    return r ? r : strdup("stopped");
+  }
   lua_mem *m = getmem(L);
   const char *orig = lua_tostring(L, -1);
   if (st == LUA_ERRMEM || (orig && strstr(orig, "not enough memory"))) {
@@ -497,6 +609,8 @@ lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
   bf_lua_module_setup(L, &mo);
   luaL_openlibs(L);
   bf_lua_bounded_strlib(L, budget);
+  wrap(L, "coroutine", "resume", co_resume);
+  wrap(L, "coroutine", "wrap", co_wrap);
   if (c->sandbox) apply_sandbox(L);
   luaL_requiref(L, "bifocal", luaopen_bifocal, 1);
   lua_pop(L, 1);
@@ -636,6 +750,7 @@ static char *full_path_msg(char *msg, const char *path) {
 int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg) {
   *errmsg = NULL;
   arm(L);
+  getctx(L)->script = path;
   lua_createtable(L, argc, 1);
   lua_pushstring(L, path);
   lua_rawseti(L, -2, 0);
@@ -673,30 +788,95 @@ static void on_sigint(int sig) {
   bf_lua_interrupt();
 }
 
-/* Only there to cut a blocking read short (EINTR) at the deadline; the
- * interpreter then reports the timeout itself. */
-static void on_sigalrm(int sig) { (void)sig; }
+/* The watchdog's signal: stop the armed state at its next instruction (the
+ * hook may be 1000 instructions of slow C calls away) and cut a blocking
+ * read short (EINTR). */
+static void on_sigalrm(int sig) {
+  (void)sig;
+  if (stop_pending) stop_soon();
+}
+
+/* Grace after a stop before the process exits on its own: a finalizer runs
+ * without hooks, and a loop in one cannot be stopped from inside. */
+#define HARD_GRACE_NS 2000000000LL
+
+typedef struct watchdog {
+  pthread_t main;
+  double timeout_s;
+  int64_t start_ns;
+  volatile int done;
+} watchdog;
+
+static int64_t mono_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Every 50 ms: past the deadline (or after Ctrl-C), stop the state and
+ * signal the main thread; past the grace, end the process with a message. */
+static void *watchdog_main(void *ud) {
+  watchdog *w = ud;
+  int64_t deadline = w->timeout_s > 0 ? w->start_ns + (int64_t)(w->timeout_s * 1e9) : 0, hard = 0;
+  struct timespec tick = {0, 50000000L};
+  while (!w->done) {
+    nanosleep(&tick, NULL);
+    if (w->done) break;
+    int64_t now = mono_ns();
+    int timed_out = deadline && now >= deadline;
+    if (timed_out) {
+      if (!stop_cause) stop_cause = 2;
+      stop_pending = 1;
+      bf_store_interrupt();
+    }
+    if ((timed_out || interrupted) && !hard) hard = now + HARD_GRACE_NS;
+    if (stop_pending || timed_out) pthread_kill(w->main, SIGALRM);
+    if (hard && now >= hard) {
+      char msg[256];
+      snprintf(msg, sizeof msg,
+               "bifocal: the script did not stop %s (a finalizer or a C call that does not return); "
+               "exiting\n",
+               interrupted ? "2 s after Ctrl-C" : "within 2 s of its --timeout");
+      hard_exit(msg);
+    }
+  }
+  return NULL;
+}
 
 int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, char **errmsg) {
-  double timeout_s = getctx(L)->timeout_s;
   /* no SA_RESTART: Ctrl-C or the deadline also ends a read that blocks */
-  struct sigaction sa = {0}, old, sa_alrm = {0}, old_alrm;
+  struct sigaction sa = {0}, old, old_term, sa_alrm = {0}, old_alrm;
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old);
+  sigaction(SIGTERM, &sa, &old_term);
   sa_alrm.sa_handler = on_sigalrm;
   sigemptyset(&sa_alrm.sa_mask);
   sigaction(SIGALRM, &sa_alrm, &old_alrm);
-  if (timeout_s > 0) {
-    /* then every 100 ms, in case the first one lands outside a syscall */
-    long long us = (long long)(timeout_s * 1e6) + 1000;
-    struct itimerval it = {{0, 100000}, {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)}};
-    setitimer(ITIMER_REAL, &it, NULL);
-  }
+  watchdog w = {.main = pthread_self(), .timeout_s = getctx(L)->timeout_s, .start_ns = mono_ns()};
+  pthread_t th;
+  /* the watchdog gets no signal: they all go to the main thread */
+  sigset_t all, prev;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &prev);
+  int have_dog = pthread_create(&th, NULL, watchdog_main, &w) == 0;
+  pthread_sigmask(SIG_SETMASK, &prev, NULL);
   int rc = bf_lua_run_file(L, path, argc, argv, errmsg);
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
+  /* the finalizers run at close: under the same deadline, Ctrl-C and grace
+   * (no hooks run in a finalizer: the allocator and the grace stop them) */
+  closing = 1;
+  lua_close(L);
+  closing = 0;
+  if (have_dog) {
+    w.done = 1;
+    pthread_join(th, NULL);
+  }
+  /* the state is gone: the next one starts unstopped */
+  stop_pending = 0;
+  interrupted = 0;
+  bf_store_interrupt_clear();
   sigaction(SIGALRM, &old_alrm, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
   sigaction(SIGINT, &old, NULL);
   return rc;
 }

@@ -37,10 +37,15 @@ lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen);
  * OUT: *errmsg on 2, one line "file:line: message" (caller frees). */
 int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg);
 
-/* bf_lua_run_file as the main program (`bifocal run`): while it runs, SIGINT
- * (Ctrl-C) interrupts the chunk and, with a timeout, SIGALRM at the deadline
- * (then every 100 ms) cuts a blocking read short; the previous handlers and
- * timer are restored after. Same results as bf_lua_run_file. */
+/* bf_lua_run_file as the main program (`bifocal run`), then lua_close(L):
+ * L is closed on return. A watchdog thread holds the budget outside the
+ * interpreter's hook, for every C call, finalizer and message handler: at
+ * the deadline (--timeout) or on SIGINT/SIGTERM the chunk stops at its next
+ * instruction or allocation (a SIGALRM every 50 ms also cuts a blocking read
+ * short), and 2 s later, if it still runs (a finalizer that loops: Lua runs
+ * no hooks there), the process exits with a message; a second Ctrl-C exits
+ * at once. The previous handlers are restored after. Same results as
+ * bf_lua_run_file. */
 int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, char **errmsg);
 
 /* Load and run one chunk of source (chunkname e.g. "=repl"); when print_results

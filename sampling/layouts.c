@@ -791,14 +791,19 @@ int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_lay
   }
   dbg_names(blob, len, minor, &l);
   /* torn-stack check: code units follow the code object's header (Py_SIZE);
-   * the recursion counters are not in _Py_DebugOffsets: 3.13's from its
-   * headers (PyThreadState is ABI-stable within 3.13), checked against the
-   * section size; other versions go unbounded */
+   * the recursion counters are not in _Py_DebugOffsets: from each version's
+   * headers (PyThreadState is ABI-stable within a minor version), used only
+   * where the target puts current_frame where those headers do (the
+   * counters sit just before it) and checked against the section size */
   l.co_ob_size = 16;
-  if (minor == 13 && inside(48, 4, z.ts)) {
-    l.ts_rec_remaining = 44; /* py_recursion_remaining */
-    l.ts_rec_limit = 48;     /* py_recursion_limit */
-  }
+  static const struct { int minor; uint64_t remaining, frame; } rec[] = {
+      {13, 44, 72}, {14, 48, 72}, {15, 52, 72}}; /* py_recursion_remaining, current_frame */
+  for (size_t i = 0; i < sizeof rec / sizeof rec[0]; i++)
+    if (rec[i].minor == minor && l.ts_frame == rec[i].frame &&
+        inside(rec[i].remaining + 4, 4, z.ts)) {
+      l.ts_rec_remaining = rec[i].remaining;
+      l.ts_rec_limit = rec[i].remaining + 4; /* py_recursion_limit follows it */
+    }
   finish(&l);
   *out = l;
   return 0;

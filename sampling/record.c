@@ -487,10 +487,19 @@ static int launch_attached(bf_smp *h, const bf_smp_record_opts *o, int *exit_sta
   int pid = launch(h, o->argv);
   if (pid < 0) return pid;
   if (o->child_pid) *o->child_pid = pid;
-  int64_t give_up = bf_mono_ns() + 15 * 1000000000LL;
+  int64_t give_up = bf_mono_ns() + 15 * 1000000000LL, eio_since = 0;
   for (;;) {
     int rc = bf_smp_attach(h, pid);
     if (rc == 0) return pid;
+    /* a command exec'ing its way to Python (a shim, a container's
+     * unshare/chroot) can show the interpreter mapped a moment before its
+     * memory reads back: a read failure is retried for up to a second */
+    if (rc == -EIO) {
+      if (!eio_since) eio_since = bf_mono_ns();
+      if (bf_mono_ns() - eio_since < 1000000000LL) rc = -EAGAIN;
+    } else {
+      eio_since = 0;
+    }
     int st2;
     if (waitpid(pid, &st2, WNOHANG) == pid) {
       *exit_status = st2;

@@ -393,9 +393,19 @@ static inline smp_code *frame_code(bf_smp *h, uint64_t code, int *err) {
 
 /* End of a thread's walk (its frames from first on): the checks on the
  * chain as a whole, and the cut at the outermost caller found not at a call
- * (cut; 0: none). last_owner: 3.11+ owner of the outermost frame. */
-static inline void walk_end(bf_smp *h, size_t first, size_t cut, int last_owner, int64_t max_py) {
+ * (cut; 0: none). last_owner: 3.11+ owner of the outermost frame. base:
+ * 3.15+ the thread's base frame (0: unknown), bottom: the last frame the
+ * chain reached (0: none). */
+static inline void walk_end(bf_smp *h, size_t first, size_t cut, int last_owner, int64_t max_py,
+                            uint64_t base, uint64_t bottom) {
   const smp_layout *l = &h->lay;
+  if (base && bottom) {
+    /* 3.15+: every frame of a running thread's stack links down to the base
+     * frame embedded in its thread state; a chain that ends elsewhere went
+     * through a frame freed or a generator that yielded while it was read.
+     * This replaces the eval-call guess below: the outermost frame is proven */
+    if (bottom != base) torn_root(h, "the chain did not end at the thread's base frame");
+  }
   if (max_py >= 0 && (int64_t)(h->nframes - first) > max_py)
     torn(h, "more frames than the recursion depth");
   if (cut >= h->nframes && cut > first) /* nothing left to keep */
@@ -417,17 +427,19 @@ static inline void walk_end(bf_smp *h, size_t first, size_t cut, int last_owner,
   /* 3.11+: a thread's outermost frame began an eval call (3.11 is_entry,
    * 3.12+ a C-stack shim below it); a chain that ends elsewhere went
    * through a generator that yielded meanwhile (its link is cleared) */
-  if (h->nframes > first && !l->frames_are_objects && (l->fr_entry || l->fr_owner) &&
+  if (!base && h->nframes > first && !l->frames_are_objects && (l->fr_entry || l->fr_owner) &&
       !(h->frames[h->nframes - 1].flags & BF_SMP_FRAME_ENTRY))
     torn_root(h, "the outermost frame did not begin an eval call");
 }
 
 /* Walk one thread's frames starting at frame address fa. max_py: the
  * thread's recursion depth + 1 (more Python frames cannot be live), or -1
- * when unknown. Marks h->torn when the chain cannot have existed. */
-static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
+ * when unknown; base: 3.15+ its base frame (0: unknown). Marks h->torn when
+ * the chain cannot have existed. */
+static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py, uint64_t base) {
   const smp_layout *l = &h->lay;
   int err = 0;
+  uint64_t bottom = 0;   /* the last frame read */
   size_t first = h->nframes;
   int child_entry = 0; /* the last pushed frame was entered by a C call */
   int last_owner = 0;  /* 3.11+: owner of the last pushed frame (1: a generator) */
@@ -441,6 +453,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     uint64_t instr = l->instr_is_lasti ? rd32(fb + l->fr_instr) : rd64(fb + l->fr_instr);
     int owner = l->fr_owner ? fb[l->fr_owner] : 0;
     if (back == fa) return -EIO;
+    bottom = fa;
     /* what was read, for read_sig (one multiply a frame) */
     h->walk_acc = (h->walk_acc + (fa ^ (code << 1) ^ instr ^
                                   (l->fr_state ? (uint64_t)fb[l->fr_state] << 48 : 0))) *
@@ -456,6 +469,17 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
       /* native.c: the frame below a C-stack shim (owner 3) began its eval call */
       if (owner == 3 && h->nframes > first) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY;
       child_entry = 1;
+      fa = back;
+      continue;
+    }
+    if (!code && l->executable_tagged) {
+      /* 3.14+: a frame that returned has its executable cleared before it
+       * is popped; its link still names its caller, which was running then.
+       * The frames read as its children are cut off (below), as for a
+       * caller read after its child returned: no re-read needed */
+      if (h->no_cut) torn(h, "a frame had returned");
+      if (h->nframes > first) cut = h->nframes;
+      child_entry = 0;
       fa = back;
       continue;
     }
@@ -499,7 +523,13 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
       if (h->no_cut) torn(h, "a caller frame is not at a call");
       cut = h->nframes;
     }
-    int rc = push_frame(h, c, code_line(l, c, code, instr), fa);
+    /* a caller's instruction stays put from sample to sample: its line once */
+    if (instr != c->line_instr || !c->line_known) {
+      c->line_instr = instr;
+      c->line = code_line(l, c, code, instr);
+      c->line_known = 1;
+    }
+    int rc = push_frame(h, c, c->line, fa);
     if (rc < 0) return rc;
     int entry = l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]);
     if (entry) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY; /* for native.c */
@@ -507,7 +537,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py) {
     last_owner = owner;
     fa = back;
   }
-  walk_end(h, first, cut, last_owner, max_py);
+  walk_end(h, first, cut, last_owner, max_py, base, bottom);
   return 0;
 }
 
@@ -676,7 +706,7 @@ static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsig
   if (!t) return -ENOMEM;
   size_t first = h->nframes;
   h->torn_here = 0;
-  int rc = walk_frames(h, fa, thread_max_py(l, tb));
+  int rc = walk_frames(h, fa, thread_max_py(l, tb), l->ts_base_frame ? rd64(tb + l->ts_base_frame) : 0);
   if (rc < 0) return rc;
   if (h->torn_here) { /* which threads were torn: see smp_thread_off_cpu */
     if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))

@@ -27,7 +27,8 @@ __all__ = ["Profile", "backend", "version"]
 
 _USAGE = ("usage: python -m bifocal_trace [--db DB] [--session ID] [--clock wall|cpu] "
           "[--focus GLOB] [--no-builtins] [--tool-id N] [--records N] [--label L] "
-          "[--ttl-s S] [--commit C] [--command STR] -- (script.py | -m module | -c cmd) [ARGS]")
+          "[--ttl-s S] [--commit C] [--command STR] [--db-dir FD:DEV:INO] "
+          "-- (script.py | -m module | -c cmd) [ARGS]")
 
 
 def _fail(msg, code=2):
@@ -40,11 +41,12 @@ def _fail(msg, code=2):
 def _parse(argv):
     opts = {"db": "bifocal.db", "session": 0, "clock": "wall", "focus": None, "builtins": True,
             "tool_id": -1, "records": 1 << 20, "label": None, "ttl_s": 0.0, "commit": None,
-            "command": None}
+            "command": None, "db_dir": None}
     takes = {"--db": "db", "--session": "session", "--clock": "clock", "--focus": "focus",
              "--tool-id": "tool_id", "--records": "records", "--label": "label",
-             "--ttl-s": "ttl_s", "--commit": "commit", "--command": "command"}
-    conv = {"session": int, "tool_id": int, "records": int, "ttl_s": float}
+             "--ttl-s": "ttl_s", "--commit": "commit", "--command": "command", "--db-dir": "db_dir"}
+    conv = {"session": int, "tool_id": int, "records": int, "ttl_s": float,
+            "db_dir": lambda v: tuple(int(x) for x in v.split(":", 2))}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -74,6 +76,45 @@ def _parse(argv):
     if not target:
         _fail("nothing to run\n" + _USAGE)
     return opts, target
+
+
+def _db_at(db, db_dir):
+    """How this process reaches the database: (dir_fd, name, why). db_dir is
+    (FD, DEV, INO) of its directory as bifocal saw it (`bifocal trace` passes
+    the directory as an inherited descriptor). The path is used where it leads
+    to that directory; else the descriptor (the interpreter runs in another
+    root: a chroot, a container), dir_fd then >= 0 and name the file's name in
+    it; why says, in one line, why neither reaches it."""
+    import os
+    if db_dir is None or len(db_dir) != 3:
+        return -1, db, None
+    fd, ident = db_dir[0], tuple(db_dir[1:])
+
+    def same(st):
+        return st is not None and (st.st_dev, st.st_ino) == ident
+
+    d, name = os.path.split(db)
+    try:
+        by_path = os.stat(d or ".")
+    except OSError:
+        by_path = None
+    try:
+        by_fd = os.fstat(fd) if fd >= 0 else None
+    except OSError:
+        by_fd = None
+    if same(by_fd):
+        os.set_inheritable(fd, False)  # not the program's to pass on
+    if same(by_path):
+        if same(by_fd):
+            os.close(fd)
+        return -1, db, None
+    if same(by_fd):
+        return fd, name, None
+    return -1, db, ("cannot reach the database %s from this interpreter: that directory is not "
+                    "visible here (the interpreter runs in another root) and the handle bifocal "
+                    "passed for it (fd %d) was not inherited (a launcher closed it); give --db a "
+                    "path the interpreter sees at the same place, or launch it without closing "
+                    "inherited file descriptors" % (db, fd))
 
 
 def _set_path0(entry):
@@ -188,19 +229,28 @@ def _join_threads():
                 pass
 
 
-def _main(argv=None):
-    """Run a program under the tracer and write the session (see _USAGE)."""
+def _main(argv=None, answer=None):
+    """Run a program under the tracer and write the session (see _USAGE).
+    answer (bifocal's bootstrap): called once, with "ok" when the program is
+    about to be set up, or "nodb" when the database cannot be reached."""
     # _signal, not signal: signal.py would import enum and collections before
     # the program, whose own imports of them would then go uncounted
     import _signal as signal
     import _bifocal_trace as _c
     opts, target = _parse(list(_sys.argv[1:] if argv is None else argv))
+    db_fd, db_name, why = _db_at(opts["db"], opts["db_dir"])
+    if why:
+        if answer:
+            answer("nodb")
+        _fail(why)
+    if answer:
+        answer("ok")
 
     def discard():
         # the program never started: leave no half-written session behind
         if opts["session"]:
             try:
-                _c._discard_session(opts["db"], opts["session"])
+                _c._discard_session(db_name, opts["session"], db_fd, opts["db"])
             except OSError as e:
                 _sys.stderr.write("bifocal: %s\n" % e)
 
@@ -256,9 +306,10 @@ def _main(argv=None):
             '{"file":%s,"qualname":%s,"firstlineno":%d,"tasks":%d,"total_ns":%d,"max_ns":%d}'
             % (_json_str(f), _json_str(q), fl, n, tot, mx) for f, q, fl, n, tot, mx in lives))
     try:
-        prof.write(opts["db"], session=opts["session"], label=opts["label"],
+        prof.write(db_name, session=opts["session"], label=opts["label"],
                    command=opts["command"] or " ".join(target), status=status,
-                   ttl_s=opts["ttl_s"], commit=opts["commit"], extra=extra)
+                   ttl_s=opts["ttl_s"], commit=opts["commit"], extra=extra, dir_fd=db_fd,
+                   shown_as=opts["db"])
     except OSError as e:
         _sys.stderr.write("bifocal: %s\n" % e)
         if exit_code == 0:

@@ -10,6 +10,7 @@
 #include "trc_tasks.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "ident.h"
 #include "json.h"
 #include "store.h"
+#include "trace_run.h"
 
 ProfileObject *trc_active;
 static uint64_t trc_next_gen = 1;
@@ -362,7 +364,56 @@ static void trc_stop(ProfileObject *p) {
   if (trc_active == p) trc_active = NULL;
 }
 
-static long long trc_write_session(ProfileObject *p, const char *db, long long session,
+/* Where a database is: db is a path, or (dir_fd >= 0) a file name in the
+ * directory dir_fd, a descriptor the runner passed from outside this
+ * process's root (its host path may not exist here; shown names it). */
+typedef struct trc_db_at {
+  int dir_fd;
+  const char *shown;
+  int saved_cwd; /* while entered */
+} trc_db_at;
+
+/* Make db's directory the working directory (dir_fd mode), with the GIL
+ * held so no other Python thread sees it. 0, or -1 with an OSError. */
+static int trc_db_enter(trc_db_at *at) {
+  if (at->dir_fd < 0) return 0;
+  at->saved_cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (at->saved_cwd < 0 || fchdir(at->dir_fd) < 0) {
+    int e = errno;
+    if (at->saved_cwd >= 0) close(at->saved_cwd);
+    at->saved_cwd = -1;
+    PyErr_Format(PyExc_OSError, "cannot reach the database %s through the directory bifocal passed "
+                 "(fd %d): %s", at->shown, at->dir_fd, strerror(e));
+    return -1;
+  }
+  if (bf_trace_cwd_db_push() < 0) {
+    if (fchdir(at->saved_cwd) < 0) { /* nothing better to do: the error says where */
+    }
+    close(at->saved_cwd);
+    at->saved_cwd = -1;
+    PyErr_Format(PyExc_OSError, "cannot open the database %s from this root: SQLite refused a "
+                 "virtual file system", at->shown);
+    return -1;
+  }
+  return 0;
+}
+
+/* Undo trc_db_enter. 0, or -1 when the working directory could not be put
+ * back (the error is set only when none is pending). */
+static int trc_db_leave(trc_db_at *at) {
+  if (at->dir_fd < 0 || at->saved_cwd < 0) return 0;
+  bf_trace_cwd_db_pop();
+  int rc = fchdir(at->saved_cwd);
+  int e = errno;
+  close(at->saved_cwd);
+  at->saved_cwd = -1;
+  if (rc < 0 && !PyErr_Occurred())
+    PyErr_Format(PyExc_OSError, "cannot return to the working directory after writing %s: %s",
+                 at->shown, strerror(e));
+  return rc < 0 ? -1 : 0;
+}
+
+static long long trc_write_session(ProfileObject *p, const char *db, trc_db_at *at, long long session,
                                    const char *label, const char *command, const char *status,
                                    double ttl_s, const char *commit, const char *extra);
 
@@ -371,8 +422,9 @@ static PyObject *Profile_disable(ProfileObject *p, PyObject *noargs) {
   (void)noargs;
   if (!p->running) Py_RETURN_NONE;
   trc_stop(p);
+  trc_db_at at = {-1, p->db_path, -1};
   if (p->db_path &&
-      trc_write_session(p, p->db_path, 0, p->label, NULL, "complete", 0, NULL, NULL) < 0)
+      trc_write_session(p, p->db_path, &at, 0, p->label, NULL, "complete", 0, NULL, NULL) < 0)
     return NULL;
   Py_RETURN_NONE;
 }
@@ -511,16 +563,23 @@ done:
  *       commit=None, extra=None) -> session id */
 static PyObject *Profile_write(ProfileObject *p, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"db", "session", "label", "command", "status", "ttl_s", "commit",
-                           "extra", NULL};
+                           "extra", "dir_fd", "shown_as", NULL};
   const char *db, *label = NULL, *command = NULL, *status = "complete", *commit = NULL,
-                  *extra = NULL;
+                  *extra = NULL, *shown_as = NULL;
   long long session = 0;
   double ttl_s = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|Lzzzdzz:write", kwlist, &db, &session, &label,
-                                   &command, &status, &ttl_s, &commit, &extra))
+  int dir_fd = -1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|Lzzzdzziz:write", kwlist, &db, &session, &label,
+                                   &command, &status, &ttl_s, &commit, &extra, &dir_fd,
+                                   &shown_as))
     return NULL;
+  if (dir_fd >= 0 && strchr(db, '/')) {
+    PyErr_SetString(PyExc_ValueError, "write: with dir_fd, db is a file name in that directory");
+    return NULL;
+  }
   if (p->running) trc_stop(p);
-  long long sid = trc_write_session(p, db, session, label ? label : p->label, command, status,
+  trc_db_at at = {dir_fd, shown_as ? shown_as : db, -1};
+  long long sid = trc_write_session(p, db, &at, session, label ? label : p->label, command, status,
                                     ttl_s, commit, extra);
   if (sid < 0) return NULL;
   return PyLong_FromLongLong(sid);
@@ -597,7 +656,7 @@ static char *trc_extra_json(ProfileObject *p, const char *extra) {
   return out;
 }
 
-static long long trc_write_session(ProfileObject *p, const char *db, long long session,
+static long long trc_write_session(ProfileObject *p, const char *db, trc_db_at *at, long long session,
                                    const char *label, const char *command, const char *status,
                                    double ttl_s, const char *commit, const char *extra) {
   trc_fill_names(p);
@@ -637,13 +696,28 @@ static long long trc_write_session(ProfileObject *p, const char *db, long long s
   int64_t sid = 0;
   char err[512] = "";
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = bf_trc_write(db, &res, &meta, &sid, err, sizeof err);
-  Py_END_ALLOW_THREADS
+  if (at->dir_fd >= 0) { /* through the runner's directory handle: the GIL stays held */
+    if (trc_db_enter(at) < 0) {
+      free(extra_json);
+      trc_result_free(&res);
+      return -1;
+    }
+    rc = bf_trc_write(db, &res, &meta, &sid, err, sizeof err);
+    if (trc_db_leave(at) < 0 && rc >= 0) rc = -EIO;
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    rc = bf_trc_write(db, &res, &meta, &sid, err, sizeof err);
+    Py_END_ALLOW_THREADS
+  }
   free(extra_json);
   trc_result_free(&res);
   if (rc < 0) {
-    PyErr_Format(PyExc_OSError, "could not write the trace to %s", err);
+    if (PyErr_Occurred()) {
+    } else if (at->dir_fd >= 0) { /* err names the file as SQLite saw it, relative */
+      PyErr_Format(PyExc_OSError, "could not write the trace to %s (%s)", at->shown, err);
+    } else {
+      PyErr_Format(PyExc_OSError, "could not write the trace to %s", err);
+    }
     return -1;
   }
   p->session_id = (long long)sid;
@@ -695,27 +769,34 @@ PyTypeObject ProfileType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* _discard_session(db, id): remove a session that never started (the runner
- * could not set the program up), so nothing is left half-written. */
+/* _discard_session(db, id, dir_fd=-1, shown_as=None): remove a session that
+ * never started (the runner could not set the program up), so nothing is
+ * left half-written. dir_fd, shown_as: as for Profile.write. */
 static PyObject *trc_discard_session(PyObject *self, PyObject *args) {
   (void)self;
-  const char *db;
+  const char *db, *shown_as = NULL;
   long long id;
-  if (!PyArg_ParseTuple(args, "sL:_discard_session", &db, &id)) return NULL;
+  int dir_fd = -1;
+  if (!PyArg_ParseTuple(args, "sL|iz:_discard_session", &db, &id, &dir_fd, &shown_as)) return NULL;
+  trc_db_at at = {dir_fd, shown_as ? shown_as : db, -1};
+  if (trc_db_enter(&at) < 0) return NULL;
   bf_store *s = NULL;
   const char *msg = NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = bf_store_open(db, 0, &s, &msg);
-  if (rc == 0) rc = bf_store_session_delete(s, (int64_t)id);
-  Py_END_ALLOW_THREADS
-  if (rc < 0) {
-    PyErr_Format(PyExc_OSError, "could not discard session %lld in %s: %s", id, db,
-                 s ? bf_store_errmsg(s) : (msg ? msg : strerror(-rc)));
-    bf_store_close(s);
-    return NULL;
+  if (dir_fd >= 0) {
+    rc = bf_store_open(db, 0, &s, &msg);
+    if (rc == 0) rc = bf_store_session_delete(s, (int64_t)id);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    rc = bf_store_open(db, 0, &s, &msg);
+    if (rc == 0) rc = bf_store_session_delete(s, (int64_t)id);
+    Py_END_ALLOW_THREADS
   }
+  if (rc < 0)
+    PyErr_Format(PyExc_OSError, "could not discard session %lld in %s: %s", id, at.shown,
+                 s ? bf_store_errmsg(s) : (msg ? msg : strerror(-rc)));
   bf_store_close(s);
+  if (trc_db_leave(&at) < 0 || rc < 0) return NULL;
   Py_RETURN_NONE;
 }
 

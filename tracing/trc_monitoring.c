@@ -85,9 +85,12 @@ static int trc_mon_init(void) {
 #define TRC_SITE_MAX_RESTARTS 64 /* names rebound this often: stop disabling */
 
 static int op_cache = -1, op_ext = -1, op_call = -1, op_call_kw = -1, op_kw_names = -1,
-           op_load_global = -1, op_load_fast = -1, op_load_fast_check = -1, op_load_const = -1,
-           op_load_deref = -1, op_load_fast2 = -1, op_load_attr = -1, op_binary_op = -1,
-           op_binary_subscr = -1, op_compare_op = -1, op_build_tuple = -1, op_build_list = -1;
+           op_load_global = -1, op_load_fast2 = -1, op_load_fast_borrow2 = -1, op_load_attr = -1,
+           op_binary_op = -1, op_binary_subscr = -1, op_compare_op = -1, op_build_tuple = -1,
+           op_build_list = -1;
+/* opcodes that push one value and pop none (LOAD_FAST, LOAD_CONST, ...; 3.14's
+ * LOAD_FAST_BORROW, LOAD_SMALL_INT, LOAD_COMMON_CONSTANT) */
+static unsigned char op_push1[256];
 static int trc_watcher_id = -1;      /* -2: no dict watcher available */
 static PyObject *trc_watched_names;  /* set: names whose sites are DISABLEd */
 static int trc_site_restarts;
@@ -100,16 +103,28 @@ static int trc_opcodes_init(void) {
   op_ext = EXTENDED_ARG;
   op_call = CALL;
   op_load_global = LOAD_GLOBAL;
-  op_load_fast = LOAD_FAST;
-  op_load_fast_check = LOAD_FAST_CHECK;
-  op_load_const = LOAD_CONST;
-  op_load_deref = LOAD_DEREF;
   op_load_attr = LOAD_ATTR;
   op_binary_op = BINARY_OP;
-  op_binary_subscr = BINARY_SUBSCR;
   op_compare_op = COMPARE_OP;
   op_build_tuple = BUILD_TUPLE;
   op_build_list = BUILD_LIST;
+  const int push1[] = {LOAD_FAST, LOAD_FAST_CHECK, LOAD_CONST, LOAD_DEREF,
+#ifdef LOAD_FAST_BORROW /* 3.14+ */
+                       LOAD_FAST_BORROW,
+#endif
+#ifdef LOAD_SMALL_INT
+                       LOAD_SMALL_INT,
+#endif
+#ifdef LOAD_COMMON_CONSTANT
+                       LOAD_COMMON_CONSTANT,
+#endif
+  };
+  memset(op_push1, 0, sizeof op_push1);
+  for (size_t i = 0; i < sizeof push1 / sizeof push1[0]; i++)
+    if (push1[i] > 0 && push1[i] < 256 && push1[i] != op_cache) op_push1[push1[i]] = 1;
+#ifdef BINARY_SUBSCR /* 3.14 folded it into BINARY_OP (NB_SUBSCR) */
+  op_binary_subscr = BINARY_SUBSCR;
+#endif
 #ifdef CALL_KW
   op_call_kw = CALL_KW;
 #endif
@@ -118,6 +133,9 @@ static int trc_opcodes_init(void) {
 #endif
 #ifdef LOAD_FAST_LOAD_FAST
   op_load_fast2 = LOAD_FAST_LOAD_FAST;
+#endif
+#ifdef LOAD_FAST_BORROW_LOAD_FAST_BORROW
+  op_load_fast_borrow2 = LOAD_FAST_BORROW_LOAD_FAST_BORROW;
 #endif
   /* without these the walk below cannot be trusted */
   return op_cache == 0 && op_ext > 0 && op_call > 0 && op_load_global > 0 ? 0 : -1;
@@ -164,10 +182,8 @@ static uint32_t trc_site_analyse(PyCodeObject *co, Py_ssize_t off) {
       goto done;
     }
     long pop, push;
-    if (op == op_load_fast || op == op_load_fast_check || op == op_load_const ||
-        op == op_load_deref)
-      pop = 0, push = 1;
-    else if (op == op_load_fast2) pop = 0, push = 2;
+    if (op_push1[op & 0xff]) pop = 0, push = 1;
+    else if (op == op_load_fast2 || op == op_load_fast_borrow2) pop = 0, push = 2;
     else if (op == op_load_global) pop = 0, push = 1 + (arg & 1);
     else if (op == op_load_attr) pop = 1, push = 1 + (arg & 1);
     else if (op == op_kw_names) pop = 0, push = 0;

@@ -62,6 +62,7 @@ int bf_store_fail(bf_store *s, int rc, const char *fmt, ...) {
 
 int bfs_fail_sql(bf_store *s, const char *what) {
   int code = sqlite3_errcode(s->db);
+  if (code == SQLITE_INTERRUPT) return bfs_fail_interrupt(s, what);
   if (code == SQLITE_FULL)
     return bf_store_fail(s, -ENOSPC, "database '%s': %s: the disk is full; free some space",
                          s->path, strncmp(what, "BEGIN", 5) == 0 ? "write" : what);
@@ -214,7 +215,8 @@ int bf_store_open(const char *path, int flags, bf_store **out, const char **errm
   s->busy_ms = 5000;
   sqlite3_busy_timeout(s->db, s->busy_ms);
   sqlite3_extended_result_codes(s->db, 0);
-  rc = bfs_check_and_migrate(s);
+  rc = bfs_harden(s);
+  if (!rc) rc = bfs_check_and_migrate(s);
   if (rc) {
     snprintf(bfs_open_err, sizeof bfs_open_err, "%s", s->err);
     goto fail;
@@ -252,7 +254,8 @@ static bf_store *memory_handle(const char *name, int readonly) {
  * migrate, then hand the handle out (or close it). */
 static int finish_open(bf_store *s, bf_store **out) {
   sqlite3_extended_result_codes(s->db, 0);
-  int rc = bfs_check_and_migrate(s);
+  int rc = bfs_harden(s);
+  if (!rc) rc = bfs_check_and_migrate(s);
   if (rc) {
     snprintf(bfs_open_err, sizeof bfs_open_err, "%s", s->err);
     bf_store_close(s);

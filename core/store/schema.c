@@ -92,7 +92,7 @@ int bfs_check_and_migrate(bf_store *s) {
     return bf_store_fail(s, -EPROTO,
                          "'%s' has schema version %lld, newer than this bifocal (%d); upgrade bifocal",
                          s->path, (long long)ver, BF_STORE_SCHEMA_VERSION);
-  if (ver == BF_STORE_SCHEMA_VERSION) return 0;
+  if (ver == BF_STORE_SCHEMA_VERSION) return bfs_check_schema(s);
   if (s->readonly)
     return bf_store_fail(s, -EPROTO, "'%s' has old schema %lld; open it writable once to migrate", s->path,
                          (long long)ver);
@@ -102,7 +102,7 @@ int bfs_check_and_migrate(bf_store *s) {
     bfs_exec(s, "ROLLBACK");
     return rc;
   }
-  if (ver == BF_STORE_SCHEMA_VERSION) return bfs_exec(s, "COMMIT");
+  if (ver == BF_STORE_SCHEMA_VERSION) return (rc = bfs_exec(s, "COMMIT")) ? rc : bfs_check_schema(s);
   for (int v = (int)ver; v < N_MIGRATIONS; v++) {
     if ((rc = bfs_exec(s, migrations[v]))) {
       bfs_exec(s, "ROLLBACK");
@@ -116,7 +116,7 @@ int bfs_check_and_migrate(bf_store *s) {
     bfs_exec(s, "ROLLBACK");
     return rc;
   }
-  return bfs_exec(s, "COMMIT");
+  return (rc = bfs_exec(s, "COMMIT")) ? rc : bfs_check_schema(s);
 }
 
 /* The tables that hold rows of one session, by session_id (delete and gc). */

@@ -84,7 +84,17 @@ struct bf_store {
   size_t last_buf;
   uint8_t *enc;
   size_t enc_cap;
+  /* the progress guard (guard.c) */
+  int64_t stmt_budget_ns;         /* a read may run this long without a row; <0 none */
+  unsigned long progress_events;  /* statements started + rows produced */
+  unsigned long progress_seen;    /* progress_events at progress_mark_ns */
+  int64_t progress_mark_ns;       /* monotonic */
+  int cur_write;                  /* the last statement started writes (not budgeted) */
+  int budget_hit;                 /* the guard stopped a read for its budget */
 };
+
+/* Default budget of one read without progress (BF_STORE_STMT_BUDGET_NS). */
+#define BF_STORE_STMT_BUDGET_NS (30LL * 1000000000LL)
 
 /* Message of the last failed open on this thread (bf_store_errmsg(NULL)). */
 extern __thread char bfs_open_err[512];
@@ -109,6 +119,17 @@ int bfs_own_end(bf_store *s, int was_open, int rc);
 void bfs_bind_text(sqlite3_stmt *st, int i, const char *v);
 int64_t bfs_now_ns(void);  /* unix epoch */
 int64_t bfs_mono_ns(void); /* monotonic */
+
+/* guard.c: make a new connection defensive (no triggers, views or trusted
+ * schema; no extensions) and install the progress guard. 0 or -ENOTSUP. */
+int bfs_harden(bf_store *s);
+/* guard.c: 0 when bifocal's tables are plain tables with exactly the expected
+ * columns and no expression or partial index; else -EINVAL, message naming
+ * the table. */
+int bfs_check_schema(bf_store *s);
+/* guard.c: the message of a statement the guard ended (interrupt: -EINTR;
+ * budget: -ETIMEDOUT); returns the errno. */
+int bfs_fail_interrupt(bf_store *s, const char *what);
 
 /* schema.c: check the file is a bifocal database and migrate it. */
 int bfs_check_and_migrate(bf_store *s);

@@ -186,6 +186,9 @@ typedef struct smp_code {
   uint8_t *calls;
   uint32_t nunits;
   int is_gen;        /* a generator / coroutine: never a thread's outermost frame */
+  uint64_t line_instr; /* walker: the instruction value line was looked up for */
+  int32_t line;
+  int line_known;
   struct smp_code *next; /* hash chain (or the retired list) */
 } smp_code;
 

@@ -4,7 +4,8 @@
         [--against OTHER/bifocal] [--floor]
 
 Fresh processes, interleaved run by run (order shuffled each run): plain
-`python kinds.py`, `python -m cProfile -o /dev/null kinds.py` and
+`python kinds.py`, `python -m cProfile -o /dev/null kinds.py` (3.15+: `-m
+profiling.tracing`, where cProfile moved) and
 `bifocal trace -- python kinds.py`. The script times each kind of call inside
 itself (perf_counter_ns around a loop of 200k calls: Python function, builtin
 len(x), type call str(i), class instantiation P() (Python __init__), method
@@ -152,13 +153,25 @@ print("BODY %d" % (perf_counter_ns() - t0))
 """
 
 
+_CPROFILE = {}
+
+
+def cprofile_module(python):
+    """The module `python -m` runs for cProfile: profiling.tracing on 3.15+."""
+    if python not in _CPROFILE:
+        v = subprocess.run([python, "-c", "import sys;print(sys.version_info >= (3, 15))"],
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+        _CPROFILE[python] = "profiling.tracing" if v == "True" else "cProfile"
+    return _CPROFILE[python]
+
+
 def run_mode(mode, python, script, args, db, bifocal):
     if mode == "plain":
         cmd = [python, script] + args
     elif mode == "floor":  # the same events with empty callbacks (_bifocal_trace_floor), then the script
         cmd = [python, "-c", FLOOR_BOOT, os.path.dirname(bifocal["bifocal"]) + "/tracing", script] + args
-    elif mode == "cprofile":
-        cmd = [python, "-m", "cProfile", "-o", os.devnull, script] + args
+    elif mode == "cprofile":  # 3.15 moved it to profiling.tracing (cProfile stays as a shim)
+        cmd = [python, "-m", cprofile_module(python), "-o", os.devnull, script] + args
     else:  # "bifocal", or "before": the --against binary
         cmd = [bifocal[mode], "--db", db, "trace", "--", python, script] + args
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -184,7 +184,9 @@ def test_timeout_ends_a_blocking_read(tmp_path, db):
     took = time.monotonic() - t0
     out, err = p.stdout.read(), p.stderr.read()
     p.stdin.close()
-    assert b"Interrupted system call" in out, out
+    # the read returns EINTR at the deadline; the script then stops at once
+    # (its next allocation or instruction), before or after printing it
+    assert b"read returned" not in out or b"Interrupted system call" in out, out
     assert p.returncode == 2 and b"timed out after 0.5 s" in err, (p.returncode, err)
     assert took < 3.5
 

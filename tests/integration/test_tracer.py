@@ -164,6 +164,84 @@ def test_counts_equal_setprofile_on_stdlib_work(python, db, tmp_path):
     assert ("<builtin>", "builtins.len", 0) in fs and fs[("<builtin>", "builtins.len", 0)]["calls"] > 0
 
 
+# ---- exact counts against cProfile, as users run it ---------------------------
+
+# No imports: cProfile's command line imports its own modules before the
+# program, bifocal's runner does not, so module-level import work would differ.
+CPROFILED = """
+class C:
+    def __init__(self, a): self.a = a
+    def m(self): return self.a
+def gen(n):
+    for i in range(n):
+        yield i
+def rec(n): return 0 if n == 0 else 1 + rec(n - 1)
+def boom(): raise ValueError
+def work():
+    out = []
+    for i in range(200):
+        out.append(C(i).m())
+        len(out); sorted([3, 1, 2]); "a,b".split(","); max(i, 3); ",".join(["x", "y"])
+        try:
+            boom()
+        except ValueError:
+            pass
+    sum(gen(50)); [rec(10) for _ in range(3)]
+    f = lambda x: x
+    list(map(f, range(20)))
+    return out
+work()
+"""
+
+PSTATS_JSON = """
+import sys, json, pstats
+st = pstats.Stats(sys.argv[1]).stats
+print(json.dumps([[list(k), v[0], v[1]] for k, v in st.items()]))
+"""
+
+
+def cprofile_module(python):
+    """3.15 moved cProfile to profiling.tracing (cProfile is a shim)."""
+    return "profiling.tracing" if pyver(python) >= (3, 15) else "cProfile"
+
+
+def test_counts_equal_cprofile(python, db, tmp_path):
+    script = write(tmp_path, "cp.py", CPROFILED)
+    reader = write(tmp_path, "pstats_json.py", PSTATS_JSON)
+    prof = str(tmp_path / "cp.prof")
+    subprocess.run([python, "-m", cprofile_module(python), "-o", prof, script], check=True,
+                   timeout=120, capture_output=True)
+    ref = {}
+    for (fn, line, name), prim, total in json.loads(subprocess.run(
+            [python, reader, prof], check=True, capture_output=True, text=True, timeout=60).stdout):
+        if fn == "~":  # builtins: "<built-in method builtins.len>", "<method 'append' of 'list' objects>"
+            if name.startswith("<built-in method "):
+                name = name[len("<built-in method "):-1]
+            elif name.startswith("<method '"):  # a type's tp_name: "list", "_lsprof.Profiler"
+                meth, _, owner = name[len("<method '"):].partition("' of '")
+                owner = owner.split("'")[0]
+                name = ("" if "." in owner else "builtins.") + owner + "." + meth
+            if name in ("builtins.exec", "_lsprof.Profiler.disable"):  # cProfile's runner
+                continue
+            ref[("<builtin>", name)] = (total, prim)
+        else:
+            ref[(fn, line, name)] = (total, prim)
+    sid = last_line_id(trace(python, [script], db))
+    got = {}
+    for (fn, qual, line), row in funcs(db, sid).items():
+        if fn == "<builtin>":
+            got[(fn, qual)] = (row["calls"], row["primitive_calls"])
+        else:  # cProfile counts every resume of a generator as a call
+            got[(fn, line, qual.rsplit(".", 1)[-1])] = (row["calls"] + row["resumes"],
+                                                        row["primitive_calls"] + row["resumes"])
+    assert got == ref, "bifocal vs cProfile: %r" % {k: (got.get(k), ref.get(k))
+                                                    for k in set(got) | set(ref)
+                                                    if got.get(k) != ref.get(k)}
+    assert ref[(script, 8, "rec")] == (33, 3) and ref[(script, 5, "gen")] == (51, 51)
+    assert ref[("<builtin>", "builtins.list.append")] == (200, 200)
+    assert ref[("<builtin>", "builtins.str.join")] == (200, 200)
+
+
 # ---- generators, threads, recursion ------------------------------------------
 
 SHAPES = """
@@ -418,6 +496,33 @@ def test_unbuilt_or_old_interpreter_is_refused(db, tmp_path):
     assert r.stderr.count("\n") == 1
 
 
+def test_launcher_and_unloadable_extension(python, db, tmp_path):
+    """Words before the interpreter are a launcher (here env): traced as usual.
+    An extension that is there but cannot be loaded (a library it links missing
+    in the target's root; here a file that is not ELF) is one line naming it,
+    with no session left."""
+    r = trace("env", ["FROM_ENV=1", python, "-c",
+                      "import os\ndef f(): return os.environ['FROM_ENV']\nfor _ in range(4): f()"], db)
+    assert by_qualname(funcs(db, last_line_id(r)), "f")["calls"] == 4
+    suffix = subprocess.run([python, "-c", "import _imp;print([e for e in _imp.extension_suffixes() "
+                                           "if e.count('.') >= 2][0])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    bad = tmp_path / "bad-tracing"
+    bad.mkdir()
+    import shutil
+    shutil.copy(os.path.join(TRACING_DIR, "bifocal_trace.py"), str(bad / "bifocal_trace.py"))
+    (bad / ("_bifocal_trace" + suffix)).write_text("not an ELF file\n")
+    os.unlink(db)
+    r = run(["trace", "--", "env", python, "-c", "print('ran')"], db=db, check=False,
+            env={"BIFOCAL_TRACING_DIR": str(bad)})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "cannot load the tracing extension" in r.stderr and suffix in r.stderr, r.stderr
+    assert r.stdout.strip() == ""
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 0
+    con.close()
+
+
 def test_focus_recursion_generators_threads_api(python, tmp_path):
     script = write(tmp_path, "focus2.py", """
         import sys, threading, json
@@ -526,3 +631,127 @@ def test_programs_own_import_of_threading_is_traced(python, db, tmp_path):
     assert by_qualname(fs, "worker")["calls"] == 1
     assert by_qualname(fs, "leaf")["calls"] == 100
     assert session(db, sid)["extra"]["mismatches"] == 0
+
+
+# ---- a target whose root differs from bifocal's --------------------------------
+#
+# `chroot ROOT python3.X` sees none of the host's paths (no /proc either): the
+# extension and the database are reached only through the directory handles
+# bifocal passes (the extension loaded from a copy in the target's /tmp, removed
+# once loaded). The sid root's interpreters (.ci/sid-root) are run so, inside a
+# mount namespace of their own with a private tmpfs over ROOT/tmp, so nothing
+# is written into the root (that tmpfs also holds a script that exists only
+# inside the root).
+
+def _sid_entries():
+    import pythons
+    ps = [p for p in pythons.discover() if p.get("container")]
+    if not ps:
+        return [pytest.param(None, marks=pytest.mark.skip(
+            reason="no sid root to chroot into: %s" % (pythons.sid_missing() or "none found")))]
+    return [pytest.param(p, id=p["tag"] + ":chroot") for p in ps]
+
+
+# sh -c PRIVATE_TMP sh ROOT LISTING [SCRIPT] -- CMD...: CMD with a fresh tmpfs
+# over ROOT/tmp (SCRIPT copied there as app.py; $WITH_PROC: /proc mounted in the
+# root too); what is left in it goes to LISTING
+PRIVATE_TMP = ('R=$1 L=$2; shift 2; mount -t tmpfs tmpfs "$R/tmp" || exit 125; '
+               'if [ -n "$WITH_PROC" ]; then mount -t proc proc "$R/proc" || exit 125; fi; '
+               'if [ "$1" != -- ]; then cp "$1" "$R/tmp/app.py" && shift || exit 125; fi; shift; '
+               '"$@"; rc=$?; ls -A "$R/tmp" > "$L"; exit $rc')
+
+
+def _in_private_tmp(root, listing, cmd, script=None):
+    return (["unshare", "-m", "--propagation", "private", "sh", "-c", PRIVATE_TMP, "sh", root,
+             str(listing)] + ([script] if script else []) + ["--"] + cmd)
+
+
+def _check_shapes(db, sid, script_file):
+    fs = funcs(db, sid)
+    g = by_qualname(fs, "gen")
+    assert (g["calls"], g["primitive_calls"], g["resumes"]) == (1, 1, 1000)
+    assert by_qualname(fs, "leaf")["calls"] == 1000 and by_qualname(fs, "worker")["calls"] == 4
+    r = by_qualname(fs, "rec")
+    assert (r["calls"], r["primitive_calls"]) == (310, 10)
+    assert {k[0] for k in fs if k[0] != "<builtin>" and k[1] == "rec"} == {script_file}
+    s = session(db, sid)
+    assert s["status"] == "complete" and s["extra"]["mismatches"] == 0
+    return s
+
+
+@pytest.mark.parametrize("sid_py", _sid_entries())
+def test_chroot_target_without_host_paths(sid_py, db, tmp_path):
+    root, exe = sid_py["root"], "python%s" % sid_py["tag"]
+    assert not os.path.exists(os.path.join(root, str(tmp_path).lstrip("/")))  # db dir unseen inside
+    left = tmp_path / "left"
+    # -c: the program needs no file inside the root
+    r = run(["trace", "--"] + _in_private_tmp(root, left, ["chroot", root, exe, "-c",
+                                                            textwrap.dedent(SHAPES)]),
+            db=db, timeout=180)
+    s = _check_shapes(db, last_line_id(r), "<string>")
+    assert s["extra"]["python"]["version"].startswith(sid_py["tag"] + ".")
+    assert s["extra"]["python"]["executable"] == "/usr/bin/" + exe  # as the target sees itself
+    assert left.read_text() == ""  # the extension's copy was removed once loaded
+    # a script file that exists only inside the target's root
+    src = write(tmp_path, "shapes.py", SHAPES)
+    r = run(["trace", "--"] + _in_private_tmp(root, left, ["chroot", root, exe, "/tmp/app.py"], src),
+            db=db, timeout=180)
+    _check_shapes(db, last_line_id(r), "/tmp/app.py")
+    assert left.read_text().split() == ["app.py"]
+    # with /proc in the root (as in most containers) the extension loads through
+    # /proc/self/fd/N, with no copy
+    r = run(["trace", "--"] + _in_private_tmp(root, left, ["chroot", root, exe, "/tmp/app.py"], src),
+            db=db, timeout=180, env={"WITH_PROC": "1"})
+    _check_shapes(db, last_line_id(r), "/tmp/app.py")
+    assert left.read_text().split() == ["app.py"]
+    # a database path that exists inside the root too, but is another directory
+    other = "/tmp/bifocal-test-%d.db" % os.getpid()
+    try:
+        r = run(["trace", "--"] + _in_private_tmp(root, left, [
+            "chroot", root, exe, "-c", "def f(): pass\nfor _ in range(9): f()"]), db=other, timeout=120)
+        assert by_qualname(funcs(other, last_line_id(r)), "f")["calls"] == 9
+        assert left.read_text() == ""
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(other + suffix):
+                os.unlink(other + suffix)
+
+
+LAUNCHER_CLOSING_FDS = """#!/bin/sh
+# mount the tracing directory (only) at its host path inside ROOT, privately,
+# then close every descriptor but stdio and chroot: the database is unreachable
+set -e
+root=$1 ext=$2; shift 2
+mount -t tmpfs tmpfs "$root/tmp"
+mkdir -p "$root$ext"
+mount --bind "$ext" "$root$ext"
+exec /usr/bin/python3 -c '
+import os, sys
+os.closerange(3, 65536)
+os.chroot(sys.argv[1]); os.chdir("/")
+os.execv(sys.argv[2], sys.argv[2:])' "$root" "$@"
+"""
+
+
+@pytest.mark.parametrize("sid_py", _sid_entries())
+def test_chroot_database_unreachable_is_one_line(sid_py, db, tmp_path):
+    import shutil
+    root, exe = sid_py["root"], "python%s" % sid_py["tag"]
+    ext = tmp_path / "ext"  # under /tmp: reachable inside through the private tmpfs
+    ext.mkdir()
+    for name in os.listdir(TRACING_DIR):
+        if name == "bifocal_trace.py" or (name.startswith("_bifocal_trace.") and name.endswith(".so")):
+            shutil.copy(os.path.join(TRACING_DIR, name), str(ext / name))
+    launcher = tmp_path / "closing-launcher"
+    launcher.write_text(LAUNCHER_CLOSING_FDS)
+    launcher.chmod(0o755)
+    r = run(["trace", "--", "unshare", "-m", "--propagation", "private", str(launcher), root, str(ext),
+             "/usr/bin/" + exe, "-c", "print('ran')"], db=db, check=False, timeout=120,
+            env={"BIFOCAL_TRACING_DIR": str(ext)})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "cannot reach the database" in r.stderr, r.stderr
+    assert db in r.stderr and "launch it without closing inherited file descriptors" in r.stderr
+    assert "ran" not in r.stdout and r.stdout.strip() == ""  # the program never started
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 0  # nothing half-written
+    con.close()
