@@ -332,6 +332,7 @@ void smp_pynames_clear(bf_smp *h) {
 void smp_pynames_refresh(bf_smp *h, int64_t start_ns) {
   const smp_layout *l = &h->lay;
   collect_ctx c = {NULL, 0, SMP_PYNAME_MAX};
+  int64_t old_start = h->pn_start_ns;
   h->pn_last_ns = bf_mono_ns();
   h->pn_start_ns = start_ns;
   h->pn_gen++;
@@ -358,6 +359,9 @@ void smp_pynames_refresh(bf_smp *h, int64_t start_ns) {
     interp = next;
   }
 out:
+  /* no name at all (threading not imported yet, or _active read torn):
+   * this lookup does not count, threads waiting for a name keep waiting */
+  if (!c.n) h->pn_start_ns = old_start;
   table_free(h->pn, h->npn);
   h->pn = c.tab;
   h->npn = c.n;
@@ -366,7 +370,9 @@ out:
 void smp_pynames_attach(bf_smp *h) {
   smp_pynames_clear(h);
   smp_pynames_refresh(h, 0);
-  h->pn_cover_next = 1;
+  /* a launched program is attached before it imports threading: its first
+   * threads wait for a lookup that finds names */
+  h->pn_cover_next = h->npn > 0;
 }
 
 void smp_pynames_tick(bf_smp *h) {

@@ -686,7 +686,8 @@ static inline bf_smp_thread *thread_add(bf_smp *h, smp_tslot *slot, int64_t tid,
   if (slot) {
     if (slot->py_ident != thread_id || slot->py_gen != h->pn_gen) smp_pynames_resolve(h, slot, thread_id);
     t->py_name = slot->py_name;
-    t->py_name_pending = !slot->py_name && slot->py_first_ns + SMP_PYNAME_GRACE_NS >= h->pn_start_ns;
+    t->py_name_pending = !slot->py_name && slot->py_first_ns + SMP_PYNAME_GRACE_NS >= h->pn_start_ns &&
+                         h->now_ns - slot->py_first_ns < SMP_PYNAME_PENDING_MAX_NS;
     if (!slot->py_name) h->pn_unnamed |= 1 | (t->py_name_pending << 1);
   }
   t->cpu_ns = -1;

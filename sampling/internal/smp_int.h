@@ -425,6 +425,9 @@ enum smp_attr_mode {
  * counts for a thread only if it began this long after the thread showed up
  * (until then the thread's name is pending). */
 #define SMP_PYNAME_GRACE_NS 100000000LL
+/* A thread's name is pending at most this long after it showed up; then it
+ * takes its OS name (a program that never imports threading) */
+#define SMP_PYNAME_PENDING_MAX_NS 3000000000LL
 #define SMP_PYNAME_MAX 1024               /* names kept per lookup */
 #define SMP_PYNAME_LEN 128                /* bytes kept of one name */
 #define SMP_PYNAME_BUDGET 16384           /* remote reads per lookup */
