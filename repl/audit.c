@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -211,4 +212,38 @@ void bf_audit_end(bf_audit *a, const char *outcome, int64_t session_id) {
     bf_cli_warn("audit row %lld not updated: %s", (long long)a->row, bf_store_errmsg(a->s));
   if (a->owns_store) bf_store_close(a->s);
   free(a);
+}
+
+static const int stop_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+static struct sigaction stops_old[4];
+static volatile sig_atomic_t stops_sig;
+
+static void stops_handler(int sig) {
+  if (!stops_sig) stops_sig = sig;
+  bf_store_interrupt(); /* async-signal-safe: a flag the progress handler reads */
+}
+
+void bf_audit_stops_catch(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = stops_handler;
+  sigemptyset(&sa.sa_mask);
+  stops_sig = 0;
+  for (size_t i = 0; i < 4; i++) sigaction(stop_sigs[i], &sa, &stops_old[i]);
+}
+
+int bf_audit_stops_caught(void) {
+  if (stops_sig) bf_store_interrupt_clear();
+  return stops_sig;
+}
+
+void bf_audit_stops_release(void) {
+  int sig = stops_sig;
+  for (size_t i = 0; i < 4; i++) sigaction(stop_sigs[i], &stops_old[i], NULL);
+  if (sig) {
+    bf_store_interrupt_clear();
+    fflush(NULL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
 }

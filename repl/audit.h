@@ -50,6 +50,16 @@ void bf_audit_end(bf_audit *a, const char *outcome, int64_t session_id);
  * capture still needs. The descriptor stays open until exit: closing any
  * descriptor of a file drops the process's SQLite (fcntl) locks on it. */
 void bf_audit_capture_hold(const char *db_path);
+/* Stop signals (INT, TERM, HUP, QUIT) during a command that works on the
+ * database alone (redact): from bf_audit_stops_catch on, the first one
+ * interrupts the store's statements (bf_store_interrupt) instead of ending
+ * the process, so the command fails as "interrupted" and can still end its
+ * audit row; bf_audit_stops_caught says which came (0: none) and clears the
+ * interrupt so that row can be written; bf_audit_stops_release restores the
+ * old dispositions and, when one came, ends the process by it. */
+void bf_audit_stops_catch(void);
+int bf_audit_stops_caught(void);
+void bf_audit_stops_release(void);
 void bf_audit_capture_release(const char *db_path);
 int bf_audit_capture_running(const char *db_path);
 

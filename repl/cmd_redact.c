@@ -1,6 +1,8 @@
 /* cmd_redact.c — `bifocal redact ID -o OUT.db [--keep PREFIX ...]`. */
 #include <getopt.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "audit.h"
 #include "cli.h"
@@ -45,7 +47,22 @@ int bf_cmd_redact(bf_cli *cli, int argc, char **argv) {
     goto out;
   }
   bf_redact_opts ro = {.keep = keep, .nkeep = nkeep};
-  if (bf_redact_session(s, id, outp, &ro, &new_id) < 0) {
+  /* a stop signal interrupts the copy (nothing is published: the output is
+   * linked into place only when whole) and the row still says so */
+  bf_audit_stops_catch();
+  int red = bf_redact_session(s, id, outp, &ro, &new_id);
+  int sig = bf_audit_stops_caught();
+  if (red < 0 && sig) {
+    char why[96];
+    snprintf(why, sizeof why, "interrupted by signal %d (%s); nothing written", sig, strsignal(sig));
+    bf_cli_error("redact: %s", why);
+    bf_audit_end(au, why, id);
+    bf_store_close(s);
+    free(keep);
+    bf_audit_stops_release(); /* ends the process by that signal */
+    return 1;
+  }
+  if (red < 0) {
     bf_cli_error("%s", bf_store_errmsg(s));
     bf_audit_end(au, bf_store_errmsg(s), id);
     rc = 1;
@@ -55,6 +72,7 @@ int bf_cmd_redact(bf_cli *cli, int argc, char **argv) {
     rc = 0;
   }
   bf_store_close(s);
+  bf_audit_stops_release(); /* a signal that came once the copy was done takes effect now */
 out:
   free(keep);
   return rc;

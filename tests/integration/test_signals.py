@@ -352,3 +352,29 @@ def test_gc_stop_signal_waits_for_its_audit_row(tmp_path, db):
     assert g.returncode == -signal.SIGTERM, (g.returncode, err)
     rows = [a for a in audit(db) if a["command"] == "gc"]
     assert len(rows) == 1 and rows[0]["outcome"].startswith("ok"), rows
+
+
+def test_redact_stop_signal_ends_its_audit_row(tmp_path, db):
+    """A stop signal during redact's copy: nothing is written beside or at
+    the output, the audit row says it was interrupted (main left it at
+    'started'), and the process ends by that signal."""
+    src = tmp_path / "many.txt"
+    with open(src, "w") as f:  # enough distinct stacks that the copy takes a while
+        for i in range(6000):
+            f.write(";".join("m%d.py:f%d:%d" % (i % 97, (i * 7 + k) % 3000, k) for k in range(12)))
+            f.write(" %d\n" % (1 + i % 5))
+    run(["import", str(src)], db=db)
+    out = tmp_path / "out.db"
+    t0 = time.time()
+    g = popen(["redact", "1", "-o", str(out)], db=db)
+    wait_until(lambda: any(a["command"] == "redact" for a in audit(db)), 30, what="redact's audit row")
+    time.sleep(0.2)
+    g.send_signal(signal.SIGTERM)
+    _, err = g.communicate(timeout=60)
+    if g.returncode == 0:
+        pytest.skip("redact finished in %.1f s, before the signal landed" % (time.time() - t0))
+    assert g.returncode == -signal.SIGTERM, (g.returncode, err)
+    assert "interrupted by signal" in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(os.listdir(tmp_path)) == sorted(x for x in os.listdir(tmp_path) if not x.startswith("out.db"))
+    rows = [a for a in audit(db) if a["command"] == "redact"]
+    assert len(rows) == 1 and rows[0]["outcome"].startswith("interrupted by signal 15"), rows
