@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
@@ -190,32 +191,50 @@ def impossible_pct(who, ctx):
 
 def slowdown_windows(ctx):
     """Inside one long-running CPU-bound target (progress_target.py's 19-deep
-    recursion, reporting its own progress): windows of Tachyon `attach` and of
-    `bifocal record --pid`, each at 1 kHz, between windows alone; each
+    recursion, reporting its own progress): windows of steady sampling by
+    Tachyon `attach` and by `bifocal record --pid` (start-up and exit outside
+    the window), each at 1 kHz, between windows alone; each
     profiled window's progress rate against the mean of the two alone around
-    it (adjacent windows share the host's speed). Returns {who: [slowdown %]}."""
+    it (adjacent windows share the host's speed). Returns {who: [slowdown %]}
+    per wall second, and {who: [slowdown %]} per second of the target's own
+    CPU (what a step costs it, free of the host's steal and scheduling)."""
     out = {"tachyon": [], "bifocal": []}
+    per_cpu = {"tachyon": [], "bifocal": []}
     secs = ctx.seconds
     with ProgressTarget(ctx.py, CPU_PROGRESS) as tg:
         def prof(who):
+            # the profiler runs 1.5 s longer than the window, which starts
+            # 0.5 s after it (start-up and attach done) and ends 1 s before
+            # it stops: the window holds steady sampling only, for both
+            dur = secs + 1.5
             if who == "tachyon":
-                cmd = [ctx.py, "-m", "profiling.sampling", "attach", "-r", "1000", "-d", str(secs),
+                cmd = [ctx.py, "-m", "profiling.sampling", "attach", "-r", "1000", "-d", str(dur),
                        "--collapsed", "-o", os.path.join(ctx.dir, "w.collapsed"), str(tg.pid)]
             else:
                 cmd = [ctx.bf, "--db", os.path.join(ctx.dir, "w.db"), "record", "--pid", str(tg.pid),
-                       "--rate", "1000", "--duration", str(secs)]
-            return lambda: sh(cmd)
-        spans = [(None,) + tg.window(None, secs)]
+                       "--rate", "1000", "--duration", str(dur)]
+            return cmd
+
+        def window(cmd):
+            if cmd is None:
+                return tg.window(None, secs)
+            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            span = tg.window(None, secs)
+            p.wait(timeout=60)
+            return span
+        spans = [(None,) + window(None)]
         for r in range(ctx.rounds):
             for who in (("tachyon", "bifocal") if r % 2 == 0 else ("bifocal", "tachyon")):
-                spans.append((who,) + tg.window(prof(who), secs))
-                spans.append((None,) + tg.window(None, secs))
+                spans.append((who,) + window(prof(who)))
+                spans.append((None,) + window(None))
         rates = [tg.rate(t0, t1) for _, t0, t1 in spans]
     for i in range(1, len(spans) - 1, 2):
         on, before, after = rates[i], rates[i - 1], rates[i + 1]
         if on and before and after:
             out[spans[i][0]].append(100.0 * ((before[0] + after[0]) / 2 / on[0] - 1))
-    return out
+            per_cpu[spans[i][0]].append(100.0 * ((before[1] + after[1]) / 2 / on[1] - 1))
+    return out, per_cpu
 
 
 def run_one(who, ctx, rate, name, args, cpu=False, all_threads=False):
@@ -278,12 +297,16 @@ def main():
                      fmt % statistics.median(got["bifocal"])))
     if not a.only or "slowdown" in a.only:
         ctx.rounds = a.rounds
-        slow = slowdown_windows(ctx)
+        slow, slow_cpu = slowdown_windows(ctx)
         print("  slowdown: tachyon %s; bifocal %s" % (["%+.2f" % v for v in slow["tachyon"]],
                                                       ["%+.2f" % v for v in slow["bifocal"]]))
+        print("  slowdown per target CPU s: tachyon %s; bifocal %s" % (
+            ["%+.2f" % v for v in slow_cpu["tachyon"]], ["%+.2f" % v for v in slow_cpu["bifocal"]]))
         med = lambda v: "%+.2f" % statistics.median(v) if v else "n/a"  # noqa: E731
         rows.append(("target slowdown %, 1 kHz (windows in one target)", med(slow["tachyon"]),
                      med(slow["bifocal"])))
+        rows.append(("  the same per second of the target's CPU", med(slow_cpu["tachyon"]),
+                     med(slow_cpu["bifocal"])))
     w = max(len(r[0]) for r in rows) if rows else 10
     print("\n%-*s  %12s  %12s" % (w, "median of %d interleaved rounds" % a.rounds, "Tachyon", "bifocal"))
     for label, t, b in rows:
