@@ -250,7 +250,7 @@ static int px_functions_sorted(px *x) {
     rc = bf_store_function_get(x->s, fid, &k[n].ref);
     n++;
   }
-  if (!rc) qsort(k, n, sizeof *k, fkey_cmp);
+  if (!rc && n > 1) qsort(k, n, sizeof *k, fkey_cmp); /* k is NULL when there is no function */
   for (size_t i = 0; i < n && !rc; i++)
     if (!bf_map3_get(&x->funcs, k[i].fid, 0, 0)) rc = px_function(x, k[i].fid);
   bf_map3_free(&seen);

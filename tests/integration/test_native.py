@@ -475,7 +475,11 @@ def test_signals_and_thread_churn(python, db, tmp_path):
     r = run(["record", "--native", "--rate", "200", "--", python, work, "1.5"], db=db)
     sid = last_line_id(r)
     sent, got, caught = [int(x) for x in r.stdout.split("SIGNALS")[1].split()[:3]]
-    assert sent > 50 and got == sent, (sent, got)  # every signal reached its handler
+    # every signal reached its handler; but two SIGUSR1 5 ms apart that both
+    # arrive while the thread is stopped (a loaded host) merge into one
+    # pending signal, as standard signals do: one such merge is allowed
+    # (seen once in the parallel part at load ~6: 155 of 156)
+    assert sent > 50 and sent - 1 <= got <= sent, (sent, got)
     assert caught >= 3, caught  # short threads were seized while they lived
     s = session(db, sid)
     assert s["status"] == "complete" and s["samples"] > 0
