@@ -603,6 +603,9 @@ static int64_t next_tick(rec_run *r, int64_t *deadline) {
  * or a fatal negative errno, its message on r->h. */
 static int tick_targets(rec_run *r, int64_t now, int64_t w, int64_t deadline, int *alive) {
   target *tg = r->tg;
+  /* a launched command that ends once a stop came (the signal was passed on
+   * to it) was interrupted, even when its exit is seen before the stop */
+  const char *ended = r->o->stop && *r->o->stop ? "interrupted" : "complete";
   *alive = 0;
   for (size_t i = 0; i < r->ntg; i++) {
     if (tg[i].exited) continue;
@@ -611,7 +614,7 @@ static int tick_targets(rec_run *r, int64_t now, int64_t w, int64_t deadline, in
     int rc = tick(r->st, &tg[i], r->o, now, w);
     if (rc == -ESRCH) {
       tg[i].exited = 1;
-      session_finish(r->st, &tg[i], r->launched && i == 0 ? "complete" : "target-exited", now,
+      session_finish(r->st, &tg[i], r->launched && i == 0 ? ended : "target-exited", now,
                      profiler_cpu_ns());
       continue;
     }
@@ -626,7 +629,7 @@ static int tick_targets(rec_run *r, int64_t now, int64_t w, int64_t deadline, in
     r->child_reaped = 1;
     if (!tg[0].exited) {
       tg[0].exited = 1;
-      session_finish(r->st, &tg[0], "complete", now, profiler_cpu_ns());
+      session_finish(r->st, &tg[0], ended, now, profiler_cpu_ns());
     }
   }
   return 0;

@@ -181,7 +181,9 @@ def check_stack(frames, path, calls, maxdepth):
 
 
 def parse_collapsed(text):
-    for line in text.splitlines():
+    # records end at "\n" only: a name read from a torn code object may hold
+    # U+2028 or U+0085, which str.splitlines() would split at
+    for line in text.split("\n"):
         if not line.strip():
             continue
         stack, _, w = line.rpartition(" ")
