@@ -82,12 +82,16 @@ int smp_read_str(bf_smp *h, uint64_t addr, char **out) {
   uint64_t len = rd64(hdr + l->uni_length);
   uint32_t state = rd32(hdr + l->uni_state);
   unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
-  if (len > SMP_MAX_STR || !compact || (kind != 1 && kind != 2 && kind != 4)) return -EIO;
+  /* a longer name is kept cut after SMP_MAX_STR code points, with "…"
+   * (the tracer cuts the same way); a length no str can have is garbage */
+  if (len > (1ull << 31) || !compact || (kind != 1 && kind != 2 && kind != 4)) return -EIO;
   if (ascii && kind != 1) return -EIO;
+  int cut = len > SMP_MAX_STR;
+  if (cut) len = SMP_MAX_STR;
   uint64_t data = addr + (ascii ? l->uni_ascii_size : l->uni_compact_size);
   unsigned char raw[SMP_MAX_STR * 4];
   if ((rc = smp_read(h, data, raw, (size_t)len * kind)) < 0) return rc;
-  char *s = malloc((size_t)len * 4 + 1);
+  char *s = malloc((size_t)len * 4 + 4);
   if (!s) return -ENOMEM;
   size_t o = 0;
   for (uint64_t i = 0; i < len; i++) {
@@ -112,6 +116,11 @@ int smp_read_str(bf_smp *h, uint64_t addr, char **out) {
       free(s);
       return -EIO;
     }
+  }
+  if (cut) {
+    s[o++] = (char)0xe2; /* U+2026 */
+    s[o++] = (char)0x80;
+    s[o++] = (char)0xa6;
   }
   s[o] = 0;
   *out = s;

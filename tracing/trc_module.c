@@ -62,6 +62,53 @@ static char *trc_strdup(const char *s) {
   return d;
 }
 
+/* A name of a code object as the sampler reads it (sampling/walker.c
+ * smp_read_str), so the two lenses join on it: UTF-8, NUL as '?', a lone
+ * surrogate as U+FFFD, cut after TRC_NAME_MAX code points with "…" appended.
+ * NULL when s is no str (or out of memory). Caller frees. */
+#define TRC_NAME_MAX 4096
+static char *trc_name_dup(PyObject *s) {
+  if (!s || !PyUnicode_Check(s)) return NULL;
+#if PY_VERSION_HEX < 0x030C0000
+  if (PyUnicode_READY(s) < 0) {
+    PyErr_Clear();
+    return NULL;
+  }
+#endif
+  Py_ssize_t len = PyUnicode_GET_LENGTH(s), n = len > TRC_NAME_MAX ? TRC_NAME_MAX : len;
+  int kind = PyUnicode_KIND(s);
+  const void *data = PyUnicode_DATA(s);
+  char *out = malloc((size_t)n * 4 + 4);
+  if (!out) return NULL;
+  size_t o = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    Py_UCS4 c = PyUnicode_READ(kind, data, i);
+    if (c < 0x80) {
+      out[o++] = c ? (char)c : '?';
+    } else if (c < 0x800) {
+      out[o++] = (char)(0xc0 | (c >> 6));
+      out[o++] = (char)(0x80 | (c & 63));
+    } else if (c < 0x10000) {
+      if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd;
+      out[o++] = (char)(0xe0 | (c >> 12));
+      out[o++] = (char)(0x80 | ((c >> 6) & 63));
+      out[o++] = (char)(0x80 | (c & 63));
+    } else {
+      out[o++] = (char)(0xf0 | (c >> 18));
+      out[o++] = (char)(0x80 | ((c >> 12) & 63));
+      out[o++] = (char)(0x80 | ((c >> 6) & 63));
+      out[o++] = (char)(0x80 | (c & 63));
+    }
+  }
+  if (len > n) { /* U+2026: cut here */
+    out[o++] = (char)0xe2;
+    out[o++] = (char)0x80;
+    out[o++] = (char)0xa6;
+  }
+  out[o] = 0;
+  return out;
+}
+
 /* Thread name from threading._active without running Python code. */
 static char *trc_thread_name(void) {
   char *out = NULL;
@@ -489,8 +536,12 @@ static void trc_fill_names(ProfileObject *p) {
     bf_trc_func *f = &p->acct.funcs[i];
     if (f->is_c || f->file) continue;
     PyCodeObject *co = (PyCodeObject *)f->ref;
-    f->file = trc_strdup(PyUnicode_AsUTF8(co->co_filename));
-    f->qualname = trc_strdup(trc_code_qualname(co));
+    f->file = trc_name_dup(co->co_filename);
+#if PY_VERSION_HEX >= 0x030B0000
+    f->qualname = trc_name_dup(co->co_qualname);
+#else
+    f->qualname = trc_name_dup(co->co_name);
+#endif
     f->firstlineno = co->co_firstlineno;
     PyErr_Clear();
   }
