@@ -12,56 +12,20 @@
 
 #include "ident.h"
 #include "map.h"
+#include "pb.h"
 #include "query.h"
 #include "store_int.h"
 #include "views.h"
 #include "views_int.h"
 #include "vec.h"
 
-typedef struct pb {
-  uint8_t *b;
-  size_t n, cap;
-  int oom;
-} pb;
-
-static void pb_raw(pb *p, const void *d, size_t n) {
-  if (p->oom || n == 0) return;
-  if (bf_vec_grow((void **)&p->b, &p->cap, p->n + n, 1, 4096)) {
-    p->oom = 1;
-    return;
-  }
-  memcpy(p->b + p->n, d, n);
-  p->n += n;
-}
-
-static void pb_varint(pb *p, uint64_t v) {
-  uint8_t buf[10];
-  size_t n = 0;
-  do {
-    buf[n] = (uint8_t)(v & 0x7f);
-    v >>= 7;
-    if (v) buf[n] |= 0x80;
-    n++;
-  } while (v);
-  pb_raw(p, buf, n);
-}
-
-static void pb_uint(pb *p, int field, uint64_t v) {
-  pb_varint(p, (uint64_t)field << 3);
-  pb_varint(p, v);
-}
-
-static void pb_bytes(pb *p, int field, const void *d, size_t n) {
-  pb_varint(p, (uint64_t)field << 3 | 2);
-  pb_varint(p, n);
-  pb_raw(p, d, n);
-}
-
-static void pb_msg(pb *p, int field, pb *sub) {
-  pb_bytes(p, field, sub->b, sub->n);
-  p->oom |= sub->oom;
-  sub->n = 0;
-}
+/* the protobuf writer shared with the OTLP export (internal/pb.h) */
+typedef bf_pb pb;
+#define pb_raw bf_pb_raw
+#define pb_varint bf_pb_varint
+#define pb_uint bf_pb_uint
+#define pb_bytes bf_pb_bytes
+#define pb_msg bf_pb_msg
 
 typedef struct strtab {
   pb out;        /* encoded string_table entries */
