@@ -18,7 +18,7 @@ typedef struct copier {
   bf_store *src, *dst;
   const bf_copy_opts *o;
   int64_t src_session, dst_session;
-  bf_map3 fn, fr, stk, th; /* source id → destination id */
+  bf_map3 fn, fr, stk, th, wt; /* source id → destination id (wt: kernel wait targets) */
   int src_failed;          /* the message is on src, not dst */
 } copier;
 
@@ -107,12 +107,39 @@ static int map_thread(copier *c, int64_t tid, int64_t *out) {
   return 0;
 }
 
+/* A kernel wait target ("recvfrom tcp 10.0.0.5:5432"); a redacting copy
+ * (one that rewrites files) keeps its first two words only: no address,
+ * no path. */
+static int map_wait_target(copier *c, int64_t id, int64_t *out) {
+  if (id <= 0) {
+    *out = 0;
+    return 0;
+  }
+  int64_t *hit = bf_map3_get(&c->wt, id, 0, 0);
+  if (hit) {
+    *out = *hit;
+    return 0;
+  }
+  const char *text;
+  int rc = bf_store_string_get(c->src, id, &text);
+  if (rc) return from_src(c, rc);
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", text);
+  if (c->o && c->o->map_file) {
+    char *sp = strchr(buf, ' ');
+    if (sp && (sp = strchr(sp + 1, ' '))) *sp = 0;
+  }
+  if ((rc = bf_store_intern_string(c->dst, buf, out))) return rc;
+  return bf_map3_put(&c->wt, id, 0, 0, *out) ? bf_store_fail(c->dst, -ENOMEM, "out of memory") : 0;
+}
+
 static int copy_sample(void *ud, const bf_sample *smp) {
   copier *c = ud;
   bf_sample n = *smp;
   int rc;
   if ((rc = map_thread(c, smp->thread_id, &n.thread_id))) return rc;
   if ((rc = map_stack(c, smp->stack_id, &n.stack_id))) return rc;
+  if ((rc = map_wait_target(c, smp->wait_target, &n.wait_target))) return rc;
   return bf_store_sample_add(c->dst, c->dst_session, &n);
 }
 
@@ -208,6 +235,7 @@ out:
   bf_map3_free(&c.fr);
   bf_map3_free(&c.stk);
   bf_map3_free(&c.th);
+  bf_map3_free(&c.wt);
   return rc;
 }
 

@@ -128,6 +128,9 @@ int bf_store_session_delete(bf_store *s, int64_t id);
 /* ---- interning (cached in memory; ids are stable for the database) ---- */
 
 int bf_store_intern_string(bf_store *s, const char *str, int64_t *id);
+/* The string of an id (e.g. a sample's wait_target). OUT: *out, borrowed
+ * from the store's cache until close. -ENOENT when there is none. */
+int bf_store_string_get(bf_store *s, int64_t id, const char **out);
 /* Function identity: (file, qualname, firstlineno); names for what a
  * producer does not know are in common/ident.h (NULL: BF_IDENT_UNKNOWN). OUT: *id. */
 int bf_store_intern_function(bf_store *s, const char *file, const char *qualname,
@@ -150,6 +153,23 @@ int bf_store_intern_thread(bf_store *s, int64_t session_id, int64_t native_tid,
 #define BF_SAMPLE_GC 0x08      /* garbage collection was running */
 #define BF_SAMPLE_NATIVE 0x10  /* stack includes native frames */
 
+/* Kernel lens (wall clock): what the kernel said the thread was doing when
+ * sampled. BF_WAIT_NONE: not read (cpu clock, imports, older sessions). */
+#define BF_WAIT_NONE 0
+#define BF_WAIT_CPU 1   /* state R: on a CPU or runnable (see runq_ns) */
+#define BF_WAIT_NET 2   /* blocked on a socket */
+#define BF_WAIT_DISK 3  /* uninterruptible (D) or on a regular file */
+#define BF_WAIT_LOCK 4  /* futex: a lock */
+#define BF_WAIT_GIL 5   /* futex with a timeout while another thread held the GIL */
+#define BF_WAIT_SLEEP 6 /* a timer: nanosleep, select/poll without fds */
+#define BF_WAIT_FAULT 7 /* D outside any syscall: a page fault */
+#define BF_WAIT_OTHER 8 /* pipe, eventfd, epoll, a child, any other syscall */
+#define BF_WAIT_CLASSES 9
+
+/* Name of a BF_WAIT_* class ("cpu", "network", "disk", "lock", "gil",
+ * "sleep", "fault", "other"; "" for NONE). Static. */
+const char *bf_wait_class_name(unsigned cls);
+
 typedef struct bf_sample {
   int64_t thread_id; /* from bf_store_intern_thread */
   int64_t stack_id;  /* from bf_store_intern_stack; 0 = empty stack */
@@ -157,6 +177,11 @@ typedef struct bf_sample {
   uint32_t flags;    /* BF_SAMPLE_* */
   uint32_t count;    /* number of samples this record stands for (>= 1) */
   int64_t weight;    /* clock time attributed (wall: ns, cpu: cpu ns); imports: count */
+  /* kernel lens; all 0 when not read (older chunks decode so) */
+  uint32_t wait;        /* BF_WAIT_* */
+  uint32_t majflt;      /* major page faults since the thread's previous sample */
+  int64_t wait_target;  /* interned string "recvfrom tcp 127.0.0.1:5432"; 0 = none */
+  int64_t runq_ns;      /* run-queue delay since the previous sample (schedstat) */
 } bf_sample;
 
 /* Append one sample to session's buffer; written in batches (one transaction per

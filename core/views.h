@@ -57,6 +57,12 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
  * hold the GIL most. -ENODATA for sessions that carry no thread states. */
 int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
 
+/* Waits view (kernel lens): wait targets ranked by share of the wall time,
+ * with 95% intervals, threads and the innermost function under each; plus
+ * the session's split (on CPU, waiting for a CPU, each blocked class) in
+ * JSON. -ENODATA for sessions that are not sampled. */
+int bf_view_waits(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
 /* Stack view: per thread, the most frequent stacks and the last one seen. */
 int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
 

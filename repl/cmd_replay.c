@@ -24,6 +24,7 @@ static const struct {
 } views[] = {
     {"functions", bf_view_functions, 0, 1}, {"flame", bf_view_flame, 1, 0}, {"heatmap", bf_view_heatmap, 0, 1},
     {"gil", bf_view_gil, 0, 1},             {"stack", bf_view_stack, 0, 1}, {"tasks", bf_view_tasks, 0, 1},
+    {"waits", bf_view_waits, 0, 1},
     {NULL, NULL, 0, 0},
 };
 

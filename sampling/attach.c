@@ -103,6 +103,7 @@ void bf_smp_free(bf_smp *h) {
   if (!h) return;
   if (h->pin_pid && h->pin_fd >= 0) close(h->pin_fd);
   smp_code_cache_free(h);
+  smp_kcache_free(h);
   for (size_t i = 0; i < h->nslots; i++) smp_slot_close(&h->slots[i]);
   free(h->slots);
   smp_pynames_clear(h);

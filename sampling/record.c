@@ -115,6 +115,20 @@ static void cpuclock_json(const target *t, char *out, size_t len) {
            (unsigned long long)bf_cpuclock_lost(t->cc));
 }
 
+/* The kernel lens's part of the session's extra: ,"kernel":{...} with the
+ * run-queue share of the wall charged and each thread's summary; NULL when
+ * the lens did not run. Caller frees. */
+static char *kernel_json(target *t) {
+  if (!t->k_weight_ns) return NULL;
+  size_t tl = t->k_json ? strlen(t->k_json) : 0;
+  char *out = malloc(tl + 128);
+  if (!out) return NULL;
+  snprintf(out, tl + 128, ",\"kernel\":{\"runq_ms\":%.3f,\"runq_share\":%.4f,\"threads\":[%s]}",
+           (double)t->k_runq_total_ns / 1e6, (double)t->k_runq_total_ns / (double)t->k_weight_ns,
+           t->k_json ? t->k_json : "");
+  return out;
+}
+
 static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_record_opts *o,
                          int64_t parent) {
   bf_session_info *in = &t->info;
@@ -194,18 +208,21 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
            (unsigned long long)(cs.truncated - t->cs0.truncated),
            (long long)t->lock_held, (long long)t->lock_dropped);
   if (t->cc) cpuclock_json(t, late + strlen(late), sizeof late - strlen(late));
+  for (size_t i = 0; i < t->nthreads; i++) rec_kern_summary(t, &t->threads[i]);
+  char *kj = kernel_json(t);
   const char *tks = bf_smp_tasks_status(t->tk); /* static ASCII, no quotes */
   if (*tks) snprintf(late + strlen(late), sizeof late - strlen(late), ",\"async_tasks\":\"%s\"", tks);
-  size_t nl = nat ? strlen(nat) : 0;
-  if (nat && nl >= 2 && nat[0] == '{' && nat[nl - 1] == '}') { /* {late, ...native} */
-    t->nat_json = malloc(nl + strlen(late) + 2);
+  size_t nl = nat ? strlen(nat) : 0, kl = kj ? strlen(kj) : 0;
+  if (nat && nl >= 2 && nat[0] == '{' && nat[nl - 1] == '}') { /* {late, kernel, ...native} */
+    t->nat_json = malloc(nl + strlen(late) + kl + 2);
     if (t->nat_json)
-      sprintf(t->nat_json, "{%s%s%s", late, nl > 2 ? "," : "", nat + 1);
+      sprintf(t->nat_json, "{%s%s%s%s", late, kj ? kj : "", nl > 2 ? "," : "", nat + 1);
   } else {
-    t->nat_json = malloc(strlen(late) + 3);
-    if (t->nat_json) sprintf(t->nat_json, "{%s}", late);
+    t->nat_json = malloc(strlen(late) + kl + 3);
+    if (t->nat_json) sprintf(t->nat_json, "{%s%s}", late, kj ? kj : "");
   }
   free(nat);
+  free(kj);
   extra_add_python(t);
   in->extra_json = t->nat_json;
   int rc = bf_store_flush(st);
@@ -260,11 +277,11 @@ static int tick_cpu_thread(bf_store *st, target *t, rec_thread *r, const bf_smp_
   flags = (flags & ~(uint32_t)BF_SAMPLE_IDLE) | BF_SAMPLE_ON_CPU;
   if (!on) { /* where it waits: its switch work goes there (see rec_cpu_charge) */
     if (!r->wbatch && !(r->wbatch = malloc(CPU_BATCH * sizeof *r->wbatch))) return -ENOMEM;
-    r->wbatch[r->nwbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
+    r->wbatch[r->nwbatch++] = (bf_sample){.thread_id = r->store_thread_id, .stack_id = stack_id, .ts_ns = ts, .flags = flags, .count = 1};
     return 0;
   }
   if (!r->batch && !(r->batch = malloc(CPU_BATCH * sizeof *r->batch))) return -ENOMEM;
-  r->batch[r->nbatch++] = (bf_sample){r->store_thread_id, stack_id, ts, flags, 1, 0};
+  r->batch[r->nbatch++] = (bf_sample){.thread_id = r->store_thread_id, .stack_id = stack_id, .ts_ns = ts, .flags = flags, .count = 1};
   if (r->nbatch == CPU_BATCH && (rc = rec_cpu_charge(st, t, r, cpu)) < 0) return rc;
   return 0;
 }
@@ -274,7 +291,7 @@ static int tick_cpu_thread(bf_store *st, target *t, rec_thread *r, const bf_smp_
 static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t now,
                 int64_t interval_ns) {
   /* the cpu clock reads thread state itself, right after the stacks */
-  unsigned want = o->clock_cpu ? 0 : BF_SMP_WANT_STATE;
+  unsigned want = o->clock_cpu ? 0 : BF_SMP_WANT_STATE | (o->no_kernel ? 0 : BF_SMP_WANT_KERNEL);
   if (o->gil_only) want |= BF_SMP_WANT_GIL_ONLY;
   const bf_smp_thread *th;
   size_t n;
@@ -740,6 +757,7 @@ static int finish_targets(rec_run *r, const char *status, int64_t stop) {
     }
     free(tg[i].nat_json); /* every session_finish makes one, --native or not */
     free(tg[i].py_json);
+    free(tg[i].k_json);
     bf_smp_tasks_free(tg[i].tk);
     if (tg[i].own) bf_smp_free(tg[i].h);
     bf_cpuclock_free(tg[i].cc);
@@ -747,6 +765,7 @@ static int finish_targets(rec_run *r, const char *status, int64_t stop) {
       free(tg[i].threads[k].last_frames);
       free(tg[i].threads[k].batch);
       free(tg[i].threads[k].wbatch);
+      free(tg[i].threads[k].k_runq_v);
     }
     free(tg[i].threads);
     rec_pending_free(&tg[i]);

@@ -20,6 +20,7 @@ typedef struct pend_sample {
   bf_sample smp;
   int64_t tid, ts, weight;
   uint32_t flags;
+  rec_kern k;
   char *name;
   size_t nframes;
   bf_smp_frame *frames; /* code pointers stay valid until bf_smp_free */
@@ -112,9 +113,11 @@ void rec_forget_threads(bf_store *st, target *t, int64_t now, int gil_only) {
       i++;
       continue;
     }
+    rec_kern_summary(t, r);
     free(r->last_frames);
     free(r->batch);
     free(r->wbatch);
+    free(r->k_runq_v);
     t->threads[i] = t->threads[--t->nthreads];
   }
   if (t->cap_threads > 64 && t->nthreads < t->cap_threads / 4) {
@@ -165,10 +168,45 @@ int rec_intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64
   return 0;
 }
 
+#define K_RESERVOIR 8192 /* per-thread run-queue delays kept for the summary's percentiles */
+
+/* Kernel lens: th's state as this sample's part, with deltas since the
+ * thread's previous sample (the first one has none); the run-queue delay
+ * is at most the sample's weight. Also feeds the thread's summary. */
+static rec_kern kern_part(target *t, rec_thread *r, const bf_smp_thread *th, int64_t weight) {
+  rec_kern k = {0, 0, 0, NULL};
+  if (!th->kclass) return k;
+  if (!t->k_rng) t->k_rng = 0x9E3779B97F4A7C15ULL;
+  k.wait = th->kclass;
+  k.target = th->ktarget;
+  if (r->k_seen && th->run_delay_ns >= r->k_run_delay) k.runq_ns = th->run_delay_ns - r->k_run_delay;
+  if (r->k_seen && th->majflt >= r->k_majflt) k.majflt = (uint32_t)(th->majflt - r->k_majflt);
+  r->k_run_delay = th->run_delay_ns;
+  r->k_majflt = th->majflt;
+  r->k_seen = 1;
+  if (k.runq_ns > weight) k.runq_ns = weight;
+  r->k_runq_total_ns += k.runq_ns;
+  t->k_runq_total_ns += k.runq_ns;
+  t->k_weight_ns += weight;
+  /* reservoir of per-sample delays (every sample, zeros too) */
+  uint64_t i = r->k_runq_seen++;
+  if (r->k_runq_n < K_RESERVOIR) {
+    if (bf_vec_grow((void **)&r->k_runq_v, &r->k_runq_cap, r->k_runq_n + 1, sizeof *r->k_runq_v, 64) == 0)
+      r->k_runq_v[r->k_runq_n++] = k.runq_ns;
+  } else {
+    t->k_rng ^= t->k_rng << 13;
+    t->k_rng ^= t->k_rng >> 7;
+    t->k_rng ^= t->k_rng << 17;
+    uint64_t j = t->k_rng % (i + 1);
+    if (j < K_RESERVOIR) r->k_runq_v[j] = k.runq_ns;
+  }
+  return k;
+}
+
 /* Write one thread's sample to the store. -EBUSY: another process holds the
  * write lock; nothing of this sample was added (interning is idempotent). */
 static int store_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th,
-                        const char *tname, int64_t ts, uint32_t flags, int64_t weight) {
+                        const char *tname, int64_t ts, uint32_t flags, int64_t weight, const rec_kern *k) {
   int rc;
   if (!r->store_thread_id || (tname && !r->named)) {
     rc = bf_store_intern_thread(st, t->session_id, r->tid, tname, &r->store_thread_id);
@@ -177,7 +215,16 @@ static int store_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thr
   }
   int64_t stack_id;
   if ((rc = rec_intern_stack(st, r, th, &stack_id)) < 0) return rc;
-  bf_sample s = {r->store_thread_id, stack_id, ts, flags, 1, weight};
+  bf_sample s = {.thread_id = r->store_thread_id, .stack_id = stack_id, .ts_ns = ts, .flags = flags, .count = 1, .weight = weight};
+  if (k && k->wait) {
+    if (k->target && !k->target->user_id &&
+        (rc = bf_store_intern_string(st, k->target->text, &k->target->user_id)) < 0)
+      return rc;
+    s.wait = k->wait;
+    s.majflt = k->majflt;
+    s.runq_ns = k->runq_ns;
+    s.wait_target = k->target ? k->target->user_id : 0;
+  }
   if (r->tid < 0) { /* an asyncio task (tasks.h): a run of one stack is one record */
     if (r->held.count && r->held.stack_id == stack_id && r->held.flags == flags &&
         ts - r->held.ts_ns < TASK_RUN_NS) {
@@ -200,8 +247,9 @@ static int store_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thr
  * anything is held, later samples queue behind it). */
 int rec_keep_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th,
                        const char *tname, int64_t ts, uint32_t flags, int64_t weight) {
+  rec_kern k = kern_part(t, r, th, weight);
   if (t->npend == t->pend_head) {
-    int rc = store_sample(st, t, r, th, tname, ts, flags, weight);
+    int rc = store_sample(st, t, r, th, tname, ts, flags, weight, &k);
     if (rc != -EBUSY) return rc;
   }
   size_t bytes = sizeof(pend_sample) + th->nframes * sizeof *th->frames + (tname ? strlen(tname) + 1 : 0);
@@ -225,6 +273,7 @@ int rec_keep_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread 
   p->ts = ts;
   p->flags = flags;
   p->weight = weight;
+  p->k = k;
   t->npend++;
   t->pend_bytes += bytes;
   t->lock_held++;
@@ -275,7 +324,7 @@ int rec_drain_pending(bf_store *st, target *t, int64_t now) {
     if (!r) return -ENOMEM;
     if (!r->seen_ns) r->seen_ns = now;
     bf_smp_thread th = {.native_tid = p->tid, .nframes = p->nframes, .frames = p->frames};
-    int rc = store_sample(st, t, r, &th, p->name, p->ts, p->flags, p->weight);
+    int rc = store_sample(st, t, r, &th, p->name, p->ts, p->flags, p->weight, &p->k);
     if (rc == -EBUSY) {
       t->next_drain_ns = now + 50000000; /* look again in 50 ms */
       return 0;
@@ -299,4 +348,48 @@ void rec_pending_free(target *t) {
   free(t->pend);
   t->pend = NULL;
   t->npend = t->pend_head = t->cap_pend = 0;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* A thread's context switches from /proc/PID/task/TID/status. */
+static void switches(int pid, int64_t tid, long long *vol, long long *invol) {
+  char p[96], line[256];
+  *vol = *invol = -1;
+  snprintf(p, sizeof p, "/proc/%d/task/%lld/status", pid, (long long)tid);
+  FILE *f = fopen(p, "re");
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    sscanf(line, "voluntary_ctxt_switches: %lld", vol);
+    sscanf(line, "nonvoluntary_ctxt_switches: %lld", invol);
+  }
+  fclose(f);
+}
+
+void rec_kern_summary(target *t, rec_thread *r) {
+  if (!r->k_seen || r->tid <= 0) return;
+  size_t have = t->k_json ? strlen(t->k_json) : 0;
+  if (have > (1u << 20)) return; /* bounded: the first threads of a long churn */
+  int64_t p50 = 0, p99 = 0;
+  if (r->k_runq_n) {
+    qsort(r->k_runq_v, r->k_runq_n, sizeof *r->k_runq_v, cmp_i64);
+    p50 = r->k_runq_v[(r->k_runq_n - 1) / 2];
+    p99 = r->k_runq_v[(size_t)((double)(r->k_runq_n - 1) * 0.99)];
+  }
+  long long vol, invol;
+  switches(t->pid, r->tid, &vol, &invol);
+  char one[256];
+  int n = snprintf(one, sizeof one,
+                   "%s{\"tid\":%lld,\"runq_ms\":%.3f,\"runq_p50_us\":%.1f,\"runq_p99_us\":%.1f,"
+                   "\"samples\":%llu,\"voluntary_switches\":%lld,\"involuntary_switches\":%lld}",
+                   have ? "," : "", (long long)r->tid, (double)r->k_runq_total_ns / 1e6, (double)p50 / 1e3,
+                   (double)p99 / 1e3, (unsigned long long)r->k_runq_seen, vol, invol);
+  char *nj = realloc(t->k_json, have + (size_t)n + 1);
+  if (!nj) return;
+  memcpy(nj + have, one, (size_t)n + 1);
+  t->k_json = nj;
+  r->k_seen = 0; /* once */
 }

@@ -43,6 +43,25 @@ typedef struct bf_smp_frame {
 #define BF_SMP_GC 0x08     /* the interpreter is collecting garbage */
 #define BF_SMP_NATIVE 0x10 /* frames include unwound C frames (native.h) */
 
+/* Kernel lens classes (same values as the store's BF_WAIT_*; kstate.c). */
+#define BF_SMP_K_NONE 0  /* not read */
+#define BF_SMP_K_CPU 1   /* state R: on a CPU or waiting for one */
+#define BF_SMP_K_NET 2   /* in a syscall on a socket */
+#define BF_SMP_K_DISK 3  /* D state, or in a syscall on a regular file */
+#define BF_SMP_K_LOCK 4  /* futex */
+#define BF_SMP_K_GIL 5   /* futex with a timeout while another thread holds the GIL */
+#define BF_SMP_K_SLEEP 6 /* nanosleep, clock_nanosleep, select/poll without fds */
+#define BF_SMP_K_FAULT 7 /* D outside a syscall: a page fault */
+#define BF_SMP_K_OTHER 8 /* pipe, eventfd, epoll, a child, another syscall */
+
+/* What a blocked thread waits on: "<syscall> <target>", e.g. "recvfrom tcp
+ * 127.0.0.1:5432", "read pipe", "futex lock", "clock_nanosleep". Owned by
+ * the handle, stable until bf_smp_free (one per distinct text). */
+typedef struct bf_smp_ktarget {
+  const char *text;
+  int64_t user_id; /* free slot for the caller (e.g. a store string id); 0 initially */
+} bf_smp_ktarget;
+
 typedef struct bf_smp_thread {
   int64_t native_tid;     /* kernel tid as the host sees it; 0 if unknown */
   int64_t ns_tid;         /* the same thread's tid in the target's own PID
@@ -57,6 +76,14 @@ typedef struct bf_smp_thread {
   int py_name_pending;
   uint32_t flags;         /* BF_SMP_* */
   int64_t cpu_ns;         /* cumulative CPU time (when BF_SMP_WANT_CPU_TIME), else -1 */
+  /* kernel lens (BF_SMP_WANT_KERNEL): class, target (NULL: none; a thread
+   * in state R has none), and the thread's cumulative run-queue delay
+   * (schedstat field 2) and major faults (stat field 12), which the caller
+   * turns into deltas per sample. kclass 0: not read. */
+  unsigned kclass;
+  bf_smp_ktarget *ktarget;
+  int64_t run_delay_ns;
+  uint64_t majflt;
   size_t nframes;
   const bf_smp_frame *frames; /* innermost first */
 } bf_smp_thread;
@@ -69,6 +96,9 @@ typedef struct bf_smp_thread {
  * (all but the innermost frame's line), i.e. the stack held still between
  * them; -EIO when it never did within 2000 reads or 50 ms */
 #define BF_SMP_WANT_SETTLED 0x8
+/* with BF_SMP_WANT_STATE: the kernel lens (kclass, ktarget, run_delay_ns,
+ * majflt), from /proc/PID/task/TID/{stat,schedstat,syscall} and fd links */
+#define BF_SMP_WANT_KERNEL 0x10
 
 /* New closed handle; NULL when out of memory. */
 bf_smp *bf_smp_new(void);
@@ -146,6 +176,7 @@ typedef struct bf_smp_record_opts {
   int native;              /* merged Python + C stacks (native.h) */
   const char *native_threads; /* NULL or the --native-threads filter */
   int async_tasks;         /* asyncio tasks as task:NAME threads (tasks.h) */
+  int no_kernel;           /* wall clock: leave out the kernel lens (kstate.c) */
   volatile int *stop;      /* set non-zero (e.g. from a signal handler) to stop */
   /* OUT (may be NULL): the launched command's pid while it runs, else 0, so a
    * signal handler can pass a signal on. A launched command is always waited

@@ -19,7 +19,8 @@ void smp_slot_close(smp_tslot *s) {
   s->name = s->py_name = NULL;
   if (s->stat_fd >= 0) close(s->stat_fd);
   if (s->sched_fd >= 0) close(s->sched_fd);
-  s->stat_fd = s->sched_fd = -1;
+  if (s->sys_fd >= 0) close(s->sys_fd);
+  s->stat_fd = s->sched_fd = s->sys_fd = -1;
 }
 
 smp_tslot *smp_slot_get(bf_smp *h, uint64_t tstate, int64_t tid) {
@@ -33,7 +34,7 @@ smp_tslot *smp_slot_get(bf_smp *h, uint64_t tstate, int64_t tid) {
   memset(s, 0, sizeof *s);
   s->tstate = tstate;
   s->tid = tid;
-  s->stat_fd = s->sched_fd = -1;
+  s->stat_fd = s->sched_fd = s->sys_fd = -1;
   s->seen = h->gen;
   if (tid > 0 && h->pid > 0) {
     char p[96];
@@ -79,7 +80,7 @@ void smp_forget_tid(bf_smp *h, int64_t tid) {
   h->nslots = o;
 }
 
-static int proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *buf, size_t len) {
+int smp_proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *buf, size_t len) {
   if (*fd < 0) {
     char p[96];
     snprintf(p, sizeof p, "/proc/%d/task/%lld/%s", h->pid, (long long)s->tid, what);
@@ -102,17 +103,19 @@ void smp_thread_status(bf_smp *h, smp_tslot *s, unsigned want, bf_smp_thread *t)
   if (!s || s->tid <= 0 || h->pid <= 0) return;
   if (s->state_ns && h->now_ns - s->state_ns < SMP_STATE_MIN_NS) {
     if (want & BF_SMP_WANT_STATE) t->flags |= s->state_flags;
+    if (want & BF_SMP_WANT_KERNEL) smp_kstate_copy(h, s, t);
     return;
   }
   s->state_ns = h->now_ns;
   s->state_flags = 0;
-  if ((want & BF_SMP_WANT_STATE) && proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) == 0) {
+  if ((want & BF_SMP_WANT_STATE) && smp_proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) == 0) {
     const char *p = strrchr(buf, ')');
     if (p && p[1] == ' ' && p[2]) s->state_flags = (p[2] == 'R') ? BF_SMP_ON_CPU : BF_SMP_IDLE;
     t->flags |= s->state_flags;
+    if ((want & BF_SMP_WANT_KERNEL) && p && p[1] == ' ') smp_kstate_read(h, s, p + 2, t);
   }
   if ((want & BF_SMP_WANT_CPU_TIME) &&
-      proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) == 0)
+      smp_proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) == 0)
     t->cpu_ns = strtoll(buf, NULL, 10);
 }
 
@@ -130,12 +133,12 @@ int smp_thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount) {
     if (h->slots[i].tid == tid) s = &h->slots[i];
   if (!s || h->pid <= 0) return -1;
   unsigned long long run, wait, pc;
-  if (proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) < 0 ||
+  if (smp_proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) < 0 ||
       sscanf(buf, "%llu %llu %llu", &run, &wait, &pc) != 3)
     return -1;
   *pcount = pc;
   int cpu = sched_getcpu();
-  if (proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) < 0) return -1;
+  if (smp_proc_pread(h, s, &s->stat_fd, "stat", buf, sizeof buf) < 0) return -1;
   const char *p = strrchr(buf, ')');
   if (!p || p[1] != ' ' || !p[2]) return -1;
   if (p[2] != 'R') return 1;

@@ -752,6 +752,7 @@ int smp_walk(bf_smp *h, unsigned want) {
   for (int ni = 0; interp && ni < SMP_MAX_INTERPS; ni++) {
     uint64_t ts = 0, next_interp = 0;
     if ((err = interp_state(h, interp, &ts, &next_interp, &g)) < 0) return err;
+    h->k_gil_locked = g.locked;
     for (int nt = 0; ts && nt < SMP_MAX_THREADS; nt++) {
       if (++h->walk_steps > SMP_MAX_STEPS) return -EIO;
       const unsigned char *tb = smp_read_hot(h, ts, (size_t)l->ts_read, &err);

@@ -10,14 +10,20 @@
 
 /* Chunk encoding, per record:
  *   ctrl byte: bit0 same stack as previous, bit1 same flags, bit2 count==1,
- *              bit3 weight == delta ts, bit4 weight == previous weight
+ *              bit3 weight == delta ts, bit4 weight == previous weight,
+ *              bit5 kernel fields follow, bit6 kernel wait and target as the
+ *              previous record's with no run-queue delay nor fault
  *   varint delta_ts (from previous record; first from the chunk's first_ts)
  *   [varint stack] [byte flags] [varint count] [varint weight]
- * Typical wall-clock samples cost 5–7 bytes. */
-enum { C_SAME_STACK = 1, C_SAME_FLAGS = 2, C_COUNT1 = 4, C_W_DTS = 8, C_W_PREV = 16 };
+ *   [bit5: varint wait, varint target, varint runq_ns, varint majflt]
+ * Typical wall-clock samples cost 5–7 bytes; a kernel state adds 0 bytes
+ * when it repeats (a thread blocked on one socket), else 4-8. Chunks
+ * written before the kernel lens never set bits 5-6 and decode as before
+ * (wait 0: not read). */
+enum { C_SAME_STACK = 1, C_SAME_FLAGS = 2, C_COUNT1 = 4, C_W_DTS = 8, C_W_PREV = 16, C_KERNEL = 32, C_K_SAME = 64 };
 
 static int encode_chunk(bf_store *s, const bf_sample *r, size_t n, size_t *out_len) {
-  size_t need = n * 42 + 16;
+  size_t need = n * 82 + 16;
   if (s->enc_cap < need) {
     uint8_t *ne = realloc(s->enc, need);
     if (!ne) return -ENOMEM;
@@ -25,8 +31,8 @@ static int encode_chunk(bf_store *s, const bf_sample *r, size_t n, size_t *out_l
     s->enc_cap = need;
   }
   uint8_t *p = s->enc;
-  int64_t prev_ts = r[0].ts_ns, prev_stack = -1, prev_w = -1;
-  uint32_t prev_flags = 0xffffffffu;
+  int64_t prev_ts = r[0].ts_ns, prev_stack = -1, prev_w = -1, prev_target = -1;
+  uint32_t prev_flags = 0xffffffffu, prev_wait = 0xffffffffu;
   for (size_t i = 0; i < n; i++) {
     const bf_sample *x = &r[i];
     int64_t dts = x->ts_ns - prev_ts;
@@ -39,12 +45,27 @@ static int encode_chunk(bf_store *s, const bf_sample *r, size_t n, size_t *out_l
       ctrl |= C_W_DTS;
     else if (x->weight == prev_w)
       ctrl |= C_W_PREV;
+    int64_t runq = x->runq_ns < 0 ? 0 : x->runq_ns, target = x->wait_target < 0 ? 0 : x->wait_target;
+    if (x->wait) {
+      if (x->wait == prev_wait && target == prev_target && !runq && !x->majflt)
+        ctrl |= C_K_SAME;
+      else
+        ctrl |= C_KERNEL;
+    }
     *p++ = ctrl;
     p += bf_varint_put(p, (uint64_t)dts);
     if (!(ctrl & C_SAME_STACK)) p += bf_varint_put(p, (uint64_t)x->stack_id);
     if (!(ctrl & C_SAME_FLAGS)) p += bf_varint_put(p, x->flags);
     if (!(ctrl & C_COUNT1)) p += bf_varint_put(p, x->count);
     if (!(ctrl & (C_W_DTS | C_W_PREV))) p += bf_varint_put(p, (uint64_t)(x->weight < 0 ? 0 : x->weight));
+    if (ctrl & C_KERNEL) {
+      p += bf_varint_put(p, x->wait);
+      p += bf_varint_put(p, (uint64_t)target);
+      p += bf_varint_put(p, (uint64_t)runq);
+      p += bf_varint_put(p, x->majflt);
+    }
+    prev_wait = x->wait;
+    prev_target = target;
     prev_ts = prev_ts + dts;
     prev_stack = x->stack_id;
     prev_flags = x->flags;
@@ -63,7 +84,7 @@ int bf_chunk_decode(const uint8_t *d, size_t len, int64_t thread_id, int64_t fir
     uint8_t ctrl = d[i++];
     uint64_t v;
     size_t k;
-    if (ctrl & ~31u) return -EBADMSG;
+    if ((ctrl & ~127u) || ((ctrl & C_KERNEL) && (ctrl & C_K_SAME)) || ((ctrl & C_K_SAME) && !x.wait)) return -EBADMSG;
     if (!(k = bf_varint_get(d + i, len - i, &v)) || v > (1ULL << 62)) return -EBADMSG;
     i += k;
     int64_t dts = (int64_t)v;
@@ -97,6 +118,25 @@ int bf_chunk_decode(const uint8_t *d, size_t len, int64_t thread_id, int64_t fir
       if (!(k = bf_varint_get(d + i, len - i, &v)) || v > (1ULL << 62)) return -EBADMSG;
       i += k;
       x.weight = (int64_t)v;
+    }
+    if (ctrl & C_KERNEL) {
+      uint64_t kv[4];
+      for (int j = 0; j < 4; j++) {
+        if (!(k = bf_varint_get(d + i, len - i, &kv[j])) || kv[j] > (1ULL << 62)) return -EBADMSG;
+        i += k;
+      }
+      if (!kv[0] || kv[0] >= BF_WAIT_CLASSES || kv[3] > 0xffffffffu) return -EBADMSG;
+      x.wait = (uint32_t)kv[0];
+      x.wait_target = (int64_t)kv[1];
+      x.runq_ns = (int64_t)kv[2];
+      x.majflt = (uint32_t)kv[3];
+    } else if (ctrl & C_K_SAME) {
+      x.runq_ns = 0;
+      x.majflt = 0;
+    } else {
+      x.wait = 0;
+      x.wait_target = x.runq_ns = 0;
+      x.majflt = 0;
     }
     have_prev = 1;
     if (f) {
@@ -341,4 +381,10 @@ void bf_store_chunks_close(bf_store_chunks *c) {
   if (!c) return;
   sqlite3_finalize(c->st);
   free(c);
+}
+
+const char *bf_wait_class_name(unsigned cls) {
+  static const char *const names[BF_WAIT_CLASSES] = {"", "cpu", "network", "disk", "lock", "gil", "sleep", "fault",
+                                                     "other"};
+  return cls < BF_WAIT_CLASSES ? names[cls] : "other";
 }

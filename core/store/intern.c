@@ -417,3 +417,10 @@ void bfs_drop_caches(bf_store *s) {
   s->stk_by_id_cap = 0;
   s->str_max = s->fn_max = s->fr_max = s->stk_max = 0;
 }
+
+int bf_store_string_get(bf_store *s, int64_t id, const char **out) {
+  const char *str = id > 0 ? string_get(s, id) : NULL;
+  if (!str) return bf_store_fail(s, -ENOENT, "database '%s': missing string %lld", s->path, (long long)id);
+  *out = str;
+  return 0;
+}

@@ -45,6 +45,14 @@ typedef struct marker {
 
 static int mark_stack(void *ud, const bf_sample *smp) {
   marker *m = ud;
+  /* a kernel wait target is a string only samples refer to: kept as a
+   * stack id's negative in gc_keep (ids are positive) */
+  if (smp->wait_target > 0 && !bf_map3_get(&m->seen, -smp->wait_target, 0, 0)) {
+    if (bf_map3_put(&m->seen, -smp->wait_target, 0, 0, 1)) return bf_store_fail(m->s, -ENOMEM, "out of memory");
+    sqlite3_reset(m->ins);
+    sqlite3_bind_int64(m->ins, 1, -smp->wait_target);
+    if (sqlite3_step(m->ins) != SQLITE_DONE) return bf_store_fail(m->s, -EIO, "gc: %s", sqlite3_errmsg(m->s->db));
+  }
   if (smp->stack_id == 0 || bf_map3_get(&m->seen, smp->stack_id, 0, 0)) return 0;
   if (bf_map3_put(&m->seen, smp->stack_id, 0, 0, 1)) return bf_store_fail(m->s, -ENOMEM, "out of memory");
   sqlite3_reset(m->ins);
@@ -102,7 +110,7 @@ int bf_store_sweep(bf_store *s, const int64_t *live, size_t n, bf_store_sweep_co
     return rc;
   if ((rc = sweep_one(s,
                       "DELETE FROM strings WHERE id NOT IN (SELECT file_id FROM functions"
-                      " UNION SELECT qualname_id FROM functions)",
+                      " UNION SELECT qualname_id FROM functions UNION SELECT -id FROM gc_keep WHERE id<0)",
                       &out->strings)))
     return rc;
   return exec_noted(s, "gc: ", "DROP TABLE gc_keep", "failed");

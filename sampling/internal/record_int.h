@@ -15,6 +15,15 @@
 #include "store.h"
 #include "tasks.h"
 
+/* A sample's kernel lens part (wall clock): its class and target, and the
+ * run-queue delay and major faults since the thread's previous sample. */
+typedef struct rec_kern {
+  uint32_t wait;   /* BF_WAIT_*, 0: not read */
+  uint32_t majflt;
+  int64_t runq_ns;
+  bf_smp_ktarget *target; /* the handle's, stable; NULL: none */
+} rec_kern;
+
 /* Per-thread memory between ticks: CPU clock and the last stack interned. */
 typedef struct rec_thread {
   int64_t tid;
@@ -33,6 +42,15 @@ typedef struct rec_thread {
   int gen;
   int64_t seen_ns;        /* monotonic time of the last tick that returned the thread */
   bf_sample held;         /* --async task: its current run of one stack, not written yet */
+  int64_t k_run_delay;    /* kernel lens: schedstat run delay and major faults at the */
+  uint64_t k_majflt;      /* previous sample (k_seen 0: none yet) */
+  int k_seen;
+  /* kernel lens, for the session summary: run-queue delay in all, per-sample
+   * delays (a bounded reservoir for p50/p99) */
+  int64_t k_runq_total_ns;
+  int64_t *k_runq_v;
+  size_t k_runq_n, k_runq_cap;
+  uint64_t k_runq_seen;
 } rec_thread;
 
 typedef struct target {
@@ -68,6 +86,9 @@ typedef struct target {
   char *py_json;      /* extra.python: the interpreter it runs (interp.c), or NULL */
   bf_smp_tasks *tk;   /* --async: asyncio tasks read after each sample */
   size_t next_hint;   /* rec_thread_get: where the next thread likely is */
+  int64_t k_runq_total_ns, k_weight_ns; /* kernel lens: run-queue delay and wall charged, all threads */
+  uint64_t k_rng;     /* kernel lens: the reservoirs' random numbers */
+  char *k_json;       /* kernel lens: per-thread summary for extra (record.c), or NULL */
 } target;
 
 /* record_keep.c. Unless said otherwise each returns 0 or a negative errno
@@ -90,6 +111,9 @@ int rec_keep_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread 
                     int64_t ts, uint32_t flags, int64_t weight);
 /* Write held samples while the lock is free: 0 (some may remain) or a fatal error. */
 int rec_drain_pending(bf_store *st, target *t, int64_t now);
+/* Kernel lens: append thread r's run-queue summary (total, p50/p99 of its
+ * per-sample delays, context switches) to t->k_json, once. */
+void rec_kern_summary(target *t, rec_thread *r);
 /* Free the samples still held (never written). */
 void rec_pending_free(target *t);
 

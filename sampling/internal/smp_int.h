@@ -208,6 +208,16 @@ typedef struct smp_tslot {
   uint64_t py_ident;     /* thread ident the name belongs to */
   int py_gen;            /* names-cache generation last resolved against */
   int64_t py_first_ns;   /* when the ident was first seen (monotonic) */
+  /* kernel lens (kstate.c): the last state read, reused while the thread
+   * has not run since (same state letter, same switch count) */
+  int sys_fd;            /* /proc/.../syscall, -1 when not opened */
+  char k_state;          /* stat state letter, 0 = not read */
+  uint8_t k_class;
+  uint8_t k_futex_timed; /* futex with a timeout: the GIL when another holds it */
+  uint64_t k_pcount;     /* schedstat field 3 when k_state was read */
+  int64_t k_run_delay;   /* schedstat field 2 */
+  uint64_t k_majflt;
+  bf_smp_ktarget *k_target;
 } smp_tslot;
 
 /* A prefetched region: part of the hot set of the previous sample. */
@@ -320,6 +330,10 @@ struct bf_smp {
   /* monotonic time of this sample's prefetch (remote.c): the moment most of
    * every thread's stack is read */
   int64_t read_ns;
+  /* kernel lens (kstate.c): targets and fd links seen, and whether the
+   * interpreter's GIL was locked at this walk (a timed futex is the GIL then) */
+  struct smp_kcache *kc;
+  int k_gil_locked;
 };
 
 /* Remote reads (remote.c). smp_read: one region, exact length, into dst.
@@ -370,6 +384,20 @@ void smp_slots_sweep(bf_smp *h);
 /* threads.c: t's state (running/idle) and CPU time, as want asks, from
  * /proc at most every 200 µs per thread (s may be NULL: nothing). */
 void smp_thread_status(bf_smp *h, smp_tslot *s, unsigned want, bf_smp_thread *t);
+
+/* Read /proc/PID/task/TID/<what> of slot s through *fd (opened on first
+ * use, then pread): 0 and a NUL-terminated buf, or -1. */
+int smp_proc_pread(bf_smp *h, smp_tslot *s, int *fd, const char *what, char *buf, size_t len);
+
+/* Kernel lens (kstate.c). After a fresh /proc stat read of slot s (rest:
+ * the text after the ") " of stat), read schedstat and, for a thread not
+ * in state R that ran since the last read, its syscall and target; fill
+ * t's kernel fields. */
+void smp_kstate_read(bf_smp *h, smp_tslot *s, const char *rest, bf_smp_thread *t);
+/* t's kernel fields from s's last read (no /proc read). */
+void smp_kstate_copy(const bf_smp *h, const smp_tslot *s, bf_smp_thread *t);
+/* Free the handle's target and fd caches (bf_smp_free). */
+void smp_kcache_free(bf_smp *h);
 /* threads.c: whether thread tid is off CPU now (1), on it (0), or -1 when
  * that cannot be told. OUT: *pcount, its schedule-in count. */
 int smp_thread_off_cpu(bf_smp *h, int64_t tid, uint64_t *pcount);

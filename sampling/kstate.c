@@ -1,0 +1,403 @@
+/* kstate.c — the kernel lens: what /proc says a thread of the target is
+ * doing when sampled. State R is on a CPU or waiting for one (the run-queue
+ * delay is schedstat's field 2); any other state is explained by the
+ * thread's syscall (/proc/PID/task/TID/syscall) and, for a syscall on a
+ * descriptor, what the descriptor is (/proc/PID/fd/N, then /proc/PID/net/
+ * tcp, tcp6, udp, udp6, unix for a socket's peer). A thread that has not
+ * run since its last read (same state, same switch count) is not read
+ * again; descriptor links are cached by their text ("socket:[72195]").
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "map.h"
+#include "smp_int.h"
+
+#define KC_MAX_LINKS 4096    /* fd links cached; the cache starts over when full */
+#define KC_MAX_TARGETS 8192  /* distinct target texts kept for the handle's life */
+#define KC_NET_MAX_LINES 200000 /* lines of one /proc/PID/net table scanned at most */
+
+typedef struct kc_ent {
+  uint64_t hash;
+  char *key;
+  void *val; /* links: kc_link; targets: bf_smp_ktarget */
+} kc_ent;
+
+typedef struct kc_table {
+  kc_ent *v;
+  size_t cap, n; /* cap a power of two (or 0) */
+} kc_table;
+
+typedef struct kc_link {
+  uint8_t cls;   /* BF_SMP_K_* of a wait on it */
+  char desc[280]; /* "tcp 127.0.0.1:5432", "pipe", "/var/lib/x.db" */
+} kc_link;
+
+struct smp_kcache {
+  kc_table links, targets;
+  bf_smp_ktarget *gil, *full; /* "futex GIL", and the target of every text past KC_MAX_TARGETS */
+};
+
+static kc_ent *kc_find(kc_table *t, const char *key, uint64_t hash) {
+  if (!t->cap) return NULL;
+  for (size_t i = hash & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+    kc_ent *e = &t->v[i];
+    if (!e->key) return e;
+    if (e->hash == hash && strcmp(e->key, key) == 0) return e;
+  }
+}
+
+/* The slot for key (found or empty, to be filled); NULL when out of memory. */
+static kc_ent *kc_slot(kc_table *t, const char *key, uint64_t hash) {
+  if ((t->n + 1) * 2 > t->cap) {
+    size_t ncap = t->cap ? t->cap * 2 : 64;
+    kc_ent *nv = calloc(ncap, sizeof *nv);
+    if (!nv) return NULL;
+    kc_table nt = {nv, ncap, t->n};
+    for (size_t i = 0; i < t->cap; i++)
+      if (t->v[i].key) *kc_find(&nt, t->v[i].key, t->v[i].hash) = t->v[i];
+    free(t->v);
+    *t = nt;
+  }
+  return kc_find(t, key, hash);
+}
+
+static void kc_clear(kc_table *t, int free_vals_text) {
+  for (size_t i = 0; i < t->cap; i++) {
+    if (!t->v[i].key) continue;
+    free(t->v[i].key);
+    if (free_vals_text) free((char *)((bf_smp_ktarget *)t->v[i].val)->text);
+    free(t->v[i].val);
+  }
+  free(t->v);
+  t->v = NULL;
+  t->cap = t->n = 0;
+}
+
+void smp_kcache_free(bf_smp *h) {
+  if (!h->kc) return;
+  kc_clear(&h->kc->links, 0);
+  kc_clear(&h->kc->targets, 1);
+  if (h->kc->full) free((char *)h->kc->full->text);
+  free(h->kc->full);
+  free(h->kc);
+  h->kc = NULL;
+}
+
+/* The one target of text; NULL when out of memory. */
+static bf_smp_ktarget *kc_target(struct smp_kcache *kc, const char *text) {
+  uint64_t hash = bf_hash_str(text, strlen(text));
+  kc_ent *e = kc_find(&kc->targets, text, hash);
+  if (e && e->key) return e->val;
+  if (kc->targets.n >= KC_MAX_TARGETS) {
+    if (!kc->full && (kc->full = calloc(1, sizeof *kc->full)) && !(kc->full->text = strdup("(more targets)"))) {
+      free(kc->full);
+      kc->full = NULL;
+    }
+    return kc->full;
+  }
+  if (!(e = kc_slot(&kc->targets, text, hash))) return NULL;
+  bf_smp_ktarget *t = calloc(1, sizeof *t);
+  char *key = strdup(text), *txt = strdup(text);
+  if (!t || !key || !txt) {
+    free(t);
+    free(key);
+    free(txt);
+    return NULL;
+  }
+  t->text = txt;
+  *e = (kc_ent){hash, key, t};
+  kc->targets.n++;
+  return t;
+}
+
+/* ---- syscalls ---- */
+
+enum { SK_OTHER, SK_FD, SK_POLL, SK_SELECT, SK_SLEEP, SK_FUTEX, SK_EPOLL };
+
+typedef struct sys_desc {
+  int nr;
+  const char *name;
+  int kind;
+} sys_desc;
+
+static const sys_desc sys_table[] = {
+#if defined(__x86_64__)
+    {0, "read", SK_FD},        {1, "write", SK_FD},          {2, "open", SK_OTHER},
+    {7, "poll", SK_POLL},      {16, "ioctl", SK_FD},         {17, "pread64", SK_FD},
+    {18, "pwrite64", SK_FD},   {19, "readv", SK_FD},         {20, "writev", SK_FD},
+    {23, "select", SK_SELECT}, {34, "pause", SK_OTHER},      {35, "nanosleep", SK_SLEEP},
+    {40, "sendfile", SK_FD},   {42, "connect", SK_FD},       {43, "accept", SK_FD},
+    {44, "sendto", SK_FD},     {45, "recvfrom", SK_FD},      {46, "sendmsg", SK_FD},
+    {47, "recvmsg", SK_FD},    {61, "wait4", SK_OTHER},      {72, "fcntl", SK_FD},
+    {73, "flock", SK_FD},      {74, "fsync", SK_FD},         {75, "fdatasync", SK_FD},
+    {202, "futex", SK_FUTEX},  {230, "clock_nanosleep", SK_SLEEP}, {232, "epoll_wait", SK_EPOLL},
+    {247, "waitid", SK_OTHER}, {257, "openat", SK_OTHER},    {270, "pselect6", SK_SELECT},
+    {271, "ppoll", SK_POLL},   {275, "splice", SK_FD},       {281, "epoll_pwait", SK_EPOLL},
+    {288, "accept4", SK_FD},   {295, "preadv", SK_FD},       {296, "pwritev", SK_FD},
+    {299, "recvmmsg", SK_FD},  {307, "sendmmsg", SK_FD},     {441, "epoll_pwait2", SK_EPOLL},
+#elif defined(__aarch64__)
+    {22, "epoll_pwait", SK_EPOLL}, {29, "ioctl", SK_FD},      {32, "flock", SK_FD},
+    {56, "openat", SK_OTHER},  {63, "read", SK_FD},          {64, "write", SK_FD},
+    {65, "readv", SK_FD},      {66, "writev", SK_FD},        {67, "pread64", SK_FD},
+    {68, "pwrite64", SK_FD},   {72, "pselect6", SK_SELECT},  {73, "ppoll", SK_POLL},
+    {82, "fsync", SK_FD},      {83, "fdatasync", SK_FD},     {95, "waitid", SK_OTHER},
+    {98, "futex", SK_FUTEX},   {101, "nanosleep", SK_SLEEP}, {115, "clock_nanosleep", SK_SLEEP},
+    {202, "accept", SK_FD},    {203, "connect", SK_FD},      {206, "sendto", SK_FD},
+    {207, "recvfrom", SK_FD},  {211, "sendmsg", SK_FD},      {212, "recvmsg", SK_FD},
+    {242, "accept4", SK_FD},   {260, "wait4", SK_OTHER},     {441, "epoll_pwait2", SK_EPOLL},
+#endif
+    {-1, NULL, SK_OTHER}};
+
+static const sys_desc *sys_find(long nr) {
+  for (const sys_desc *d = sys_table; d->name; d++)
+    if (d->nr == nr) return d;
+  return NULL;
+}
+
+/* ---- descriptors ---- */
+
+/* Format a /proc/net address "0100007F:1F90" (v4) or 32 hex digits (v6). */
+static void net_addr(const char *hex, char *out, size_t len) {
+  const char *colon = strchr(hex, ':');
+  size_t hl = colon ? (size_t)(colon - hex) : 0;
+  unsigned port = colon ? (unsigned)strtoul(colon + 1, NULL, 16) : 0;
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (hl == 8) {
+    uint32_t a = (uint32_t)strtoul(hex, NULL, 16); /* the kernel prints the word in host order */
+    inet_ntop(AF_INET, &a, ip, sizeof ip);
+  } else if (hl == 32) {
+    uint32_t w[4];
+    for (int i = 0; i < 4; i++) {
+      char part[9];
+      memcpy(part, hex + 8 * i, 8);
+      part[8] = 0;
+      w[i] = (uint32_t)strtoul(part, NULL, 16);
+    }
+    inet_ntop(AF_INET6, w, ip, sizeof ip);
+    if (strncmp(ip, "::ffff:", 7) == 0 && strchr(ip + 7, '.')) memmove(ip, ip + 7, strlen(ip + 7) + 1);
+  }
+  snprintf(out, len, hl == 32 && !strchr(ip, '.') ? "[%s]:%u" : "%s:%u", ip, port);
+}
+
+static int all_zero_addr(const char *hex) {
+  for (; *hex && *hex != ':'; hex++)
+    if (*hex != '0') return 0;
+  return 1;
+}
+
+/* Find socket inode ino in /proc/PID/net/{tcp,tcp6,udp,udp6,unix}: 1 and
+ * link->desc, or 0. Bounded: KC_NET_MAX_LINES lines per table. */
+static int net_lookup(int pid, unsigned long ino, kc_link *link) {
+  static const char *const tabs[] = {"tcp", "tcp6", "udp", "udp6", "unix"};
+  char path[64], line[512];
+  for (size_t k = 0; k < sizeof tabs / sizeof *tabs; k++) {
+    snprintf(path, sizeof path, "/proc/%d/net/%s", pid, tabs[k]);
+    FILE *f = fopen(path, "re");
+    if (!f) continue;
+    int found = 0;
+    for (int n = 0; !found && n < KC_NET_MAX_LINES && fgets(line, sizeof line, f); n++) {
+      if (n == 0) continue; /* header */
+      if (k == 4) {
+        unsigned long i2 = 0;
+        char p[256] = "";
+        if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &i2, p) < 1 || i2 != ino) continue;
+        snprintf(link->desc, sizeof link->desc, p[0] ? "unix %s" : "unix", p);
+        found = 1;
+        continue;
+      }
+      char loc[80], rem[80];
+      unsigned st = 0;
+      unsigned long i2 = 0;
+      if (sscanf(line, "%*s %79s %79s %x %*s %*s %*s %*u %*u %lu", loc, rem, &st, &i2) != 4 || i2 != ino)
+        continue;
+      char a[80];
+      const char *proto = k < 2 ? "tcp" : "udp";
+      if (all_zero_addr(rem)) { /* listening or unconnected: its own port */
+        net_addr(loc, a, sizeof a);
+        const char *port = strrchr(a, ':');
+        snprintf(link->desc, sizeof link->desc, "%s %s%s", proto, k < 2 && st == 0x0A ? "listen " : "",
+                 port ? port : a);
+      } else {
+        net_addr(rem, a, sizeof a);
+        snprintf(link->desc, sizeof link->desc, "%s %s", proto, a);
+      }
+      found = 1;
+    }
+    fclose(f);
+    if (found) return 1;
+  }
+  return 0;
+}
+
+/* What fd of the target is, cached by its link text. NULL when it cannot
+ * be read (closed meanwhile, no rights) or out of memory. */
+static const kc_link *fd_link(bf_smp *h, long fd) {
+  char path[64], text[272];
+  if (fd < 0 || fd > (1L << 30)) return NULL;
+  snprintf(path, sizeof path, "/proc/%d/fd/%ld", h->pid, fd);
+  ssize_t n = readlink(path, text, sizeof text - 1);
+  if (n <= 0) return NULL;
+  text[n] = 0;
+  struct smp_kcache *kc = h->kc;
+  uint64_t hash = bf_hash_str(text, (size_t)n);
+  kc_ent *e = kc_find(&kc->links, text, hash);
+  if (e && e->key) return e->val;
+  if (kc->links.n >= KC_MAX_LINKS) kc_clear(&kc->links, 0);
+  kc_link *l = calloc(1, sizeof *l);
+  char *key = strdup(text);
+  if (!l || !key || !(e = kc_slot(&kc->links, text, hash))) {
+    free(l);
+    free(key);
+    return NULL;
+  }
+  unsigned long ino = 0;
+  l->cls = BF_SMP_K_OTHER;
+  if (sscanf(text, "socket:[%lu]", &ino) == 1) {
+    l->cls = BF_SMP_K_NET;
+    if (!net_lookup(h->pid, ino, l)) snprintf(l->desc, sizeof l->desc, "socket");
+  } else if (strncmp(text, "pipe:", 5) == 0) {
+    snprintf(l->desc, sizeof l->desc, "pipe");
+  } else if (strncmp(text, "anon_inode:", 11) == 0) {
+    const char *k = text + 11;
+    snprintf(l->desc, sizeof l->desc, "%.*s", (int)strcspn(k[0] == '[' ? k + 1 : k, "]"), k[0] == '[' ? k + 1 : k);
+  } else if (text[0] == '/' && strncmp(text, "/dev/", 5) != 0) {
+    l->cls = BF_SMP_K_DISK;
+    snprintf(l->desc, sizeof l->desc, "%s", text);
+  } else {
+    snprintf(l->desc, sizeof l->desc, "%s", text);
+  }
+  *e = (kc_ent){hash, key, l};
+  kc->links.n++;
+  return l;
+}
+
+/* ---- one thread ---- */
+
+/* Classify the syscall line of a thread in state st. OUT: s->k_class,
+ * s->k_target, s->k_futex_timed. */
+static void classify(bf_smp *h, smp_tslot *s, char st, const char *line) {
+  struct smp_kcache *kc = h->kc;
+  char text[360];
+  unsigned cls = BF_SMP_K_OTHER;
+  s->k_futex_timed = 0;
+  unsigned long long a[6] = {0};
+  long nr = -2;
+  if (strncmp(line, "running", 7) == 0) {
+    s->k_class = BF_SMP_K_CPU;
+    s->k_target = NULL;
+    return;
+  }
+  if (sscanf(line, "%ld %llx %llx %llx %llx %llx %llx", &nr, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) < 1)
+    nr = -2;
+  const sys_desc *d = nr >= 0 ? sys_find(nr) : NULL;
+  char nrname[32];
+  snprintf(nrname, sizeof nrname, "syscall %ld", nr);
+  const char *name = d ? d->name : nrname;
+  if (nr < 0) { /* blocked outside any syscall */
+    cls = st == 'D' ? BF_SMP_K_FAULT : BF_SMP_K_OTHER;
+    snprintf(text, sizeof text, "%s", st == 'D' ? "page fault" : st == 'T' || st == 't' ? "stopped" : "kernel");
+  } else if (!d || d->kind == SK_OTHER) {
+    snprintf(text, sizeof text, "%s", name);
+  } else if (d->kind == SK_SLEEP) {
+    cls = BF_SMP_K_SLEEP;
+    snprintf(text, sizeof text, "%s", name);
+  } else if (d->kind == SK_FUTEX) {
+    cls = BF_SMP_K_LOCK;
+    s->k_futex_timed = a[3] != 0;
+    snprintf(text, sizeof text, "futex lock");
+  } else if (d->kind == SK_EPOLL) {
+    snprintf(text, sizeof text, "%s", name);
+  } else if (d->kind == SK_SELECT && a[0] == 0) {
+    cls = BF_SMP_K_SLEEP;
+    snprintf(text, sizeof text, "%s", name);
+  } else if (d->kind == SK_SELECT) {
+    snprintf(text, sizeof text, "%s %llu fds", name, a[0]);
+  } else {
+    long fd = (long)a[0];
+    unsigned long long nfds = 0;
+    if (d->kind == SK_POLL) { /* the first pollfd's descriptor, read from the target */
+      nfds = a[1];
+      int32_t pfd[2] = {-1, 0};
+      if (nfds == 0) {
+        s->k_class = BF_SMP_K_SLEEP;
+        s->k_target = kc_target(kc, name);
+        return;
+      }
+      fd = smp_read(h, a[0], pfd, sizeof pfd) == 0 ? pfd[0] : -1;
+    }
+    const kc_link *l = fd_link(h, fd);
+    if (l) {
+      cls = l->cls;
+      if (nfds > 1)
+        snprintf(text, sizeof text, "%s %s (+%llu fds)", name, l->desc, nfds - 1);
+      else
+        snprintf(text, sizeof text, "%s %s", name, l->desc);
+    } else {
+      snprintf(text, sizeof text, "%s fd %ld", name, fd);
+    }
+  }
+  if (st == 'D' && cls != BF_SMP_K_NET && cls != BF_SMP_K_FAULT) cls = BF_SMP_K_DISK;
+  s->k_class = (uint8_t)cls;
+  s->k_target = kc_target(kc, text);
+}
+
+/* Field n (1-based, counted from the state letter as field 3) of stat. */
+static const char *stat_field(const char *rest, int n) {
+  const char *p = rest;
+  for (int f = 3; f < n && p; f++) {
+    p = strchr(p, ' ');
+    if (p) p++;
+  }
+  return p;
+}
+
+void smp_kstate_copy(const bf_smp *h, const smp_tslot *s, bf_smp_thread *t) {
+  if (!s->k_state) return;
+  t->kclass = s->k_class;
+  t->ktarget = s->k_target;
+  t->run_delay_ns = s->k_run_delay;
+  t->majflt = s->k_majflt;
+  if (s->k_class == BF_SMP_K_LOCK && s->k_futex_timed && h->k_gil_locked && !(t->flags & BF_SMP_GIL) &&
+      h->kc && h->kc->gil) {
+    t->kclass = BF_SMP_K_GIL;
+    t->ktarget = h->kc->gil;
+  }
+}
+
+void smp_kstate_read(bf_smp *h, smp_tslot *s, const char *rest, bf_smp_thread *t) {
+  char buf[512];
+  if (!h->kc) {
+    if (!(h->kc = calloc(1, sizeof *h->kc))) return;
+    h->kc->gil = kc_target(h->kc, "futex GIL");
+  }
+  char st = rest[0];
+  if (!st || st == 'Z' || st == 'X') return;
+  const char *mf = stat_field(rest, 12);
+  uint64_t majflt = mf ? strtoull(mf, NULL, 10) : s->k_majflt;
+  unsigned long long run = 0, wait = 0, pc = 0;
+  if (smp_proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) < 0 ||
+      sscanf(buf, "%llu %llu %llu", &run, &wait, &pc) != 3)
+    return; /* gone: costs nothing more */
+  int again = s->k_state == st && s->k_pcount == pc && s->k_class;
+  s->k_run_delay = (int64_t)wait;
+  s->k_majflt = majflt;
+  s->k_pcount = pc;
+  s->k_state = st;
+  if (st == 'R') {
+    s->k_class = BF_SMP_K_CPU;
+    s->k_target = NULL;
+  } else if (!again) { /* it ran since: a new wait */
+    if (smp_proc_pread(h, s, &s->sys_fd, "syscall", buf, sizeof buf) < 0) {
+      s->k_state = 0;
+      return;
+    }
+    classify(h, s, st, buf);
+  }
+  smp_kstate_copy(h, s, t);
+}
