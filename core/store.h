@@ -181,7 +181,9 @@ typedef struct bf_sample {
   uint32_t wait;        /* BF_WAIT_* */
   uint32_t majflt;      /* major page faults since the thread's previous sample */
   int64_t wait_target;  /* interned string "recvfrom tcp 127.0.0.1:5432"; 0 = none */
-  int64_t runq_ns;      /* run-queue delay since the previous sample (schedstat) */
+  int64_t runq_ns;      /* of weight: waiting for a CPU (run-queue delay, schedstat) */
+  int64_t cpu_ns;       /* of weight: on a CPU (schedstat); the rest of weight is `wait`
+                         * (BF_WAIT_CPU: the rest is on a CPU too) */
 } bf_sample;
 
 /* Append one sample to session's buffer; written in batches (one transaction per

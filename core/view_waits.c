@@ -28,6 +28,8 @@ static void json_rows(bf_store *s, const bf_kw *k, size_t limit, FILE *out) {
     fputs(",\"target\":", out);
     bf_json_str(out, row_text(t));
     fputs(",\"samples\":", out);
+    bf_json_num(out, t->samples);
+    fputs(",\"wall_ns\":", out);
     bf_json_num(out, t->units);
     fputs(",\"share\":", out);
     bf_json_num(out, t->share);
@@ -93,14 +95,14 @@ int bf_view_waits(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   if (o->json) {
     fputs("{\"session\":", out);
     bf_json_session(out, info);
-    fprintf(out, ",\"total_samples\":%lld,\"kernel_samples\":", (long long)k->total_samples);
-    bf_json_num(out, k->kernel_units);
+    fprintf(out, ",\"total_samples\":%lld,\"kernel_share\":", (long long)k->total_samples);
+    bf_json_num(out, k->total_weight > 0 ? k->kernel_units / k->total_weight : 0);
     fputs(",\"split\":{", out);
     for (unsigned c = 0; c < BF_KW_N; c++) {
       if (c) fputc(',', out);
       bf_json_str(out, bf_kw_name(c));
       fputc(':', out);
-      bf_json_num(out, k->total_samples ? k->units[c] / (double)k->total_samples : 0);
+      bf_json_num(out, k->total_weight > 0 ? k->units[c] / k->total_weight : 0);
     }
     fputs("},\"waits\":[", out);
     json_rows(s, k, limit, out);

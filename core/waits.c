@@ -83,14 +83,24 @@ static int target_add(kw_acc *a, size_t tidx, int64_t thread, int64_t stack, dou
 static int kw_sample(void *ud, const bf_sample *smp) {
   kw_acc *a = ud;
   bf_kw *k = a->k;
-  double c = smp->count ? (double)smp->count : 1;
+  /* units are the weight (wall ns): ticks a busy host delays stand for
+   * more time, and the kernel's split is of time */
+  double c = smp->weight > 0 ? (double)smp->weight : (smp->count ? (double)smp->count : 1);
   k->total_samples += smp->count ? smp->count : 1;
+  k->total_weight += c;
   int64_t stack = smp->stack_id > 0 ? smp->stack_id : 0;
   unsigned wait = smp->wait < BF_WAIT_CLASSES ? smp->wait : BF_WAIT_OTHER;
-  double fq = 0;
-  if (wait && smp->weight > 0 && smp->runq_ns > 0)
-    fq = smp->runq_ns >= smp->weight ? 1.0 : (double)smp->runq_ns / (double)smp->weight;
-  double uq = c * fq, uc = c - uq;
+  /* the weight's parts: waiting for a CPU, on one, the rest the class's */
+  double fq = 0, fc = 0;
+  if (wait && smp->weight > 0) {
+    fq = smp->runq_ns > 0 ? (double)smp->runq_ns / (double)smp->weight : 0;
+    fc = smp->cpu_ns > 0 ? (double)smp->cpu_ns / (double)smp->weight : 0;
+    if (fq > 1) fq = 1;
+    if (fc > 1 - fq) fc = 1 - fq;
+  }
+  if (wait == BF_WAIT_CPU) fc = 1 - fq;
+  double uq = c * fq, ucpu = c * fc, uc = c - uq - ucpu;
+  if (uc < 0) uc = 0;
   int64_t *hit = bf_map3_get(&a->stacks, stack, 0, 0);
   kw_stack *st;
   if (hit) {
@@ -103,17 +113,27 @@ static int kw_sample(void *ud, const bf_sample *smp) {
     if (bf_map3_put(&a->stacks, stack, 0, 0, (int64_t)a->ns)) return -ENOMEM;
     a->ns++;
   }
+  if (!wait) {
+    st->units[0] += c;
+    k->units[0] += c;
+    return 0;
+  }
   st->units[wait] += uc;
+  st->units[BF_WAIT_CPU] += ucpu;
   st->units[BF_KW_RUNQ] += uq;
   k->units[wait] += uc;
+  k->units[BF_WAIT_CPU] += ucpu;
   k->units[BF_KW_RUNQ] += uq;
-  if (!wait) return 0;
   k->kernel_units += c;
   size_t ti;
   int rc;
-  if (uc > 0) {
-    if ((rc = target_idx(a, wait, wait == BF_WAIT_CPU ? 0 : smp->wait_target, &ti))) return rc;
+  if (uc > 0 && wait != BF_WAIT_CPU) {
+    if ((rc = target_idx(a, wait, smp->wait_target, &ti))) return rc;
     if ((rc = target_add(a, ti, smp->thread_id, stack, uc))) return rc;
+  }
+  if (ucpu > 0) {
+    if ((rc = target_idx(a, BF_WAIT_CPU, 0, &ti))) return rc;
+    if ((rc = target_add(a, ti, smp->thread_id, stack, ucpu))) return rc;
   }
   if (uq > 0) {
     if ((rc = target_idx(a, BF_KW_RUNQ, 0, &ti))) return rc;
@@ -226,11 +246,12 @@ int bf_kw_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_kw
     bf_kw_free(k);
     return rc == -ENOMEM ? bf_store_fail(s, rc, "out of memory") : rc;
   }
-  double n = (double)k->total_samples;
+  double n = (double)k->total_samples, tw = k->total_weight;
   for (size_t i = 0; i < k->ntargets; i++) {
     bf_kw_target *t = &k->targets[i];
-    t->share = n > 0 ? t->units / n : 0;
-    bf_wilson(t->units, n, &t->lo, &t->hi);
+    t->share = tw > 0 ? t->units / tw : 0;
+    t->samples = t->share * n;
+    bf_wilson(t->samples, n, &t->lo, &t->hi);
   }
   if (k->ntargets) qsort(k->targets, k->ntargets, sizeof *k->targets, cmp_target);
   *out = k;

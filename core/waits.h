@@ -2,8 +2,9 @@
  * into on a CPU, waiting for one, and blocked by class (network, disk, lock,
  * GIL, sleep, page fault, other), per function and per wait target. A
  * sample's run-queue delay (runq_ns of its weight) counts as waiting for a
- * CPU and the rest as its class, so the units below are samples (fractions
- * of them), the same units as the functions view's shares. */
+ * CPU, its CPU time since the thread's previous sample as on a CPU, and
+ * the rest as its class. Units are wall ns (sample weights); shares are of
+ * the total weight, intervals from the sample counts. */
 #ifndef BF_WAITS_H
 #define BF_WAITS_H
 
@@ -24,7 +25,8 @@ typedef struct bf_kw_target {
   unsigned wait;            /* BF_WAIT_*, or BF_KW_RUNQ */
   int64_t target_id;        /* interned string id; 0 = none */
   const char *text;         /* borrowed from the store (until close); "" = none */
-  double units;             /* samples charged */
+  double units;             /* wall ns charged */
+  double samples;           /* share × samples: the interval's count */
   double share, lo, hi;     /* of every sample in the filter, with a 95% Wilson interval */
   int64_t threads;          /* distinct threads seen in it */
   int64_t under_function_id; /* innermost Python function most often under it; 0 = none */
@@ -37,8 +39,9 @@ typedef struct bf_kw_func {
 } bf_kw_func;
 
 typedef struct bf_kw {
-  int64_t total_samples;  /* every sample in the filter (the shares' denominator) */
-  double kernel_units;    /* of those, samples that carry the kernel lens */
+  int64_t total_samples;  /* every sample in the filter */
+  double total_weight;    /* their weight (the shares' denominator) */
+  double kernel_units;    /* of it, the weight of samples that carry the kernel lens */
   double units[BF_KW_N];  /* the whole session's split */
   bf_kw_target *targets;  /* ranked, largest first */
   size_t ntargets;

@@ -141,6 +141,9 @@ static const sys_desc sys_table[] = {
     {271, "ppoll", SK_POLL},   {275, "splice", SK_FD},       {281, "epoll_pwait", SK_EPOLL},
     {288, "accept4", SK_FD},   {295, "preadv", SK_FD},       {296, "pwritev", SK_FD},
     {299, "recvmmsg", SK_FD},  {307, "sendmmsg", SK_FD},     {441, "epoll_pwait2", SK_EPOLL},
+    {327, "preadv2", SK_FD},   {328, "pwritev2", SK_FD},     {262, "newfstatat", SK_OTHER},
+    {4, "stat", SK_OTHER},     {5, "fstat", SK_FD},          {6, "lstat", SK_OTHER},
+    {26, "msync", SK_OTHER},   {28, "madvise", SK_OTHER},    {9, "mmap", SK_OTHER},
 #elif defined(__aarch64__)
     {22, "epoll_pwait", SK_EPOLL}, {29, "ioctl", SK_FD},      {32, "flock", SK_FD},
     {56, "openat", SK_OTHER},  {63, "read", SK_FD},          {64, "write", SK_FD},
@@ -151,6 +154,8 @@ static const sys_desc sys_table[] = {
     {202, "accept", SK_FD},    {203, "connect", SK_FD},      {206, "sendto", SK_FD},
     {207, "recvfrom", SK_FD},  {211, "sendmsg", SK_FD},      {212, "recvmsg", SK_FD},
     {242, "accept4", SK_FD},   {260, "wait4", SK_OTHER},     {441, "epoll_pwait2", SK_EPOLL},
+    {286, "preadv2", SK_FD},   {287, "pwritev2", SK_FD},     {69, "preadv", SK_FD},
+    {70, "pwritev", SK_FD},
 #endif
     {-1, NULL, SK_OTHER}};
 
@@ -362,6 +367,8 @@ void smp_kstate_copy(const bf_smp *h, const smp_tslot *s, bf_smp_thread *t) {
   t->kclass = s->k_class;
   t->ktarget = s->k_target;
   t->run_delay_ns = s->k_run_delay;
+  t->krun_ns = s->k_run;
+  t->kswitch_in = s->k_pcount;
   t->majflt = s->k_majflt;
   if (s->k_class == BF_SMP_K_LOCK && s->k_futex_timed && h->k_gil_locked && !(t->flags & BF_SMP_GIL) &&
       h->kc && h->kc->gil) {
@@ -386,6 +393,7 @@ void smp_kstate_read(bf_smp *h, smp_tslot *s, const char *rest, bf_smp_thread *t
     return; /* gone: costs nothing more */
   int again = s->k_state == st && s->k_pcount == pc && s->k_class;
   s->k_run_delay = (int64_t)wait;
+  s->k_run = (int64_t)run;
   s->k_majflt = majflt;
   s->k_pcount = pc;
   s->k_state = st;

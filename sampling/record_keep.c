@@ -170,35 +170,65 @@ int rec_intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64
 
 #define K_RESERVOIR 8192 /* per-thread run-queue delays kept for the summary's percentiles */
 
-/* Kernel lens: th's state as this sample's part, with deltas since the
- * thread's previous sample (the first one has none); the run-queue delay
- * is at most the sample's weight. Also feeds the thread's summary. */
+/* Kernel lens: th's state as this sample's part, and the sample's weight
+ * split over the interval it stands for: on a CPU (the thread's schedstat
+ * CPU time since its previous sample), waiting for one (schedstat's
+ * run-queue delay), the rest blocked in its class. The kernel adds a wait
+ * when the thread gets a CPU and a running thread's CPU time at ticks and
+ * switches: what does not fit in this sample's weight is carried to the
+ * thread's next samples (ledgers of charged minus recorded), so the
+ * thread's totals are the kernel's. A runnable sample's rest is the wait
+ * it last blocked in (it woke since), or, for a thread never seen
+ * blocked, a wait for a CPU not recorded yet (charged ahead). The first
+ * sample of a thread has no deltas. Also feeds its summary. */
 static rec_kern kern_part(target *t, rec_thread *r, const bf_smp_thread *th, int64_t weight) {
-  rec_kern k = {0, 0, 0, NULL};
+  rec_kern k = {0, 0, 0, 0, NULL};
   if (!th->kclass) return k;
   if (!t->k_rng) t->k_rng = 0x9E3779B97F4A7C15ULL;
   k.wait = th->kclass;
   k.target = th->ktarget;
-  if (r->k_seen && th->run_delay_ns >= r->k_run_delay) k.runq_ns = th->run_delay_ns - r->k_run_delay;
-  if (r->k_seen && th->majflt >= r->k_majflt) k.majflt = (uint32_t)(th->majflt - r->k_majflt);
+  int64_t dw = 0;
+  if (r->k_seen) {
+    dw = th->run_delay_ns >= r->k_run_delay ? th->run_delay_ns - r->k_run_delay : 0;
+    int64_t dr = th->krun_ns >= r->k_run ? th->krun_ns - r->k_run : 0;
+    int64_t cdue = dr - r->k_cpu_ledger;
+    k.cpu_ns = cdue < 0 ? 0 : cdue > weight ? weight : cdue;
+    r->k_cpu_ledger += k.cpu_ns - dr;
+    int64_t room = weight - k.cpu_ns, due = dw - r->k_ledger;
+    k.runq_ns = due < 0 ? 0 : due > room ? room : due;
+    if (th->kclass == BF_SMP_K_CPU && k.runq_ns < room) {
+      if (r->k_block_class) {
+        k.wait = r->k_block_class;
+        k.target = r->k_block_target;
+      } else {
+        k.runq_ns = room;
+      }
+    }
+    r->k_ledger += k.runq_ns - dw;
+    if (th->majflt >= r->k_majflt) k.majflt = (uint32_t)(th->majflt - r->k_majflt);
+  }
   r->k_run_delay = th->run_delay_ns;
+  r->k_run = th->krun_ns;
   r->k_majflt = th->majflt;
   r->k_seen = 1;
-  if (k.runq_ns > weight) k.runq_ns = weight;
+  if (th->kclass != BF_SMP_K_CPU) {
+    r->k_block_class = th->kclass;
+    r->k_block_target = th->ktarget;
+  }
   r->k_runq_total_ns += k.runq_ns;
   t->k_runq_total_ns += k.runq_ns;
   t->k_weight_ns += weight;
-  /* reservoir of per-sample delays (every sample, zeros too) */
+  /* reservoir of the delays the kernel recorded per sample interval (zeros too) */
   uint64_t i = r->k_runq_seen++;
   if (r->k_runq_n < K_RESERVOIR) {
     if (bf_vec_grow((void **)&r->k_runq_v, &r->k_runq_cap, r->k_runq_n + 1, sizeof *r->k_runq_v, 64) == 0)
-      r->k_runq_v[r->k_runq_n++] = k.runq_ns;
+      r->k_runq_v[r->k_runq_n++] = dw;
   } else {
     t->k_rng ^= t->k_rng << 13;
     t->k_rng ^= t->k_rng >> 7;
     t->k_rng ^= t->k_rng << 17;
     uint64_t j = t->k_rng % (i + 1);
-    if (j < K_RESERVOIR) r->k_runq_v[j] = k.runq_ns;
+    if (j < K_RESERVOIR) r->k_runq_v[j] = dw;
   }
   return k;
 }
@@ -223,6 +253,7 @@ static int store_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thr
     s.wait = k->wait;
     s.majflt = k->majflt;
     s.runq_ns = k->runq_ns;
+    s.cpu_ns = k->cpu_ns;
     s.wait_target = k->target ? k->target->user_id : 0;
   }
   if (r->tid < 0) { /* an asyncio task (tasks.h): a run of one stack is one record */

@@ -78,11 +78,14 @@ typedef struct bf_smp_thread {
   int64_t cpu_ns;         /* cumulative CPU time (when BF_SMP_WANT_CPU_TIME), else -1 */
   /* kernel lens (BF_SMP_WANT_KERNEL): class, target (NULL: none; a thread
    * in state R has none), and the thread's cumulative run-queue delay
-   * (schedstat field 2) and major faults (stat field 12), which the caller
+   * (schedstat field 2), CPU time (field 1) and major faults (stat field
+   * 12), which the caller
    * turns into deltas per sample. kclass 0: not read. */
   unsigned kclass;
   bf_smp_ktarget *ktarget;
   int64_t run_delay_ns;
+  int64_t krun_ns;        /* cumulative on-CPU time (schedstat field 1) */
+  uint64_t kswitch_in;    /* times scheduled in (schedstat field 3) */
   uint64_t majflt;
   size_t nframes;
   const bf_smp_frame *frames; /* innermost first */

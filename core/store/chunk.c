@@ -15,7 +15,9 @@
  *              previous record's with no run-queue delay nor fault
  *   varint delta_ts (from previous record; first from the chunk's first_ts)
  *   [varint stack] [byte flags] [varint count] [varint weight]
- *   [bit5: varint wait, varint target, varint runq_ns, varint majflt]
+ *   [bit5: varint wait, varint target, varint runq_ns, varint majflt,
+ *          varint cpu_ns (wait BF_WAIT_CPU: weight - runq_ns - cpu_ns, the
+ *          usual 0 of a thread that ran throughout)]
  * Typical wall-clock samples cost 5–7 bytes; a kernel state adds 0 bytes
  * when it repeats (a thread blocked on one socket), else 4-8. Chunks
  * written before the kernel lens never set bits 5-6 and decode as before
@@ -23,7 +25,7 @@
 enum { C_SAME_STACK = 1, C_SAME_FLAGS = 2, C_COUNT1 = 4, C_W_DTS = 8, C_W_PREV = 16, C_KERNEL = 32, C_K_SAME = 64 };
 
 static int encode_chunk(bf_store *s, const bf_sample *r, size_t n, size_t *out_len) {
-  size_t need = n * 82 + 16;
+  size_t need = n * 92 + 16;
   if (s->enc_cap < need) {
     uint8_t *ne = realloc(s->enc, need);
     if (!ne) return -ENOMEM;
@@ -46,8 +48,12 @@ static int encode_chunk(bf_store *s, const bf_sample *r, size_t n, size_t *out_l
     else if (x->weight == prev_w)
       ctrl |= C_W_PREV;
     int64_t runq = x->runq_ns < 0 ? 0 : x->runq_ns, target = x->wait_target < 0 ? 0 : x->wait_target;
+    int64_t w = x->weight < 0 ? 0 : x->weight, cpu = x->cpu_ns < 0 ? 0 : x->cpu_ns;
+    if (runq > w) runq = w;
+    if (cpu > w - runq) cpu = w - runq;
+    int64_t kcpu = x->wait == BF_WAIT_CPU ? w - runq - cpu : cpu;
     if (x->wait) {
-      if (x->wait == prev_wait && target == prev_target && !runq && !x->majflt)
+      if (x->wait == prev_wait && target == prev_target && !runq && !x->majflt && !kcpu)
         ctrl |= C_K_SAME;
       else
         ctrl |= C_KERNEL;
@@ -63,6 +69,7 @@ static int encode_chunk(bf_store *s, const bf_sample *r, size_t n, size_t *out_l
       p += bf_varint_put(p, (uint64_t)target);
       p += bf_varint_put(p, (uint64_t)runq);
       p += bf_varint_put(p, x->majflt);
+      p += bf_varint_put(p, (uint64_t)kcpu);
     }
     prev_wait = x->wait;
     prev_target = target;
@@ -120,8 +127,8 @@ int bf_chunk_decode(const uint8_t *d, size_t len, int64_t thread_id, int64_t fir
       x.weight = (int64_t)v;
     }
     if (ctrl & C_KERNEL) {
-      uint64_t kv[4];
-      for (int j = 0; j < 4; j++) {
+      uint64_t kv[5];
+      for (int j = 0; j < 5; j++) {
         if (!(k = bf_varint_get(d + i, len - i, &kv[j])) || kv[j] > (1ULL << 62)) return -EBADMSG;
         i += k;
       }
@@ -130,12 +137,15 @@ int bf_chunk_decode(const uint8_t *d, size_t len, int64_t thread_id, int64_t fir
       x.wait_target = (int64_t)kv[1];
       x.runq_ns = (int64_t)kv[2];
       x.majflt = (uint32_t)kv[3];
+      if ((int64_t)kv[2] > x.weight || (int64_t)kv[4] > x.weight - (int64_t)kv[2]) return -EBADMSG;
+      x.cpu_ns = x.wait == BF_WAIT_CPU ? x.weight - x.runq_ns - (int64_t)kv[4] : (int64_t)kv[4];
     } else if (ctrl & C_K_SAME) {
       x.runq_ns = 0;
       x.majflt = 0;
+      x.cpu_ns = x.wait == BF_WAIT_CPU ? x.weight : 0;
     } else {
       x.wait = 0;
-      x.wait_target = x.runq_ns = 0;
+      x.wait_target = x.runq_ns = x.cpu_ns = 0;
       x.majflt = 0;
     }
     have_prev = 1;

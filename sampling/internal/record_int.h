@@ -20,7 +20,7 @@
 typedef struct rec_kern {
   uint32_t wait;   /* BF_WAIT_*, 0: not read */
   uint32_t majflt;
-  int64_t runq_ns;
+  int64_t runq_ns, cpu_ns;
   bf_smp_ktarget *target; /* the handle's, stable; NULL: none */
 } rec_kern;
 
@@ -42,9 +42,14 @@ typedef struct rec_thread {
   int gen;
   int64_t seen_ns;        /* monotonic time of the last tick that returned the thread */
   bf_sample held;         /* --async task: its current run of one stack, not written yet */
-  int64_t k_run_delay;    /* kernel lens: schedstat run delay and major faults at the */
-  uint64_t k_majflt;      /* previous sample (k_seen 0: none yet) */
+  int64_t k_run_delay;    /* kernel lens: schedstat run delay, CPU time and major */
+  int64_t k_run;          /* faults at the previous sample (k_seen 0: none yet) */
+  uint64_t k_majflt;
   int k_seen;
+  int64_t k_ledger;       /* run-queue delay charged minus recorded by the kernel so far */
+  int64_t k_cpu_ledger;   /* the same for CPU time */
+  unsigned k_block_class; /* the last class it was found blocked in, and its target */
+  bf_smp_ktarget *k_block_target;
   /* kernel lens, for the session summary: run-queue delay in all, per-sample
    * delays (a bounded reservoir for p50/p99) */
   int64_t k_runq_total_ns;

@@ -216,6 +216,7 @@ typedef struct smp_tslot {
   uint8_t k_futex_timed; /* futex with a timeout: the GIL when another holds it */
   uint64_t k_pcount;     /* schedstat field 3 when k_state was read */
   int64_t k_run_delay;   /* schedstat field 2 */
+  int64_t k_run;         /* schedstat field 1 */
   uint64_t k_majflt;
   bf_smp_ktarget *k_target;
 } smp_tslot;
