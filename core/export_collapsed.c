@@ -1,7 +1,9 @@
 /* export_collapsed.c — FlameGraph's collapsed-stack format. Identical stacks
  * are aggregated; frames carry (qualname, file, firstlineno, line) so an
  * import gives back the same functions. Samples without a Python frame are
- * the line "[no Python frame] N", which bf_import_collapsed reads back. */
+ * the line "[no Python frame] N", which bf_import_collapsed reads back. A
+ * wall-clock sample's kernel state ends its stack as a plain frame
+ * ("[recvfrom tcp 127.0.0.1:5432]", "[waiting for CPU]"). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,26 +15,28 @@
 #include "vec.h"
 
 typedef struct acc {
-  bf_map3 idx; /* stack id → index */
-  int64_t *stack;
+  bf_map3 idx; /* (stack id, kernel leaf) → index */
+  int64_t *stack, *kleaf;
   double *val;
   size_t n, cap;
 } acc;
 
 /* Threads merged: one line per distinct stack (stack 0 = no Python frame). */
-static int add(acc *a, int64_t stack_id, double v) {
-  int64_t *hit = bf_map3_get(&a->idx, stack_id, 0, 0);
+static int add(acc *a, int64_t stack_id, int64_t kleaf, double v) {
+  int64_t *hit = bf_map3_get(&a->idx, stack_id, kleaf, 0);
   if (hit) {
     a->val[*hit] += v;
     return 0;
   }
-  size_t stack_cap = a->cap; /* both arrays share a->cap */
+  size_t stack_cap = a->cap, kleaf_cap = a->cap; /* the arrays share a->cap */
   if (bf_vec_grow((void **)&a->stack, &stack_cap, a->n + 1, sizeof *a->stack, 256) ||
+      bf_vec_grow((void **)&a->kleaf, &kleaf_cap, a->n + 1, sizeof *a->kleaf, 256) ||
       bf_vec_grow((void **)&a->val, &a->cap, a->n + 1, sizeof *a->val, 256))
     return -ENOMEM;
   a->stack[a->n] = stack_id;
+  a->kleaf[a->n] = kleaf;
   a->val[a->n] = v;
-  if (bf_map3_put(&a->idx, stack_id, 0, 0, (int64_t)a->n)) return -ENOMEM;
+  if (bf_map3_put(&a->idx, stack_id, kleaf, 0, (int64_t)a->n)) return -ENOMEM;
   a->n++;
   return 0;
 }
@@ -54,11 +58,15 @@ int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter 
                          "session %lld is traced: it has no stacks to collapse (export it as pstats instead)",
                          (long long)session_id);
   }
-  if ((rc = bf_q_stacks_load(s, session_id, f, &q)) || (rc = bf_q_stacks_merge_threads(q))) goto out;
+  bf_sample_filter fk = {0};
+  if (f) fk = *f;
+  fk.kernel_leaf = 1;
+  if ((rc = bf_q_stacks_load(s, session_id, &fk, &q)) || (rc = bf_q_stacks_merge_threads(q))) goto out;
   /* weights (ns or imported samples) when shares use them; counts otherwise */
   int by_weight = bf_q_by_weight(info) && q->total_weight > 0;
   for (size_t i = 0; i < q->n; i++)
-    if ((rc = add(&a, q->v[i].stack_id, by_weight ? q->v[i].weight : (double)q->v[i].count))) goto out;
+    if ((rc = add(&a, q->v[i].stack_id, q->v[i].kleaf, by_weight ? q->v[i].weight : (double)q->v[i].count)))
+      goto out;
   for (size_t i = 0; i < a.n; i++) {
     int64_t v = (int64_t)(a.val[i] + 0.5);
     if (v <= 0) continue;
@@ -84,6 +92,12 @@ int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter 
       fprintf(out, ":%lld:%lld)", (long long)ref.firstlineno, (long long)line);
     }
     free(frames);
+    bf_function_ref kref;
+    if (a.kleaf[i] && (rc = bf_store_function_get(s, a.kleaf[i], &kref))) goto out;
+    if (a.kleaf[i]) {
+      fputc(';', out);
+      put_sanitized(out, kref.qualname);
+    }
     fprintf(out, " %lld\n", (long long)v);
   }
 out:
@@ -91,6 +105,7 @@ out:
   bf_q_stacks_free(q);
   bf_map3_free(&a.idx);
   free(a.stack);
+  free(a.kleaf);
   free(a.val);
   bf_session_info_free(info);
   return rc;

@@ -157,6 +157,7 @@ static void thread_label(const bf_thread_ref *th, size_t nth, int64_t thread_id,
 
 typedef struct run {
   int64_t stack_id;
+  int64_t kleaf; /* the kernel lens's leaf frame (bf_q_kleaf_of), 0 none */
   double weight;
 } run;
 
@@ -196,6 +197,11 @@ static int flush_thread(timeline *t) {
       if (k < 0) return -ENOMEM;
       fprintf(t->out, d ? ",%lld" : "%lld", (long long)k);
     }
+    if (t->runs[i].kleaf && nf) {
+      int64_t k = frame_of(&t->fr, t->runs[i].kleaf);
+      if (k < 0) return -ENOMEM;
+      fprintf(t->out, ",%lld", (long long)k);
+    }
     fputc(']', t->out);
   }
   fputs("],\"weights\":[", t->out);
@@ -225,8 +231,8 @@ static int export_timeline(bf_store *s, int64_t session_id, const bf_session_inf
       t.thread_id = smp->thread_id;
     }
     double w = t.ns ? (double)smp->weight : (double)(smp->count ? smp->count : 1);
-    int64_t stack = smp->stack_id > 0 ? smp->stack_id : 0;
-    if (t.n && t.runs[t.n - 1].stack_id == stack) {
+    int64_t stack = smp->stack_id > 0 ? smp->stack_id : 0, kleaf = bf_q_kleaf_of(smp);
+    if (t.n && t.runs[t.n - 1].stack_id == stack && t.runs[t.n - 1].kleaf == kleaf) {
       t.runs[t.n - 1].weight += w;
       continue;
     }
@@ -234,7 +240,7 @@ static int export_timeline(bf_store *s, int64_t session_id, const bf_session_inf
       rc = -ENOMEM;
       goto out;
     }
-    t.runs[t.n++] = (run){stack, w};
+    t.runs[t.n++] = (run){stack, kleaf, w};
   }
   if (rc < 0) goto out;
   if ((rc = flush_thread(&t))) goto out;

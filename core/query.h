@@ -49,6 +49,8 @@ typedef struct bf_q_stack {
   int64_t stack_id; /* 0: samples without any Python frame (they count too) */
   int64_t count;    /* samples */
   double weight;    /* sum of sample weights (ns, or samples for imports) */
+  int64_t kleaf;    /* f->kernel_leaf: the samples' kernel leaf (bf_store_kleaf_id; 0 none: on a
+                     * CPU, or no kernel lens) */
 } bf_q_stack;
 
 typedef struct bf_q_stacks {
@@ -62,7 +64,11 @@ typedef struct bf_q_stacks {
 int bf_q_stacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_q_stacks **out);
 void bf_q_stacks_free(bf_q_stacks *q);
 
-/* Merge rows of one stack across threads (thread_id becomes 0), in place,
+/* The kernel leaf of one sample: its target (or class) when blocked,
+ * "[waiting for CPU]" when runnable and waiting most of its weight, else 0. */
+int64_t bf_q_kleaf_of(const bf_sample *smp);
+
+/* Merge rows of one stack (and kernel leaf) across threads (thread_id becomes 0), in place,
  * keeping first-appearance order. Returns 0 or -ENOMEM (q unchanged). */
 int bf_q_stacks_merge_threads(bf_q_stacks *q);
 

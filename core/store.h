@@ -212,6 +212,7 @@ typedef struct bf_sample_filter {
   int64_t since_ns;      /* ts_ns >= since_ns */
   int64_t until_ns;      /* ts_ns < until_ns when until_ns > 0 */
   int tree;              /* also the sessions of its subprocesses (parent_id), at any depth */
+  int kernel_leaf;       /* bf_q_stacks_load: rows also by the kernel state (bf_q_stack.kleaf) */
 } bf_sample_filter;
 
 /* Call fn for every sample of a session in (thread, time) order. fn returning
@@ -229,8 +230,17 @@ typedef struct bf_function_ref {
   int64_t firstlineno;
 } bf_function_ref;
 
-/* Resolve ids (cached after first lookup). OUT: the struct. */
+/* Resolve ids (cached after first lookup). OUT: the struct. A negative id
+ * is a kernel-lens leaf (bf_store_kleaf_id): file BF_KLEAF_FILE, qualname
+ * "[recvfrom tcp 127.0.0.1:5432]" or "[waiting for CPU]", line 0. */
 int bf_store_function_get(bf_store *s, int64_t function_id, bf_function_ref *out);
+
+/* The pseudo-function id views and exports put as a stack's leaf for a
+ * sample's kernel state: class cls (BF_WAIT_*, or BF_WAIT_CLASSES for
+ * waiting for a CPU) on target string target_id (0: none). Negative; 0 when
+ * out of range. */
+#define BF_KLEAF_FILE "<kernel>"
+int64_t bf_store_kleaf_id(unsigned cls, int64_t target_id);
 /* OUT: *function_id, *line. */
 int bf_store_frame_get(bf_store *s, int64_t frame_id, int64_t *function_id, int64_t *line);
 /* OUT: *parent_stack_id, *frame_id. */

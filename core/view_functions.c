@@ -1,12 +1,16 @@
-/* view_functions.c — the functions view: terminal table and JSON. */
+/* view_functions.c — the functions view: terminal table and JSON; with the
+ * kernel lens, each function's wall time split into on a CPU, waiting for
+ * one and blocked by class (waits.h), each with a 95% interval. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
 
 #include "text.h"
+#include "query.h"
 #include "util.h"
 #include "views.h"
 #include "views_int.h"
+#include "waits.h"
 
 static void bar(FILE *out, double share, int width) {
   static const char *const parts[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
@@ -24,7 +28,47 @@ static void bar(FILE *out, double share, int width) {
   for (; used < width; used++) fputc(' ', out);
 }
 
-static void json_row(FILE *out, const bf_func_row *r, int traced) {
+/* The kernel split of one function: each part's share of the session's
+ * wall time with its interval ("kernel":{"cpu":{"share":..,"ci":[..]},..}). */
+static void json_split(FILE *out, const bf_kw *k, int64_t function_id) {
+  const bf_kw_func *f = bf_kw_func_find(k, function_id);
+  double n = (double)k->total_samples, tw = k->total_weight;
+  fputs(",\"kernel\":{", out);
+  int first = 1;
+  for (unsigned c = 1; c < BF_KW_N; c++) {
+    double share = f && tw > 0 ? f->units[c] / tw : 0, lo, hi;
+    bf_wilson(share * n, n, &lo, &hi);
+    if (!first) fputc(',', out);
+    first = 0;
+    bf_json_str(out, bf_kw_name(c));
+    fputs(":{\"share\":", out);
+    bf_json_num(out, share);
+    fputs(",\"ci\":[", out);
+    bf_json_num(out, lo);
+    fputc(',', out);
+    bf_json_num(out, hi);
+    fputs("]}", out);
+  }
+  fputc('}', out);
+}
+
+/* Terminal: the largest parts of a function's wall time, "network 41.0 cpu 2.1". */
+static void text_split(FILE *out, const bf_kw *k, int64_t function_id) {
+  const bf_kw_func *f = bf_kw_func_find(k, function_id);
+  if (!f || k->total_weight <= 0) return;
+  double u[BF_KW_N];
+  memcpy(u, f->units, sizeof u);
+  for (int round = 0; round < 3; round++) {
+    unsigned best = 0;
+    for (unsigned c = 1; c < BF_KW_N; c++)
+      if (u[c] > u[best]) best = c;
+    if (!best || u[best] / k->total_weight < 0.001) break;
+    fprintf(out, " %s %.1f", bf_kw_name(best), u[best] / k->total_weight * 100);
+    u[best] = 0;
+  }
+}
+
+static void json_row(FILE *out, const bf_func_row *r, int traced, const bf_kw *k) {
   fputs("{\"file\":", out);
   bf_json_str(out, r->file);
   fputs(",\"qualname\":", out);
@@ -46,6 +90,7 @@ static void json_row(FILE *out, const bf_func_row *r, int traced) {
     bf_json_num(out, r->total_hi);
     fputs("],\"calls\":null,\"primitive_calls\":null,\"resumes\":null,\"self_ns\":null,\"total_ns\":null",
           out);
+    if (k) json_split(out, k, r->function_id);
   } else {
     fputs(",\"self_samples\":null,\"total_samples\":null,\"self_share\":", out);
     bf_json_num(out, r->self_share);
@@ -76,6 +121,19 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
     bf_profile_free(p);
     return rc;
   }
+  /* the kernel lens's split, when the session has it */
+  bf_kw *k = NULL;
+  if (!p->traced && bf_q_kind_of(info) == BF_Q_SAMPLED && bf_q_clock_of(info) == BF_Q_WALL) {
+    if ((rc = bf_kw_load(s, session_id, &o->filter, &k))) {
+      bf_session_info_free(info);
+      bf_profile_free(p);
+      return rc;
+    }
+    if (k->kernel_units <= 0) {
+      bf_kw_free(k);
+      k = NULL;
+    }
+  }
   size_t limit = o->limit < 0 ? p->n : (size_t)(o->limit ? o->limit : (o->json ? (int)p->n : 25));
   if (limit > p->n) limit = p->n;
   if (o->json) {
@@ -84,7 +142,7 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
     fprintf(out, ",\"total_samples\":%lld,\"functions\":[", (long long)(p->traced ? -1 : p->total_samples));
     for (size_t i = 0; i < limit; i++) {
       if (i) fputc(',', out);
-      json_row(out, &p->rows[i], p->traced);
+      json_row(out, &p->rows[i], p->traced, k);
     }
     fputs("]}\n", out);
   } else {
@@ -119,8 +177,8 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
     } else {
       int fw = width - 52;
       if (fw < 20) fw = 20;
-      fprintf(out, "%s%6s %-15s%6s %8s  %-10s  %s%s\n", dim, "SELF", " 95% CI", "TOTAL", "SAMPLES", "", "FUNCTION",
-              rst);
+      fprintf(out, "%s%6s %-15s%6s %8s  %-10s  %s%s%s\n", dim, "SELF", " 95% CI", "TOTAL", "SAMPLES", "", "FUNCTION",
+              k ? "  [TOTAL: CPU, WAITS]" : "", rst);
       for (size_t i = 0; i < limit; i++) {
         const bf_func_row *r = &p->rows[i];
         char ci[32];
@@ -130,7 +188,15 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
         fprintf(out, "%5.1f%% %-15s%5.1f%% %8lld  ", r->self_share * 100, ci, r->total_share * 100,
                 (long long)r->self_samples);
         bar(out, r->self_share, 10);
-        fprintf(out, "  %s\n", loc);
+        fprintf(out, "  %s", loc);
+        if (k) {
+          fputs(dim, out);
+          fputs("  [", out);
+          text_split(out, k, r->function_id);
+          fputs(" ]", out);
+          fputs(rst, out);
+        }
+        fputc('\n', out);
       }
       if (p->n == 0) fputs("  (no samples)\n", out);
     }
@@ -140,6 +206,7 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
       fprintf(out, "%s… %zu more%s%s\n", dim, p->n - limit, how, rst);
     }
   }
+  bf_kw_free(k);
   bf_session_info_free(info);
   bf_profile_free(p);
   return 0;

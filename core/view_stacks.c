@@ -135,8 +135,13 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
   size_t nth = 0;
   int64_t *lines = NULL, *fids = NULL;
   size_t lcap = 0;
-  bf_map3 seen = {0}; /* stack id → first row with its frames */
-  int rc = bf_q_stacks_load(s, sid, f, &q);
+  bf_map3 seen = {0}; /* (stack id, kernel leaf) → first row with its frames */
+  /* the kernel lens's state as a leaf frame ("[recvfrom tcp 10.0.0.5:5432]",
+   * "[waiting for CPU]"): samples of one stack split by it */
+  bf_sample_filter fk = {0};
+  if (f) fk = *f;
+  fk.kernel_leaf = 1;
+  int rc = bf_q_stacks_load(s, sid, &fk, &q);
   if (rc) goto out;
   w->total_count = q->total_count;
   w->total_weight = q->total_weight;
@@ -169,20 +174,20 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
     }
     w->threads[ti].count += row->count;
     w->threads[ti].weight += row->weight;
-    int64_t *first = bf_map3_get(&seen, row->stack_id, 0, 0);
+    int64_t *first = bf_map3_get(&seen, row->stack_id, row->kleaf, 0);
     if (first) {
       if ((rc = push_shared(w, ti, &w->v[*first], row->count, row->weight))) goto out;
       continue;
     }
-    if (bf_map3_put(&seen, row->stack_id, 0, 0, (int64_t)w->n)) {
+    if (bf_map3_put(&seen, row->stack_id, row->kleaf, 0, (int64_t)w->n)) {
       rc = -ENOMEM;
       goto out;
     }
     int64_t *frames = NULL;
-    size_t nf = 0;
+    size_t nf = 0, nk = row->kleaf ? 1 : 0;
     if ((rc = bf_store_stack_frames(s, row->stack_id, &frames, &nf))) goto out;
-    if (nf > lcap) {
-      int64_t *nl = realloc(lines, nf * sizeof *nl), *nfi = nl ? realloc(fids, nf * sizeof *nfi) : NULL;
+    if (nf + nk > lcap) {
+      int64_t *nl = realloc(lines, (nf + nk) * sizeof *nl), *nfi = nl ? realloc(fids, (nf + nk) * sizeof *nfi) : NULL;
       if (nl) lines = nl;
       if (nfi) fids = nfi;
       if (!nl || !nfi) {
@@ -190,7 +195,7 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
         rc = -ENOMEM;
         goto out;
       }
-      lcap = nf;
+      lcap = nf + nk;
     }
     for (size_t j = 0; j < nf; j++)
       if ((rc = bf_store_frame_get(s, frames[j], &fids[j], &lines[j]))) {
@@ -198,7 +203,11 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
         goto out;
       }
     free(frames);
-    if ((rc = push_stack(w, ti, fids, lines, nf, row->count, row->weight))) goto out;
+    if (nk) {
+      fids[nf] = row->kleaf;
+      lines[nf] = 0;
+    }
+    if ((rc = push_stack(w, ti, fids, lines, nf + nk, row->count, row->weight))) goto out;
     w->v[w->n - 1].stack_id = row->stack_id;
   }
 out:

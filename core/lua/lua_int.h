@@ -115,6 +115,10 @@ int bf_lua_db_stack(lua_State *L);
 
 int bf_lua_session_samples(lua_State *L);
 int bf_lua_session_stacks(lua_State *L);
+/* lua_waits.c: s:waits{}; and each row of the rows array on top of the
+ * stack gets `kernel` (its split) when the session has the kernel lens. */
+int bf_lua_session_waits(lua_State *L);
+void bf_lua_add_kernel_split(lua_State *L, bf_store *s, int64_t session_id, const bf_sample_filter *f);
 int bf_lua_session_edges(lua_State *L);
 int bf_lua_session_calls(lua_State *L);
 int bf_lua_samples_release(lua_State *L);

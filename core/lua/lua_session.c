@@ -145,7 +145,9 @@ int bf_lua_session_functions(lua_State *L) {
     push_func_row(L, &p->rows[i], p->traced);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
+  int traced = p->traced;
   bf_profile_free(p);
+  if (!traced) bf_lua_add_kernel_split(L, ss.s, ss.id, &f);
   return 1;
 }
 

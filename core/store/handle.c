@@ -325,6 +325,9 @@ void bf_store_close(bf_store *s) {
   if (s->db) sqlite3_close_v2(s->db);
   bfs_drop_caches(s);
   bfs_bufs_free(s);
+  for (size_t i = 0; i < s->kleaf_n; i++) free(s->kleaf_names[i]);
+  free(s->kleaf_names);
+  bf_map3_free(&s->kleaf_map);
   free(s->enc);
   free(s->path);
   free(s);

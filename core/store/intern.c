@@ -271,7 +271,46 @@ static int load_rows(bf_store *s, const char *sql, int64_t *maxid, void **arr, s
   return 0;
 }
 
+int64_t bf_store_kleaf_id(unsigned cls, int64_t target_id) {
+  if (cls >= 16 || target_id < 0 || target_id > (INT64_MAX >> 5)) return 0;
+  return -((target_id << 4) | (int64_t)cls);
+}
+
+/* The pseudo-function of a kernel leaf id: "[<target>]" in file "<kernel>". */
+static int kleaf_get(bf_store *s, int64_t function_id, bf_function_ref *out) {
+  int64_t *hit = bf_map3_get(&s->kleaf_map, function_id, 0, 0);
+  if (!hit) {
+    int64_t v = -function_id, target = v >> 4;
+    unsigned cls = (unsigned)(v & 15);
+    const char *text = NULL;
+    if (target > 0 && !(text = string_get(s, target)))
+      return bf_store_fail(s, -ENOENT, "database '%s': missing string %lld", s->path, (long long)target);
+    char buf[600];
+    if (text)
+      snprintf(buf, sizeof buf, "[%.580s]", text);
+    else if (cls == BF_WAIT_CLASSES)
+      snprintf(buf, sizeof buf, "[waiting for CPU]");
+    else
+      snprintf(buf, sizeof buf, "[%s]", bf_wait_class_name(cls));
+    char *name = strdup(buf);
+    if (!name || bf_vec_grow((void **)&s->kleaf_names, &s->kleaf_cap, s->kleaf_n + 1, sizeof *s->kleaf_names, 16) ||
+        bf_map3_put(&s->kleaf_map, function_id, 0, 0, (int64_t)s->kleaf_n)) {
+      free(name);
+      return bf_store_fail(s, -ENOMEM, "out of memory");
+    }
+    s->kleaf_names[s->kleaf_n] = name;
+    hit = bf_map3_get(&s->kleaf_map, function_id, 0, 0);
+    s->kleaf_n++;
+  }
+  out->id = function_id;
+  out->file = BF_KLEAF_FILE;
+  out->qualname = s->kleaf_names[*hit];
+  out->firstlineno = 0;
+  return 0;
+}
+
 int bf_store_function_get(bf_store *s, int64_t function_id, bf_function_ref *out) {
+  if (function_id < 0) return kleaf_get(s, function_id, out);
   if (function_id <= 0) return bf_store_fail(s, -ENOENT, "no function %lld", (long long)function_id);
   if ((size_t)function_id >= s->fn_by_id_cap || !s->fn_by_id[function_id].loaded) {
     int rc = load_rows(s, "SELECT id, file_id, qualname_id, firstlineno FROM functions WHERE id>=?1", &s->fn_max,

@@ -70,6 +70,10 @@ struct bf_store {
   size_t strs_cap, strs_len;
   bf_map3 str_map;
   bf_map3 fn_map, fr_map, stk_map, th_map;
+  /* kernel-lens leaf pseudo-functions (bf_store_kleaf_id): id → name */
+  bf_map3 kleaf_map;
+  char **kleaf_names;
+  size_t kleaf_n, kleaf_cap;
   /* reverse caches */
   char **str_by_id;
   size_t str_by_id_cap;
