@@ -52,7 +52,10 @@ static int write_frames(bf_store *s, FILE *out, const frames *fr) {
 
 static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
   bf_wstacks *w = NULL;
-  int rc = bf_wstacks_load(s, session_id, f, &w);
+  bf_sample_filter fk = {0}; /* the kernel lens's state as a leaf frame */
+  if (f) fk = *f;
+  fk.kernel_leaf = 1;
+  int rc = bf_wstacks_load(s, session_id, &fk, &w);
   if (rc) return rc;
   frames fr = {0};
   /* frame index per function, in first-seen order */

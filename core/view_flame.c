@@ -400,7 +400,10 @@ out:
 
 int bf_view_flame(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_wstacks *w = NULL;
-  int rc = bf_wstacks_load(s, session_id, o ? &o->filter : NULL, &w);
+  bf_sample_filter fk = {0}; /* the kernel lens's state as a leaf frame */
+  if (o) fk = o->filter;
+  fk.kernel_leaf = 1;
+  int rc = bf_wstacks_load(s, session_id, &fk, &w);
   if (rc) return rc;
   char title[128], sub[1024];
   snprintf(title, sizeof title, "bifocal flame graph — session %lld", (long long)session_id);

@@ -245,7 +245,10 @@ static int write_frames(bf_store *s, const stree *t, const bf_wstacks *w, double
 int bf_view_flame_svg(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_wstacks *w = NULL;
   stree t = {0};
-  int rc = bf_wstacks_load(s, session_id, o ? &o->filter : NULL, &w);
+  bf_sample_filter fk = {0}; /* the kernel lens's state as a leaf frame */
+  if (o) fk = o->filter;
+  fk.kernel_leaf = 1;
+  int rc = bf_wstacks_load(s, session_id, &fk, &w);
   if (rc) return rc;
   int64_t root, node;
   if ((rc = child_of(&t, -1, -1, &root))) goto out;

@@ -136,12 +136,9 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
   int64_t *lines = NULL, *fids = NULL;
   size_t lcap = 0;
   bf_map3 seen = {0}; /* (stack id, kernel leaf) → first row with its frames */
-  /* the kernel lens's state as a leaf frame ("[recvfrom tcp 10.0.0.5:5432]",
-   * "[waiting for CPU]"): samples of one stack split by it */
-  bf_sample_filter fk = {0};
-  if (f) fk = *f;
-  fk.kernel_leaf = 1;
-  int rc = bf_q_stacks_load(s, sid, &fk, &q);
+  /* f->kernel_leaf: the kernel lens's state as a leaf frame ("[recvfrom
+   * tcp 10.0.0.5:5432]", "[waiting for CPU]"), samples of one stack split by it */
+  int rc = bf_q_stacks_load(s, sid, f, &q);
   if (rc) goto out;
   w->total_count = q->total_count;
   w->total_weight = q->total_weight;

@@ -45,7 +45,9 @@ typedef struct bf_wstacks {
   double empty_weight;
 } bf_wstacks;
 
-/* Aggregate session into distinct (thread, stack) rows. f may be NULL.
+/* Aggregate session into distinct (thread, stack) rows. f may be NULL;
+ * f->kernel_leaf: rows also by the kernel lens's state, which ends the
+ * row's frames as a pseudo-function (bf_store_kleaf_id).
  * Traced sessions: stacks are rebuilt from caller→callee edges (recursion cut,
  * children scaled by the caller's share of its callee's time), one thread.
  * OUT: *out (free with bf_wstacks_free). */
