@@ -57,15 +57,20 @@ static void progress(void *ud, const bf_smp_progress *p) {
   fflush(stderr);
 }
 
-/* Remove the scratch store of `record -o` (path ".../bifocal-record.X/record.db"). */
-static void scratch_remove(char *path) {
-  if (!path[0]) return;
+/* The database file and its WAL/SHM/journal companions. */
+static void db_remove(const char *path) {
   static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
   char f[4200];
   for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
     snprintf(f, sizeof f, "%s%s", path, sfx[i]);
     unlink(f);
   }
+}
+
+/* Remove the scratch store of `record -o` (path ".../bifocal-record.X/record.db"). */
+static void scratch_remove(char *path) {
+  if (!path[0]) return;
+  db_remove(path);
   char *slash = strrchr(path, '/');
   if (slash) {
     *slash = 0;
@@ -265,6 +270,23 @@ static int record_status(int status, int wst) {
 
 static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf_cli_out_kind out_kind);
 
+static int count_row(void *ud, const bf_audit_entry *e) {
+  (void)e;
+  ++*(size_t *)ud;
+  return 0;
+}
+
+/* 1 when the store holds no session and at most one audit row: what a
+ * record that failed before its first sample put into a database it made. */
+static int store_only_attempt(bf_store *st) {
+  bf_session_info **ss = NULL;
+  size_t n = 0, audits = 0;
+  if (bf_store_session_list(st, &ss, &n) < 0) return 0;
+  for (size_t i = 0; i < n; i++) bf_session_info_free(ss[i]);
+  free(ss);
+  return n == 0 && bf_store_audit_foreach(st, count_row, &audits) == 0 && audits <= 1;
+}
+
 int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   bf_smp_record_opts o = {0};
   o.rate_hz = 1000;
@@ -295,6 +317,8 @@ static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf
   bf_cli scratch_cli = *cli;
   if ((rc = scratch_make(cli, outp, scratch, sizeof scratch))) return rc;
   if (scratch[0]) scratch_cli.db_path = scratch;
+  /* made by this run: removed again if the run fails before recording */
+  int created = !scratch[0] && access(cli->db_path, F_OK) != 0 && errno == ENOENT;
   bf_store *st;
   rc = bf_cli_open_store(&scratch_cli, BF_STORE_CREATE, &st);
   if (rc) {
@@ -344,8 +368,12 @@ static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf
     else if (strcmp(outp, "-") != 0)
       fprintf(stderr, "wrote %s to %s\n", bf_cli_out_kind_name(out_kind), outp);
   }
+  /* nothing recorded into a database this run made (`record -- nosuchcmd`,
+   * a pid that is gone): leave no empty ./bifocal.db behind */
+  int drop = created && sid <= 0 && store_only_attempt(st);
   bf_store_close(st);
   scratch_remove(scratch);
+  if (drop) db_remove(cli->db_path);
   if (sid > 0 && rec_ok && !scratch[0] && !(outp && strcmp(outp, "-") == 0)) {
     printf("%lld\n", (long long)sid);
     fflush(stdout);
