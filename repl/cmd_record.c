@@ -22,6 +22,7 @@
 
 static volatile int stop_flag;
 static volatile int child_pid;
+static int child_stopped; /* -d ended while the launched command ran: it was stopped */
 
 /* SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the capture and are passed on to a
  * launched command, SIGQUIT as SIGTERM (a terminal's own SIGINT/SIGQUIT
@@ -241,6 +242,11 @@ static void record_report(bf_store *st, int64_t sid, int native, int tty) {
 static int record_capture(bf_smp *h, bf_store *st, bf_smp_record_opts *o, int tty, int64_t *sid, int *wst) {
   o->stop = &stop_flag;
   o->child_pid = &child_pid;
+  child_stopped = 0;
+  o->child_stopped = &child_stopped;
+  if (tty && o->argv && o->duration_s > 0)
+    fprintf(stderr, "bifocal: recording for %gs, then the command is stopped (SIGTERM) if it still runs, "
+            "as py-spy does; Ctrl-C stops both sooner\n", o->duration_s);
   struct sigaction tstp, old_tstp;
   memset(&tstp, 0, sizeof tstp);
   tstp.sa_handler = on_tstp;
@@ -256,8 +262,15 @@ static int record_capture(bf_smp *h, bf_store *st, bf_smp_record_opts *o, int tt
   return rc;
 }
 
-/* The exit status: the capture's, else the launched command's (with a warning). */
-static int record_status(int status, int wst) {
+/* The exit status: the capture's, else the launched command's (with a
+ * warning); a command stopped at the end of -d ends it as planned. */
+static int record_status(int status, int wst, double duration_s) {
+  if (child_stopped) {
+    bf_cli_warn("the command was still running when the %gs of --duration ended: it was stopped (%s), "
+                "as py-spy does (leave out -d to record until it exits)",
+                duration_s, wst != -1 && WIFSIGNALED(wst) ? strsignal(WTERMSIG(wst)) : "SIGTERM; it exited");
+    return status;
+  }
   if (!status && wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) != 0) {
     bf_cli_warn("command exited with status %d", WEXITSTATUS(wst));
     status = WEXITSTATUS(wst);
@@ -378,5 +391,5 @@ static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf
     printf("%lld\n", (long long)sid);
     fflush(stdout);
   }
-  return record_status(status, wst);
+  return record_status(status, wst, o.duration_s);
 }

@@ -111,3 +111,36 @@ def test_failed_record_keeps_an_existing_database(tmp_path):
     open(empty, "wb").close()  # a file that existed, even empty, is not ours to delete
     r = run(["record", "--", "nosuchcmd"], db=empty, check=False)
     assert r.returncode != 0 and os.path.exists(empty)
+
+
+APP = """
+import signal, sys, time
+if sys.argv[2] == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+t = time.monotonic()
+while time.monotonic() - t < float(sys.argv[1]):
+    sum(range(1000))
+print("app done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("sigterm", ["default", "ignore"])
+def test_duration_stops_the_launched_command(tmp_path, sigterm):
+    """`record -d 1 -- python3 app.py 6` waited 6 s for the command, saying
+    nothing; now, like py-spy, the command is stopped when the duration ends
+    (SIGTERM; SIGKILL 2 s later when it ignores that), bifocal says so and
+    exits 0 with the session recorded."""
+    db = str(tmp_path / "r.db")
+    app = script(tmp_path, "app.py", APP)
+    t0 = time.monotonic()
+    r = run(["record", "-d", "1", "--", "/usr/bin/python3", app, "6", sigterm], db=db, check=False, timeout=60)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert "app done" not in r.stdout, "the command ran to its end"
+    assert took < (2.8 if sigterm == "default" else 4.8), took
+    want = "Terminated" if sigterm == "default" else "Killed"
+    assert "still running when the 1s of --duration ended: it was stopped (%s), as py-spy does" % want in r.stderr
+    con = sqlite3.connect(db)
+    dur, status = con.execute("SELECT duration_ns, status FROM sessions WHERE id=?", (last_line_id(r),)).fetchone()
+    con.close()
+    assert status == "complete" and 0.9e9 < dur < 1.5e9
