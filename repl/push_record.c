@@ -313,7 +313,7 @@ static int summarise(bf_push_rec *p, bf_store *st, int64_t sid) {
           p->cfg.spool_max_bytes);
   fclose(m);
   if (p->unsaid > 0) { /* drops since the last line: the audit hears of them too */
-    char what[512];
+    char what[1024];
     snprintf(what, sizeof what, "the push spool for %s passed its bound (%" PRId64 " bytes): %" PRId64
              " window(s) of session %" PRId64 " dropped in all; their samples stay in the session",
              p->d.shown, p->cfg.spool_max_bytes, p->dropped, sid);
