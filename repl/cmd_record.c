@@ -163,7 +163,7 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       case 'B': nonblocking = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("record"), stdout); return 0;
       default:
-        if (c < BF_PUSH_OPT || c > BF_PUSH_OPT + 4 || bf_push_record_opt(c, optarg, &push_cfg)) return 2;
+        if (c < BF_PUSH_OPT || c > BF_PUSH_OPT + 5 || bf_push_record_opt(c, optarg, &push_cfg)) return 2;
     }
   }
   return record_check(argc, argv, o, nonblocking, rate_given, format, outp, kind);

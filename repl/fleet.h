@@ -89,20 +89,21 @@ void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out)
 int bf_push_resume(bf_cli *cli, const dest *d, bf_store *s, char **ids, int nids);
 
 /* record --push URL --every D [--push-spool-max SIZE] [--push-headers FILE]
- * [--push-wait S] (push_record.c). */
+ * [--push-wait S] [--push-timeout S] (push_record.c). */
 typedef struct bf_push_cfg {
   const char *to, *hfile;
   int64_t every_ns, spool_max_bytes;
-  long wait_ms;
+  long wait_ms, timeout_ms; /* after the capture; one request (0: 10 s) */
 } bf_push_cfg;
 #define BF_PUSH_OPT 0x3000
 #define BF_PUSH_RECORD_OPTIONS                                                                         \
   {"push", required_argument, NULL, BF_PUSH_OPT}, {"every", required_argument, NULL, BF_PUSH_OPT + 1}, \
       {"push-spool-max", required_argument, NULL, BF_PUSH_OPT + 2},                                    \
       {"push-headers", required_argument, NULL, BF_PUSH_OPT + 3},                                      \
-      {"push-wait", required_argument, NULL, BF_PUSH_OPT + 4}
+      {"push-wait", required_argument, NULL, BF_PUSH_OPT + 4},                                         \
+      {"push-timeout", required_argument, NULL, BF_PUSH_OPT + 5}
 
-/* One of those options (c in BF_PUSH_OPT..+4) into cfg. 0, or 2 (said). */
+/* One of those options (c in BF_PUSH_OPT..+5) into cfg. 0, or 2 (said). */
 int bf_push_record_opt(int c, const char *arg, bf_push_cfg *cfg);
 
 /* record's pusher: a thread of its own (nice +10, signals blocked) with its

@@ -70,13 +70,15 @@ int bf_push_record_opt(int c, const char *arg, bf_push_cfg *cfg) {
       return 0;
     }
     case 3: cfg->hfile = arg; return 0;
-    case 4: {
+    case 4:
+    case 5: {
       double s = strtod(arg, &end);
-      if (end == arg || *end || !(s >= 0) || s > 3600) {
-        bf_cli_error("--push-wait takes seconds (0 .. 3600), not '%s'", arg);
+      if (end == arg || *end || !(s >= (c == BF_PUSH_OPT + 4 ? 0 : 0.1)) || s > 3600) {
+        bf_cli_error("%s takes seconds (%s .. 3600), not '%s'", c == BF_PUSH_OPT + 4 ? "--push-wait" : "--push-timeout",
+                     c == BF_PUSH_OPT + 4 ? "0" : "0.1", arg);
         return 2;
       }
-      cfg->wait_ms = (long)(s * 1000 + 0.5);
+      *(c == BF_PUSH_OPT + 4 ? &cfg->wait_ms : &cfg->timeout_ms) = (long)(s * 1000 + 0.5);
       return 0;
     }
   }
@@ -270,6 +272,7 @@ int bf_push_rec_start(const bf_push_cfg *cfg, const char *db_path, struct bf_smp
   p->unsaid_last = -1;
   if (!p->cfg.every_ns) p->cfg.every_ns = 10000000000LL;
   snprintf(p->db_path, sizeof p->db_path, "%s", db_path);
+  if (cfg->timeout_ms > 0) p->d.rq.timeout_ms = cfg->timeout_ms;
   int rc = bf_fleet_push_dest(&p->d, cfg->to, cfg->hfile);
   if (rc) {
     bf_fleet_dest_free(&p->d);
