@@ -185,6 +185,11 @@ typedef struct bf_smp_record_opts {
    * signal handler can pass a signal on. A launched command is always waited
    * for, also after a stop. */
   volatile int *child_pid;
+  /* OUT (may be NULL): set to 1 when duration_s ended while the launched
+   * command still ran, and it was stopped then (SIGTERM, and SIGKILL 2 s
+   * later if need be), as py-spy stops its command; its wait status is
+   * *exit_status as always. */
+  int *child_stopped;
   /* --native (may be NULL): set (by a SIGTSTP handler) to suspend: every
    * stopped-for-sampling thread is released and detached first, then this
    * process stops itself with SIGTSTP; on SIGCONT threads are seized again
@@ -193,6 +198,9 @@ typedef struct bf_smp_record_opts {
   /* Called about 4 times a second (may be NULL). */
   void (*progress)(void *ud, const bf_smp_progress *p);
   void *progress_ud;
+  /* OUT (may be NULL): the session's id once it exists (record --push's
+   * thread waits for it). */
+  volatile int64_t *session_started;
 } bf_smp_record_opts;
 
 /* Sample a target into a new session of store until it exits, duration passes
