@@ -193,6 +193,14 @@ typedef struct bf_sample {
  * memory returns 0 and is retried by later calls. */
 int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp);
 
+/* Kernel lens: move up to ns of the thread's still-buffered samples (not
+ * written yet; the newest excepted, at most max_back back, newest first)
+ * from their class to waiting for a CPU, out of the part of their weight
+ * neither on a CPU nor waiting already: the kernel records a run-queue
+ * wait only when it ends, after the samples it spans were taken. Returns
+ * the ns moved (0 when none is buffered). */
+int64_t bf_store_sample_amend_runq(bf_store *s, int64_t session_id, int64_t thread_id, int64_t ns, size_t max_back);
+
 /* How long a write waits for another process's write lock before failing
  * with -EBUSY (default 5000 ms). A sampler sets it short and keeps samples in
  * memory meanwhile. */

@@ -168,7 +168,8 @@ int rec_intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64
   return 0;
 }
 
-#define K_RESERVOIR 8192 /* per-thread run-queue delays kept for the summary's percentiles */
+#define K_RESERVOIR 8192
+#define K_AMEND_BACK 256 /* samples back a recorded wait may be moved to */ /* per-thread run-queue delays kept for the summary's percentiles */
 
 /* Kernel lens: th's state as this sample's part, and the sample's weight
  * split over the interval it stands for: on a CPU (the thread's schedstat
@@ -215,8 +216,8 @@ static rec_kern kern_part(target *t, rec_thread *r, const bf_smp_thread *th, int
     r->k_block_class = th->kclass;
     r->k_block_target = th->ktarget;
   }
-  r->k_runq_total_ns += k.runq_ns;
-  t->k_runq_total_ns += k.runq_ns;
+  r->k_runq_total_ns += dw; /* as the kernel recorded it */
+  t->k_runq_total_ns += dw; /* as the kernel recorded it */
   t->k_weight_ns += weight;
   /* reservoir of the delays the kernel recorded per sample interval (zeros too) */
   uint64_t i = r->k_runq_seen++;
@@ -271,6 +272,10 @@ static int store_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thr
   }
   if ((rc = bf_store_sample_add(st, t->session_id, &s)) < 0) return rc;
   t->samples++;
+  /* a wait the kernel recorded only now, longer than this sample could
+   * hold, spans the samples before it (still buffered in the store) */
+  if (k && k->wait && r->k_ledger < 0)
+    r->k_ledger += bf_store_sample_amend_runq(st, t->session_id, r->store_thread_id, -r->k_ledger, K_AMEND_BACK);
   return 0;
 }
 

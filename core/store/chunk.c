@@ -250,6 +250,27 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp) {
   return 0;
 }
 
+int64_t bf_store_sample_amend_runq(bf_store *s, int64_t session_id, int64_t thread_id, int64_t ns, size_t max_back) {
+  thread_buf *b = NULL;
+  if (s->last_buf < s->nbufs && s->bufs[s->last_buf].thread_id == thread_id &&
+      s->bufs[s->last_buf].session_id == session_id)
+    b = &s->bufs[s->last_buf];
+  for (size_t i = 0; !b && i < s->nbufs; i++)
+    if (s->bufs[i].thread_id == thread_id && s->bufs[i].session_id == session_id) b = &s->bufs[i];
+  if (!b || ns <= 0 || b->n < 2) return 0; /* just written out: nothing left to move to */
+  int64_t done = 0;
+  /* the newest is the sample the wait was recorded at: it had its share */
+  for (size_t i = b->n - 1, seen = 0; i-- > 0 && seen < max_back && done < ns; seen++) {
+    bf_sample *x = &b->recs[i];
+    int64_t rest = x->weight - x->runq_ns - x->cpu_ns;
+    if (!x->wait || x->wait == BF_WAIT_CPU || rest <= 0) continue;
+    int64_t take = rest < ns - done ? rest : ns - done;
+    x->runq_ns += take;
+    done += take;
+  }
+  return done;
+}
+
 int bf_store_checkpoint(bf_store *s) {
   if (s->readonly || s->txn_depth > 0) return 0;
   int64_t now = bfs_mono_ns();
