@@ -195,8 +195,8 @@ int bf_store_sample_add(bf_store *s, int64_t session_id, const bf_sample *smp);
 
 /* Kernel lens: move up to ns of the thread's still-buffered samples (not
  * written yet; the newest excepted, at most max_back back, newest first)
- * from their class to waiting for a CPU, out of the part of their weight
- * neither on a CPU nor waiting already: the kernel records a run-queue
+ * that were runnable (BF_SAMPLE_ON_CPU) from their class to waiting for a
+ * CPU, out of the part of their weight neither on a CPU nor waiting already: the kernel records a run-queue
  * wait only when it ends, after the samples it spans were taken. Returns
  * the ns moved (0 when none is buffered). */
 int64_t bf_store_sample_amend_runq(bf_store *s, int64_t session_id, int64_t thread_id, int64_t ns, size_t max_back);

@@ -40,6 +40,8 @@ typedef struct kc_link {
 
 struct smp_kcache {
   kc_table links, targets;
+  kc_table net;      /* socket inode ("72195") → kc_link, from the last net tables read */
+  int64_t net_ns;    /* when they were read (monotonic), 0 never */
   bf_smp_ktarget *gil, *full; /* "futex GIL", and the target of every text past KC_MAX_TARGETS */
 };
 
@@ -82,6 +84,7 @@ static void kc_clear(kc_table *t, int free_vals_text) {
 void smp_kcache_free(bf_smp *h) {
   if (!h->kc) return;
   kc_clear(&h->kc->links, 0);
+  kc_clear(&h->kc->net, 0);
   kc_clear(&h->kc->targets, 1);
   if (h->kc->full) free((char *)h->kc->full->text);
   free(h->kc->full);
@@ -196,46 +199,82 @@ static int all_zero_addr(const char *hex) {
   return 1;
 }
 
-/* Find socket inode ino in /proc/PID/net/{tcp,tcp6,udp,udp6,unix}: 1 and
- * link->desc, or 0. Bounded: KC_NET_MAX_LINES lines per table. */
-static int net_lookup(int pid, unsigned long ino, kc_link *link) {
+/* Add one socket of /proc/PID/net/<tab> (line of table k) to the net map. */
+static void net_add(struct smp_kcache *kc, int k, const char *line) {
+  kc_link l = {.cls = BF_SMP_K_NET};
+  unsigned long ino = 0;
+  if (k == 4) { /* unix: Num RefCount Protocol Flags Type St Inode Path */
+    char p[256] = "";
+    if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &ino, p) < 1 || !ino) return;
+    snprintf(l.desc, sizeof l.desc, p[0] ? "unix %s" : "unix", p);
+  } else {
+    char loc[80], rem[80], a[80];
+    unsigned st = 0;
+    if (sscanf(line, "%*s %79s %79s %x %*s %*s %*s %*u %*u %lu", loc, rem, &st, &ino) != 4 || !ino) return;
+    const char *proto = k < 2 ? "tcp" : "udp";
+    if (all_zero_addr(rem)) { /* listening or unconnected: its own port */
+      net_addr(loc, a, sizeof a);
+      const char *port = strrchr(a, ':');
+      snprintf(l.desc, sizeof l.desc, "%s %s%s", proto, k < 2 && st == 0x0A ? "listen " : "", port ? port : a);
+    } else {
+      net_addr(rem, a, sizeof a);
+      snprintf(l.desc, sizeof l.desc, "%s %s", proto, a);
+    }
+  }
+  char key[32];
+  snprintf(key, sizeof key, "%lu", ino);
+  uint64_t hash = bf_hash_str(key, strlen(key));
+  kc_ent *e = kc_find(&kc->net, key, hash);
+  if (e && e->key) return;
+  kc_link *v = malloc(sizeof *v);
+  char *kd = strdup(key);
+  if (!v || !kd || !(e = kc_slot(&kc->net, key, hash))) {
+    free(v);
+    free(kd);
+    return;
+  }
+  *v = l;
+  *e = (kc_ent){hash, kd, v};
+  kc->net.n++;
+}
+
+/* Read the target's net tables (its network namespace) into the map: every
+ * socket at once, since the kernel makes each read of a table walk it (a
+ * lookup per socket would cost a walk each). Bounded: KC_NET_MAX_LINES per
+ * table. */
+static void net_reload(bf_smp *h) {
   static const char *const tabs[] = {"tcp", "tcp6", "udp", "udp6", "unix"};
+  struct smp_kcache *kc = h->kc;
+  kc_clear(&kc->net, 0);
   char path[64], line[512];
-  for (size_t k = 0; k < sizeof tabs / sizeof *tabs; k++) {
-    snprintf(path, sizeof path, "/proc/%d/net/%s", pid, tabs[k]);
+  static char iobuf[1 << 16];
+  for (int k = 0; k < 5; k++) {
+    snprintf(path, sizeof path, "/proc/%d/net/%s", h->pid, tabs[k]);
     FILE *f = fopen(path, "re");
     if (!f) continue;
-    int found = 0;
-    for (int n = 0; !found && n < KC_NET_MAX_LINES && fgets(line, sizeof line, f); n++) {
-      if (n == 0) continue; /* header */
-      if (k == 4) {
-        unsigned long i2 = 0;
-        char p[256] = "";
-        if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &i2, p) < 1 || i2 != ino) continue;
-        snprintf(link->desc, sizeof link->desc, p[0] ? "unix %s" : "unix", p);
-        found = 1;
-        continue;
-      }
-      char loc[80], rem[80];
-      unsigned st = 0;
-      unsigned long i2 = 0;
-      if (sscanf(line, "%*s %79s %79s %x %*s %*s %*s %*u %*u %lu", loc, rem, &st, &i2) != 4 || i2 != ino)
-        continue;
-      char a[80];
-      const char *proto = k < 2 ? "tcp" : "udp";
-      if (all_zero_addr(rem)) { /* listening or unconnected: its own port */
-        net_addr(loc, a, sizeof a);
-        const char *port = strrchr(a, ':');
-        snprintf(link->desc, sizeof link->desc, "%s %s%s", proto, k < 2 && st == 0x0A ? "listen " : "",
-                 port ? port : a);
-      } else {
-        net_addr(rem, a, sizeof a);
-        snprintf(link->desc, sizeof link->desc, "%s %s", proto, a);
-      }
-      found = 1;
-    }
+    setvbuf(f, iobuf, _IOFBF, sizeof iobuf);
+    for (int n = 0; n < KC_NET_MAX_LINES && fgets(line, sizeof line, f); n++)
+      if (n) net_add(kc, k, line);
     fclose(f);
-    if (found) return 1;
+  }
+  kc->net_ns = h->now_ns ? h->now_ns : 1;
+}
+
+/* The peer of socket inode ino: 1 and link->desc, or 0. The tables are read
+ * again on a miss at most once a second. */
+static int net_lookup(bf_smp *h, unsigned long ino, kc_link *link) {
+  struct smp_kcache *kc = h->kc;
+  char key[32];
+  snprintf(key, sizeof key, "%lu", ino);
+  uint64_t hash = bf_hash_str(key, strlen(key));
+  for (int pass = 0; pass < 2; pass++) {
+    kc_ent *e = kc_find(&kc->net, key, hash);
+    if (e && e->key) {
+      *link = *(kc_link *)e->val;
+      return 1;
+    }
+    if (pass || (kc->net_ns && h->now_ns - kc->net_ns < 1000000000LL)) break;
+    net_reload(h);
   }
   return 0;
 }
@@ -265,7 +304,12 @@ static const kc_link *fd_link(bf_smp *h, long fd) {
   l->cls = BF_SMP_K_OTHER;
   if (sscanf(text, "socket:[%lu]", &ino) == 1) {
     l->cls = BF_SMP_K_NET;
-    if (!net_lookup(h->pid, ino, l)) snprintf(l->desc, sizeof l->desc, "socket");
+    if (!net_lookup(h, ino, l)) { /* newer than the tables read: not cached, looked up again */
+      static kc_link unknown = {BF_SMP_K_NET, "socket"};
+      free(l);
+      free(key);
+      return &unknown;
+    }
   } else if (strncmp(text, "pipe:", 5) == 0) {
     snprintf(l->desc, sizeof l->desc, "pipe");
   } else if (strncmp(text, "anon_inode:", 11) == 0) {

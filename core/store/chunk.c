@@ -263,7 +263,7 @@ int64_t bf_store_sample_amend_runq(bf_store *s, int64_t session_id, int64_t thre
   for (size_t i = b->n - 1, seen = 0; i-- > 0 && seen < max_back && done < ns; seen++) {
     bf_sample *x = &b->recs[i];
     int64_t rest = x->weight - x->runq_ns - x->cpu_ns;
-    if (!x->wait || x->wait == BF_WAIT_CPU || rest <= 0) continue;
+    if (!x->wait || x->wait == BF_WAIT_CPU || !(x->flags & BF_SAMPLE_ON_CPU) || rest <= 0) continue;
     int64_t take = rest < ns - done ? rest : ns - done;
     x->runq_ns += take;
     done += take;
