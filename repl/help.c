@@ -93,7 +93,7 @@ static const bf_opt_doc docs[] = {
     {"record", "--no-idle", NULL, "wall clock: leave out threads found idle"},
     {"record", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
     {"record", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
-    {"record", "--no-kernel", NULL, "wall clock: leave out the kernel lens (each off-CPU sample's syscall and target, run-queue delay, page faults)"},
+    {"record", "--kernel", NULL, "wall clock: the kernel lens (each sample's syscall and target, run-queue delay, page faults; see replay --view waits)"},
     {"record", "--async", NULL, "asyncio tasks as task:NAME threads (wall clock, not with --native)"},
     {"record", "-s, --subprocesses", NULL, "follow Python children, one session each (py-spy -s); "
                                            "-o FILE holds the whole tree (replay/export --tree)"},

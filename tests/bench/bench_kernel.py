@@ -62,7 +62,7 @@ def record(d, args, nokernel):
     db = os.path.join(d, "b.db")
     if os.path.exists(db):
         os.unlink(db)
-    cmd = [BIN, "--db", db, "record", "-d", str(SEC)] + (["--no-kernel"] if nokernel else []) + ["--"] + args
+    cmd = [BIN, "--db", db, "record", "-d", str(SEC)] + ([] if nokernel else ["--kernel"]) + ["--"] + args
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return session(db)
 
@@ -83,7 +83,8 @@ def main():
                       n, c1 / 1e3 / s1, c0 / 1e3 / s0, c1 / 1e3 / s1 - c0 / 1e3 / s0, s1, s0))
         alone = float(subprocess.run([PY, work, str(SEC)], capture_output=True, text=True).stdout)
         db = os.path.join(d, "w.db")
-        r = subprocess.run([BIN, "--db", db, "record", "--", PY, work, str(SEC)], capture_output=True, text=True)
+        r = subprocess.run([BIN, "--db", db, "record", "--kernel", "--", PY, work, str(SEC)], capture_output=True,
+                           text=True)
         under = float(r.stdout.split()[0])
         st = None
         if shutil.which("strace"):

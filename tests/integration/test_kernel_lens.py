@@ -252,7 +252,7 @@ def record_blocked(python, files, db, extra_env=None, pidns=False):
         os.unlink(out)
     args = [python, str(files / "w.py"), out, str(DURATION), str(files / "big.bin")]
     if not pidns:
-        r = run(["record", "--"] + args, db=db, env=extra_env, timeout=120)
+        r = run(["record", "--kernel", "--"] + args, db=db, env=extra_env, timeout=120)
         sid = last_line_id(r)
     else:
         sid = record_pidns(args, db, files)
@@ -279,7 +279,7 @@ def record_pidns(args, db, files):
         assert pid, "the workload never started under unshare"
         e = dict(os.environ)
         e.pop("BIFOCAL_DB", None)
-        rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--pid", str(pid)],
+        rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--kernel", "--pid", str(pid)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
         time.sleep(0.5)
         open(go, "w").close()
@@ -350,7 +350,8 @@ def test_kernel_run_queue_beside_hogs(python, files, tmp_path, two_hogs):
     def capture():
         if os.path.exists(db):
             os.unlink(db)
-        r = run(["record", "--", python, str(files / "cpu.py"), out, str(DURATION)], db=db, timeout=120)
+        r = run(["record", "--kernel", "--", python, str(files / "cpu.py"), out, str(DURATION)], db=db,
+                timeout=120)
         sid = last_line_id(r)
         with open(out) as f:
             truth = json.load(f)
