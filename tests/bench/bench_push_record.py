@@ -7,12 +7,15 @@ after --slow seconds), rounds interleaved in shuffled order.
         [--every 1s] [--slow 5] [--python PATH]
 
 Prints one row per condition: the median over rounds of the achieved rate,
-the missed share (ticks not taken) and the invalid share. Not a pass/fail test.
+the missed share (ticks not taken) and the invalid share, and the latest any
+tick was taken (extra.max_late_ms, the worst over rounds): a sampler that
+waited on a 5 s request would show a tick 5,000 ms late. Not a pass/fail test.
 """
 import argparse
 import json
 import os
 import random
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -62,18 +65,22 @@ def main():
             s = json.loads(subprocess.run([bifocal, "--db", db, "sessions", "--json"], capture_output=True,
                                           text=True).stdout)[0]
             ticks = s["samples"] + s.get("missed", 0) + s.get("invalid", 0)
+            con = sqlite3.connect(db)
+            extra = json.loads(con.execute("SELECT extra_json FROM sessions").fetchone()[0] or "{}")
+            con.close()
             res[k].append((s["achieved_rate_hz"], s.get("missed", 0) / max(1, ticks),
-                           s.get("invalid", 0) / max(1, ticks)))
-            print("round %d %-28s %.1f Hz, missed %.3f%%, invalid %.3f%%" % (
-                rnd, k, res[k][-1][0], 100 * res[k][-1][1], 100 * res[k][-1][2]), flush=True)
+                           s.get("invalid", 0) / max(1, ticks), extra.get("max_late_ms", 0.0)))
+            print("round %d %-28s %.1f Hz, missed %.3f%%, invalid %.3f%%, latest tick %.1f ms late" % (
+                rnd, k, res[k][-1][0], 100 * res[k][-1][1], 100 * res[k][-1][2], res[k][-1][3]), flush=True)
     slow.close()
-    print("\n%-30s %12s %10s %10s   (median of %d rounds, -r %d, %g s, --every %s)" % (
-        "condition", "achieved Hz", "missed", "invalid", a.rounds, a.rate, a.seconds, a.every))
+    print("\n%-30s %12s %10s %10s %12s   (median of %d rounds, -r %d, %g s, --every %s)" % (
+        "condition", "achieved Hz", "missed", "invalid", "max late ms", a.rounds, a.rate, a.seconds, a.every))
     for k, v in res.items():
         if v:
-            print("%-30s %12.1f %9.3f%% %9.3f%%" % (k, statistics.median(x[0] for x in v),
-                                                  100 * statistics.median(x[1] for x in v),
-                                                  100 * statistics.median(x[2] for x in v)))
+            print("%-30s %12.1f %9.3f%% %9.3f%% %12.1f" % (k, statistics.median(x[0] for x in v),
+                                                         100 * statistics.median(x[1] for x in v),
+                                                         100 * statistics.median(x[2] for x in v),
+                                                         max(x[3] for x in v)))
     return 0
 
 
