@@ -23,8 +23,8 @@
 
 static volatile int stop_flag;
 static volatile int child_pid;
-static bf_push_cfg push_cfg; /* record --push (push_record.c) */
 static int child_stopped; /* -d ended while the launched command ran: it was stopped */
+static bf_push_cfg push_cfg; /* record --push (push_record.c) */
 
 /* SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the capture and are passed on to a
  * launched command, SIGQUIT as SIGTERM (a terminal's own SIGINT/SIGQUIT
