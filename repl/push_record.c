@@ -186,7 +186,8 @@ static int send_due(bf_push_rec *p, bf_store *s, int finishing) {
   bf_push_send(&dw, &pl, &o);
   now = bf_wall_ns(); /* backoff and Retry-After count from the answer */
   if (o.ok) {
-    bf_spool_sent(s, r.id, o.status);
+    /* a delivered window not marked would go again: outlast the recorder's commits */
+    for (int i = 0; i < 10 && bf_spool_sent(s, r.id, o.status); i++) nap_ms(200);
     if (p->down) bf_cli_warn("record --push: %s takes windows again (from window %" PRId64 ")", p->d.shown, r.seq);
     p->down = 0;
   } else if (o.retryable) {
