@@ -164,6 +164,23 @@ static int spool_window(bf_push_rec *p, bf_store *s, const bf_session_info *in, 
   return 0;
 }
 
+/* A spooled request is sent with the user's credentials: only what bifocal
+ * itself spools goes (a crafted database could hold a header in the content
+ * type, or another path in the URL). */
+static int row_ok(const bf_spool_row *r) {
+  const char *ct = r->content_type, *mp = "multipart/form-data; boundary=";
+  if (strcmp(ct, "application/x-protobuf") != 0) {
+    if (strncmp(ct, mp, strlen(mp)) != 0 || !ct[strlen(mp)]) return 0;
+    for (const char *c = ct + strlen(mp); *c; c++)
+      if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-')) return 0;
+  }
+  const char *u = r->url_suffix;
+  if (*u && *u != '?') return 0;
+  for (; *u; u++)
+    if (*u <= ' ' || *u >= 0x7f || *u == '#') return 0;
+  return r->payload != NULL;
+}
+
 /* Send the oldest waiting window if it is due. 1 sent or tried, 0 nothing due. */
 static int send_due(bf_push_rec *p, bf_store *s, int finishing) {
   bf_spool_row r;
@@ -172,6 +189,12 @@ static int send_due(bf_push_rec *p, bf_store *s, int finishing) {
   if (r.next_try_ns > now) {
     bf_spool_row_clear(&r);
     return 0;
+  }
+  if (!row_ok(&r)) {
+    bf_cli_warn("record --push: window %" PRId64 " in the spool is not as bifocal wrote it: not sent", r.seq);
+    bf_spool_failed(s, r.id, 0, 1, 0);
+    bf_spool_row_clear(&r);
+    return 1;
   }
   dest dw = p->d;
   dw.retries = 0;
@@ -397,6 +420,13 @@ static int resume_session(const dest *d, bf_store *s, int64_t sid, int *any) {
     }
     if (f == 0) return 0;
     *any = 1;
+    if (!row_ok(&r)) {
+      bf_cli_error("session %" PRId64 " window %" PRId64 ": the spooled request is not as bifocal writes it (its "
+                   "content type or URL was changed): not sent; push --since/--until sends that slice afresh",
+                   r.session_id, r.seq);
+      bf_spool_row_clear(&r);
+      return 1;
+    }
     bf_push_payload pl = {.body = (char *)r.payload, .len = r.payload_len};
     snprintf(pl.url, sizeof pl.url, "%s%s", d->url, r.url_suffix);
     snprintf(pl.ctype, sizeof pl.ctype, "%s", r.content_type);

@@ -339,3 +339,33 @@ def test_a_v1_database_migrates(db, tmp_path, interp):
     con.close()
     labels = [s["label"] for s in json.loads(run(["sessions", "--json"], db=db).stdout)]
     assert "old" in labels and "new" in labels
+
+
+def test_resume_sends_only_what_bifocal_spooled(db, tmp_path, receiver, interp):
+    """A spool row changed by hand (a header smuggled into the content type, a
+    path into the URL) is not sent with the user's credentials."""
+    rcv = receiver("503")
+    r, _ = record_push(db, tmp_path, interp, otlp_to(rcv), seconds=2, extra=["--push-wait", "0"])
+    assert r.returncode == 0, r.stderr
+    sid = last_id(r)
+    rows = spool(db, sid)
+    assert rows and all(x[3] == "pending" for x in rows)
+    n = len(rcv.requests)
+    rcv.script[:] = ["ok"]
+    e = {"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=%s,x-team=prof" % SECRET}
+    for col, val in (("content_type", "application/x-protobuf\r\nX-Evil: 1"), ("url_suffix", "/../admin")):
+        con = sqlite3.connect(db)
+        con.execute("UPDATE push_spool SET %s=? WHERE session_id=? AND seq=0" % col, (val, int(sid)))
+        con.commit()
+        con.close()
+        p = run(["push", "--resume", sid, "--to", otlp_to(rcv)], db=db, check=False, env=e)
+        assert p.returncode == 1 and "not as bifocal writes it" in p.stderr, p.stderr
+        assert len(rcv.requests) == n
+        con = sqlite3.connect(db)
+        con.execute("UPDATE push_spool SET content_type='application/x-protobuf', url_suffix='' WHERE seq=0")
+        con.commit()
+        con.close()
+    p = run(["push", "--resume", sid, "--to", otlp_to(rcv)], db=db, check=False, env=e)
+    assert p.returncode == 0, p.stderr
+    assert len(rcv.requests) == n + len(rows) and not any("X-Evil" in q["headers"] for q in rcv.requests)
+    assert_no_secret(db, r.stdout, r.stderr, p.stdout, p.stderr)
