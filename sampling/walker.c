@@ -418,18 +418,30 @@ static int frame_opcode(bf_smp *h, const smp_code *c, uint64_t code_addr, uint64
   return p ? p[0] : -1;
 }
 
-/* Whether thread state tb (its first ts_read bytes) is raising an exception
- * or handling one: sys.exc_info()'s walk of the exc_info chain (the first
- * item whose value is neither NULL nor None; generators push their own). */
-static int thread_has_exc(bf_smp *h, const unsigned char *tb) {
+/* Whether thread state ts (tb: its first ts_read bytes as prefetched, or NULL
+ * to read afresh) is raising an exception or handling one: sys.exc_info()'s
+ * walk of the exc_info chain (the first item whose value is neither NULL nor
+ * None; generators push their own). */
+static int thread_has_exc(bf_smp *h, uint64_t ts, const unsigned char *tb) {
   const smp_layout *l = &h->lay;
-  if (!l->ts_exc_info || !h->none_addr) return 0;
-  if (l->ts_cur_exc && rd64(tb + l->ts_cur_exc)) return 1;
-  uint64_t item = rd64(tb + l->ts_exc_info);
+  unsigned char f[16], it[32];
+  if (!l->ts_exc_info || !h->none_addr || l->ei_prev + 8 > sizeof it) return 0;
+  uint64_t cur = 0, item = 0;
+  if (tb) {
+    cur = l->ts_cur_exc ? rd64(tb + l->ts_cur_exc) : 0;
+    item = rd64(tb + l->ts_exc_info);
+  } else { /* exc_info follows the current exception (3.12+) or not: two reads */
+    if (l->ts_cur_exc && smp_read(h, ts + l->ts_cur_exc, f, 8) == 0) cur = rd64(f);
+    if (smp_read(h, ts + l->ts_exc_info, f + 8, 8) < 0) return 0;
+    item = rd64(f + 8);
+  }
+  if (cur) return 1;
   for (int i = 0; item && i < 256; i++) { /* a chain longer than this is garbage */
     int err = 0;
-    const unsigned char *p = smp_read_hot(h, item, (size_t)l->ei_prev + 8, &err);
-    if (!p) return 0;
+    const unsigned char *p = it;
+    if (tb ? !(p = smp_read_hot(h, item, (size_t)l->ei_prev + 8, &err))
+           : smp_read(h, item, it, (size_t)l->ei_prev + 8) < 0)
+      return 0;
     uint64_t value = rd64(p); /* the item's first field */
     if (value && value != h->none_addr) return 1;
     uint64_t prev = rd64(p + l->ei_prev);
@@ -775,9 +787,12 @@ static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsig
   size_t first = h->nframes;
   h->torn_here = 0;
   h->leaf_op = -1;
-  if ((want & BF_SMP_WANT_EXC) && thread_has_exc(h, tb)) t->flags |= BF_SMP_EXC;
+  int exc = (want & BF_SMP_WANT_EXC) && thread_has_exc(h, ts, tb);
   int rc = walk_frames(h, fa, thread_max_py(l, tb), l->ts_base_frame ? rd64(tb + l->ts_base_frame) : 0);
   if (rc < 0) return rc;
+  /* as the stack was prefetched and again once it was read: a thread that
+   * entered or left a handler meanwhile does not count */
+  if (exc && thread_has_exc(h, ts, NULL)) t->flags |= BF_SMP_EXC;
   if (h->torn_here) { /* which threads were torn: see smp_thread_off_cpu */
     if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
       h->torn_tids[h->ntorn_tids++] = tid;
