@@ -24,6 +24,7 @@ static const struct {
 } views[] = {
     {"functions", bf_view_functions, 0, 1}, {"flame", bf_view_flame, 1, 0}, {"heatmap", bf_view_heatmap, 0, 1},
     {"gil", bf_view_gil, 0, 1},             {"stack", bf_view_stack, 0, 1}, {"tasks", bf_view_tasks, 0, 1},
+    {"opcodes", bf_view_opcodes, 0, 1},
     {NULL, NULL, 0, 0},
 };
 
@@ -114,7 +115,7 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
   r->vi = 0;
   while (views[r->vi].name && strcmp(views[r->vi].name, r->view) != 0) r->vi++;
   if (!views[r->vi].name) {
-    bf_cli_error("unknown view '%s' (known: functions, flame, heatmap, gil, stack, tasks)", r->view);
+    bf_cli_error("unknown view '%s' (known: functions, flame, heatmap, gil, stack, tasks, opcodes)", r->view);
     return 2;
   }
   if (r->vo.json && !views[r->vi].json) {

@@ -51,7 +51,7 @@ static const bf_opt_doc docs[] = {
     {"import", "--cacert FILE", "@file", "with --from: verify TLS against this CA bundle"},
     {"import", "--insecure", NULL, "with --from: do not verify TLS certificates"},
 
-    {"replay", "-v, --view V", "functions flame heatmap gil stack tasks", "the view (default functions)"},
+    {"replay", "-v, --view V", "functions flame heatmap gil stack tasks opcodes", "the view (default functions)"},
     {"replay", "-j, --json", NULL, "machine-readable output (functions view)"},
     {"replay", "-n, --limit N", NULL, "at most N rows"},
     {"replay", "-s, --sort K", "self total", "order rows by self or total share"},
