@@ -93,8 +93,9 @@ static int record_check(int argc, char **argv, bf_smp_record_opts *o, int nonblo
     bf_cli_error("--async records task stacks on the wall clock without --native (drop --clock cpu / --native)");
     return 2;
   }
-  if (o->exc_only && o->clock_cpu) {
-    bf_cli_error("--exceptions (--mode exception) samples on the wall clock, as Tachyon's does (drop --clock cpu)");
+  if (o->exc_only && (o->clock_cpu || o->async_tasks)) {
+    bf_cli_error("--exceptions (--mode exception) samples threads on the wall clock, as Tachyon's does (drop %s)",
+                 o->clock_cpu ? "--clock cpu" : "--async");
     return 2;
   }
   if (o->opcodes && (o->native || o->async_tasks)) {
