@@ -186,7 +186,9 @@ static void code_calls(bf_smp *h, smp_code *c, const unsigned char *co, size_t c
     if (cls == 2) goto fail;
     size_t end = i + 1 + (v & 15); /* the instruction and its inline caches */
     if (end > n) end = n;
-    for (size_t u = start; u < end; u++) calls[u] = (uint8_t)(cls == 1);
+    /* bit 0: may have a child; bits 1-4: units back to the instruction
+     * (its inline caches; an EXTENDED_ARG before it is its own start) */
+    for (size_t u = start; u < end; u++) calls[u] = (uint8_t)((cls == 1) | (u > i ? (u - i) << 1 : 0));
     i = start = end;
   }
   free(code);
@@ -211,7 +213,7 @@ static int caller_ok(const smp_layout *l, const smp_code *c, uint64_t code_addr,
     if (instr < base) return 0; /* not started */
     u = (instr - base) / 2;
   }
-  return u < c->nunits && c->calls[u];
+  return u < c->nunits && (c->calls[u] & 1);
 }
 
 static uint64_t sig_mix(uint64_t h, uint64_t v) {
@@ -339,8 +341,6 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
   /* CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR */
   if (l->co_flags && l->co_flags + 4 <= cl) c->is_gen = (rd32(co + l->co_flags) & 0x3a0) != 0;
   code_calls(h, c, co, cl);
-  if (l->co_ob_size && l->co_ob_size + 8 <= cl && rd64(co + l->co_ob_size) <= SMP_MAX_BYTECODE / 2)
-    c->ncu = (uint32_t)rd64(co + l->co_ob_size);
   c->next = h->code_tab[b];
   h->code_tab[b] = c;
   h->ncode++;
@@ -410,11 +410,17 @@ static inline smp_code *frame_code(bf_smp *h, uint64_t code, int *err) {
  * the code's bounds or unreadable (the sample is kept without it). */
 static int frame_opcode(bf_smp *h, const smp_code *c, uint64_t code_addr, uint64_t instr) {
   const smp_layout *l = &h->lay;
-  if (l->instr_is_lasti || !l->co_code_adaptive || !c->ncu) return -1;
+  /* the instruction starts from the torn check's decode (calls[]): 3.12 puts
+   * prev_instr on an instruction's last inline cache around calls, and a
+   * cache unit holds data, not an opcode; no decode (an opcode the tables do
+   * not know, e.g. sys.monitoring's INSTRUMENTED_LINE): not told */
+  if (l->instr_is_lasti || !l->co_code_adaptive || !c->calls) return -1;
   uint64_t base = code_addr + l->co_code_adaptive;
-  if (instr < base || (instr - base) % 2 || (instr - base) / 2 >= c->ncu) return -1;
+  if (instr < base || (instr - base) % 2 || (instr - base) / 2 >= c->nunits) return -1;
+  uint64_t u = (instr - base) / 2;
+  u -= (uint64_t)(c->calls[u] >> 1);
   int err = 0;
-  const unsigned char *p = smp_read_hot(h, instr, 2, &err);
+  const unsigned char *p = smp_read_hot(h, base + 2 * u, 2, &err);
   return p ? p[0] : -1;
 }
 

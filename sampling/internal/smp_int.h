@@ -187,12 +187,12 @@ typedef struct smp_code {
   int64_t checked_ns; /* and when (monotonic) */
   smp_line_range *ranges;
   size_t nranges;
-  /* torn-stack check: calls[u] != 0 when a frame stopped at code unit u may
-   * have a live child frame (see smp_caller_ok); NULL: not checked */
+  /* torn-stack check: calls[u] & 1 when a frame stopped at code unit u may
+   * have a live child frame (see smp_caller_ok); calls[u] >> 1: units back
+   * from u to the start of its instruction (--opcodes); NULL: not checked */
   uint8_t *calls;
   uint32_t nunits;
   int is_gen;        /* a generator / coroutine: never a thread's outermost frame */
-  uint32_t ncu;      /* 3.11+: code units of co_code_adaptive (Py_SIZE), 0 unknown */
   uint64_t line_instr; /* walker: the instruction value line was looked up for */
   int32_t line;
   int line_known;
