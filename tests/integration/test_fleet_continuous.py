@@ -227,6 +227,7 @@ def test_huge_answer_and_4xx_are_refused_then_resumed(db, tmp_path, receiver, in
     assert_no_secret(db, r.stdout, r.stderr, p.stdout, p.stderr)
 
 
+@pytest.mark.serial  # an achieved rate
 def test_slow_backend_never_holds_the_sampler_or_the_end(db, tmp_path, receiver, interp):
     rcv = receiver(("sleep", 30))
     r, took = record_push(db, tmp_path, interp, otlp_to(rcv), seconds=5,
