@@ -152,6 +152,12 @@ int bf_store_intern_thread(bf_store *s, int64_t session_id, int64_t native_tid,
 #define BF_SAMPLE_IDLE 0x04    /* thread idle (blocked/sleeping/waiting) */
 #define BF_SAMPLE_GC 0x08      /* garbage collection was running */
 #define BF_SAMPLE_NATIVE 0x10  /* stack includes native frames */
+#define BF_SAMPLE_EXC 0x20     /* an exception was being handled or raised (record --mode exception) */
+/* record --opcodes: the leaf Python frame's opcode (its specialised form, a
+ * byte of the session's Python version, see core/opnames.h) in bits 24-31 */
+#define BF_SAMPLE_OPCODE 0x00800000u
+#define BF_SAMPLE_OPCODE_SHIFT 24
+#define BF_SAMPLE_OPCODE_OF(flags) ((flags) & BF_SAMPLE_OPCODE ? (int)((flags) >> BF_SAMPLE_OPCODE_SHIFT) : -1)
 
 /* Kernel lens (wall clock): what the kernel said the thread was doing when
  * sampled. BF_WAIT_NONE: not read (cpu clock, imports, older sessions). */
@@ -221,6 +227,7 @@ typedef struct bf_sample_filter {
   int64_t until_ns;      /* ts_ns < until_ns when until_ns > 0 */
   int tree;              /* also the sessions of its subprocesses (parent_id), at any depth */
   int kernel_leaf;       /* bf_q_stacks_load: rows also by the kernel state (bf_q_stack.kleaf) */
+  int by_opcode;         /* stacks (query.h, views_int.h): rows split by the leaf's opcode (record --opcodes) */
 } bf_sample_filter;
 
 /* Call fn for every sample of a session in (thread, time) order. fn returning
@@ -245,8 +252,8 @@ int bf_store_function_get(bf_store *s, int64_t function_id, bf_function_ref *out
 
 /* The pseudo-function id views and exports put as a stack's leaf for a
  * sample's kernel state: class cls (BF_WAIT_*, or BF_WAIT_CLASSES for
- * waiting for a CPU) on target string target_id (0: none). Negative; 0 when
- * out of range. */
+ * waiting for a CPU) on target string target_id (0: none). Negative, at
+ * most -2000 (the views' opcode leaves sit above); 0 when out of range. */
 #define BF_KLEAF_FILE "<kernel>"
 int64_t bf_store_kleaf_id(unsigned cls, int64_t target_id);
 /* OUT: *function_id, *line. */

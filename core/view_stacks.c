@@ -171,20 +171,20 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
     }
     w->threads[ti].count += row->count;
     w->threads[ti].weight += row->weight;
-    int64_t *first = bf_map3_get(&seen, row->stack_id, row->kleaf, 0);
+    int64_t *first = bf_map3_get(&seen, row->stack_id, row->kleaf * 512 + row->leaf_op, 0);
     if (first) {
       if ((rc = push_shared(w, ti, &w->v[*first], row->count, row->weight))) goto out;
       continue;
     }
-    if (bf_map3_put(&seen, row->stack_id, row->kleaf, 0, (int64_t)w->n)) {
+    if (bf_map3_put(&seen, row->stack_id, row->kleaf * 512 + row->leaf_op, 0, (int64_t)w->n)) {
       rc = -ENOMEM;
       goto out;
     }
     int64_t *frames = NULL;
     size_t nf = 0, nk = row->kleaf ? 1 : 0;
     if ((rc = bf_store_stack_frames(s, row->stack_id, &frames, &nf))) goto out;
-    if (nf + nk > lcap) {
-      int64_t *nl = realloc(lines, (nf + nk) * sizeof *nl), *nfi = nl ? realloc(fids, (nf + nk) * sizeof *nfi) : NULL;
+    if (nf + 2 > lcap) { /* + 2: an opcode leaf, a kernel leaf */
+      int64_t *nl = realloc(lines, (nf + 2) * sizeof *nl), *nfi = nl ? realloc(fids, (nf + 2) * sizeof *nfi) : NULL;
       if (nl) lines = nl;
       if (nfi) fids = nfi;
       if (!nl || !nfi) {
@@ -192,7 +192,7 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
         rc = -ENOMEM;
         goto out;
       }
-      lcap = nf + nk;
+      lcap = nf + 2;
     }
     for (size_t j = 0; j < nf; j++)
       if ((rc = bf_store_frame_get(s, frames[j], &fids[j], &lines[j]))) {
@@ -200,12 +200,16 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
         goto out;
       }
     free(frames);
-    if (nk) {
-      fids[nf] = row->kleaf;
-      lines[nf] = 0;
+    if (row->leaf_op > 0) { /* f->by_opcode: the leaf's instruction as one more frame */
+      fids[nf] = BF_WSTACK_OP_FID(row->leaf_op - 1);
+      lines[nf++] = 0;
     }
-    if ((rc = push_stack(w, ti, fids, lines, nf + nk, row->count, row->weight))) goto out;
-    w->v[w->n - 1].stack_id = row->stack_id;
+    if (nk) { /* f->kernel_leaf: the kernel lens's state, last */
+      fids[nf] = row->kleaf;
+      lines[nf++] = 0;
+    }
+    if ((rc = push_stack(w, ti, fids, lines, nf, row->count, row->weight))) goto out;
+    w->v[w->n - 1].stack_id = row->leaf_op > 0 || nk ? 0 : row->stack_id; /* equal ids: equal frames */
   }
 out:
   bf_map3_free(&seen);

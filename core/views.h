@@ -62,6 +62,10 @@ int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *ou
  * the session's split (on CPU, waiting for a CPU, each blocked class) in
  * JSON. -ENODATA for sessions that are not sampled. */
 int bf_view_waits(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+/* Opcodes view (record --opcodes): samples per (function, line, opcode) of
+ * the leaf frame, specialised names with their base instruction, shares and
+ * 95% intervals. -ENODATA for a session without opcodes. */
+int bf_view_opcodes(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
 
 /* Stack view: per thread, the most frequent stacks and the last one seen. */
 int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);

@@ -1,4 +1,6 @@
-/* commands.c — the table of every `bifocal` command (one line each). */
+/* commands.c — the table of every `bifocal` command (one line each). In a
+ * usage line "@export", "@record" and "@view" stand for the names of
+ * core/formats.c's rows with that role, joined by '|'. */
 #include <string.h>
 
 #include "cli.h"
@@ -29,10 +31,10 @@ BF_DECL(push)
 const bf_cmd bf_cmds[] = {
     {"sessions", bf_cmd_sessions, "sessions [--json]", "list sessions with their metadata", NULL},
     {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key] | import --from pyroscope URL --query SEL [--since T] [--until T] [--label L]", "import collapsed stacks (FlameGraph, py-spy raw, austin text), a sealed export, or a fleet-merged profile from Pyroscope", NULL},
-    {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack|tasks|waits] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N] [--tree]", "show a view of a session", NULL},
-    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome|svg|gecko|otlp -o FILE [--thread T] [--since S] [--until S] [--tree] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
+    {"replay", bf_cmd_replay, "replay ID [--view @view] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N] [--tree]", "show a view of a session", NULL},
+    {"export", bf_cmd_export, "export ID --format @export -o FILE [--thread T] [--since S] [--until S] [--tree] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
     {"attach", bf_cmd_attach, "attach [record options] PID", "record an existing process (Tachyon's spelling of record -p PID)", NULL},
-    {"record", bf_cmd_record, "record [-r HZ] [-d S] [-o FILE [-f FMT]] [--clock wall|cpu] [-g] [-i|--no-idle] [-n] [-s] [--async] [--label L] [--commit SHA] [--ttl T] (-p PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
+    {"record", bf_cmd_record, "record [-r HZ] [-d S] [-o FILE [-f FMT]] [--clock wall|cpu] [-g] [-i|--no-idle] [-n] [-s] [--async] [--label L] [--commit SHA] [--ttl T] [--push URL [--every 10s] [--push-spool-max 64MB]] (-p PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
     {"dump", bf_cmd_dump, "dump [-j] [-l] [-n] [-s] (-p PID | PID)", "current Python stack of every thread of a process, once", NULL},
     {"top", bf_cmd_top, "top [-d S] [-r HZ] [-g] [-i] [-n] [-s] [--limit N] (-p PID | PID)", "sample a process for a while and print its hottest functions", NULL},
     {"live", bf_cmd_live, "live [-r HZ] [-g] [-i] [-n] [-s] (-p PID | PID)", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},
@@ -46,7 +48,7 @@ const bf_cmd bf_cmds[] = {
     {"redact", bf_cmd_redact, "redact ID -o OUT.db [--keep PREFIX ...]",
      "copy a session with file paths hashed and host/command line dropped", NULL},
     {"gc", bf_cmd_gc, "gc [--force]", "delete expired sessions (--ttl) and reclaim the space", NULL},
-    {"push", bf_cmd_push, "push SESSION... [--to URL] [--service NAME] [--headers-file FILE] [--timeout S] [--retries N] [--cacert FILE] [--insecure] [--since S] [--until S] [--json] | push ID --follow [--every 10s] [--to URL]",
+    {"push", bf_cmd_push, "push SESSION... [--to URL] [--service NAME] [--headers-file FILE] [--timeout S] [--retries N] [--cacert FILE] [--insecure] [--since S] [--until S] [--json] | push ID --follow [--every 10s] [--to URL] | push --resume [SESSION...] --to URL",
      "send sessions to a fleet backend: OTLP profiles (otlp+http://HOST:4318) or Pyroscope (pyroscope://HOST:4040)",
      "Credentials come from OTEL_EXPORTER_OTLP_HEADERS, PYROSCOPE_AUTH_TOKEN, PYROSCOPE_BASIC_AUTH_USER/PASSWORD\nor --headers-file FILE (mode 0600, 'Name: value' lines); they are never stored or printed.\nEach request is bounded by --timeout S (default 10) and retried --retries N times (default 3)\non refusal, timeouts, 5xx and 429 (Retry-After honoured up to 30 s)."},
     {"keygen", bf_cmd_keygen, "keygen [-o NAME]", "make NAME.pub / NAME.key for encrypted sharing", NULL},

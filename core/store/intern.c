@@ -271,16 +271,20 @@ static int load_rows(bf_store *s, const char *sql, int64_t *maxid, void **arr, s
   return 0;
 }
 
+/* below the views' opcode leaves (views_int.h: -1000 .. -1255) */
+#define KLEAF_BASE 2000
+
 int64_t bf_store_kleaf_id(unsigned cls, int64_t target_id) {
-  if (cls >= 16 || target_id < 0 || target_id > (INT64_MAX >> 5)) return 0;
-  return -((target_id << 4) | (int64_t)cls);
+  if (cls >= 16 || target_id < 0 || target_id > (INT64_MAX >> 6)) return 0;
+  return -(((target_id << 4) | (int64_t)cls) + KLEAF_BASE);
 }
 
 /* The pseudo-function of a kernel leaf id: "[<target>]" in file "<kernel>". */
 static int kleaf_get(bf_store *s, int64_t function_id, bf_function_ref *out) {
   int64_t *hit = bf_map3_get(&s->kleaf_map, function_id, 0, 0);
   if (!hit) {
-    int64_t v = -function_id, target = v >> 4;
+    int64_t v = -function_id - KLEAF_BASE, target = v >> 4;
+    if (v < 0) return bf_store_fail(s, -ENOENT, "no function %lld", (long long)function_id);
     unsigned cls = (unsigned)(v & 15);
     const char *text = NULL;
     if (target > 0 && !(text = string_get(s, target)))
