@@ -82,6 +82,11 @@ int bf_view_memory_flame(bf_store *s, int64_t session_id, const bf_view_opts *o,
 int bf_view_memory_timeline(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
 /* Collapsed stacks weighted by bytes of resident growth. */
 int bf_export_memory_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+/* pprof with sample types samples/count (changes that grew) and
+ * alloc_space/bytes (resident growth, the default); no period. */
+int bf_export_pprof_memory(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+/* speedscope: one "sampled" profile per thread, unit "bytes" of growth. */
+int bf_export_speedscope_memory(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
 /* ---- diff of two sessions ------------------------------------------------ */
 
