@@ -198,3 +198,25 @@ def test_v1_database_migrates(tmp_path):
     con.close()
     run(["record", "--memory", "-r", "200", "-d", "0.3", "--", python, "-c", "import time; time.sleep(0.5)"], db=db)
     assert len(json.loads(run(["sessions", "--json"], db=db).stdout)) == 2
+
+
+@pytest.mark.parallel  # copies of one recording
+def test_copies_keep_memory(recorded, tmp_path):
+    """A redacted copy (bf_session_copy) keeps the memory rows and timeline;
+    gc keeps the stacks they use."""
+    import pythons
+    python = pythons.discover()[-1]["path"]
+    db, sid, truth = recorded(python)
+    want = memory_json(db, sid)["memory"]
+    out = str(tmp_path / "r.db")
+    run(["redact", str(sid), "-o", out], db=db)
+    con = sqlite3.connect(out)
+    rid = con.execute("SELECT max(id) FROM sessions").fetchone()[0]
+    con.close()
+    got = memory_json(out, rid)["memory"]
+    assert (got["growth_bytes"], got["shrink_bytes"], got["changes"]) == \
+        (want["growth_bytes"], want["shrink_bytes"], want["changes"])
+    tl = json.loads(run(["replay", str(rid), "--memory", "--view", "heatmap", "--json"], db=out).stdout)
+    assert tl["memory_timeline"]["points"] > 10
+    run(["gc", "--force"], db=out, check=False)
+    assert memory_json(out, rid)["memory"]["growth_bytes"] == want["growth_bytes"]
