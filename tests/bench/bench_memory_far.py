@@ -79,11 +79,15 @@ def read_cost(python):
         out = {}
         for name in ("statm", "smaps_rollup"):
             fd = os.open("/proc/%d/%s" % (p.pid, name), os.O_RDONLY)
-            n = 2000
+            n = 1000
             t = time.perf_counter()
-            for _ in range(n):
-                os.pread(fd, 4096, 0)
-            out[name] = (time.perf_counter() - t) / n * 1e6
+            try:
+                for _ in range(n):
+                    os.pread(fd, 4096, 0)
+                out[name] = (time.perf_counter() - t) / n * 1e6
+            except OSError as e:  # the target ended (killed from outside)
+                out[name] = float("nan")
+                print("read of %s failed: %s" % (name, e))
             os.close(fd)
         return out
     finally:
