@@ -90,7 +90,10 @@ def test_shrink_is_never_growth(python, recorded):
     assert truth["shrink"]["release"] > 4e6, truth["shrink"]
     assert rel["shrink_bytes"] > 0.6 * truth["shrink"]["release"], (rel, truth["shrink"]["release"])
     assert rel["growth_bytes"] < 0.05 * truth["growth"]["build"], (rel, truth["growth"]["build"])
-    assert got["build"]["shrink_bytes"] < 0.2 * truth["shrink"]["release"], got["build"]
+    # release's last frees before build starts land on build when the sampler is
+    # late (a busy host): attribution is the interval's, the sign is never lost
+    assert got["build"]["shrink_bytes"] < 0.4 * truth["shrink"]["release"], got["build"]
+    assert got["build"]["growth_bytes"] > 0.7 * truth["growth"]["build"], got["build"]
     m = view["memory"]
     assert m["growth_bytes"] - m["shrink_bytes"] == m["net_bytes"]
     assert all(f["self"]["growth_bytes"] >= 0 and f["self"]["shrink_bytes"] >= 0 for f in view["functions"])
