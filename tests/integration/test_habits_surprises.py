@@ -144,3 +144,38 @@ def test_duration_stops_the_launched_command(tmp_path, sigterm):
     dur, status = con.execute("SELECT duration_ns, status FROM sessions WHERE id=?", (last_line_id(r),)).fetchone()
     con.close()
     assert status == "complete" and 0.9e9 < dur < 1.5e9
+
+
+LATE_THREADING = """
+import sys, time
+t = time.monotonic()
+while time.monotonic() - t < float(sys.argv[1]):
+    sum(range(1000))
+import threading
+print("name", threading.current_thread().name, flush=True)
+while time.monotonic() - t < float(sys.argv[2]):
+    sum(range(1000))
+"""
+
+
+def test_thread_name_the_same_launched_or_attached(tmp_path):
+    """A launched program that imports threading only after the sampler gave
+    up waiting (3 s) kept its OS name (python3.11) while the same program
+    attached later was MainThread; now the Python name replaces the OS one
+    once it is readable. Truth: threading's own name, printed by the program."""
+    py = "/usr/bin/python3.11"
+    if not os.access(py, os.X_OK):
+        pytest.skip("needs Debian's python3.11 (it does not import threading at start-up)")
+    db = str(tmp_path / "n.db")
+    app = script(tmp_path, "late.py", LATE_THREADING)
+    r = run(["record", "--", py, app, "3.3", "6"], db=db)
+    own = r.stdout.split("name ")[1].split()[0]
+    assert own == "MainThread"
+    p = subprocess.Popen([py, app, "0", "3"], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().split() == ["name", own]
+    attached = last_line_id(run(["record", "-p", str(p.pid), "-d", "1"], db=db))
+    p.wait()
+    con = sqlite3.connect(db)
+    names = dict(con.execute("SELECT session_id, name FROM threads").fetchall())
+    con.close()
+    assert names == {last_line_id(r): own, attached: own}, names
