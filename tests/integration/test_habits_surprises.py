@@ -179,3 +179,80 @@ def test_thread_name_the_same_launched_or_attached(tmp_path):
     names = dict(con.execute("SELECT session_id, name FROM threads").fetchall())
     con.close()
     assert names == {last_line_id(r): own, attached: own}, names
+
+
+@pytest.fixture()
+def labelled_db(tmp_path):
+    """Sessions 1 'before', 2 (no label), 3 'after', each with a `work` function."""
+    db = str(tmp_path / "l.db")
+    for label in ("before", None, "after"):
+        coll = tmp_path / "c.txt"
+        coll.write_text("main;work 10\nmain;werkzeug_handler 5\n")
+        run(["import", str(coll)] + (["--label", label] if label else []), db=db)
+    return db
+
+
+NEWEST_FIRST = ["after", "3", "2", "before", "1"]
+
+
+def test_shell_completion_offers_sessions_first(labelled_db, tmp_path):
+    """bash: where a command expects a session (replay ID, diff A B, export
+    ID) the labels and ids come first, newest first, and only there."""
+    r = run(["help", "--sessions"], db=labelled_db)
+    assert r.stdout.split("\n")[:-1] == NEWEST_FIRST
+    assert run(["help", "--sessions"], db=str(tmp_path / "none.db")).stdout == ""
+    assert not os.path.exists(tmp_path / "none.db")
+    comp = tmp_path / "c.bash"
+    comp.write_text(run(["help", "--completion", "bash"]).stdout)
+    b = bifocal_bin()
+    probe = "source %s; " % comp
+    cases = [("replay ''", 2), ("--db %s replay ''" % labelled_db, 4), ("--db %s replay af" % labelled_db, 4),
+             ("--db %s diff 3 ''" % labelled_db, 5), ("--db %s diff 3 1 ''" % labelled_db, 6),
+             ("--db %s export ''" % labelled_db, 4), ("--db %s push 1 ''" % labelled_db, 5)]
+    for words, cword in cases:
+        probe += 'COMP_WORDS=(%s %s); COMP_CWORD=%d; _bifocal; echo "${COMPREPLY[*]}"; ' % (b, words, cword)
+    r = subprocess.run(["bash", "--norc", "-c", probe], capture_output=True, text=True, timeout=30,
+                       cwd=str(tmp_path), env=env_no_db())
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    got = r.stdout.split("\n")
+    assert got[0] == ""  # ./bifocal.db does not exist here: no sessions, no options without a dash
+    assert got[1].split() == NEWEST_FIRST
+    assert got[2] == "after"
+    assert got[3].split() == NEWEST_FIRST
+    assert "--threshold" in got[4].split() and "after" not in got[4].split()  # both sessions given
+    assert got[5].split() == NEWEST_FIRST and got[6].split() == NEWEST_FIRST
+    zsh = "/usr/bin/zsh"
+    if os.access(zsh, os.X_OK):
+        zc = tmp_path / "_bifocal"
+        zc.write_text(run(["help", "--completion", "zsh"]).stdout)
+        assert subprocess.run([zsh, "-n", str(zc)], capture_output=True).returncode == 0
+
+
+def test_repl_completion_offers_sessions_first(labelled_db, tmp_path):
+    """REPL: `replay <Tab><Tab>` lists the sessions newest first and no
+    function names (they buried the labels); `use af<Tab>` completes."""
+    import re
+    import shutil
+    from conftest import wait_until
+    tmux = shutil.which("tmux")
+    if not tmux:
+        pytest.skip("tmux is not installed")
+    sock = "bfsess-%d" % os.getpid()
+    cmd = "env HOME=%s NO_COLOR=1 TERM=xterm %s --db %s" % (tmp_path, bifocal_bin(), labelled_db)
+    subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "120", "-y", "20",
+                    cmd], check=True, env=dict(os.environ, TERM="xterm"))
+    try:
+        def screen():
+            return subprocess.run([tmux, "-L", sock, "capture-pane", "-p", "-t", "t"], capture_output=True,
+                                  text=True).stdout
+
+        def keys(*k):
+            subprocess.run([tmux, "-L", sock, "send-keys", "-t", "t"] + list(k), check=True)
+        assert wait_until(lambda: "bifocal>" in screen(), 10, interval=0.1), screen()
+        keys("replay ", "Tab", "Tab")
+        assert wait_until(lambda: re.search(r"after\s+3\s+2\s+before\s+1", screen()), 10, interval=0.1), screen()
+        assert "work" not in screen()
+        keys("C-u", "use af", "Tab")
+        assert wait_until(lambda: "use after" in screen(), 10, interval=0.1), screen()
+    finally:
+        subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True)
