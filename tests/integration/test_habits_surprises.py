@@ -256,3 +256,61 @@ def test_repl_completion_offers_sessions_first(labelled_db, tmp_path):
         assert wait_until(lambda: "use after" in screen(), 10, interval=0.1), screen()
     finally:
         subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True)
+
+
+AUSTIN_APP = """
+import time
+t0 = time.monotonic()
+def leaf(n):
+    return sum(range(n))
+def work():
+    t = time.monotonic()
+    while time.monotonic() - t < 0.9:
+        leaf(3000)
+def idle():
+    time.sleep(0.4)
+work()
+t1 = time.monotonic()
+idle()
+t2 = time.monotonic()
+print("work %.6f idle %.6f" % (t1 - t0, t2 - t1))
+"""
+
+
+@pytest.mark.parametrize("layout", [[], ["-a"], ["-f"]], ids=["default", "alt", "full"])
+def test_import_debian_austin_1_0(tmp_path, layout):
+    """Debian 12's own austin (1.0.1) writes `Thread X;func (file);L<line>;...
+    usec` (-a: `func (file:line)` frames; -f: `usec mem+ mem-`), which import
+    refused as austin's old layout. A real capture imports: every line a
+    sample, the time shares those of the workload's own clock (±6 points;
+    austin's own start-up is in its total), the lines of the frames kept."""
+    from views_helpers import require_tool
+    austin = require_tool("austin", "austin")
+    ver = subprocess.run([austin, "-V"], capture_output=True, text=True).stdout + \
+        subprocess.run([austin, "-V"], capture_output=True, text=True).stderr
+    if "1.0" not in ver:
+        pytest.skip("not austin 1.0 (%s): this test is for Debian 12's package" % ver.strip())
+    import pythons
+    py = [p["path"] for p in pythons.discover() if p["version"][:2] == (3, 8) and not p.get("container")]
+    if not py:
+        pytest.skip("austin 1.0.1 reads up to CPython 3.8; no 3.8 here")
+    app = script(tmp_path, "app.py", AUSTIN_APP)
+    cap = tmp_path / "austin.txt"
+    r = subprocess.run([austin, "-i", "1000", "-o", str(cap)] + layout + [py[0], app], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    own = r.stdout.split()
+    work_s, idle_s = float(own[1]), float(own[3])
+    lines = [ln for ln in cap.read_text().splitlines() if ln.strip()]
+    db = str(tmp_path / "a.db")
+    sid = last_line_id(run(["import", str(cap)], db=db))
+    js = json.loads(run(["replay", str(sid), "--view", "functions", "--json", "--limit", "1000"], db=db).stdout)
+    assert js["session"]["mode"] == "austin1"
+    assert js["total_samples"] == len(lines)
+    f = {x["qualname"]: x for x in js["functions"]}
+    want_idle = idle_s / (work_s + idle_s)
+    assert abs(f["idle"]["total_share"] - want_idle) < 0.06, (f["idle"]["total_share"], want_idle)
+    assert abs(f["work"]["total_share"] - (1 - want_idle)) < 0.08, (f["work"]["total_share"], 1 - want_idle)
+    assert f["leaf"]["file"].endswith("app.py")
+    coll = run(["export", str(sid), "-f", "collapsed", "-o", "-"], db=db).stdout
+    assert "leaf (%s:5)" % f["leaf"]["file"] in coll or "leaf (%s:0:5)" % f["leaf"]["file"] in coll, coll[:400]
