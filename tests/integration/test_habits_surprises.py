@@ -314,3 +314,32 @@ def test_import_debian_austin_1_0(tmp_path, layout):
     assert f["leaf"]["file"].endswith("app.py")
     coll = run(["export", str(sid), "-f", "collapsed", "-o", "-"], db=db).stdout
     assert "leaf (%s:5)" % f["leaf"]["file"] in coll or "leaf (%s:0:5)" % f["leaf"]["file"] in coll, coll[:400]
+
+
+def test_heatmap_tells_same_named_functions_apart(tmp_path):
+    """Two util.py with a `work` were two rows both reading `work`; each row
+    now names as much of its file as tells them apart, on the terminal and
+    in the page. Truth: a.util.work runs first (0.6 s), then b.util.work (0.4 s)."""
+    src = tmp_path / "src"
+    for pkg in ("a", "b"):
+        (src / pkg).mkdir(parents=True)
+        (src / pkg / "__init__.py").write_text("")
+        (src / pkg / "util.py").write_text(textwrap.dedent("""
+            import time
+            def work(s):
+                t = time.monotonic()
+                while time.monotonic() - t < s:
+                    sum(range(500))
+            """))
+    (src / "main.py").write_text("import a.util, b.util\na.util.work(0.6)\nb.util.work(0.4)\n")
+    db = str(tmp_path / "h.db")
+    sid = last_line_id(run(["record", "--", "/usr/bin/python3", str(src / "main.py")], db=db))
+    text = run(["replay", str(sid), "--view", "heatmap", "--limit", "2"], db=db).stdout
+    rows = [ln for ln in text.splitlines() if "util.py" in ln]
+    assert [r.split()[:2] for r in rows] == [["work", "(a/util.py)"], ["work", "(b/util.py)"]], text
+    share = [float(r.split()[-1].rstrip("%")) for r in rows]
+    assert share[0] > share[1] > 0, share  # 0.6 s before 0.4 s
+    page = tmp_path / "h.html"
+    run(["replay", str(sid), "--view", "heatmap", "--limit", "2", "-o", str(page)], db=db)
+    html = page.read_text()
+    assert ">work (a/util.py)<" in html and ">work (b/util.py)<" in html
