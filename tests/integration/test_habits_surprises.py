@@ -221,11 +221,42 @@ def test_shell_completion_offers_sessions_first(labelled_db, tmp_path):
     assert got[3].split() == NEWEST_FIRST
     assert "--threshold" in got[4].split() and "after" not in got[4].split()  # both sessions given
     assert got[5].split() == NEWEST_FIRST and got[6].split() == NEWEST_FIRST
-    zsh = "/usr/bin/zsh"
-    if os.access(zsh, os.X_OK):
-        zc = tmp_path / "_bifocal"
-        zc.write_text(run(["help", "--completion", "zsh"]).stdout)
-        assert subprocess.run([zsh, "-n", str(zc)], capture_output=True).returncode == 0
+
+
+def test_zsh_completion_offers_sessions_first(labelled_db, tmp_path):
+    """zsh (in tmux, compinit on the generated _bifocal): `replay <Tab>`
+    lists the sessions newest first, with --db passed on; `push 3 <Tab>`
+    (any number of sessions) too."""
+    import re
+    import shutil
+    from conftest import wait_until
+    tmux, zsh = shutil.which("tmux"), shutil.which("zsh")
+    if not tmux or not zsh:
+        pytest.skip("needs tmux and zsh")
+    zdir = tmp_path / "zc"
+    zdir.mkdir()
+    (zdir / "_bifocal").write_text(run(["help", "--completion", "zsh"]).stdout)
+    sock = "bfzsh-%d" % os.getpid()
+    subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "150", "-y", "30",
+                    "env HOME=%s TERM=xterm %s -f -i" % (zdir, zsh)], check=True, env=dict(os.environ, TERM="xterm"))
+    try:
+        def screen():
+            return subprocess.run([tmux, "-L", sock, "capture-pane", "-p", "-t", "t"], capture_output=True,
+                                  text=True).stdout
+
+        def keys(*k):
+            subprocess.run([tmux, "-L", sock, "send-keys", "-t", "t"] + list(k), check=True)
+        keys("PS1='zz> '; fpath=(%s $fpath); autoload -Uz compinit; compinit -u -d %s/zcd; PATH=%s:$PATH"
+             % (zdir, zdir, os.path.dirname(bifocal_bin())), "Enter")
+        assert wait_until(lambda: screen().count("zz> ") >= 1, 15, interval=0.1), screen()
+        listing = r"after\s+3\s+2\s+before\s+1"
+        keys("%s --db %s replay " % (os.path.basename(bifocal_bin()), labelled_db), "Tab")
+        assert wait_until(lambda: re.search(listing, screen()), 15, interval=0.1), screen()
+        keys("C-u", "clear", "Enter")
+        keys("%s --db %s push 3 " % (os.path.basename(bifocal_bin()), labelled_db), "Tab")
+        assert wait_until(lambda: re.search(listing, screen()), 15, interval=0.1), screen()
+    finally:
+        subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True)
 
 
 def test_repl_completion_offers_sessions_first(labelled_db, tmp_path):
