@@ -48,8 +48,22 @@ static const char schema_v1[] =
     " session_id INTEGER);"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);";
 
+/* trace --memory (memnear29): exact allocations per function and edge, and
+ * the largest blocks live at the end (core/trace_memory.h). */
+static const char schema_memnear29[] =
+    "CREATE TABLE trace_memory(session_id INTEGER NOT NULL, function_id INTEGER NOT NULL,"
+    " allocs INTEGER, alloc_bytes INTEGER, frees INTEGER, freed_bytes INTEGER, live_count INTEGER,"
+    " live_bytes INTEGER, PRIMARY KEY(session_id, function_id)) WITHOUT ROWID;"
+    "CREATE TABLE trace_memory_edges(session_id INTEGER NOT NULL, caller_id INTEGER NOT NULL,"
+    " callee_id INTEGER NOT NULL, allocs INTEGER, alloc_bytes INTEGER, frees INTEGER,"
+    " freed_bytes INTEGER, live_count INTEGER, live_bytes INTEGER,"
+    " PRIMARY KEY(session_id, caller_id, callee_id)) WITHOUT ROWID;"
+    "CREATE TABLE trace_memory_top(session_id INTEGER NOT NULL, rank INTEGER NOT NULL,"
+    " size_bytes INTEGER NOT NULL, function_id INTEGER NOT NULL, stack TEXT NOT NULL,"
+    " PRIMARY KEY(session_id, rank)) WITHOUT ROWID;";
+
 /* Migrations: migrations[v] upgrades from user_version v to v+1. */
-static const char *const migrations[] = {schema_v1};
+static const char *const migrations[] = {schema_v1, schema_memnear29};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
 static int pragma_int(bf_store *s, const char *sql, int64_t *out) {
@@ -121,5 +135,6 @@ int bfs_check_and_migrate(bf_store *s) {
 
 /* The tables that hold rows of one session, by session_id (delete and gc). */
 const char *const bfs_session_tables[] = {"sample_chunks", "threads", "trace_functions", "trace_edges",
-                                          "call_records"};
+                                          "call_records", "trace_memory", "trace_memory_edges",
+                                          "trace_memory_top"};
 const size_t bfs_n_session_tables = sizeof bfs_session_tables / sizeof bfs_session_tables[0];
