@@ -121,6 +121,7 @@ static const bf_opt_doc docs[] = {
     {"trace", "--clock C", "wall cpu", "time calls by wall or CPU clock"},
     {"trace", "--focus GLOB", NULL, "record every call (timeline) of functions matching GLOB"},
     {"trace", "--no-builtins", NULL, "leave out C functions"},
+    {"trace", "--memory", NULL, "exact allocations per function and edge (allocator hooks)"},
     {"trace", "--tool-id N", NULL, "sys.monitoring tool id 0..5 (default: the first free)"},
     {"trace", "--label L", NULL, "a free label; usable as the session id"},
     {"trace", "--ttl T", NULL, "expire the session after T"},

@@ -240,26 +240,44 @@ static void mem_restore(const mem_ent *had) {
   mem_unlock();
 }
 
+/* Set while this thread is inside the allocator below us: what that allocator
+ * allocates itself (pymalloc takes blocks over 512 bytes from the RAW domain,
+ * through the hooks) is part of the outer block, not another one, as for
+ * tracemalloc. */
+static _Thread_local __attribute__((tls_model("initial-exec"))) int mem_inside;
+
+static inline int mem_counting(void) {
+  return !mem_inside && __atomic_load_n(&M.on, __ATOMIC_RELAXED);
+}
+
 static void *mem_malloc(void *ctx, size_t size) {
   mem_domain *d = ctx;
+  if (!mem_counting()) return d->prev.malloc(d->prev.ctx, size);
+  mem_inside = 1;
   void *r = d->prev.malloc(d->prev.ctx, size);
-  if (r && __atomic_load_n(&M.on, __ATOMIC_RELAXED)) mem_note_alloc(r, size);
+  mem_inside = 0;
+  if (r) mem_note_alloc(r, size);
   return r;
 }
 
 static void *mem_calloc(void *ctx, size_t nelem, size_t elsize) {
   mem_domain *d = ctx;
+  if (!mem_counting()) return d->prev.calloc(d->prev.ctx, nelem, elsize);
+  mem_inside = 1;
   void *r = d->prev.calloc(d->prev.ctx, nelem, elsize);
-  if (r && __atomic_load_n(&M.on, __ATOMIC_RELAXED)) mem_note_alloc(r, nelem * elsize);
+  mem_inside = 0;
+  if (r) mem_note_alloc(r, nelem * elsize);
   return r;
 }
 
 static void *mem_realloc(void *ctx, void *ptr, size_t size) {
   mem_domain *d = ctx;
-  if (!__atomic_load_n(&M.on, __ATOMIC_RELAXED)) return d->prev.realloc(d->prev.ctx, ptr, size);
+  if (!mem_counting()) return d->prev.realloc(d->prev.ctx, ptr, size);
   mem_ent had;
   int found = ptr ? mem_note_free(ptr, &had) : 0;
+  mem_inside = 1;
   void *r = d->prev.realloc(d->prev.ctx, ptr, size);
+  mem_inside = 0;
   if (r) {
     mem_note_alloc(r, size);
   } else if (found) {
@@ -270,11 +288,15 @@ static void *mem_realloc(void *ctx, void *ptr, size_t size) {
 
 static void mem_free(void *ctx, void *ptr) {
   mem_domain *d = ctx;
-  if (ptr && __atomic_load_n(&M.on, __ATOMIC_RELAXED)) {
-    mem_ent had;
-    mem_note_free(ptr, &had);
+  if (!ptr || !mem_counting()) {
+    d->prev.free(d->prev.ctx, ptr);
+    return;
   }
+  mem_ent had;
+  mem_note_free(ptr, &had);
+  mem_inside = 1;
   d->prev.free(d->prev.ctx, ptr);
+  mem_inside = 0;
 }
 
 static const PyMemAllocatorDomain mem_domains[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM,
