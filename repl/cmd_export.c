@@ -38,11 +38,12 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
                                        BF_OPTS_FILTER,
                                        {"encrypt-to", required_argument, NULL, 'e'},
                                        {"tree", no_argument, NULL, 'R'},
+                                       {"memory", no_argument, NULL, 'M'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   const char *format = NULL, *outp = NULL, *thread = NULL, *pub = NULL;
   bf_sample_filter filter = {0};
-  int c;
+  int c, memory = 0;
   while ((c = getopt_long(argc, argv, "f:o:t:h", opts, NULL)) != -1) {
     switch (c) {
       case 'f': format = optarg; break;
@@ -54,6 +55,7 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
         break;
       case 'e': pub = optarg; break;
       case 'R': filter.tree = 1; break;
+      case 'M': memory = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("export"), stdout); return 0;
       default: return 2;
     }
@@ -75,6 +77,14 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   while (formats[fi].name && strcmp(formats[fi].name, format) != 0) fi++;
   if (!sealed && !formats[fi].name) {
     bf_cli_error("unknown export format '%s' (known: " KNOWN_FORMATS ")", format);
+    return 2;
+  }
+  /* --memory: bytes of resident growth as the weight (record --memory sessions) */
+  export_fn mem_fn = !memory ? NULL : strcmp(format, "collapsed") == 0 ? bf_export_memory_collapsed
+                                    : strcmp(format, "pprof") == 0    ? bf_export_pprof_memory
+                                    : strcmp(format, "speedscope") == 0 ? bf_export_speedscope_memory : NULL;
+  if (memory && !mem_fn) {
+    bf_cli_error("--memory exports collapsed, pprof or speedscope (bytes of growth), not %s", format);
     return 2;
   }
   if (!outp) {
@@ -113,5 +123,5 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return 1;
   }
-  return bf_opt_output_done(s, &of, formats[fi].fn(s, id, &filter, of.f));
+  return bf_opt_output_done(s, &of, (mem_fn ? mem_fn : formats[fi].fn)(s, id, &filter, of.f));
 }

@@ -122,11 +122,12 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       {"native", no_argument, NULL, 'n'},         {"native-threads", required_argument, NULL, 'N'},
       {"output", required_argument, NULL, 'o'},   {"format", required_argument, NULL, 'f'},
       {"nonblocking", no_argument, NULL, 'B'},    {"async", no_argument, NULL, 'A'},
+      {"memory", no_argument, NULL, 'm'}, /* austin's -m too */
       {NULL, 0, NULL, 0}};
   int c, rate_given = 0, nonblocking = 0;
   const char *format = NULL;
   int64_t ns;
-  while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnmh", opts, NULL)) != -1) {
     switch (c) {
       case 'p':
         if (bf_opt_pid(optarg, &o->pid)) return 2;
@@ -160,6 +161,7 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
         if (bf_opt_native_threads(optarg, &o->native, &o->native_threads)) return 2;
         break;
       case 'A': o->async_tasks = 1; break; /* asyncio tasks as task:NAME threads */
+      case 'm': o->memory = 1; break;      /* resident-memory changes charged to stacks */
       case 'i': o->no_idle = 0; break;
       case 'I': o->no_idle = 1; break;
       case 'o': *outp = optarg; break;

@@ -54,6 +54,7 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
                                        {"html", no_argument, NULL, 'H'},
                                        {"buckets", required_argument, NULL, 'b'},
                                        {"tree", no_argument, NULL, 'R'},
+                                       {"memory", no_argument, NULL, 'M'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   r->view = "functions";
@@ -103,6 +104,7 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
         break;
       }
       case 'R': r->vo.filter.tree = 1; break;
+      case 'M': r->vo.memory = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("replay"), stdout); return 0;
       default: return 2;
     }
@@ -145,6 +147,12 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
     bf_cli_error("the %s view is an HTML page: give -o FILE.html", r->view);
     return 2;
   }
+  if (r->vo.memory && (r->svg || r->vo.html || (strcmp(r->view, "functions") && strcmp(r->view, "flame") &&
+                                                 strcmp(r->view, "heatmap")))) {
+    bf_cli_error("--memory goes with --view functions, flame (HTML) or heatmap (text or --json), not %s%s", r->view,
+                 r->svg ? " as SVG" : r->vo.html ? " as HTML" : "");
+    return 2;
+  }
   bf_opt_term_width(cli, r->outp, &r->vo.width);
   return -1;
 }
@@ -178,6 +186,14 @@ static int html_page(bf_store *s, int64_t id, replay_args *r, FILE *out) {
   return rc;
 }
 
+/* --memory: the memory form of functions, flame and heatmap (view_memory.c). */
+static int memory_view(const replay_args *r, bf_store *s, int64_t id, FILE *out) {
+  const char *v = views[r->vi].name;
+  if (strcmp(v, "functions") == 0) return bf_view_memory_functions(s, id, &r->vo, out);
+  if (strcmp(v, "flame") == 0 && !r->svg) return bf_view_memory_flame(s, id, &r->vo, out);
+  return bf_view_memory_timeline(s, id, &r->vo, out); /* heatmap (replay_parse refused the rest) */
+}
+
 int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
   replay_args r = {0};
   int rc = replay_parse(cli, argc, argv, &r);
@@ -192,6 +208,7 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
     return 1;
   }
   if (of.f != stdout) r.vo.color = 0;
+  if (r.vo.memory) return bf_opt_output_done(s, &of, memory_view(&r, s, id, of.f));
   if (r.svg) return bf_opt_output_done(s, &of, bf_view_flame_svg(s, id, &r.vo, of.f));
   if (r.html_wrap) return bf_opt_output_done(s, &of, html_page(s, id, &r, of.f));
   return bf_opt_output_done(s, &of, views[r.vi].fn(s, id, &r.vo, of.f));

@@ -329,8 +329,7 @@ int bf_opt_peer_record(const char *cmd, int *argc, char ***argv) {
       bf_cli_error("%s: bifocal's frames are always functions (py-spy's --function): drop it", x);
       return 2;
     }
-    if (strcmp(x, "-m") == 0 || strcmp(x, "--memory") == 0 || strcmp(x, "--async-aware") == 0 ||
-        strcmp(x, "--opcodes") == 0) {
+    if (strcmp(x, "--async-aware") == 0 || strcmp(x, "--opcodes") == 0) {
       bf_cli_error("%s is not supported by bifocal record yet (austin/Tachyon flag; for asyncio tasks see --async)", x);
       return 2;
     }

@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "cpuclock.h"
+#include "memsample.h"
 #include "native.h"
 #include "record_int.h" /* target, rec_thread; the keeping is record_keep.c's */
 #include "session_meta.h"
@@ -144,6 +145,7 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
     if (!t->cc) return seterr(err_h, -ENOMEM, "out of memory");
     t->proc_cpu0_ns = process_cpu_ns(t->pid);
   }
+  if (o->memory && !t->mem && !(t->mem = rec_memory_new(t->pid))) return seterr(err_h, -ENOMEM, "out of memory");
   return 0;
 }
 
@@ -151,6 +153,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
                           int64_t cpu_ns) {
   bf_session_info *in = &t->info;
   int rc0 = t->cc ? rec_cpu_flush(st, t) : 0;
+  if (!rc0 && t->mem) rc0 = rec_memory_flush(st, t);
   /* held samples first: wait for a lock holder up to 30 s in all */
   bf_store_set_busy_timeout(st, 1000);
   int64_t give_up = bf_mono_ns() + 30000000000LL;
@@ -194,6 +197,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
            (unsigned long long)(cs.truncated - t->cs0.truncated),
            (long long)t->lock_held, (long long)t->lock_dropped);
   if (t->cc) cpuclock_json(t, late + strlen(late), sizeof late - strlen(late));
+  rec_memory_json(t, late + strlen(late), sizeof late - strlen(late));
   const char *tks = bf_smp_tasks_status(t->tk); /* static ASCII, no quotes */
   if (*tks) snprintf(late + strlen(late), sizeof late - strlen(late), ",\"async_tasks\":\"%s\"", tks);
   size_t nl = nat ? strlen(nat) : 0;
@@ -363,7 +367,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     }
     if ((rc = rec_keep_sample(st, t, r, &th[i], tname, ts, flags, weight)) < 0) return rc;
   }
-  return 0;
+  return t->mem ? rec_memory_tick(st, t, th, n, ts) : 0;
 }
 
 /* Python children of pid (direct and deeper), by scanning /proc. */
@@ -767,6 +771,7 @@ static int finish_targets(rec_run *r, const char *status, int64_t stop) {
     bf_smp_tasks_free(tg[i].tk);
     if (tg[i].own) bf_smp_free(tg[i].h);
     bf_cpuclock_free(tg[i].cc);
+    rec_memory_free(tg[i].mem);
     for (size_t k = 0; k < tg[i].nthreads; k++) {
       free(tg[i].threads[k].last_frames);
       free(tg[i].threads[k].batch);

@@ -43,6 +43,7 @@ typedef struct bf_wstacks {
   double total_weight;
   int64_t empty_count;   /* of which without any Python frame (in no row; see threads) */
   double empty_weight;
+  const char *unit;      /* weight's unit when not the kind's (static: "bytes" for memory), else NULL */
 } bf_wstacks;
 
 /* Aggregate session into distinct (thread, stack) rows. f may be NULL.
@@ -51,6 +52,13 @@ typedef struct bf_wstacks {
  * OUT: *out (free with bf_wstacks_free). */
 int bf_wstacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_wstacks **out);
 void bf_wstacks_free(bf_wstacks *w);
+
+/* record --memory sessions as weighted stacks (view_memory.c): weight =
+ * bytes of resident (anon: anonymous resident) growth charged to the stack,
+ * count = the changes that grew; shrinks are in no row. -ENODATA (message
+ * set) for a session without memory rows. OUT: *out (bf_wstacks_free). */
+int bf_wstacks_load_memory(bf_store *s, int64_t session_id, const bf_sample_filter *f, int anon,
+                           bf_wstacks **out);
 
 /* The value a share is computed from. */
 static inline double bf_wstack_value(const bf_wstacks *w, const bf_wstack *st) {

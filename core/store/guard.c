@@ -122,6 +122,9 @@ static const table_spec tables[] = {
     {"audit",
      {"id", "time_ns", "user", "uid", "target_pid", "target_uid", "command", "argv", "outcome", "session_id", NULL}},
     {"meta", {"key", "value", NULL}},
+    {"memory_samples",
+     {"session_id", "thread_id", "stack_id", "ts_ns", "rss_delta", "anon_delta", "py_delta", NULL}},
+    {"memory_timeline", {"session_id", "ts_ns", "rss_bytes", "anon_bytes", "py_bytes", NULL}},
 };
 
 static int altered(bf_store *s, const char *table, const char *why) {
