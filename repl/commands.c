@@ -40,7 +40,7 @@ const bf_cmd bf_cmds[] = {
     {"diff", bf_cmd_diff, "diff A B [--threshold PP] [--json] [--force] [--limit N] [--view flame -o F.html]", "per-function change of share between two sessions, with significance", NULL},
     {"run", bf_cmd_run, "run [--out DIR] [--unsafe] [--timeout S] [--memory SIZE] SCRIPT.lua [ARGS]", "run a Lua check; exit 0 all checks held, 1 one failed, 2 script error", "Sandboxed by default: no os.execute, io.popen, package.loadlib, C modules or binary\nchunks, and files may be written only under --out DIR. --unsafe lifts the sandbox.\nCtrl-C or --timeout S stops a runaway script; --memory SIZE caps its memory (default 1G).\nA bare SCRIPT name is also looked up among the shipped scripts."},
     {"correlate", bf_cmd_correlate, "correlate SAMPLED TRACED [--json] [--limit N]", "join a sampled and a traced session per function", NULL},
-    {"calibrate", bf_cmd_calibrate, "calibrate [--rate HZ] [--clock wall|cpu] [--json] [--label L] -- python script.py ARGS", "trace and sample the same run; report how far the estimates are from the truth", NULL},
+    {"calibrate", bf_cmd_calibrate, "calibrate [--rate HZ] [--clock wall|cpu] [--json] [--label L] [--memory] -- python script.py ARGS", "trace and sample the same run; report how far the estimates are from the truth", NULL},
     {"demo", bf_cmd_demo, "demo [--dir DIR] [--python PY] [--seconds S]", "the whole story on a bundled workload: sample, trace, correlate, gate, flame graph", NULL},
     {"audit", bf_cmd_audit, "audit [--json]", "who attached to which process, when, and how it ended", NULL},
     {"redact", bf_cmd_redact, "redact ID -o OUT.db [--keep PREFIX ...]",

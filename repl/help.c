@@ -146,6 +146,7 @@ static const bf_opt_doc docs[] = {
     {"calibrate", "-r, --rate HZ", NULL, "sampling rate"},
     {"calibrate", "-c, --clock C", "wall cpu", "the clock of both lenses"},
     {"calibrate", "-j, --json", NULL, "machine-readable report"},
+    {"calibrate", "-m, --memory", NULL, "sampled growth shares against the trace's exact live shares"},
     {"calibrate", "-l, --label L", NULL, "label of both sessions"},
     {"calibrate", "-n, --limit N", NULL, "at most N functions in the report"},
 
