@@ -164,3 +164,123 @@ def test_v1_database_migrates(tmp_path):
     names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"trace_memory", "trace_memory_edges", "trace_memory_top"} <= names
     con.close()
+
+
+GROW = r'''
+import sys, time
+KEEP = []
+def grower():
+    for _ in range(4):
+        KEEP.append(b"x" * 65536)   # written: resident at once
+def churn():
+    x = 0
+    for _ in range(200):
+        x += len(bytes(1000))
+    return x
+def main(calls, seconds):
+    end = time.time() + seconds
+    n = 0
+    while n < calls or time.time() < end:
+        grower()
+        churn()
+        n += 1
+        time.sleep(0.002)
+    print("calls", n)
+main(int(sys.argv[1]), float(sys.argv[2]))
+'''
+
+JOIN_LUA = r'''
+local db = bifocal.open()
+local s = assert(db:session(tonumber(arg[1])))
+local rows, sum = s:memory{}
+if not rows then print("nil", sum) return end
+print("lens", sum.lens, sum.functions)
+for _, r in ipairs(rows) do
+  if r.lens == "traced" then
+    print("T", r.qualname, r.calls, r.allocs, r.alloc_bytes, r.live_bytes, r.alloc_bytes_per_call or -1, r.live_bytes_per_call or -1)
+  else
+    print("S", r.qualname, r.growth_bytes, r.shrink_bytes, r.growth_share, r.growth_ci and r.growth_ci[1] or -1, r.growth_ci and r.growth_ci[2] or -1)
+  end
+end
+if sum.lens == "traced" then
+  local b = assert(s:memory{blocks = true})
+  print("B", #b, b[1].size_bytes, b[1].qualname, b[1].stack[#b[1].stack].qualname)
+else
+  print("SUM", sum.growth_bytes, sum.shrink_bytes)
+  print("BLOCKS", s:memory{blocks = true})
+end
+'''
+
+
+def lua_rows(db, tmp_path, sid):
+    script = tmp_path / "join.lua"
+    script.write_text(JOIN_LUA)
+    out = run(["run", str(script), str(sid)], db=db).stdout.splitlines()
+    return [ln.split("\t") for ln in out]
+
+
+def test_memory_join(python, tmp_path):
+    """s:memory{} on a traced and a sampled session of one workload, and
+    scripts/memory.lua's answer: grower allocates 4 x 64 KiB per call and
+    keeps them all; churn allocates per call and keeps nothing."""
+    src = tmp_path / "grow.py"
+    src.write_text(GROW)
+    db, tsid = traced_run(python, tmp_path, [str(src), "40", "0"])
+    rows = lua_rows(db, tmp_path, tsid)
+    assert rows[0][:2] == ["lens", "traced"], rows[0]
+    t = {r[1]: r for r in rows if r[0] == "T"}
+    g = t["grower"]
+    assert int(g[2]) == 40, g  # calls, the workload's own count
+    assert 4 * 65536 <= float(g[6]) <= 4 * 65536 + 4096, g  # alloc bytes per call
+    assert 4 * 65536 <= float(g[7]) <= float(g[6]), g      # kept per call
+    c = t["churn"]
+    assert int(c[2]) == 40 and float(c[6]) >= 200 * 1000 and abs(float(c[7])) < 512, c
+    b = [r for r in rows if r[0] == "B"][0]
+    assert int(b[1]) == 20 and int(b[2]) >= 65536 and b[3] == "grower" and b[4] == "grower", b
+
+    r = run(["record", "--memory", "-r", "200", "--", python, str(src), "0", "1.5"], db=db, timeout=60)
+    ssid = last_line_id(r)
+    rows = lua_rows(db, tmp_path, ssid)
+    assert rows[0][:2] == ["lens", "sampled"], rows[0]
+    srows = [r for r in rows if r[0] == "S"]
+    total_share = 0.0
+    for _, name, grew, shrank, share, lo, hi in srows:
+        grew, shrank, share, lo, hi = map(float, (grew, shrank, share, lo, hi))
+        assert grew >= 0 and shrank >= 0, (name, grew, shrank)  # a shrink is never growth
+        assert 0 <= lo <= share <= hi <= 1, (name, share, lo, hi)
+        total_share += share
+    assert total_share <= 1 + 1e-9
+    summ = [r for r in rows if r[0] == "SUM"][0]
+    # the sampled rows' growth adds up to the session's (stack-less rows aside)
+    assert sum(float(r[2]) for r in srows) <= float(summ[1]) + 1
+    blocks = [r for r in rows if r[0] == "BLOCKS"][0]
+    assert blocks[1] == "nil" and "no traced memory blocks" in blocks[2], blocks
+    # the join script: its headline and its check
+    out = run(["run", "memory.lua", str(ssid), str(tsid)], db=db).stdout
+    assert "allocates" in out and "keeps" in out and "offline, grower keeps the most" in out, out
+    bad = run(["run", "memory.lua", str(ssid), str(tsid), "--max-kept-per-call", "0"], db=db, check=False)
+    top = [ln for ln in out.splitlines() if ln.startswith("the function that grows most")][0]
+    kept_nothing = "keeps 0 B" in top or "was not traced" in top
+    assert bad.returncode == (0 if kept_nothing and "keeps 0 B" in top else 1), (bad.returncode, top)
+    wrong = run(["run", "memory.lua", str(tsid), str(ssid)], db=db, check=False)
+    assert wrong.returncode != 0 and "give a sampled one first" in wrong.stderr, wrong.stderr
+
+
+def test_calibrate_memory(python, tmp_path):
+    """calibrate --memory: one run traced and sampled; the exact side says
+    grower keeps all that stays live."""
+    src = tmp_path / "grow.py"
+    src.write_text(GROW)
+    db = str(tmp_path / "c.db")
+    r = run(["calibrate", "--memory", "--json", "-r", "200", "--", python, str(src), "0", "1.5"], db=db,
+            timeout=120)
+    rep = json.loads(r.stdout)
+    assert rep["memory"] is True and rep["sampled_session"] and rep["traced_session"]
+    fn = {f["qualname"]: f for f in rep["functions"]}
+    g = fn["grower"]
+    assert g["exact"] >= 0.9 and g["live_bytes"] >= 4 * 65536 * g["calls"] > 0, g
+    assert 0 <= g["ci"][0] <= g["estimate"] <= g["ci"][1] <= 1
+    assert g["covered"] == (g["ci"][0] <= g["exact"] <= g["ci"][1])
+    # exact shares add up to 1 but for what no Python frame made (bootstrap, interpreter)
+    assert 0.99 <= sum(f["exact"] for f in rep["functions"]) <= 1 + 1e-9
+    assert rep["growth_bytes"] >= 0 and rep["shrink_bytes"] >= 0
