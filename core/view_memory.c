@@ -370,7 +370,7 @@ static void write_text(bf_store *s, const bf_session_info *in, const mload *l, c
   fmt_bytes(net, sizeof net, l->g - l->sh);
   fmt_bytes(ag, sizeof ag, l->ag);
   fmt_bytes(ash, sizeof ash, l->ash);
-  fprintf(out, "resident: grew %s in %lld changes, shrank %s, net %s (anonymous: +%s, -%s)\n", g,
+  fprintf(out, "resident: grew %s in %lld changes, shrank %s, net %s (anonymous: grew %s, shrank %s)\n", g,
           (long long)l->ng, sh, net, ag, ash);
   if (!l->ng) {
     fputs("no resident growth observed in this session or window\n", out);

@@ -33,6 +33,8 @@ struct rec_memory {
   size_t npts, cap_pts;
   int64_t rows_total, dropped, reads, read_fail;
   int64_t growth, shrink; /* resident bytes charged, for the session's summary */
+  int64_t cur_rss, cur_anon; /* read by rec_memory_read, not charged yet */
+  int fresh;                 /* cur_* hold a reading */
 };
 
 /* Resident and anonymous resident bytes. 0, or -1 when the read failed. */
@@ -119,15 +121,18 @@ static int keep_point(rec_memory *m, int64_t ts, int force) {
   return 0;
 }
 
+void rec_memory_read(rec_memory *m) {
+  if (!m || m->fd < 0) return;
+  m->reads++;
+  m->fresh = read_statm(m, &m->cur_rss, &m->cur_anon) == 0;
+  if (!m->fresh) m->read_fail++;
+}
+
 int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, int64_t ts) {
   rec_memory *m = t->mem;
-  if (!m || m->fd < 0) return 0;
-  int64_t rss, anon;
-  m->reads++;
-  if (read_statm(m, &rss, &anon) < 0) {
-    m->read_fail++;
-    return 0;
-  }
+  if (!m || !m->fresh) return 0;
+  m->fresh = 0;
+  int64_t rss = m->cur_rss, anon = m->cur_anon;
   int rc;
   if (m->rss >= 0 && (rss != m->rss || anon != m->anon)) {
     int64_t thread_id = m->last_thread, stack_id = m->last_stack;

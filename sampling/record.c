@@ -286,6 +286,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   int rc = t->nat ? bf_smp_native_sample(t->nat, want, &th, &n)
                   : bf_smp_sample(t->h, want, &th, &n);
   int64_t read_end = bf_mono_ns();
+  if (t->mem && rc >= 0) rec_memory_read(t->mem); /* right after the stacks it is charged to */
   /* a torn stack (changed while read) is re-read at once inside
    * bf_smp_sample; -EIO here is a sample given up (counted invalid) */
   if (rc == -ESRCH) return rc;

@@ -15,7 +15,11 @@
 rec_memory *rec_memory_new(int pid);
 void rec_memory_free(rec_memory *m); /* accepts NULL */
 
-/* One tick: read the memory, and when it changed since the last tick charge
+/* Read the memory now (right after the stacks were read); the next
+ * rec_memory_tick charges what changed. */
+void rec_memory_read(rec_memory *m);
+
+/* One tick: when the memory read by rec_memory_read changed since the last tick charge
  * the change to the GIL holder among th[0..n) (else a thread on a CPU, else
  * the thread charged last) at ts (ns since session start). Rows are buffered
  * and written about once a second. 0, or a fatal negative errno (a locked
