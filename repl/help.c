@@ -106,6 +106,13 @@ static const bf_opt_doc docs[] = {
     {"record", "--label L", NULL, "a free label for the load window; usable as the session id"},
     {"record", "--commit SHA", NULL, "the code version (default: git rev-parse HEAD in the target's cwd)"},
     {"record", "--ttl T", NULL, "expire the session after T (90s, 30m, 12h, 7d; see gc)"},
+    {"record", "--push URL", "otlp+http:// otlp+https:// pyroscope:// pyroscope+https://",
+     "push each window as it closes (credentials as for push); unsent windows wait in the database"},
+    {"record", "--every DURATION", NULL, "with --push: the window (1s .. 1h, default 10s)"},
+    {"record", "--push-spool-max SIZE", NULL, "unsent windows kept at most (default 64MB), then the oldest are dropped"},
+    {"record", "--push-headers FILE", "@file", "with --push: extra 'Name: value' headers from a 0600 file of yours"},
+    {"record", "--push-wait S", NULL, "after the capture, keep pushing at most S more (default 5)"},
+    {"record", "--push-timeout S", NULL, "bound of each push request (default 10)"},
 
     {"dump", "-p, --pid PID", NULL, "the process (also accepted as the only argument)"},
     {"dump", "-j, --json", NULL, "one JSON object: pid, python_version, threads with name and frames "
@@ -182,6 +189,7 @@ static const bf_opt_doc docs[] = {
     {"push", "--until S", NULL, "only samples until S seconds after the session start"},
     {"push", "--follow", NULL, "push a session being recorded window by window as each closes, until it ends"},
     {"push", "--every DURATION", NULL, "with --follow: the window (1s .. 1h, default 10s)"},
+    {"push", "--resume", NULL, "send the windows record --push left in the spool for --to (all sessions, or those given)"},
 };
 #define NDOCS (sizeof docs / sizeof *docs)
 

@@ -825,6 +825,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     return rc;
   }
   *session_id = tg[0].session_id;
+  if (o->session_started) *o->session_started = tg[0].session_id;
   /* from here a locked database never stops the capture: samples are held */
   bf_store_set_busy_timeout(st, BUSY_MS);
 

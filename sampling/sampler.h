@@ -165,6 +165,9 @@ typedef struct bf_smp_record_opts {
   /* Called about 4 times a second (may be NULL). */
   void (*progress)(void *ud, const bf_smp_progress *p);
   void *progress_ud;
+  /* OUT (may be NULL): the session's id once it exists (record --push's
+   * thread waits for it). */
+  volatile int64_t *session_started;
 } bf_smp_record_opts;
 
 /* Sample a target into a new session of store until it exits, duration passes

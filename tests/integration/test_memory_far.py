@@ -187,7 +187,8 @@ def test_v1_database_migrates(tmp_path):
     db = str(tmp_path / "v1.db")
     run(["record", "-r", "200", "-d", "0.3", "--", python, "-c", "import time; time.sleep(0.5)"], db=db)
     con = sqlite3.connect(db)
-    con.executescript("DROP TABLE memory_samples; DROP TABLE memory_timeline; PRAGMA user_version=1;")
+    con.executescript("DROP TABLE memory_samples; DROP TABLE memory_timeline; DROP TABLE IF EXISTS push_spool;"
+                      "PRAGMA user_version=1;")
     con.close()
     out = run(["sessions", "--json"], db=db).stdout
     assert len(json.loads(out)) == 1

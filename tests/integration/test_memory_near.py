@@ -145,20 +145,23 @@ def test_no_memory_rows_without_flag(python, tmp_path):
 
 
 def test_v1_database_migrates(tmp_path):
-    """A database from before the traced-memory tables (schema 2) opens and gains them."""
+    """A database of schema 1 (before the memory tables) opens and gains them."""
     src = tmp_path / "plain.py"
     src.write_text("x = 1\n")
     db, _ = traced_run("/usr/bin/python3", tmp_path, [str(src)], opts=())
-    con = sqlite3.connect(db)
-    con.executescript("DROP TABLE trace_memory; DROP TABLE trace_memory_edges; DROP TABLE trace_memory_top;"
-                      "PRAGMA user_version=2;")
+    con = sqlite3.connect(db)  # back to schema 1: drop every table later migrations made
+    v1 = {"sessions", "strings", "functions", "frames", "stacks", "threads", "sample_chunks", "trace_functions",
+          "trace_edges", "call_records", "audit", "meta"}
+    later = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'") if r[0] not in v1]
+    assert {"trace_memory", "trace_memory_edges", "trace_memory_top"} <= set(later)
+    con.executescript("".join("DROP TABLE %s;" % t for t in later) + "PRAGMA user_version=1;")
     con.close()
     run(["sessions"], db=db)  # a reader that may write the file migrates it
     src.write_text("x = [bytes(100) for _ in range(10)]\n")
     db, sid = traced_run("/usr/bin/python3", tmp_path, [str(src)])  # writes: migrates
     run(["sessions"], db=db)
     con = sqlite3.connect(db)
-    assert con.execute("PRAGMA user_version").fetchone()[0] >= 3
+    assert con.execute("PRAGMA user_version").fetchone()[0] >= 4
     assert con.execute("SELECT count(*) FROM trace_memory WHERE session_id = ?", (sid,)).fetchone()[0] > 0
     assert con.execute("SELECT count(*) FROM sessions").fetchone()[0] == 2
     names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
