@@ -287,3 +287,26 @@ def test_calibrate_memory(python, tmp_path):
     # exact shares add up to 1 but for what no Python frame made (bootstrap, interpreter)
     assert 0.99 <= sum(f["exact"] for f in rep["functions"]) <= 1 + 1e-9
     assert rep["growth_bytes"] >= 0 and rep["shrink_bytes"] >= 0
+
+
+def test_memory_rows_survive_copy(python, tmp_path):
+    """redact (a session copy into another database, ids re-interned) keeps
+    the memory rows: the same totals per function name and the top blocks."""
+    src = tmp_path / "chain.py"
+    src.write_text(CHAIN)
+    db, sid = traced_run(python, tmp_path, [str(src)])
+    out = str(tmp_path / "red.db")
+    run(["redact", str(sid), "-o", out], db=db)
+
+    def totals(path):
+        con = sqlite3.connect(path)
+        rows = con.execute(
+            "SELECT q.s, m.allocs, m.alloc_bytes, m.live_bytes FROM trace_memory m JOIN functions f ON "
+            "f.id = m.function_id JOIN strings q ON q.id = f.qualname_id ORDER BY 1, 2, 3, 4").fetchall()
+        top = con.execute("SELECT rank, size_bytes, length(stack) > 0 FROM trace_memory_top ORDER BY rank").fetchall()
+        edges = con.execute("SELECT count(*), sum(live_bytes) FROM trace_memory_edges").fetchone()
+        con.close()
+        return rows, top, edges
+
+    a, b = totals(db), totals(out)
+    assert a == b and a[0] and a[1], (a, b)

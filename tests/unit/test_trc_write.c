@@ -1,6 +1,7 @@
 /* test_trc_write.c — the tracer's store writer: same-identity functions and
  * edges are merged, focus records give percentiles, threads and metadata land. */
 #include <errno.h>
+#include <stdio.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,12 @@ static int on_top(void *ud, const bf_trace_memory_top *t) {
   } else {
     CHECK_EQ_INT(t->nstack, 0);
   }
+  return 0;
+}
+
+static int on_top_any(void *ud, const bf_trace_memory_top *t) {
+  (void)t;
+  (*(int *)ud)++;
   return 0;
 }
 
@@ -168,6 +175,23 @@ static void test_write(const char *path) {
   }
   bf_session_info_free(info);
   bf_store_close(s);
+
+  /* a stack text altered outside bifocal is refused, not misread */
+  static const char *const bad[] = {"1,,2", "x", "1,", ",1", "99999999999999999999"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
+    char sql[128];
+    snprintf(sql, sizeof sql, "UPDATE trace_memory_top SET stack='%s' WHERE rank=1", bad[k]);
+    CHECK_EQ_INT(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    CHECK_EQ_INT(bf_store_open(path, BF_STORE_READONLY, &s, NULL), 0);
+    if (!s) break;
+    int nt = 0;
+    CHECK_EQ_INT(bf_store_trace_memory_top_foreach(s, sid, on_top_any, &nt), -EINVAL);
+    CHECK(strstr(bf_store_errmsg(s), "not a list of function ids") != NULL);
+    bf_store_close(s);
+  }
 
   /* a missing directory fails cleanly with a message */
   CHECK(bf_trc_write("/nonexistent/dir/x.db", &res, &meta, &sid, err, sizeof err) < 0);
