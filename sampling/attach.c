@@ -113,7 +113,7 @@ void bf_smp_free(bf_smp *h) {
   free(h->pref);
   free(h->pref_next);
   free(h->pool);
-  free(h->pref_hash);
+  bf_pmap_free(&h->pref_hash);
   free(h->span_buf);
   free(h->plan_key);
   free(h->plan_ord);

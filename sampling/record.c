@@ -153,7 +153,6 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
                           int64_t cpu_ns) {
   bf_session_info *in = &t->info;
   int rc0 = t->cc ? rec_cpu_flush(st, t) : 0;
-  if (!rc0 && t->mem) rc0 = rec_memory_flush(st, t);
   /* held samples first: wait for a lock holder up to 30 s in all */
   bf_store_set_busy_timeout(st, 1000);
   int64_t give_up = bf_mono_ns() + 30000000000LL;
@@ -167,6 +166,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
     t->npend = t->pend_head;
   }
   bf_store_set_busy_timeout(st, 30000);
+  if (!rc0 && t->mem) rc0 = rec_memory_flush(st, t); /* waits for a lock holder like the samples */
   for (size_t i = 0; i < t->nthreads; i++) /* tasks' last runs */
     if (t->threads[i].held.count && bf_store_sample_add(st, t->session_id, &t->threads[i].held) < 0)
       t->lock_dropped += t->threads[i].held.count;

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "pmap.h"
 #include "sampler.h"
 
 /* Little-endian fields of copied remote memory (unaligned-safe). */
@@ -219,6 +220,12 @@ typedef struct smp_pref {
   uint8_t age;       /* samples since a read last asked for it */
 } smp_pref;
 
+/* A slot of bf_smp.pref_hash. */
+typedef struct smp_pref_slot {
+  uint64_t addr; /* the bf_pmap key */
+  int64_t index; /* in bf_smp.pref */
+} smp_pref_slot;
+
 /* A merged span of the prefetch plan: regions plan_ord[first..last]. */
 typedef struct smp_span {
   uint64_t addr, end;
@@ -263,8 +270,7 @@ struct bf_smp {
   smp_span *plan_sp;
   size_t plan_n, plan_ns, plan_cap, plan_total;
   int pref_all_ok;
-  int32_t *pref_hash;      /* open addressing over pref: pref_hash_n slots in use */
-  size_t pref_hash_cap, pref_hash_n;
+  bf_pmap pref_hash;       /* of smp_pref_slot: address -> index in pref */
   unsigned char scratch[4096];
   /* code cache */
   smp_code **code_tab;

@@ -90,7 +90,10 @@ def test_shrink_is_never_growth(python, recorded):
     assert truth["shrink"]["release"] > 4e6, truth["shrink"]
     assert rel["shrink_bytes"] > 0.6 * truth["shrink"]["release"], (rel, truth["shrink"]["release"])
     assert rel["growth_bytes"] < 0.05 * truth["growth"]["build"], (rel, truth["growth"]["build"])
-    assert got["build"]["shrink_bytes"] < 0.2 * truth["shrink"]["release"], got["build"]
+    # release's last frees before build starts land on build when the sampler is
+    # late (a busy host): attribution is the interval's, the sign is never lost
+    assert got["build"]["shrink_bytes"] < 0.4 * truth["shrink"]["release"], got["build"]
+    assert got["build"]["growth_bytes"] > 0.7 * truth["growth"]["build"], got["build"]
     m = view["memory"]
     assert m["growth_bytes"] - m["shrink_bytes"] == m["net_bytes"]
     assert all(f["self"]["growth_bytes"] >= 0 and f["self"]["shrink_bytes"] >= 0 for f in view["functions"])
@@ -179,23 +182,25 @@ def test_austin_m_and_errors(tmp_path):
 
 
 @pytest.mark.parallel  # the schema
-def test_v1_database_migrates(tmp_path):
-    """A database of schema 1 (before the memory tables) opens for reading,
-    is migrated in place, and keeps its sessions."""
+@pytest.mark.parametrize("old", [1, 2])
+def test_old_database_migrates(tmp_path, old):
+    """A database of schema 1 (before push_spool and the memory tables) or 2
+    (before the memory tables) opens for reading, is migrated in place, and
+    keeps its sessions."""
     import pythons
     python = pythons.discover()[0]["path"]
     db = str(tmp_path / "v1.db")
     run(["record", "-r", "200", "-d", "0.3", "--", python, "-c", "import time; time.sleep(0.5)"], db=db)
     con = sqlite3.connect(db)
-    con.executescript("DROP TABLE memory_samples; DROP TABLE memory_timeline; DROP TABLE IF EXISTS push_spool;"
-                      "PRAGMA user_version=1;")
+    con.executescript("DROP TABLE memory_samples; DROP TABLE memory_timeline;" +
+                      (" DROP TABLE push_spool;" if old == 1 else "") + " PRAGMA user_version=%d;" % old)
     con.close()
     out = run(["sessions", "--json"], db=db).stdout
     assert len(json.loads(out)) == 1
     con = sqlite3.connect(db)
-    assert con.execute("PRAGMA user_version").fetchone()[0] >= 2
+    assert con.execute("PRAGMA user_version").fetchone()[0] >= 3
     names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"memory_samples", "memory_timeline"} <= names
+    assert {"memory_samples", "memory_timeline", "push_spool"} <= names
     con.close()
     run(["record", "--memory", "-r", "200", "-d", "0.3", "--", python, "-c", "import time; time.sleep(0.5)"], db=db)
     assert len(json.loads(run(["sessions", "--json"], db=db).stdout)) == 2
