@@ -158,6 +158,9 @@ def test_views_and_exports(recorded, tmp_path):
     assert len(b) == 10 and max(x["rss_bytes"] for x in b) > min(x["rss_bytes"] for x in b) + 10e6
     text = run(["replay", str(sid), "--memory"], db=db).stdout
     assert "keep_big" in text and "95% CI" in text
+    page = str(tmp_path / "t.html")  # a text view as a page, like every other
+    run(["replay", str(sid), "--memory", "-o", page], db=db)
+    assert "<pre>" in open(page).read() and "keep_big" in open(page).read()
 
 
 @pytest.mark.parallel  # messages
