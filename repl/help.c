@@ -140,6 +140,7 @@ static const bf_opt_doc docs[] = {
     {"trace", "--clock C", "wall cpu", "time calls by wall or CPU clock"},
     {"trace", "--focus GLOB", NULL, "record every call (timeline) of functions matching GLOB"},
     {"trace", "--no-builtins", NULL, "leave out C functions"},
+    {"trace", "--memory", NULL, "exact allocations per function and edge (allocator hooks)"},
     {"trace", "--tool-id N", NULL, "sys.monitoring tool id 0..5 (default: the first free)"},
     {"trace", "--label L", NULL, "a free label; usable as the session id"},
     {"trace", "--ttl T", NULL, "expire the session after T"},
@@ -164,6 +165,7 @@ static const bf_opt_doc docs[] = {
     {"calibrate", "-r, --rate HZ", NULL, "sampling rate"},
     {"calibrate", "-c, --clock C", "wall cpu", "the clock of both lenses"},
     {"calibrate", "-j, --json", NULL, "machine-readable report"},
+    {"calibrate", "-m, --memory", NULL, "sampled growth shares against the trace's exact live shares"},
     {"calibrate", "-l, --label L", NULL, "label of both sessions"},
     {"calibrate", "-n, --limit N", NULL, "at most N functions in the report"},
 
