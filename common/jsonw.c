@@ -171,6 +171,8 @@ void bf_jw_null(bf_jw *w) {
 void bf_jw_raw(bf_jw *w, const char *json) {
   if (!jw_value(w)) fputs(json, w->f);
 }
+FILE *bf_jw_file(bf_jw *w) { return jw_value(w) ? NULL : w->f; }
+
 void bf_jw_kstr(bf_jw *w, const char *key, const char *s) {
   bf_jw_key(w, key);
   bf_jw_str(w, s);
