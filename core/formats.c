@@ -26,6 +26,7 @@ const bf_format bf_formats[] = {
     {"gil", NULL, NULL, "GIL view", NULL, V, S, BF_FMT_JSON, NULL, bf_view_gil},
     {"stack", NULL, NULL, "stack view", NULL, V, S | I, BF_FMT_JSON, NULL, bf_view_stack},
     {"tasks", NULL, NULL, "tasks view", NULL, V, S, BF_FMT_JSON, NULL, bf_view_tasks},
+    {"opcodes", NULL, NULL, "opcodes view (record --opcodes)", NULL, V, S, BF_FMT_JSON, NULL, bf_view_opcodes},
     {"collapsed", "raw", ".txt .collapsed .folded", "collapsed stacks", NULL, X | R, BF_FMT_ANY, 0,
      bf_export_collapsed, NULL},
     {"speedscope", NULL, ".speedscope.json .json", "speedscope profile", NULL, X | R, BF_FMT_ANY, 0,

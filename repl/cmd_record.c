@@ -95,6 +95,15 @@ static int record_check(int argc, char **argv, bf_smp_record_opts *o, int nonblo
     bf_cli_error("--async records task stacks on the wall clock without --native (drop --clock cpu / --native)");
     return 2;
   }
+  if (o->exc_only && (o->clock_cpu || o->async_tasks)) {
+    bf_cli_error("--exceptions (--mode exception) samples threads on the wall clock, as Tachyon's does (drop %s)",
+                 o->clock_cpu ? "--clock cpu" : "--async");
+    return 2;
+  }
+  if (o->opcodes && (o->native || o->async_tasks)) {
+    bf_cli_error("--opcodes reads the leaf frame of Python stacks: drop --native / --async");
+    return 2;
+  }
   /* native stacks stop threads at every sample: a gentler default rate */
   if (o->native && !rate_given) o->rate_hz = 100;
   char **cmd = argv + optind;
@@ -124,6 +133,7 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       {"native", no_argument, NULL, 'n'},         {"native-threads", required_argument, NULL, 'N'},
       {"output", required_argument, NULL, 'o'},   {"format", required_argument, NULL, 'f'},
       {"nonblocking", no_argument, NULL, 'B'},    {"async", no_argument, NULL, 'A'},
+      {"exceptions", no_argument, NULL, 'X'},     {"opcodes", no_argument, NULL, 'O'},
       BF_PUSH_RECORD_OPTIONS,                     {NULL, 0, NULL, 0}};
   int c, rate_given = 0, nonblocking = 0;
   const char *format = NULL;
@@ -162,6 +172,8 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
         if (bf_opt_native_threads(optarg, &o->native, &o->native_threads)) return 2;
         break;
       case 'A': o->async_tasks = 1; break; /* asyncio tasks as task:NAME threads */
+      case 'X': o->exc_only = 1; break;    /* Tachyon's --mode exception */
+      case 'O': o->opcodes = 1; break;     /* Tachyon's --opcodes */
       case 'i': o->no_idle = 0; break;
       case 'I': o->no_idle = 1; break;
       case 'o': *outp = optarg; break;

@@ -86,7 +86,11 @@ static const bf_opt_doc docs[] = {
      "also write FILE; without --db (or $BIFOCAL_DB) only FILE is written, no database is kept"},
     {"record", "-f, --format F", "@record", "format of -o FILE (default: from the extension: @exts)"},
     {"record", "--collapsed, --flamegraph, --pstats, --gecko", NULL, "Tachyon's spellings of -f collapsed|flame|pstats|gecko"},
-    {"record", "--mode M", "wall cpu gil", "Tachyon's spelling: --clock wall, --clock cpu, --gil"},
+    {"record", "--mode M", "wall cpu gil exception", "Tachyon's spelling: --clock wall, --clock cpu, --gil, --exceptions"},
+    {"record", "--exceptions", NULL, "only samples of threads handling (in except/finally) or raising an exception; "
+                                     "wall clock (Tachyon --mode exception)"},
+    {"record", "--opcodes", NULL, "the leaf frame's bytecode instruction, specialised form included (3.11+; "
+                                  "replay --view opcodes; Tachyon --opcodes)"},
     {"record", "-a, --all-threads", NULL, "accepted for Tachyon: bifocal always samples every thread"},
     {"record", "--clock C", "wall cpu", "wall: every thread charged real time; cpu: only CPU time used"},
     {"record", "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"},
