@@ -57,8 +57,10 @@ EOF
 fi
 
 old=$1 new=$2 db=$3 work=${4:-$(mktemp -d)}
-views="functions flame heatmap gil stack tasks"
-exports="collapsed speedscope pstats pprof chrome svg gecko otlp"
+# the views and exports the old binary lists (its help is built from core/formats.c)
+one_of() { "$old" help "$1" | awk -v o="$2" 'index($0, o) { getline; sub(/.*one of: /, ""); print; exit }'; }
+views=$(one_of replay "-v, --view")
+exports=$(one_of export "-f, --format" | sed 's/ bifocal//')
 
 # write DIR BIN: every output of BIN on a private copy of the database
 write() {
