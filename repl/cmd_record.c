@@ -325,6 +325,10 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   if (rc >= 0) return rc;
   rc = record_parse(argc, argv, &o, &outp, &out_kind);
   if (rc >= 0) return rc;
+  if (push_cfg.others && !push_cfg.to) {
+    bf_cli_error("--every, --push-spool-max, --push-headers, --push-wait and --push-timeout go with --push URL");
+    return 2;
+  }
   stop_flag = 0;
   child_pid = 0;
   struct sigaction sa, old_sa[N_STOP_SIGS];
