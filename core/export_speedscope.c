@@ -66,10 +66,10 @@ static void profile_head(bf_jw *w, const char *type, const char *name, const cha
   bf_jw_kstr(w, "unit", unit);
 }
 
-static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
-  bf_wstacks *w = NULL;
-  int rc = bf_wstacks_load(s, session_id, f, &w);
-  if (rc) return rc;
+/* w as one "sampled" profile per thread of its distinct stacks (memory
+ * stacks, w->unit "bytes": weights in bytes of growth). Frees w. */
+static int export_wstacks(bf_store *s, int64_t session_id, bf_wstacks *w, FILE *out) {
+  int rc = 0;
   frames fr = {0};
   /* frame index per function, in first-seen order */
   for (size_t i = 0; i < w->nf; i++)
@@ -77,7 +77,8 @@ static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter 
       rc = -ENOMEM;
       goto out;
     }
-  int ns = !(bf_q_kind_of(w->info) == BF_Q_IMPORTED); /* sampled and traced weights are ns; imports count */
+  /* sampled and traced weights are ns, memory bytes; imports count */
+  int ns = !(bf_q_kind_of(w->info) == BF_Q_IMPORTED) || w->unit;
   char name[128];
   snprintf(name, sizeof name, "bifocal session %lld%s%s", (long long)session_id, w->info->label ? " — " : "",
            w->info->label ? w->info->label : "");
@@ -104,7 +105,7 @@ static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter 
     if (!cnt) continue;
     char lb[256];
     bf_wthread_label(&w->threads[t], lb, sizeof lb);
-    profile_head(&jw, "sampled", lb, ns ? "nanoseconds" : "none");
+    profile_head(&jw, "sampled", lb, w->unit ? w->unit : ns ? "nanoseconds" : "none");
     bf_jw_kint(&jw, "startValue", 0);
     bf_jw_knum(&jw, "endValue", end);
     bf_jw_key(&jw, "samples");
@@ -135,6 +136,18 @@ out:
   free(fr.order);
   bf_wstacks_free(w);
   return rc;
+}
+
+static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_wstacks *w = NULL;
+  int rc = bf_wstacks_load(s, session_id, f, &w);
+  return rc ? rc : export_wstacks(s, session_id, w, out);
+}
+
+int bf_export_speedscope_memory(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_wstacks *w = NULL;
+  int rc = bf_wstacks_load_memory(s, session_id, f, 0, &w);
+  return rc ? rc : export_wstacks(s, session_id, w, out);
 }
 
 /* note: appended to the file's name (speedscope shows it as the title), or "". */

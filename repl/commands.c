@@ -31,10 +31,10 @@ BF_DECL(push)
 const bf_cmd bf_cmds[] = {
     {"sessions", bf_cmd_sessions, "sessions [--json]", "list sessions with their metadata", NULL},
     {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key] | import --from pyroscope URL --query SEL [--since T] [--until T] [--label L]", "import collapsed stacks (FlameGraph, py-spy raw, austin text), a sealed export, or a fleet-merged profile from Pyroscope", NULL},
-    {"replay", bf_cmd_replay, "replay ID [--view @view] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N] [--tree]", "show a view of a session", NULL},
-    {"export", bf_cmd_export, "export ID --format @export -o FILE [--thread T] [--since S] [--until S] [--tree] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
+    {"replay", bf_cmd_replay, "replay ID [--view @view] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N] [--tree] [--memory]", "show a view of a session", NULL},
+    {"export", bf_cmd_export, "export ID --format @export -o FILE [--thread T] [--since S] [--until S] [--tree] [--memory] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
     {"attach", bf_cmd_attach, "attach [record options] PID", "record an existing process (Tachyon's spelling of record -p PID)", NULL},
-    {"record", bf_cmd_record, "record [-r HZ] [-d S] [-o FILE [-f FMT]] [--clock wall|cpu] [-g] [-i|--no-idle] [-n] [-s] [--async] [--label L] [--commit SHA] [--ttl T] [--push URL [--every 10s] [--push-spool-max 64MB]] (-p PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
+    {"record", bf_cmd_record, "record [-r HZ] [-d S] [-o FILE [-f FMT]] [--clock wall|cpu] [-g] [-i|--no-idle] [-n] [-s] [--async] [-m] [--label L] [--commit SHA] [--ttl T] [--push URL [--every 10s] [--push-spool-max 64MB]] (-p PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
     {"dump", bf_cmd_dump, "dump [-j] [-l] [-n] [-s] (-p PID | PID)", "current Python stack of every thread of a process, once", NULL},
     {"top", bf_cmd_top, "top [-d S] [-r HZ] [-g] [-i] [-n] [-s] [--limit N] (-p PID | PID)", "sample a process for a while and print its hottest functions", NULL},
     {"live", bf_cmd_live, "live [-r HZ] [-g] [-i] [-n] [-s] (-p PID | PID)", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},
