@@ -135,6 +135,7 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       {"nonblocking", no_argument, NULL, 'B'},    {"async", no_argument, NULL, 'A'},
       {"kernel", no_argument, NULL, 'k' + 256}, {"no-kernel", no_argument, NULL, 'K'},
       {"exceptions", no_argument, NULL, 'X'},     {"opcodes", no_argument, NULL, 'O'},
+      {"memory", no_argument, NULL, 'm'}, /* austin's -m too */
       BF_PUSH_RECORD_OPTIONS,                     {NULL, 0, NULL, 0}};
   int c, rate_given = 0, nonblocking = 0;
   const char *format = NULL;
@@ -142,7 +143,7 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
   /* off unless asked: ~2 us more per blocked thread-sample measured
    * (tests/bench/bench_kernel.py), over the 1 us it would need to be on */
   o->no_kernel = 1;
-  while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnmh", opts, NULL)) != -1) {
     switch (c) {
       case 'p':
         if (bf_opt_pid(optarg, &o->pid)) return 2;
@@ -180,6 +181,7 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       case 'K': o->no_kernel = 1; break;
       case 'X': o->exc_only = 1; break;    /* Tachyon's --mode exception */
       case 'O': o->opcodes = 1; break;     /* Tachyon's --opcodes */
+      case 'm': o->memory = 1; break;      /* resident-memory changes charged to stacks */
       case 'i': o->no_idle = 0; break;
       case 'I': o->no_idle = 1; break;
       case 'o': *outp = optarg; break;

@@ -3,6 +3,7 @@
  * and zsh completion scripts (`bifocal help --completion bash|zsh`) and the
  * REPL's option-value completion all read this table. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -66,6 +67,8 @@ static const bf_opt_doc docs[] = {
                                              "as SVG; .html: every view as a page"},
     {"replay", "--html", NULL, "heatmap as an HTML page"},
     {"replay", "--buckets N", NULL, "heatmap time buckets (2 to 1000)"},
+    {"replay", "--memory", NULL, "record --memory sessions: functions by resident growth/shrink/net, flame "
+                                 "weighted by bytes of growth, heatmap as the resident-memory timeline"},
     {"replay", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one; "
                                "a child's own id shows that process alone"},
 
@@ -77,6 +80,8 @@ static const bf_opt_doc docs[] = {
     {"export", "--until S", NULL, "only samples until S seconds after the session start"},
     {"export", "--encrypt-to PUBKEY", "@file", "with --format bifocal: sealed for the owner of PUBKEY"},
     {"export", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one"},
+    {"export", "--memory", NULL, "record --memory sessions: collapsed, pprof (alloc_space) or speedscope "
+                                 "weighted by bytes of resident growth"},
 
     {"record", "-p, --pid PID", NULL, "attach to a running process (py-spy -p)"},
     {"record", "-r, --rate HZ", NULL, "samples per second, 1 to 1000000 (default 1000; 100 with --native); "
@@ -100,6 +105,8 @@ static const bf_opt_doc docs[] = {
     {"record", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
     {"record", "--kernel", NULL, "wall clock: the kernel lens (each sample's syscall and target, run-queue delay, page faults; see replay --view waits)"},
     {"record", "--async", NULL, "asyncio tasks as task:NAME threads (wall clock, not with --native)"},
+    {"record", "-m, --memory", NULL, "also charge resident-memory growth and shrink to the stack that ran "
+                                     "(austin -m; see replay --memory, docs/memory.md)"},
     {"record", "-s, --subprocesses", NULL, "follow Python children, one session each (py-spy -s); "
                                            "-o FILE holds the whole tree (replay/export --tree)"},
     {"record", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},
@@ -134,6 +141,7 @@ static const bf_opt_doc docs[] = {
     {"trace", "--clock C", "wall cpu", "time calls by wall or CPU clock"},
     {"trace", "--focus GLOB", NULL, "record every call (timeline) of functions matching GLOB"},
     {"trace", "--no-builtins", NULL, "leave out C functions"},
+    {"trace", "--memory", NULL, "exact allocations per function and edge (allocator hooks)"},
     {"trace", "--tool-id N", NULL, "sys.monitoring tool id 0..5 (default: the first free)"},
     {"trace", "--label L", NULL, "a free label; usable as the session id"},
     {"trace", "--ttl T", NULL, "expire the session after T"},
@@ -158,6 +166,7 @@ static const bf_opt_doc docs[] = {
     {"calibrate", "-r, --rate HZ", NULL, "sampling rate"},
     {"calibrate", "-c, --clock C", "wall cpu", "the clock of both lenses"},
     {"calibrate", "-j, --json", NULL, "machine-readable report"},
+    {"calibrate", "-m, --memory", NULL, "sampled growth shares against the trace's exact live shares"},
     {"calibrate", "-l, --label L", NULL, "label of both sessions"},
     {"calibrate", "-n, --limit N", NULL, "at most N functions in the report"},
 
@@ -416,17 +425,58 @@ static void man_page(FILE *f) {
         f);
 }
 
+int bf_cli_session_args(const char *cmd) {
+  if (strcmp(cmd, "use") == 0) return 1; /* the REPL's */
+  const bf_cmd *c = bf_cli_find(cmd);
+  if (!c) return 0;
+  /* the usage line's leading placeholders: "replay ID", "diff A B", "push SESSION..." */
+  static const char *const names[] = {"ID", "A", "B", "SAMPLED", "TRACED", "SESSION", NULL};
+  const char *u = c->usage + strcspn(c->usage, " ");
+  int n = 0;
+  for (;;) {
+    while (*u == ' ') u++;
+    size_t len = strcspn(u, " ");
+    int many = len > 3 && strncmp(u + len - 3, "...", 3) == 0;
+    size_t w = many ? len - 3 : len;
+    int hit = 0;
+    for (int i = 0; names[i] && !hit; i++) hit = strlen(names[i]) == w && strncmp(u, names[i], w) == 0;
+    if (!hit) return n;
+    if (many) return -1;
+    n++;
+    u += len;
+  }
+}
+
+int bf_cli_complete_sessions(const bf_cli *cli, FILE *f) {
+  bf_store *s = NULL;
+  if (bf_store_open(cli->db_path, BF_STORE_READONLY, &s, NULL) < 0) return 0; /* none yet: nothing */
+  bf_session_info **v = NULL;
+  size_t n = 0;
+  if (bf_store_session_list(s, &v, &n) == 0) {
+    for (size_t i = n; i-- > 0;) { /* newest first */
+      if (v[i]->label && !strchr(v[i]->label, '\n')) fprintf(f, "%s\n", v[i]->label);
+      fprintf(f, "%lld\n", (long long)v[i]->id);
+    }
+    for (size_t i = 0; i < n; i++) bf_session_info_free(v[i]);
+    free(v);
+  }
+  bf_store_close(s);
+  return fflush(f) ? 1 : 0;
+}
+
+static void bash_sessions(FILE *f);
+
 static void bash_completion(FILE *f) {
   fputs("# bash completion for bifocal (generated by `bifocal help --completion bash`)\n"
         "_bifocal() {\n"
-        "  local cur prev cmd i\n"
+        "  local cur prev cmd i db ci\n"
         "  cur=${COMP_WORDS[COMP_CWORD]}\n"
         "  prev=${COMP_WORDS[COMP_CWORD-1]}\n"
         "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
         "    case ${COMP_WORDS[i]} in\n"
-        "      -D|--db) ((i++)) ;;\n"
+        "      -D|--db) db=${COMP_WORDS[i+1]}; ((i++)) ;;\n"
         "      -*) ;;\n"
-        "      *) cmd=${COMP_WORDS[i]}; break ;;\n"
+        "      *) cmd=${COMP_WORDS[i]}; ci=$i; break ;;\n"
         "    esac\n"
         "  done\n"
         "  case $prev in\n"
@@ -437,7 +487,9 @@ static void bash_completion(FILE *f) {
         f);
   for (const bf_cmd *c = bf_cmds; c->name; c++) fprintf(f, " %s", c->name);
   option_words(NULL, f);
-  fputs("\" -- \"$cur\"))\n    return\n  fi\n  case $cmd in\n", f);
+  fputs("\" -- \"$cur\"))\n    return\n  fi\n", f);
+  bash_sessions(f);
+  fputs("  case $cmd in\n", f);
   for (const bf_cmd *c = bf_cmds; c->name; c++) {
     fprintf(f, "    %s)\n      case $prev in\n", c->name);
     for (size_t i = 0; i < NDOCS; i++) {
@@ -461,7 +513,11 @@ static void bash_completion(FILE *f) {
       else
         fprintf(f, ") COMPREPLY=($(compgen -W \"%s\" -- \"$cur\")); return ;;\n", v);
     }
-    fputs("      esac\n      COMPREPLY=($(compgen -W \"", f);
+    fputs("      esac\n", f);
+    int ns = bf_cli_session_args(c->name);
+    if (ns) /* sessions first, where the command expects one */
+      fprintf(f, "      _bifocal_at_session %d && return\n", ns);
+    fputs("      COMPREPLY=($(compgen -W \"", f);
     option_words(c->name, f);
     fputs("\" -- \"$cur\"))\n", f);
     /* arguments that are files */
@@ -472,6 +528,25 @@ static void bash_completion(FILE *f) {
   fputs("    help) COMPREPLY=($(compgen -W \"", f);
   for (const bf_cmd *c = bf_cmds; c->name; c++) fprintf(f, " %s", c->name);
   fputs("\" -- \"$cur\")) ;;\n  esac\n}\ncomplete -F _bifocal bifocal\n", f);
+}
+
+/* bash: _bifocal_at_session N offers the database's session labels and ids
+ * (newest first, unsorted) when the word being completed is one of the
+ * command's first N arguments (-1: any), else fails. */
+static void bash_sessions(FILE *f) {
+  fputs("  _bifocal_at_session() {\n"
+        "    local n=0 j\n"
+        "    [[ $cur == -* ]] && return 1\n"
+        "    for ((j = ci + 1; j < COMP_CWORD; j++)); do [[ ${COMP_WORDS[j]} != -* ]] && ((n++)); done\n"
+        "    ((${1} >= 0 && n >= ${1})) && return 1\n"
+        "    local list\n"
+        "    list=$(\"${COMP_WORDS[0]}\" ${db:+--db \"$db\"} help --sessions 2>/dev/null)\n"
+        "    local IFS=$'\\n'\n"
+        "    COMPREPLY=($(compgen -W \"$list\" -- \"$cur\"))\n"
+        "    compopt -o nosort 2>/dev/null\n"
+        "    return 0\n"
+        "  }\n",
+        f);
 }
 
 /* zsh: a single-quoted word (help text) with ' escaped and [ ] : inert. */
@@ -491,9 +566,12 @@ static void zsh_word(FILE *f, const char *s) {
 static void zsh_completion(FILE *f) {
   fputs("#compdef bifocal\n# zsh completion for bifocal (generated by `bifocal help --completion zsh`)\n"
         "_bifocal() {\n  local curcontext=\"$curcontext\" state line\n  typeset -A opt_args\n"
+        "  local _bifocal_exe=${words[1]} _bifocal_db\n"
         "  _arguments -C \\\n    '(-D --db)'{-D,--db}'[the database]:database:_files' \\\n"
         "    '(-)'{-h,--help}'[list the commands]' \\\n    '(-)'{-V,--version}'[print the version]' \\\n"
-        "    '1:command:->cmd' \\\n    '*::arg:->args'\n  case $state in\n    cmd)\n"
+        "    '1:command:->cmd' \\\n    '*::arg:->args'\n"
+        "  _bifocal_db=${opt_args[--db]:-${opt_args[-D]}}\n"
+        "  case $state in\n    cmd)\n"
         "      local -a cmds\n      cmds=(\n        'help:help on a command'\n",
         f);
   for (const bf_cmd *c = bf_cmds; c->name; c++) {
@@ -535,11 +613,20 @@ static void zsh_completion(FILE *f) {
         fputs("' \\\n", f);
       }
     }
-    fputs("            '(-h --help)'{-h,--help}'[this help]' \\\n            '*: :_files' ;;\n", f);
+    int ns = bf_cli_session_args(c->name);
+    for (int k = 1; k <= ns; k++) fprintf(f, "            '%d:session:_bifocal_sessions' \\\n", k);
+    fprintf(f, "            '(-h --help)'{-h,--help}'[this help]' \\\n            '*: :%s' ;;\n",
+            ns < 0 ? "_bifocal_sessions" : "_files");
   }
   fputs("        help) _describe command cmds 2>/dev/null || _values command", f);
   for (const bf_cmd *c = bf_cmds; c->name; c++) fprintf(f, " %s", c->name);
-  fputs(" ;;\n      esac ;;\n  esac\n}\n_bifocal \"$@\"\n", f);
+  fputs(" ;;\n      esac ;;\n  esac\n}\n"
+        "# session labels and ids of the database, newest first (an unsorted group)\n"
+        "_bifocal_sessions() {\n  local -a s\n"
+        "  s=(${(f)\"$(${_bifocal_exe:-bifocal} ${_bifocal_db:+--db} $_bifocal_db help --sessions 2>/dev/null)\"})\n"
+        "  compadd -V sessions -a s\n}\n"
+        "_bifocal \"$@\"\n",
+        f);
 }
 
 int bf_cli_help(int argc, char **argv) {

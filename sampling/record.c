@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "cpuclock.h"
+#include "memsample.h"
 #include "native.h"
 #include "record_int.h" /* target, rec_thread; the keeping is record_keep.c's */
 #include "session_meta.h"
@@ -159,6 +160,7 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
     if (!t->cc) return seterr(err_h, -ENOMEM, "out of memory");
     t->proc_cpu0_ns = process_cpu_ns(t->pid);
   }
+  if (o->memory && !t->mem && !(t->mem = rec_memory_new(t->pid))) return seterr(err_h, -ENOMEM, "out of memory");
   return 0;
 }
 
@@ -179,6 +181,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
     t->npend = t->pend_head;
   }
   bf_store_set_busy_timeout(st, 30000);
+  if (!rc0 && t->mem) rc0 = rec_memory_flush(st, t); /* waits for a lock holder like the samples */
   for (size_t i = 0; i < t->nthreads; i++) /* tasks' last runs */
     if (t->threads[i].held.count && bf_store_sample_add(st, t->session_id, &t->threads[i].held) < 0)
       t->lock_dropped += t->threads[i].held.count;
@@ -211,6 +214,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   if (t->cc) cpuclock_json(t, late + strlen(late), sizeof late - strlen(late));
   for (size_t i = 0; i < t->nthreads; i++) rec_kern_summary(t, &t->threads[i]);
   char *kj = kernel_json(t);
+  rec_memory_json(t, late + strlen(late), sizeof late - strlen(late));
   const char *tks = bf_smp_tasks_status(t->tk); /* static ASCII, no quotes */
   if (*tks) snprintf(late + strlen(late), sizeof late - strlen(late), ",\"async_tasks\":\"%s\"", tks);
   size_t nl = nat ? strlen(nat) : 0, kl = kj ? strlen(kj) : 0;
@@ -245,12 +249,9 @@ static int tick_cpu_thread(bf_store *st, target *t, rec_thread *r, const bf_smp_
                            const char *tname, int64_t ts, uint32_t flags, int64_t on_from, int64_t read_at,
                            int64_t read_end) {
   int rc;
-  if (!r->store_thread_id || (tname && !r->named)) {
-    rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
-    if (rc == -EBUSY) return 0; /* database locked: look again next tick */
-    if (rc < 0) return rc;
-    r->named = tname != NULL;
-  }
+  rc = rec_name_thread(st, t, r, tid, th, tname);
+  if (rc == -EBUSY) return 0; /* database locked: look again next tick */
+  if (rc < 0) return rc;
   int64_t stack_id;
   int64_t cpu;
   int known, on;
@@ -302,6 +303,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   int rc = t->nat ? bf_smp_native_sample(t->nat, want, &th, &n)
                   : bf_smp_sample(t->h, want, &th, &n);
   int64_t read_end = bf_mono_ns();
+  if (t->mem && rc >= 0) rec_memory_read(t->mem); /* right after the stacks it is charged to */
   /* a torn stack (changed while read) is re-read at once inside
    * bf_smp_sample; -EIO here is a sample given up (counted invalid) */
   if (rc == -ESRCH) return rc;
@@ -385,7 +387,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     }
     if ((rc = rec_keep_sample(st, t, r, &th[i], tname, ts, flags, weight)) < 0) return rc;
   }
-  return 0;
+  return t->mem ? rec_memory_tick(st, t, th, n, ts) : 0;
 }
 
 /* Python children of pid (direct and deeper), by scanning /proc. */
@@ -790,6 +792,7 @@ static int finish_targets(rec_run *r, const char *status, int64_t stop) {
     bf_smp_tasks_free(tg[i].tk);
     if (tg[i].own) bf_smp_free(tg[i].h);
     bf_cpuclock_free(tg[i].cc);
+    rec_memory_free(tg[i].mem);
     for (size_t k = 0; k < tg[i].nthreads; k++) {
       free(tg[i].threads[k].last_frames);
       free(tg[i].threads[k].batch);

@@ -112,12 +112,22 @@ static const table_spec tables[] = {
      {"session_id", "caller_id", "callee_id", "calls", "primitive_calls", "self_ns", "total_ns", NULL}},
     {"call_records",
      {"id", "session_id", "function_id", "thread_id", "start_ns", "duration_ns", "depth", "parent_function_id", NULL}},
+    {"trace_memory",
+     {"session_id", "function_id", "allocs", "alloc_bytes", "frees", "freed_bytes", "live_count", "live_bytes",
+      NULL}},
+    {"trace_memory_edges",
+     {"session_id", "caller_id", "callee_id", "allocs", "alloc_bytes", "frees", "freed_bytes", "live_count",
+      "live_bytes", NULL}},
+    {"trace_memory_top", {"session_id", "rank", "size_bytes", "function_id", "stack", NULL}},
     {"audit",
      {"id", "time_ns", "user", "uid", "target_pid", "target_uid", "command", "argv", "outcome", "session_id", NULL}},
     {"meta", {"key", "value", NULL}},
     {"push_spool",
      {"id", "session_id", "seq", "window_start_ns", "window_end_ns", "target", "url_suffix", "content_type", "state",
       "attempts", "next_try_ns", "last_status", "bytes", "created_ns", "sent_ns", "payload", NULL}},
+    {"memory_samples",
+     {"session_id", "thread_id", "stack_id", "ts_ns", "rss_delta", "anon_delta", "py_delta", NULL}},
+    {"memory_timeline", {"session_id", "ts_ns", "rss_bytes", "anon_bytes", "py_bytes", NULL}},
 };
 
 static int altered(bf_store *s, const char *table, const char *why) {
