@@ -266,12 +266,22 @@ def slowdown_rounds(ctx):
             got = {}
             for arm in order:
                 who, clock, env = ARMS[arm]
+                pin, twin = ctx.pin, None
+                if ctx.twin:  # the profiled target on CPU b, its unprofiled twin on the other
+                    b = r % 2
+                    pin, twin = (str(b), str(b) if ctx.twin == "same" else None), 1 - b
                 got[arm] = trial(who, ctx.py, ctx.bf, rate, ctx.seconds, ctx.dir, how=ctx.how,
-                                 clock=clock, env=env, pin=ctx.pin)
+                                 clock=clock, env=env, pin=pin, twin=twin)
             res[rate].append(got)
             print("  round %d, %s Hz, load %.1f: %s" % (r + 1, rate, got[order[-1]]["load"], "; ".join(
-                "%s %s" % (arm, fmt_trial(got[arm], got["none"])) for arm in arms)), flush=True)
+                "%s %s" % (arm, fmt_trial(got[arm], base_of(ctx, got, arm))) for arm in arms)), flush=True)
     return res
+
+
+def base_of(ctx, g, arm):
+    """What arm's run in round g is measured against: the round's unprofiled
+    run, or (--twin) the unprofiled twin that ran beside it."""
+    return g[arm].get("twin") if ctx.twin else g["none"]
 
 
 def per_unit(t, key):
@@ -284,12 +294,18 @@ def slow_pct(t, base, key):
 
 
 def fmt_trial(t, base):
-    if t is base:
+    if t is base or "samples" not in t and "twin" not in t:
         return "%.2f us wall, %.2f us cpu a unit" % (per_unit(t, "wall_ns") / 1e3, per_unit(t, "cpu_ns") / 1e3)
+    if base is None:
+        return "(no twin result)"
     rate = t["samples"] / t["duration_s"] if t.get("duration_s") else 0
     share = 100.0 * t["prof_cpu_ns"] / t["wall_ns"] if t.get("prof_cpu_ns") is not None else float("nan")
     return "%+.1f%% wall %+.1f%% cpu %.0f/s prof %.1f%%cpu" % (
         slow_pct(t, base, "wall_ns"), slow_pct(t, base, "cpu_ns"), rate, share)
+
+
+def ci(m):
+    return "%+6.2f [%s]" % (m[0], "%+.2f,%+.2f" % (m[1], m[2]) if m[1] is not None else "n too small")
 
 
 def slowdown_report(ctx, res):
@@ -308,8 +324,13 @@ def slowdown_report(ctx, res):
                                                     "slowdown own CPU %", "/1k smp/s", "invol/s"))
         for arm in ctx.arms:
             ts = [g[arm] for g in rounds]
-            base = [g["none"] for g in rounds]
+            base = [base_of(ctx, g, arm) for g in rounds]
             inv = statistics.median(t["nivcsw"] / (t["wall_ns"] / 1e9) for t in ts)
+            if arm == "none" and ctx.twin:  # the method's own null: two unprofiled twins
+                w = median_ci([slow_pct(t, b, "wall_ns") for t, b in zip(ts, base)])
+                c = median_ci([slow_pct(t, b, "cpu_ns") for t, b in zip(ts, base)])
+                print("  %-18s %9s %8s %21s %21s %10s %9.0f" % ("none (twin null)", "", "", ci(w), ci(c), "", inv))
+                continue
             if arm == "none":
                 print("  %-18s %9s %8s %21s %21s %10s %9.0f" % (arm, "", "", "", "", "", inv))
                 continue
@@ -319,8 +340,6 @@ def slowdown_report(ctx, res):
                                       if t.get("prof_cpu_ns") is not None)
             w = median_ci([slow_pct(t, b, "wall_ns") for t, b in zip(ts, base)])
             c = median_ci([slow_pct(t, b, "cpu_ns") for t, b in zip(ts, base)])
-            ci = lambda m: "%+6.2f [%s]" % (m[0], "%+.2f,%+.2f" % (m[1], m[2]) if m[1] is not None
-                                             else "n too small")  # noqa: E731
             per1k = w[0] / (ach / 1000.0) if ach else float("nan")
             print("  %-18s %9.0f %7.2f%% %21s %21s %+10.3f %9.0f" % (arm, ach, share, ci(w), ci(c), per1k, inv))
             rows.append((rate, arm, ach, share, w, c))
@@ -329,8 +348,8 @@ def slowdown_report(ctx, res):
                 if arm in ("none", "tachyon"):
                     continue
                 for key, what in (("wall_ns", "wall"), ("cpu_ns", "own CPU")):
-                    d = [slow_pct(g[arm], g["none"], key) - slow_pct(g["tachyon"], g["none"], key)
-                         for g in rounds]
+                    d = [slow_pct(g[arm], base_of(ctx, g, arm), key) -
+                         slow_pct(g["tachyon"], base_of(ctx, g, "tachyon"), key) for g in rounds]
                     m = median_ci(d)
                     print("  %s - tachyon, per unit of %s: median %+.2f points [%s], %s slower in %d of "
                           "%d rounds, sign test p=%.3f" % (
@@ -371,6 +390,9 @@ def main():
     ap.add_argument("--arms", default="none,bifocal,tachyon", help="comma-separated, of: " + ",".join(ARMS))
     ap.add_argument("--how", choices=["attach", "launch"], default="attach")
     ap.add_argument("--pin", help="TARGET_CPUS/PROFILER_CPUS for taskset (attach only), e.g. 1/0")
+    ap.add_argument("--twin", choices=["same", "free"],
+                    help="run each target beside an unprofiled twin on the other CPU (the profiler on the "
+                         "profiled target's CPU: same, or unpinned: free), and measure against it")
     ap.add_argument("--json", help="write every slowdown trial here")
     a = ap.parse_args()
     ctx = Ctx()
@@ -411,6 +433,7 @@ def main():
         ctx.arms = ["none"] + [x for x in a.arms.split(",") if x != "none"]
         ctx.how = a.how
         ctx.pin = tuple(a.pin.split("/")) if a.pin else None
+        ctx.twin = a.twin
         print("slowdown: %s, arms %s, rates %s, %d rounds of %.1f s work%s" % (
             ctx.how, ",".join(ctx.arms), ctx.rates, ctx.rounds, ctx.seconds,
             ", target on CPU %s, profiler on CPU %s" % ctx.pin if ctx.pin else ""), flush=True)

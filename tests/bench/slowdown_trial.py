@@ -2,23 +2,28 @@
 alone or under one profiler started with its real command line, timing its
 own work; what the profiler cost it, and what the profiler took.
 
-The target (WORK below, any Python 3) warms up for `warm` seconds (the
-profiler attaches and settles meanwhile), then runs `secs` seconds of
+The target (WORK below, any Python 3) spins on the work until a start time
+(monotonic ns, `warm` seconds after the trial began: the profiler has
+attached and settled by then), then runs `secs` seconds of
 progress_target.CPU_WORK (a 19-deep recursion ending in a small loop) in
-chunks of 20 calls, timing each chunk with time.perf_counter_ns() and
+chunks of 20 calls, timing them with time.perf_counter_ns() and
 time.thread_time_ns(), and writes what it measured to a JSON file:
   iters, wall_ns, cpu_ns      units of work done, wall and own-CPU ns taken
   nivcsw, nvcsw, minflt       getrusage(RUSAGE_THREAD) deltas over the work
   chunk_cpu_med_ns            median CPU ns of a chunk
-It prints "ready" once started (attach then), "go" when the work starts and "end" when it ends, so the caller can
-read the profiler's own CPU (/proc/PID/task/*/schedstat) over the same span.
+It prints "ready" once started (attach then), "go" when the work starts and
+"end" when it ends, so the caller can read the profiler's own CPU
+(/proc/PID/task/*/schedstat) over the same span.
 
     r = trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None,
-              pin=None)
+              pin=None, warm=2.0, twin=None)
 kind is None (alone), "bifocal" or "tachyon"; how "attach" (`bifocal record
---pid PID`, `python3.15 -m profiling.sampling attach PID`) or "launch"
-(`bifocal record -- PY work.py`, `python3.15 -m profiling.sampling run
-work.py`). pin: (target cpus, profiler cpus) for taskset, or None.
+--pid PID`, `python3.15 -m profiling.sampling attach PID`, run inside the
+target's mount namespace when it has its own) or "launch" (`bifocal record --
+PY work.py`, `python3.15 -m profiling.sampling run work.py`). pin: (target
+cpus, profiler cpus) for taskset, or None. twin: a CPU on which an
+unprofiled copy of the target works over the same span (same start time),
+its figures returned as r["twin"].
 Returns a dict: the target's figures, plus for a profiler prof_cpu_ns (its
 CPU over the work span), samples and duration_s (what it stored and over how
 long, by its own account), load (1-min load average at the end).
@@ -30,21 +35,21 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from progress_target import CPU_WORK  # noqa: E402
 
 WORK = CPU_WORK + r"""
 import json, os, resource
-warm, secs, out = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+start, secs, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 sys.stdout.write("ready\n"); sys.stdout.flush()
-t = time.perf_counter() + warm
-while time.perf_counter() < t:
+while time.monotonic_ns() < start:
     f(18)
 sys.stdout.write("go\n"); sys.stdout.flush()
 ru0 = resource.getrusage(resource.RUSAGE_THREAD)
 w0 = time.perf_counter_ns(); c0 = time.thread_time_ns()
-stop = w0 + int(secs * 1e9)
+stop = start + int(secs * 1e9)
 chunks = []
 n = 0
 wn = w0
@@ -101,10 +106,18 @@ def _taskset(cpus):
     return ["taskset", "-c", cpus] if cpus else []
 
 
-def trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None, pin=None, warm=1.5):
+def trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None, pin=None, warm=2.0,
+          twin=None):
     script = os.path.join(d, "slow_work.py")
     with open(script, "w") as f:
         f.write(WORK)
+    start = time.monotonic_ns() + int(warm * 1e9)
+    if twin is not None:  # an unprofiled copy over the same span, pinned to CPU twin
+        out2 = os.path.join(d, "slow_twin.json")
+        if os.path.exists(out2):
+            os.unlink(out2)
+        tw = subprocess.Popen(_taskset(str(twin)) + [py, script, str(start), str(secs), out2],
+                              stdout=subprocess.DEVNULL)
     out = os.path.join(d, "slow_out.json")
     db = os.path.join(d, "slow.db")
     coll = os.path.join(d, "slow.collapsed")
@@ -112,7 +125,7 @@ def trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None, pin=N
         if os.path.exists(p):
             os.unlink(p)
     tpin, ppin = pin or (None, None)
-    targs = [py, script, str(warm), str(secs), out]
+    targs = [py, script, str(start), str(secs), out]
     penv = dict(os.environ, **(env or {}))
     prof = tgt = None
     if kind is None:
@@ -168,6 +181,9 @@ def trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None, pin=N
                          % (kind, how, ptext[-500:]))
     r = json.load(open(out))
     r["load"] = os.getloadavg()[0]
+    if twin is not None:
+        tw.wait(timeout=secs + warm + 120)
+        r["twin"] = json.load(open(out2)) if os.path.exists(out2) else None
     if not prof:
         return r
     g, e = marks.get("go"), marks.get("end")
