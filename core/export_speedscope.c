@@ -120,11 +120,12 @@ out:
   return rc;
 }
 
-static int write_head(FILE *out, int64_t session_id, const bf_session_info *info) {
+/* note: appended to the file's name (speedscope shows it as the title), or "". */
+static int write_head(FILE *out, int64_t session_id, const bf_session_info *info, const char *note) {
   fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"name\":", out);
-  char name[256];
-  snprintf(name, sizeof name, "bifocal session %lld%s%s", (long long)session_id, info->label ? " — " : "",
-           info->label ? info->label : "");
+  char name[512];
+  snprintf(name, sizeof name, "bifocal session %lld%s%.256s%s", (long long)session_id, info->label ? " — " : "",
+           info->label ? info->label : "", note);
   bf_json_str(out, name);
   fputs(",\"exporter\":\"bifocal " BF_VERSION "\",\"activeProfileIndex\":0,\"profiles\":[", out);
   return 0;
@@ -217,7 +218,7 @@ static int export_timeline(bf_store *s, int64_t session_id, const bf_session_inf
   /* weights in ns when the session has them (sampled); else sample counts */
   t.ns = bf_q_kind_of(info) != BF_Q_IMPORTED;
   if ((rc = bf_q_timeline_open(s, session_id, f, &c))) goto out;
-  write_head(out, session_id, info);
+  write_head(out, session_id, info, "");
   const bf_sample *smp;
   while ((rc = bf_q_timeline_next(c, &smp)) == 1) {
     if (smp->thread_id != t.thread_id) {
@@ -257,6 +258,11 @@ out:
 
 #define EV_MAX_DEPTH 4096
 
+static int sum_dropped(void *ud, const bf_trace_func *tf) {
+  if (tf->records_dropped > 0) *(int64_t *)ud += tf->records_dropped;
+  return 0;
+}
+
 static int export_evented(bf_store *s, int64_t session_id, const bf_session_info *info, const bf_q_records *a, FILE *out) {
   bf_thread_ref *th = NULL;
   size_t nth = 0;
@@ -270,7 +276,11 @@ static int export_evented(bf_store *s, int64_t session_id, const bf_session_info
     rc = -ENOMEM;
     goto out;
   }
-  write_head(out, session_id, info);
+  int64_t dropped = 0; /* focus calls the ring could not keep: not on the timeline */
+  char note[128] = "";
+  if (bf_store_trace_funcs_foreach(s, session_id, sum_dropped, &dropped) == 0 && dropped > 0)
+    snprintf(note, sizeof note, " (%lld focus calls dropped: not on this timeline)", (long long)dropped);
+  write_head(out, session_id, info, note);
   int nprof = 0;
   for (size_t i = 0; i < a->n;) {
     size_t j = i;

@@ -58,6 +58,7 @@ static int row_for(bf_store *s, rowset *rs, int64_t fid, size_t *out) {
   r->firstlineno = ref.firstlineno;
   r->calls = r->primitive_calls = r->resumes = r->self_ns = r->total_ns = -1;
   r->p50_ns = r->p90_ns = r->p99_ns = r->max_ns = -1;
+  r->records_kept = r->records_dropped = -1;
   rs->seen[i] = -1;
   if (bf_map3_put(&rs->idx, fid, 0, 0, (int64_t)i)) return -ENOMEM;
   *out = i;
@@ -100,6 +101,8 @@ static int trace_row(void *ud, const bf_trace_func *tf) {
   r->p90_ns = tf->p90_ns;
   r->p99_ns = tf->p99_ns;
   r->max_ns = tf->max_ns;
+  r->records_kept = tf->records_kept;
+  r->records_dropped = tf->records_dropped;
   return 0;
 }
 
@@ -132,6 +135,11 @@ static int profile_traced(bf_store *s, int64_t session_id, rowset *rs, bf_profil
   }
   p->traced = 1;
   p->total_ns = (int64_t)denom;
+  p->records_kept = p->records_dropped = 0;
+  for (size_t i = 0; i < rs->n; i++) {
+    if (rs->rows[i].records_kept > 0) p->records_kept += rs->rows[i].records_kept;
+    if (rs->rows[i].records_dropped > 0) p->records_dropped += rs->rows[i].records_dropped;
+  }
   return 0;
 }
 
@@ -228,11 +236,13 @@ int bf_profile_functions(bf_store *s, int64_t session_id, const bf_sample_filter
   }
   int traced = bf_q_kind_of(info) == BF_Q_TRACED;
   int by_weight = bf_q_by_weight(info);
+  p->records_kept = p->records_dropped = -1;
   if (traced)
     rc = profile_traced(s, session_id, &rs, p);
   else
     rc = profile_sampled(s, session_id, f, by_weight, &rs, p);
   if (rc) goto out;
+  if (!info->mode || strcmp(info->mode, "focus") != 0) p->records_kept = p->records_dropped = -1;
   if (rs.n) qsort(rs.rows, rs.n, sizeof *rs.rows, sort == BF_SORT_TOTAL ? cmp_total : cmp_self);
   p->rows = rs.rows;
   p->n = rs.n;

@@ -22,6 +22,7 @@ typedef struct bf_func_row {
   /* traced: -1 for sampled sessions */
   int64_t calls, primitive_calls, resumes, self_ns, total_ns;
   int64_t p50_ns, p90_ns, p99_ns, max_ns;
+  int64_t records_kept, records_dropped; /* focus-mode call records; -1 when not focus */
 } bf_func_row;
 
 typedef struct bf_profile {
@@ -31,6 +32,9 @@ typedef struct bf_profile {
   int64_t total_samples;  /* sum of counts in the filter */
   double total_weight;
   int64_t total_ns;       /* traced: sum of thread-root total time */
+  /* traced, focus mode: call records kept and dropped (ring full), summed
+   * over the session's functions; -1 when the session has none */
+  int64_t records_kept, records_dropped;
 } bf_profile;
 
 typedef enum { BF_SORT_SELF = 0, BF_SORT_TOTAL = 1 } bf_sort;

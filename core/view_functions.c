@@ -61,8 +61,26 @@ static void json_row(FILE *out, const bf_func_row *r, int traced) {
     if (r->max_ns >= 0)
       fprintf(out, ",\"p50_ns\":%lld,\"p90_ns\":%lld,\"p99_ns\":%lld,\"max_ns\":%lld", (long long)r->p50_ns,
               (long long)r->p90_ns, (long long)r->p99_ns, (long long)r->max_ns);
+    if (r->records_kept >= 0 && (r->records_kept > 0 || r->records_dropped > 0))
+      fprintf(out, ",\"records_kept\":%lld,\"records_dropped\":%lld", (long long)r->records_kept,
+              (long long)r->records_dropped);
   }
   fputc('}', out);
+}
+
+/* Focus mode: how many call records the ring kept and how many calls it
+ * dropped (percentiles and timelines cover the kept ones only). */
+static void focus_note(FILE *out, const bf_profile *p, const char *dim, const char *rst) {
+  if (p->records_kept == 0 && p->records_dropped == 0) {
+    fprintf(out, "%sfocus: no call matched the focus pattern, so no call records%s\n", dim, rst);
+    return;
+  }
+  fprintf(out, "%sfocus: %lld call records kept, %lld dropped", dim, (long long)p->records_kept,
+          (long long)p->records_dropped);
+  if (p->records_dropped > 0)
+    fprintf(out, " (%.1f%% of the focused calls have no record: the ring was full; percentiles cover the kept ones)",
+            100.0 * (double)p->records_dropped / (double)(p->records_kept + p->records_dropped));
+  fprintf(out, "%s\n", rst);
 }
 
 int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
@@ -81,7 +99,11 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
   if (o->json) {
     fputs("{\"session\":", out);
     bf_json_session(out, info);
-    fprintf(out, ",\"total_samples\":%lld,\"functions\":[", (long long)(p->traced ? -1 : p->total_samples));
+    fprintf(out, ",\"total_samples\":%lld", (long long)(p->traced ? -1 : p->total_samples));
+    if (p->records_kept >= 0) /* focus mode: the calls the ring could not keep */
+      fprintf(out, ",\"focus_records\":{\"kept\":%lld,\"dropped\":%lld}", (long long)p->records_kept,
+              (long long)p->records_dropped);
+    fputs(",\"functions\":[", out);
     for (size_t i = 0; i < limit; i++) {
       if (i) fputc(',', out);
       json_row(out, &p->rows[i], p->traced);
@@ -134,6 +156,7 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
       }
       if (p->n == 0) fputs("  (no samples)\n", out);
     }
+    if (p->records_kept >= 0) focus_note(out, p, dim, rst);
     if (limit < p->n) {
       char how[64] = ""; /* the option is the caller's */
       if (o->limit_option) snprintf(how, sizeof how, " (use %s)", o->limit_option);

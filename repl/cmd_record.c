@@ -22,6 +22,7 @@
 
 static volatile int stop_flag;
 static volatile int child_pid;
+static int child_stopped; /* -d ended while the launched command ran: it was stopped */
 
 /* SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the capture and are passed on to a
  * launched command, SIGQUIT as SIGTERM (a terminal's own SIGINT/SIGQUIT
@@ -57,15 +58,20 @@ static void progress(void *ud, const bf_smp_progress *p) {
   fflush(stderr);
 }
 
-/* Remove the scratch store of `record -o` (path ".../bifocal-record.X/record.db"). */
-static void scratch_remove(char *path) {
-  if (!path[0]) return;
+/* The database file and its WAL/SHM/journal companions. */
+static void db_remove(const char *path) {
   static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
   char f[4200];
   for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
     snprintf(f, sizeof f, "%s%s", path, sfx[i]);
     unlink(f);
   }
+}
+
+/* Remove the scratch store of `record -o` (path ".../bifocal-record.X/record.db"). */
+static void scratch_remove(char *path) {
+  if (!path[0]) return;
+  db_remove(path);
   char *slash = strrchr(path, '/');
   if (slash) {
     *slash = 0;
@@ -236,6 +242,11 @@ static void record_report(bf_store *st, int64_t sid, int native, int tty) {
 static int record_capture(bf_smp *h, bf_store *st, bf_smp_record_opts *o, int tty, int64_t *sid, int *wst) {
   o->stop = &stop_flag;
   o->child_pid = &child_pid;
+  child_stopped = 0;
+  o->child_stopped = &child_stopped;
+  if (tty && o->argv && o->duration_s > 0)
+    fprintf(stderr, "bifocal: recording for %gs, then the command is stopped (SIGTERM) if it still runs, "
+            "as py-spy does; Ctrl-C stops both sooner\n", o->duration_s);
   struct sigaction tstp, old_tstp;
   memset(&tstp, 0, sizeof tstp);
   tstp.sa_handler = on_tstp;
@@ -251,8 +262,15 @@ static int record_capture(bf_smp *h, bf_store *st, bf_smp_record_opts *o, int tt
   return rc;
 }
 
-/* The exit status: the capture's, else the launched command's (with a warning). */
-static int record_status(int status, int wst) {
+/* The exit status: the capture's, else the launched command's (with a
+ * warning); a command stopped at the end of -d ends it as planned. */
+static int record_status(int status, int wst, double duration_s) {
+  if (child_stopped) {
+    bf_cli_warn("the command was still running when the %gs of --duration ended: it was stopped (%s), "
+                "as py-spy does (leave out -d to record until it exits)",
+                duration_s, wst != -1 && WIFSIGNALED(wst) ? strsignal(WTERMSIG(wst)) : "SIGTERM; it exited");
+    return status;
+  }
   if (!status && wst != -1 && WIFEXITED(wst) && WEXITSTATUS(wst) != 0) {
     bf_cli_warn("command exited with status %d", WEXITSTATUS(wst));
     status = WEXITSTATUS(wst);
@@ -264,6 +282,23 @@ static int record_status(int status, int wst) {
 }
 
 static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf_cli_out_kind out_kind);
+
+static int count_row(void *ud, const bf_audit_entry *e) {
+  (void)e;
+  ++*(size_t *)ud;
+  return 0;
+}
+
+/* 1 when the store holds no session and at most one audit row: what a
+ * record that failed before its first sample put into a database it made. */
+static int store_only_attempt(bf_store *st) {
+  bf_session_info **ss = NULL;
+  size_t n = 0, audits = 0;
+  if (bf_store_session_list(st, &ss, &n) < 0) return 0;
+  for (size_t i = 0; i < n; i++) bf_session_info_free(ss[i]);
+  free(ss);
+  return n == 0 && bf_store_audit_foreach(st, count_row, &audits) == 0 && audits <= 1;
+}
 
 int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   bf_smp_record_opts o = {0};
@@ -295,6 +330,8 @@ static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf
   bf_cli scratch_cli = *cli;
   if ((rc = scratch_make(cli, outp, scratch, sizeof scratch))) return rc;
   if (scratch[0]) scratch_cli.db_path = scratch;
+  /* made by this run: removed again if the run fails before recording */
+  int created = !scratch[0] && access(cli->db_path, F_OK) != 0 && errno == ENOENT;
   bf_store *st;
   rc = bf_cli_open_store(&scratch_cli, BF_STORE_CREATE, &st);
   if (rc) {
@@ -344,11 +381,15 @@ static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf
     else if (strcmp(outp, "-") != 0)
       fprintf(stderr, "wrote %s to %s\n", bf_cli_out_kind_name(out_kind), outp);
   }
+  /* nothing recorded into a database this run made (`record -- nosuchcmd`,
+   * a pid that is gone): leave no empty ./bifocal.db behind */
+  int drop = created && sid <= 0 && store_only_attempt(st);
   bf_store_close(st);
   scratch_remove(scratch);
+  if (drop) db_remove(cli->db_path);
   if (sid > 0 && rec_ok && !scratch[0] && !(outp && strcmp(outp, "-") == 0)) {
     printf("%lld\n", (long long)sid);
     fflush(stdout);
   }
-  return record_status(status, wst);
+  return record_status(status, wst, o.duration_s);
 }

@@ -77,6 +77,31 @@ static int trace_parse(int argc, char **argv, bf_trace_opts *o) {
   return -1;
 }
 
+static int focus_sum(void *ud, const bf_trace_func *tf) {
+  int64_t *kd = ud;
+  if (tf->records_kept > 0) kd[0] += tf->records_kept;
+  if (tf->records_dropped > 0) kd[1] += tf->records_dropped;
+  return 0;
+}
+
+/* --focus: a pattern that matched no called function is an error (the run
+ * recorded no timeline), dropped records a warning. 1 when nothing matched. */
+static int focus_report(bf_store *s, int64_t sid, const bf_trace_opts *o) {
+  int64_t kd[2] = {0, 0};
+  if (!o->focus || bf_store_trace_funcs_foreach(s, sid, focus_sum, kd) < 0) return 0;
+  if (kd[0] == 0 && kd[1] == 0) {
+    bf_cli_error("--focus '%s' matched no function that was called, so session %lld has no call records "
+                 "(the pattern is matched against MODULE:QUALNAME, e.g. '*:%s' or '__main__:%s')",
+                 o->focus, (long long)sid, o->focus, o->focus);
+    return 1;
+  }
+  if (kd[1] > 0)
+    bf_cli_warn("--focus '%s': %lld call records kept, %lld dropped because the ring was full "
+                "(timelines and percentiles cover the kept ones; raise --records, now %ld)",
+                o->focus, (long long)kd[0], (long long)kd[1], o->records);
+  return 0;
+}
+
 int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   bf_trace_opts o = {.clock = "wall", .builtins = 1, .tool_id = -1, .records = 1L << 20, .db_path = cli->db_path};
   int rc = trace_parse(argc, argv, &o);
@@ -115,7 +140,7 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   if (p.err[0]) bf_cli_error("%s", p.err);
   int64_t sid = p.session_id;
   bf_trace_plan_free(&p);
-  int exists = 1;
+  int exists = 1, unmatched = 0;
   if (bf_cli_open_store(cli, BF_STORE_CREATE, &s) == 0) {
     int out = bf_trace_outcome(s, sid);
     exists = out != -ENOENT; /* the runner could not start the program, said why and dropped it */
@@ -123,12 +148,16 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
       bf_cli_warn("the traced program ended before its trace was written (exit status %d); "
                   "session %lld stays incomplete",
                   exit_code, (long long)sid);
+    else if (out > 0)
+      unmatched = focus_report(s, sid, &o);
     bf_store_close(s);
   }
+  if (unmatched && exit_code == 0) exit_code = 1;
   if (!exists && exit_code == 0) exit_code = 1;
   char outcome[64];
   snprintf(outcome, sizeof outcome, "%s with status %d",
-           exists ? "program exited" : "program could not be started", exit_code);
+           unmatched ? "focus matched nothing; program exited" : exists ? "program exited" : "program could not be started",
+           exit_code);
   bf_audit_end(au, exit_code ? outcome : NULL, exists ? sid : 0);
   fflush(stderr);
   if (exists) printf("%lld\n", (long long)sid);

@@ -560,10 +560,31 @@ typedef struct rec_run {
   target tg[MAX_TARGETS];
   size_t ntg;
   int pid, launched, child_status, child_reaped;
+  int duration_over; /* the loop ended because duration_s passed */
   int sampler_rt;
   int64_t interval, backlog, next; /* ns; next: the coming tick's time */
   uint64_t rng;
 } rec_run;
+
+/* The duration is over and the launched command still runs: stop it as
+ * py-spy does, SIGTERM, then SIGKILL if it is still there 2 s later. */
+static void stop_launched(rec_run *r) {
+  if (waitpid(r->pid, &r->child_status, WNOHANG) == r->pid) {
+    r->child_reaped = 1;
+    return;
+  }
+  if (r->o->child_stopped) *r->o->child_stopped = 1;
+  kill(r->pid, SIGTERM);
+  for (int64_t until = bf_mono_ns() + 2000000000; bf_mono_ns() < until;) {
+    if (waitpid(r->pid, &r->child_status, WNOHANG) == r->pid) {
+      r->child_reaped = 1;
+      return;
+    }
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  kill(r->pid, SIGKILL);
+}
 
 /* Wait for the next tick (jittered); returns its time. OUT: *deadline, the
  * time slept until (0 when the tick was late), for the cpu clock (see tick). */
@@ -689,7 +710,10 @@ static int sample_loop(rec_run *r, int64_t start, const char **status) {
       if (o->stop && *o->stop) continue;
     }
     int64_t deadline, now = next_tick(r, &deadline);
-    if (now >= end) return 0;
+    if (now >= end) {
+      r->duration_over = 1;
+      return 0;
+    }
     int64_t w = now - prev;
     prev = now;
     int alive;
@@ -818,6 +842,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
                          tg[0].info.achieved_rate_hz};
     o->progress(o->progress_ud, &p);
   }
+  if (r->launched && r->duration_over && !r->child_reaped) stop_launched(r);
   if (r->launched) {
     /* never leave the command behind: a stop signal was passed on to it (or
      * the recording alone was stopped); wait for it either way */

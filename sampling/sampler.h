@@ -151,6 +151,11 @@ typedef struct bf_smp_record_opts {
    * signal handler can pass a signal on. A launched command is always waited
    * for, also after a stop. */
   volatile int *child_pid;
+  /* OUT (may be NULL): set to 1 when duration_s ended while the launched
+   * command still ran, and it was stopped then (SIGTERM, and SIGKILL 2 s
+   * later if need be), as py-spy stops its command; its wait status is
+   * *exit_status as always. */
+  int *child_stopped;
   /* --native (may be NULL): set (by a SIGTSTP handler) to suspend: every
    * stopped-for-sampling thread is released and detached first, then this
    * process stops itself with SIGTSTP; on SIGCONT threads are seized again
