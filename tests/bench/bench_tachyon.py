@@ -267,7 +267,9 @@ def slowdown_rounds(ctx):
             for arm in order:
                 who, clock, env = ARMS[arm]
                 pin, twin = ctx.pin, None
-                if ctx.twin:  # the profiled target on CPU b, its unprofiled twin on the other
+                if ctx.twin == "pair":  # both targets share CPU 1 (time-sliced), the profiler CPU 0
+                    pin, twin = ("1", "0"), 1
+                elif ctx.twin:  # the profiled target on CPU b, its unprofiled twin on the other
                     b = r % 2
                     pin, twin = (str(b), str(b) if ctx.twin == "same" else None), 1 - b
                 got[arm] = trial(who, ctx.py, ctx.bf, rate, ctx.seconds, ctx.dir, how=ctx.how,
@@ -390,9 +392,10 @@ def main():
     ap.add_argument("--arms", default="none,bifocal,tachyon", help="comma-separated, of: " + ",".join(ARMS))
     ap.add_argument("--how", choices=["attach", "launch"], default="attach")
     ap.add_argument("--pin", help="TARGET_CPUS/PROFILER_CPUS for taskset (attach only), e.g. 1/0")
-    ap.add_argument("--twin", choices=["same", "free"],
-                    help="run each target beside an unprofiled twin on the other CPU (the profiler on the "
-                         "profiled target's CPU: same, or unpinned: free), and measure against it")
+    ap.add_argument("--twin", choices=["same", "free", "pair"],
+                    help="run each target beside an unprofiled twin and measure against it: on the other "
+                         "CPU, the profiler on the profiled target's CPU (same) or unpinned (free); or "
+                         "(pair) both targets sharing CPU 1, time-sliced, the profiler on CPU 0")
     ap.add_argument("--json", help="write every slowdown trial here")
     a = ap.parse_args()
     ctx = Ctx()
