@@ -274,6 +274,9 @@ def slowdown_rounds(ctx):
                     pin, twin = (str(b), str(b) if ctx.twin == "same" else None), 1 - b
                 got[arm] = trial(who, ctx.py, ctx.bf, rate, ctx.seconds, ctx.dir, how=ctx.how,
                                  clock=clock, env=env, pin=pin, twin=twin)
+                if who and not got[arm]["samples"]:  # it failed: left out of the figures, said
+                    print("  round %d, %s: %s stored no samples (left out): %s" % (
+                        r + 1, rate, arm, got[arm].get("prof_text", "").strip()[-200:]), flush=True)
             res[rate].append(got)
             print("  round %d, %s Hz, load %.1f: %s" % (r + 1, rate, got[order[-1]]["load"], "; ".join(
                 "%s %s" % (arm, fmt_trial(got[arm], base_of(ctx, got, arm))) for arm in arms)), flush=True)
@@ -291,6 +294,8 @@ def per_unit(t, key):
 
 
 def slow_pct(t, base, key):
+    if t and "samples" in t and not t["samples"]:  # a profiler that failed
+        return None
     a, b = per_unit(t, key), per_unit(base, key)
     return 100.0 * (a / b - 1) if a and b else None
 
@@ -300,6 +305,8 @@ def fmt_trial(t, base):
         return "%.2f us wall, %.2f us cpu a unit" % (per_unit(t, "wall_ns") / 1e3, per_unit(t, "cpu_ns") / 1e3)
     if base is None:
         return "(no twin result)"
+    if not t["samples"]:
+        return "failed"
     rate = t["samples"] / t["duration_s"] if t.get("duration_s") else 0
     share = 100.0 * t["prof_cpu_ns"] / t["wall_ns"] if t.get("prof_cpu_ns") is not None else float("nan")
     return "%+.1f%% wall %+.1f%% cpu %.0f/s prof %.1f%%cpu" % (
@@ -336,10 +343,10 @@ def slowdown_report(ctx, res):
             if arm == "none":
                 print("  %-18s %9s %8s %21s %21s %10s %9.0f" % (arm, "", "", "", "", "", inv))
                 continue
-            rates = [t["samples"] / t["duration_s"] for t in ts if t.get("duration_s")]
+            rates = [t["samples"] / t["duration_s"] for t in ts if t.get("duration_s") and t["samples"]]
             ach = statistics.median(rates) if rates else 0
-            share = statistics.median(100.0 * t["prof_cpu_ns"] / t["wall_ns"] for t in ts
-                                      if t.get("prof_cpu_ns") is not None)
+            share = statistics.median([100.0 * t["prof_cpu_ns"] / t["wall_ns"] for t in ts
+                                       if t.get("prof_cpu_ns") is not None and t["samples"]] or [0])
             w = median_ci([slow_pct(t, b, "wall_ns") for t, b in zip(ts, base)])
             c = median_ci([slow_pct(t, b, "cpu_ns") for t, b in zip(ts, base)])
             per1k = w[0] / (ach / 1000.0) if ach else float("nan")
@@ -350,8 +357,9 @@ def slowdown_report(ctx, res):
                 if arm in ("none", "tachyon"):
                     continue
                 for key, what in (("wall_ns", "wall"), ("cpu_ns", "own CPU")):
-                    d = [slow_pct(g[arm], base_of(ctx, g, arm), key) -
-                         slow_pct(g["tachyon"], base_of(ctx, g, "tachyon"), key) for g in rounds]
+                    d = [(slow_pct(g[arm], base_of(ctx, g, arm), key),
+                          slow_pct(g["tachyon"], base_of(ctx, g, "tachyon"), key)) for g in rounds]
+                    d = [x - y for x, y in d if x is not None and y is not None]
                     m = median_ci(d)
                     print("  %s - tachyon, per unit of %s: median %+.2f points [%s], %s slower in %d of "
                           "%d rounds, sign test p=%.3f" % (
