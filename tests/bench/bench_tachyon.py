@@ -27,10 +27,17 @@ prints one table of medians over the rounds (figures, not a timed test).
               `bifocal record -- PY work.py`, Tachyon `run work.py`). The
               target times its own work after a warm-up (the profiler has
               attached by then): wall ns and its own CPU ns (thread_time_ns)
-              per unit. Printed per arm: achieved samples/s, the profiler's
-              CPU (its /proc schedstat over the target's work), the slowdown
-              against the round's unprofiled run per wall second and per
-              second of the target's own CPU (medians with the sign test's
+              per unit. By default (--twin pair) each target runs beside an
+              unprofiled twin started with it, both pinned to CPU 1 and
+              time-sliced there (they share the host's speed of the moment,
+              which on this VM swings ±30% over seconds), the profiler
+              pinned to CPU 0: a host with a core free for the profiler;
+              the figure is then the interference (caches, locks) and the
+              profiler's own CPU is the CPU it takes. Printed per arm:
+              achieved samples/s, the profiler's CPU (its /proc schedstat
+              over the target's work), the slowdown against the twin (or,
+              --twin none, the round's unprofiled run) per wall second and
+              per second of the target's own CPU (medians with the sign test's
               95% interval), per 1k samples/s, the target's involuntary
               switches, and each arm paired against Tachyon's in the same
               round (median difference, interval, sign test)
@@ -39,7 +46,7 @@ usage: tests/bench/bench_tachyon.py [--python PY3.15] [--rounds N] [--seconds S]
          [--only valid|invalid|cpu|impossible|slowdown ...]
          [--slow-rounds N] [--slow-seconds S] [--slow-rates 1000,10000,1000000]
          [--arms none,bifocal,tachyon,bifocal-cpu,...] [--how attach|launch]
-         [--pin TARGET_CPUS/PROFILER_CPUS] [--json FILE]
+         [--twin pair|same|free|none] [--pin TARGET_CPUS/PROFILER_CPUS] [--json FILE]
 The 3.15 interpreter defaults to the sid root's wrapper found by
 tests/integration/pythons.py (it runs the root's python3.15 as a container
 would, with /tmp bound in, so both profilers read the same files).
@@ -400,10 +407,11 @@ def main():
     ap.add_argument("--arms", default="none,bifocal,tachyon", help="comma-separated, of: " + ",".join(ARMS))
     ap.add_argument("--how", choices=["attach", "launch"], default="attach")
     ap.add_argument("--pin", help="TARGET_CPUS/PROFILER_CPUS for taskset (attach only), e.g. 1/0")
-    ap.add_argument("--twin", choices=["same", "free", "pair"],
-                    help="run each target beside an unprofiled twin and measure against it: on the other "
-                         "CPU, the profiler on the profiled target's CPU (same) or unpinned (free); or "
-                         "(pair) both targets sharing CPU 1, time-sliced, the profiler on CPU 0")
+    ap.add_argument("--twin", choices=["pair", "same", "free", "none"], default="pair",
+                    help="run each target beside an unprofiled twin and measure against it: (pair, the "
+                         "default) both sharing CPU 1, time-sliced, the profiler on CPU 0; or on the other "
+                         "CPU, the profiler on the profiled target's CPU (same) or unpinned (free); none: "
+                         "against the round's unprofiled run, nothing pinned but by --pin")
     ap.add_argument("--json", help="write every slowdown trial here")
     a = ap.parse_args()
     ctx = Ctx()
@@ -444,7 +452,7 @@ def main():
         ctx.arms = ["none"] + [x for x in a.arms.split(",") if x != "none"]
         ctx.how = a.how
         ctx.pin = tuple(a.pin.split("/")) if a.pin else None
-        ctx.twin = a.twin
+        ctx.twin = None if a.twin == "none" else a.twin
         print("slowdown: %s, arms %s, rates %s, %d rounds of %.1f s work%s" % (
             ctx.how, ",".join(ctx.arms), ctx.rates, ctx.rounds, ctx.seconds,
             ", target on CPU %s, profiler on CPU %s" % ctx.pin if ctx.pin else ""), flush=True)
