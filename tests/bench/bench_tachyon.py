@@ -281,7 +281,7 @@ def slowdown_rounds(ctx):
                     pin, twin = (str(b), str(b) if ctx.twin == "same" else None), 1 - b
                 got[arm] = trial(who, ctx.py, ctx.bf, rate, ctx.seconds, ctx.dir, how=ctx.how,
                                  clock=clock, env=env, pin=pin, twin=twin)
-                if who and not got[arm]["samples"]:  # it failed: left out of the figures, said
+                if who and not got[arm].get("samples"):  # it failed: left out of the figures, said
                     print("  round %d, %s: %s stored no samples (left out): %s" % (
                         r + 1, rate, arm, got[arm].get("prof_text", "").strip()[-200:]), flush=True)
             res[rate].append(got)
@@ -312,7 +312,7 @@ def fmt_trial(t, base):
         return "%.2f us wall, %.2f us cpu a unit" % (per_unit(t, "wall_ns") / 1e3, per_unit(t, "cpu_ns") / 1e3)
     if base is None:
         return "(no twin result)"
-    if not t["samples"]:
+    if "samples" in t and not t["samples"]:
         return "failed"
     rate = t["samples"] / t["duration_s"] if t.get("duration_s") else 0
     share = 100.0 * t["prof_cpu_ns"] / t["wall_ns"] if t.get("prof_cpu_ns") is not None else float("nan")
