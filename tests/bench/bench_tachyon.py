@@ -312,7 +312,9 @@ def fmt_trial(t, base):
         return "%.2f us wall, %.2f us cpu a unit" % (per_unit(t, "wall_ns") / 1e3, per_unit(t, "cpu_ns") / 1e3)
     if base is None:
         return "(no twin result)"
-    if "samples" in t and not t["samples"]:
+    if "samples" not in t:  # the twin null
+        return "%+.1f%% wall %+.1f%% cpu" % (slow_pct(t, base, "wall_ns"), slow_pct(t, base, "cpu_ns"))
+    if not t["samples"]:
         return "failed"
     rate = t["samples"] / t["duration_s"] if t.get("duration_s") else 0
     share = 100.0 * t["prof_cpu_ns"] / t["wall_ns"] if t.get("prof_cpu_ns") is not None else float("nan")
