@@ -1,38 +1,44 @@
 /* export_collapsed.c — FlameGraph's collapsed-stack format. Identical stacks
  * are aggregated; frames carry (qualname, file, firstlineno, line) so an
  * import gives back the same functions. Samples without a Python frame are
- * the line "[no Python frame] N", which bf_import_collapsed reads back. */
+ * the line "[no Python frame] N", which bf_import_collapsed reads back; a
+ * record --opcodes session's stacks end in their leaf instruction, a frame
+ * "[LOAD_ATTR_INSTANCE_VALUE]" (bf_opname). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ident.h"
+#include "opnames.h"
 #include "query.h"
 #include "store_int.h"
 #include "views.h"
 #include "vec.h"
 
 typedef struct acc {
-  bf_map3 idx; /* stack id → index */
+  bf_map3 idx; /* (stack id, leaf opcode + 1) → index */
   int64_t *stack;
+  int *op;
   double *val;
   size_t n, cap;
 } acc;
 
 /* Threads merged: one line per distinct stack (stack 0 = no Python frame). */
-static int add(acc *a, int64_t stack_id, double v) {
-  int64_t *hit = bf_map3_get(&a->idx, stack_id, 0, 0);
+static int add(acc *a, int64_t stack_id, int op, double v) {
+  int64_t *hit = bf_map3_get(&a->idx, stack_id, op, 0);
   if (hit) {
     a->val[*hit] += v;
     return 0;
   }
-  size_t stack_cap = a->cap; /* both arrays share a->cap */
+  size_t stack_cap = a->cap, op_cap = a->cap; /* the arrays share a->cap */
   if (bf_vec_grow((void **)&a->stack, &stack_cap, a->n + 1, sizeof *a->stack, 256) ||
+      bf_vec_grow((void **)&a->op, &op_cap, a->n + 1, sizeof *a->op, 256) ||
       bf_vec_grow((void **)&a->val, &a->cap, a->n + 1, sizeof *a->val, 256))
     return -ENOMEM;
   a->stack[a->n] = stack_id;
+  a->op[a->n] = op;
   a->val[a->n] = v;
-  if (bf_map3_put(&a->idx, stack_id, 0, 0, (int64_t)a->n)) return -ENOMEM;
+  if (bf_map3_put(&a->idx, stack_id, op, 0, (int64_t)a->n)) return -ENOMEM;
   a->n++;
   return 0;
 }
@@ -54,11 +60,15 @@ int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter 
                          "session %lld is traced: it has no stacks to collapse (export it as pstats instead)",
                          (long long)session_id);
   }
-  if ((rc = bf_q_stacks_load(s, session_id, f, &q)) || (rc = bf_q_stacks_merge_threads(q))) goto out;
+  bf_sample_filter fo = f ? *f : (bf_sample_filter){0};
+  fo.by_opcode = 1; /* no-op unless recorded with --opcodes */
+  if ((rc = bf_q_stacks_load(s, session_id, &fo, &q)) || (rc = bf_q_stacks_merge_threads(q))) goto out;
   /* weights (ns or imported samples) when shares use them; counts otherwise */
   int by_weight = bf_q_by_weight(info) && q->total_weight > 0;
   for (size_t i = 0; i < q->n; i++)
-    if ((rc = add(&a, q->v[i].stack_id, by_weight ? q->v[i].weight : (double)q->v[i].count))) goto out;
+    if ((rc = add(&a, q->v[i].stack_id, q->v[i].leaf_op,
+                  by_weight ? q->v[i].weight : (double)q->v[i].count)))
+      goto out;
   for (size_t i = 0; i < a.n; i++) {
     int64_t v = (int64_t)(a.val[i] + 0.5);
     if (v <= 0) continue;
@@ -84,6 +94,13 @@ int bf_export_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter 
       fprintf(out, ":%lld:%lld)", (long long)ref.firstlineno, (long long)line);
     }
     free(frames);
+    if (a.op[i] > 0) { /* the leaf's instruction (record --opcodes) */
+      const char *name = bf_opname(info->python_version, a.op[i] - 1, NULL);
+      if (name)
+        fprintf(out, ";[%s]", name);
+      else
+        fprintf(out, ";[opcode %d]", a.op[i] - 1);
+    }
     fprintf(out, " %lld\n", (long long)v);
   }
 out:
@@ -91,6 +108,7 @@ out:
   bf_q_stacks_free(q);
   bf_map3_free(&a.idx);
   free(a.stack);
+  free(a.op);
   free(a.val);
   bf_session_info_free(info);
   return rc;

@@ -106,9 +106,10 @@ int bf_q_timeline_foreach(bf_store *s, int64_t session_id, const bf_sample_filte
 /* ---- stacks ----------------------------------------------------------------- */
 
 typedef struct sagg {
-  bf_map3 idx; /* (thread, stack) → row */
+  bf_map3 idx; /* (thread, stack, leaf opcode + 1) → row */
   bf_q_stacks *q;
   size_t cap;
+  int by_opcode;
 } sagg;
 
 static int sagg_add(void *ud, const bf_sample *smp) {
@@ -118,22 +119,23 @@ static int sagg_add(void *ud, const bf_sample *smp) {
   q->total_count += c;
   q->total_weight += (double)smp->weight;
   int64_t stack = smp->stack_id > 0 ? smp->stack_id : 0;
-  int64_t *hit = bf_map3_get(&a->idx, smp->thread_id, stack, 0);
+  int op = a->by_opcode && stack ? BF_SAMPLE_OPCODE_OF(smp->flags) + 1 : 0;
+  int64_t *hit = bf_map3_get(&a->idx, smp->thread_id, stack, op);
   if (hit) {
     q->v[*hit].count += c;
     q->v[*hit].weight += (double)smp->weight;
     return 0;
   }
   if (bf_vec_grow((void **)&q->v, &a->cap, q->n + 1, sizeof *q->v, 256)) return -ENOMEM;
-  q->v[q->n] = (bf_q_stack){smp->thread_id, stack, c, (double)smp->weight};
-  if (bf_map3_put(&a->idx, smp->thread_id, stack, 0, (int64_t)q->n)) return -ENOMEM;
+  q->v[q->n] = (bf_q_stack){smp->thread_id, stack, c, (double)smp->weight, op};
+  if (bf_map3_put(&a->idx, smp->thread_id, stack, op, (int64_t)q->n)) return -ENOMEM;
   q->n++;
   return 0;
 }
 
 int bf_q_stacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_q_stacks **out) {
   *out = NULL;
-  sagg a = {0};
+  sagg a = {.by_opcode = f && f->by_opcode};
   a.q = calloc(1, sizeof *a.q);
   if (!a.q) return bf_store_fail(s, -ENOMEM, "out of memory");
   int rc = bf_store_samples_foreach(s, session_id, f, sagg_add, &a);
@@ -159,18 +161,18 @@ int bf_q_stacks_merge_threads(bf_q_stacks *q) {
   if (!nv) return -ENOMEM;
   size_t n = 0;
   for (size_t i = 0; i < q->n; i++) {
-    int64_t *hit = bf_map3_get(&idx, q->v[i].stack_id, 0, 0);
+    int64_t *hit = bf_map3_get(&idx, q->v[i].stack_id, q->v[i].leaf_op, 0);
     if (hit) {
       nv[*hit].count += q->v[i].count;
       nv[*hit].weight += q->v[i].weight;
       continue;
     }
-    if (bf_map3_put(&idx, q->v[i].stack_id, 0, 0, (int64_t)n)) {
+    if (bf_map3_put(&idx, q->v[i].stack_id, q->v[i].leaf_op, 0, (int64_t)n)) {
       bf_map3_free(&idx);
       free(nv);
       return -ENOMEM;
     }
-    nv[n++] = (bf_q_stack){0, q->v[i].stack_id, q->v[i].count, q->v[i].weight};
+    nv[n++] = (bf_q_stack){0, q->v[i].stack_id, q->v[i].count, q->v[i].weight, q->v[i].leaf_op};
   }
   bf_map3_free(&idx);
   free(q->v);

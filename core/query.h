@@ -49,6 +49,7 @@ typedef struct bf_q_stack {
   int64_t stack_id; /* 0: samples without any Python frame (they count too) */
   int64_t count;    /* samples */
   double weight;    /* sum of sample weights (ns, or samples for imports) */
+  int leaf_op;      /* f->by_opcode: the leaf frame's opcode + 1 (record --opcodes), else 0 */
 } bf_q_stack;
 
 typedef struct bf_q_stacks {
@@ -58,7 +59,8 @@ typedef struct bf_q_stacks {
   double total_weight;
 } bf_q_stacks;
 
-/* OUT: *out (free with bf_q_stacks_free). f may be NULL. */
+/* OUT: *out (free with bf_q_stacks_free). f may be NULL; f->by_opcode
+ * splits rows by the leaf's opcode too (bf_q_stack.leaf_op). */
 int bf_q_stacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_q_stacks **out);
 void bf_q_stacks_free(bf_q_stacks *q);
 

@@ -13,7 +13,7 @@
 
 typedef struct bf_store bf_store;
 
-#define BF_STORE_SCHEMA_VERSION 1
+#define BF_STORE_SCHEMA_VERSION 2
 
 /* Open flags. */
 #define BF_STORE_READONLY 0x1 /* never write; fails on a missing file */
@@ -149,6 +149,12 @@ int bf_store_intern_thread(bf_store *s, int64_t session_id, int64_t native_tid,
 #define BF_SAMPLE_IDLE 0x04    /* thread idle (blocked/sleeping/waiting) */
 #define BF_SAMPLE_GC 0x08      /* garbage collection was running */
 #define BF_SAMPLE_NATIVE 0x10  /* stack includes native frames */
+#define BF_SAMPLE_EXC 0x20     /* an exception was being handled or raised (record --mode exception) */
+/* record --opcodes: the leaf Python frame's opcode (its specialised form, a
+ * byte of the session's Python version, see core/opnames.h) in bits 24-31 */
+#define BF_SAMPLE_OPCODE 0x00800000u
+#define BF_SAMPLE_OPCODE_SHIFT 24
+#define BF_SAMPLE_OPCODE_OF(flags) ((flags) & BF_SAMPLE_OPCODE ? (int)((flags) >> BF_SAMPLE_OPCODE_SHIFT) : -1)
 
 typedef struct bf_sample {
   int64_t thread_id; /* from bf_store_intern_thread */
@@ -185,6 +191,7 @@ typedef struct bf_sample_filter {
   int64_t since_ns;      /* ts_ns >= since_ns */
   int64_t until_ns;      /* ts_ns < until_ns when until_ns > 0 */
   int tree;              /* also the sessions of its subprocesses (parent_id), at any depth */
+  int by_opcode;         /* stacks (query.h, views_int.h): rows split by the leaf's opcode (record --opcodes) */
 } bf_sample_filter;
 
 /* Call fn for every sample of a session in (thread, time) order. fn returning

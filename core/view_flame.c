@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "opnames.h"
 #include "query.h"
 #include "store_int.h"
 #include "util.h"
@@ -249,11 +250,24 @@ static void flame_write_meta(const flame *f, const bf_wstacks *b, const bf_wstac
 }
 
 /* funcs: qualname, file, first line of every function in the trie */
-static int flame_write_funcs(bf_store *s, const flame *f, FILE *out) {
+static int flame_write_funcs(bf_store *s, const flame *f, const char *python_version, FILE *out) {
   int rc;
   fputs("],\"funcs\":[", out);
   for (size_t i = 0; i < f->t.nfn; i++) {
     bf_function_ref ref;
+    int op = BF_WSTACK_OP_OF(f->t.fids[i]);
+    if (op >= 0) { /* record --opcodes: the leaf's instruction */
+      const char *name = bf_opname(python_version, op, NULL);
+      char nb[96];
+      if (name)
+        snprintf(nb, sizeof nb, "[%s]", name);
+      else
+        snprintf(nb, sizeof nb, "[opcode %d]", op);
+      fputs(i ? ",[" : "[", out);
+      bf_json_str(out, nb);
+      fputs(",\"\",0]", out);
+      continue;
+    }
     if ((rc = bf_store_function_get(s, f->t.fids[i], &ref))) return rc;
     if (i) fputc(',', out);
     fputc('[', out);
@@ -386,7 +400,7 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
   const char *marker = strstr(bf_flame_html, "/*BF_DATA*/");
   fwrite(bf_flame_html, 1, (size_t)(marker - bf_flame_html), out);
   flame_write_meta(&f, b, base, title, subtitle, stride, out);
-  if ((rc = flame_write_funcs(s, &f, out))) goto out;
+  if ((rc = flame_write_funcs(s, &f, b->info ? b->info->python_version : NULL, out))) goto out;
   if ((rc = flame_write_nodes(&f, stride, out))) goto out;
   if (per_thread && (rc = flame_write_tself(&f, by_value, out))) goto out;
   if (base) flame_write_max_delta(&f, out);
@@ -400,7 +414,9 @@ out:
 
 int bf_view_flame(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_wstacks *w = NULL;
-  int rc = bf_wstacks_load(s, session_id, o ? &o->filter : NULL, &w);
+  bf_sample_filter fo = o ? o->filter : (bf_sample_filter){0};
+  fo.by_opcode = 1; /* record --opcodes: leaf instructions as frames */
+  int rc = bf_wstacks_load(s, session_id, &fo, &w);
   if (rc) return rc;
   char title[128], sub[1024];
   snprintf(title, sizeof title, "bifocal flame graph — session %lld", (long long)session_id);

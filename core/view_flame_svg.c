@@ -9,6 +9,7 @@
 
 #include "ident.h"
 #include "map.h"
+#include "opnames.h"
 #include "profile.h"
 #include "query.h"
 #include "store_int.h"
@@ -185,8 +186,17 @@ static int write_frames(bf_store *s, const stree *t, const bf_wstacks *w, double
     char name[1024];
     const char *qual = "all", *file = NULL;
     int64_t first = 0;
+    char opb[96];
     if (nd->fid == -2) {
       qual = BF_NO_PYTHON_FRAME;
+    } else if (BF_WSTACK_OP_OF(nd->fid) >= 0) { /* record --opcodes: the leaf's instruction */
+      int op = BF_WSTACK_OP_OF(nd->fid);
+      const char *on = bf_opname(w->info ? w->info->python_version : NULL, op, NULL);
+      if (on)
+        snprintf(opb, sizeof opb, "[%s]", on);
+      else
+        snprintf(opb, sizeof opb, "[opcode %d]", op);
+      qual = opb;
     } else if (nd->fid >= 0) {
       bf_function_ref ref;
       if ((rc = bf_store_function_get(s, nd->fid, &ref))) break;
@@ -245,7 +255,9 @@ static int write_frames(bf_store *s, const stree *t, const bf_wstacks *w, double
 int bf_view_flame_svg(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_wstacks *w = NULL;
   stree t = {0};
-  int rc = bf_wstacks_load(s, session_id, o ? &o->filter : NULL, &w);
+  bf_sample_filter fo = o ? o->filter : (bf_sample_filter){0};
+  fo.by_opcode = 1; /* record --opcodes: leaf instructions as frames */
+  int rc = bf_wstacks_load(s, session_id, &fo, &w);
   if (rc) return rc;
   int64_t root, node;
   if ((rc = child_of(&t, -1, -1, &root))) goto out;

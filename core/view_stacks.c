@@ -169,20 +169,20 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
     }
     w->threads[ti].count += row->count;
     w->threads[ti].weight += row->weight;
-    int64_t *first = bf_map3_get(&seen, row->stack_id, 0, 0);
+    int64_t *first = bf_map3_get(&seen, row->stack_id, row->leaf_op, 0);
     if (first) {
       if ((rc = push_shared(w, ti, &w->v[*first], row->count, row->weight))) goto out;
       continue;
     }
-    if (bf_map3_put(&seen, row->stack_id, 0, 0, (int64_t)w->n)) {
+    if (bf_map3_put(&seen, row->stack_id, row->leaf_op, 0, (int64_t)w->n)) {
       rc = -ENOMEM;
       goto out;
     }
     int64_t *frames = NULL;
     size_t nf = 0;
     if ((rc = bf_store_stack_frames(s, row->stack_id, &frames, &nf))) goto out;
-    if (nf > lcap) {
-      int64_t *nl = realloc(lines, nf * sizeof *nl), *nfi = nl ? realloc(fids, nf * sizeof *nfi) : NULL;
+    if (nf + 1 > lcap) { /* + 1: an opcode leaf */
+      int64_t *nl = realloc(lines, (nf + 1) * sizeof *nl), *nfi = nl ? realloc(fids, (nf + 1) * sizeof *nfi) : NULL;
       if (nl) lines = nl;
       if (nfi) fids = nfi;
       if (!nl || !nfi) {
@@ -190,7 +190,7 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
         rc = -ENOMEM;
         goto out;
       }
-      lcap = nf;
+      lcap = nf + 1;
     }
     for (size_t j = 0; j < nf; j++)
       if ((rc = bf_store_frame_get(s, frames[j], &fids[j], &lines[j]))) {
@@ -198,8 +198,12 @@ static int load_sampled(bf_store *s, int64_t sid, const bf_sample_filter *f, bf_
         goto out;
       }
     free(frames);
+    if (row->leaf_op > 0) { /* f->by_opcode: the leaf's instruction as one more frame */
+      fids[nf] = BF_WSTACK_OP_FID(row->leaf_op - 1);
+      lines[nf++] = 0;
+    }
     if ((rc = push_stack(w, ti, fids, lines, nf, row->count, row->weight))) goto out;
-    w->v[w->n - 1].stack_id = row->stack_id;
+    w->v[w->n - 1].stack_id = row->leaf_op > 0 ? 0 : row->stack_id; /* equal ids: equal frames */
   }
 out:
   bf_map3_free(&seen);

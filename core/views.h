@@ -57,6 +57,11 @@ int bf_view_heatmap(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE
  * hold the GIL most. -ENODATA for sessions that carry no thread states. */
 int bf_view_gil(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
 
+/* Opcodes view (record --opcodes): samples per (function, line, opcode) of
+ * the leaf frame, specialised names with their base instruction, shares and
+ * 95% intervals. -ENODATA for a session without opcodes. */
+int bf_view_opcodes(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
 /* Stack view: per thread, the most frequent stacks and the last one seen. */
 int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
 

@@ -78,17 +78,8 @@ const char *bf_cli_option_values(const char *cmd, const char *opt);
 int bf_cli_json_only(const char *cmd, int argc, char **argv, int *json);
 
 /* ---- `record -o FILE` outputs (output.c) ---- */
-typedef enum bf_cli_out_kind {
-  BF_CLI_OUT_FLAME = 1,
-  BF_CLI_OUT_SPEEDSCOPE,
-  BF_CLI_OUT_PPROF,
-  BF_CLI_OUT_COLLAPSED,
-  BF_CLI_OUT_CHROME,
-  BF_CLI_OUT_PSTATS,
-  BF_CLI_OUT_SVG,
-  BF_CLI_OUT_GECKO,
-} bf_cli_out_kind;
-#define BF_CLI_OUT_FORMATS "flame, svg, speedscope, pprof, collapsed, chrome, pstats, gecko; py-spy's flamegraph, raw, chrometrace"
+/* A row of core/formats.h's table with the BF_FMT_RECORD role; NULL = none. */
+typedef const struct bf_format *bf_cli_out_kind;
 
 /* The output kind for path: --format (format != NULL) wins, else the file's
  * extension. Returns 0, or prints one line and returns 2. OUT: *kind. */

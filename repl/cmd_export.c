@@ -6,31 +6,12 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "formats.h"
 #include "opts.h"
-#include "otlp.h"
 #include "out_file.h"
 #include "share.h"
 #include "util.h"
 #include "views.h"
-
-typedef int (*export_fn)(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
-
-static int export_svg(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
-  bf_view_opts vo = {0};
-  vo.filter = *f;
-  return bf_view_flame_svg(s, session_id, &vo, out);
-}
-
-/* The formats; one line each. `bifocal` (sealed, --encrypt-to) is handled apart. */
-static const struct {
-  const char *name;
-  export_fn fn;
-} formats[] = {
-    {"collapsed", bf_export_collapsed}, {"speedscope", bf_export_speedscope}, {"pstats", bf_export_pstats},
-    {"pprof", bf_export_pprof},         {"chrome", bf_export_chrome},         {"svg", export_svg},
-    {"gecko", bf_export_gecko},         {"otlp", bf_export_otlp},             {NULL, NULL},
-};
-#define KNOWN_FORMATS "collapsed, speedscope, pstats, pprof, chrome, svg, gecko, otlp, bifocal (with --encrypt-to)"
 
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
@@ -59,22 +40,18 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     }
   }
   if (!format) {
-    bf_cli_error("export needs --format (" KNOWN_FORMATS ")");
+    bf_cli_error("export needs --format (%s)", bf_format_list(BF_FMT_EXPORT, ", ", BF_FMT_LIST_NOTES));
     return 2;
   }
-  /* py-spy's names; `flamegraph` is the SVG flame graph as py-spy writes it */
-  if (strcmp(format, "flamegraph") == 0 || strcmp(format, "flame") == 0) format = "svg";
-  else if (strcmp(format, "raw") == 0) format = "collapsed";
-  else if (strcmp(format, "chrometrace") == 0) format = "chrome";
-  int sealed = strcmp(format, "bifocal") == 0;
+  /* py-spy's names are aliases: `flamegraph` is the SVG flame graph as py-spy writes it */
+  const bf_format *fmt = bf_format_find(BF_FMT_EXPORT, format);
+  if (!fmt) {
+    bf_cli_error("unknown export format '%s' (known: %s)", format, bf_format_list(BF_FMT_EXPORT, ", ", BF_FMT_LIST_NOTES));
+    return 2;
+  }
+  int sealed = (fmt->flags & BF_FMT_SEALED) != 0;
   if ((sealed && !pub) || (!sealed && pub)) {
     bf_cli_error("--format bifocal goes with --encrypt-to PUBKEY (see `bifocal keygen`)");
-    return 2;
-  }
-  int fi = 0;
-  while (formats[fi].name && strcmp(formats[fi].name, format) != 0) fi++;
-  if (!sealed && !formats[fi].name) {
-    bf_cli_error("unknown export format '%s' (known: " KNOWN_FORMATS ")", format);
     return 2;
   }
   if (!outp) {
@@ -89,8 +66,10 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("export takes one session id");
     return 2;
   }
-  if (strcmp(outp, "-") == 0 && cli->stdout_tty && (strcmp(format, "pprof") == 0 || strcmp(format, "otlp") == 0)) {
-    bf_cli_error("%s is binary: give -o FILE%s", format, strcmp(format, "otlp") == 0 ? ".otlp.pb" : ".pb.gz");
+  if (strcmp(outp, "-") == 0 && cli->stdout_tty && (fmt->flags & BF_FMT_BINARY)) {
+    char ext[32];
+    snprintf(ext, sizeof ext, "%.*s", fmt->exts ? (int)strcspn(fmt->exts, " ") : 0, fmt->exts ? fmt->exts : "");
+    bf_cli_error("%s is binary: give -o FILE%s", fmt->name, ext);
     return 2;
   }
   bf_store *s;
@@ -113,5 +92,7 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return 1;
   }
-  return bf_opt_output_done(s, &of, formats[fi].fn(s, id, &filter, of.f));
+  bf_view_opts vo = {0};
+  vo.filter = filter;
+  return bf_opt_output_done(s, &of, bf_format_write(fmt, s, id, &vo, of.f));
 }

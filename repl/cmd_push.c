@@ -32,13 +32,6 @@
 
 /* ---- payloads ---------------------------------------------------------------- */
 
-typedef struct payload {
-  char *body;
-  size_t len;
-  char url[8192];
-  char ctype[128];
-} payload;
-
 static int gzip_buf(const uint8_t *in, size_t n, char **out, size_t *outn) {
   z_stream z;
   memset(&z, 0, sizeof z);
@@ -64,7 +57,7 @@ static int gzip_buf(const uint8_t *in, size_t n, char **out, size_t *outn) {
   return 0;
 }
 
-static int otlp_payload(const dest *d, bf_store *s, int64_t id, payload *p) {
+static int otlp_payload(const dest *d, bf_store *s, int64_t id, bf_push_payload *p) {
   bf_otlp_opts o = {.service_name = d->service, .resource_attributes = getenv("OTEL_RESOURCE_ATTRIBUTES")};
   uint8_t *raw = NULL;
   size_t n = 0;
@@ -107,7 +100,7 @@ static void label(char *name, size_t len, const char *key, const char *v) {
 
 /* pprof of the session as the "profile" part of a form, with a sample type
  * config naming what its first value is (Pyroscope shows APP.<clock>). */
-static int pyroscope_payload(const dest *d, bf_store *s, int64_t id, const bf_session_info *in, payload *p) {
+static int pyroscope_payload(const dest *d, bf_store *s, int64_t id, const bf_session_info *in, bf_push_payload *p) {
   char *pb = NULL;
   size_t pn = 0;
   FILE *m = open_memstream(&pb, &pn);
@@ -170,16 +163,11 @@ static int pyroscope_payload(const dest *d, bf_store *s, int64_t id, const bf_se
   return 0;
 }
 
-/* ---- sending ----------------------------------------------------------------- */
+int bf_push_encode(const dest *d, bf_store *s, int64_t id, const bf_session_info *in, bf_push_payload *p) {
+  return d->kind == DEST_OTLP ? otlp_payload(d, s, id, p) : pyroscope_payload(d, s, id, in, p);
+}
 
-typedef struct outcome {
-  int ok;
-  long status;
-  int attempts;
-  size_t bytes;
-  int retryable; /* the last failure may pass (refused, timeout, 5xx, 429) */
-  char error[1024];
-} outcome;
+/* ---- sending ----------------------------------------------------------------- */
 
 static void nap_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -219,7 +207,7 @@ static int retryable(bf_http_result r, long status) {
                              status == 500);
 }
 
-static void send_payload(const dest *d, const payload *p, outcome *out) {
+void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out) {
   const char *hdrs[MAX_HEADERS + 3];
   char ct[160];
   size_t nh = 0;
@@ -264,11 +252,13 @@ static void send_payload(const dest *d, const payload *p, outcome *out) {
     }
     long wait = backoff;
     if (res == BF_HTTP_OK && r.retry_after_s >= 0) wait = r.retry_after_s * 1000;
+    out->retry_after_ms = res == BF_HTTP_OK && r.retry_after_s >= 0 ? r.retry_after_s * 1000 : -1;
     bf_http_resp_free(&r);
     out->retryable = retryable(res, out->status);
     if (!retryable(res, out->status) || a == d->retries) {
       snprintf(err + strlen(err), sizeof err - strlen(err), "%s",
-               retryable(res, out->status) ? " (gave up after the last retry; the session stays in the database)" : "");
+               retryable(res, out->status) && d->retries > 0
+                   ? " (gave up after the last retry; the session stays in the database)" : "");
       bf_fleet_redact(d, err, out->error, sizeof out->error);
       return;
     }
@@ -285,7 +275,7 @@ static void send_payload(const dest *d, const payload *p, outcome *out) {
 
 /* ---- the command ------------------------------------------------------------- */
 
-static void report(const bf_cli *cli, const dest *d, int64_t id, const outcome *o, int json, int first) {
+static void report(const bf_cli *cli, const dest *d, int64_t id, const bf_push_outcome *o, int json, int first) {
   if (json) {
     printf("%s{\"session\":%lld,\"to\":", first ? "" : ",", (long long)id);
     bf_json_str(stdout, d->shown);
@@ -310,14 +300,14 @@ static int push_one(bf_cli *cli, const dest *d, bf_store *s, const char *arg, in
   int rc = bf_cli_session_arg(cli, s, arg, &id);
   if (rc) return rc;
   bf_session_info *in = NULL;
-  payload p = {0};
-  outcome o = {0};
+  bf_push_payload p = {0};
+  bf_push_outcome o = {0};
   if ((rc = bf_store_session_get(s, id, &in)) ||
-      (rc = d->kind == DEST_OTLP ? otlp_payload(d, s, id, &p) : pyroscope_payload(d, s, id, in, &p))) {
+      (rc = bf_push_encode(d, s, id, in, &p))) {
     snprintf(o.error, sizeof o.error, "cannot encode it: %s", bf_store_errmsg(s));
     if (rc == -ENOMEM) snprintf(o.error, sizeof o.error, "out of memory encoding it");
   } else {
-    send_payload(d, &p, &o);
+    bf_push_send(d, &p, &o);
   }
   report(cli, d, id, &o, json, first);
   free(p.body);
@@ -354,14 +344,14 @@ static int follow_window(const bf_cli *cli, dest *d, bf_store *s, int64_t id, in
   d->filter.until_ns = end_ns;
   for (long pause = 1000;; pause = pause * 2 > 30000 ? 30000 : pause * 2) {
     bf_session_info *in = NULL;
-    payload p = {0};
-    outcome o = {0};
+    bf_push_payload p = {0};
+    bf_push_outcome o = {0};
     int rc = bf_store_session_get(s, id, &in);
-    if (!rc) rc = d->kind == DEST_OTLP ? otlp_payload(d, s, id, &p) : pyroscope_payload(d, s, id, in, &p);
+    if (!rc) rc = bf_push_encode(d, s, id, in, &p);
     if (rc) {
       bf_cli_error("session %lld window %lld: cannot encode it: %s", (long long)id, (long long)k, bf_store_errmsg(s));
     } else {
-      send_payload(d, &p, &o);
+      bf_push_send(d, &p, &o);
     }
     free(p.body);
     bf_session_info_free(in);
@@ -423,7 +413,7 @@ static int follow(const bf_cli *cli, dest *d, bf_store *s, int64_t id, int64_t e
 
 typedef struct push_args {
   const char *to, *hfile;
-  int json, follow;
+  int json, follow, resume;
   int64_t every_ns;
 } push_args;
 
@@ -441,6 +431,7 @@ static int push_opts(int argc, char **argv, dest *d, push_args *a) {
                                        {"until", required_argument, NULL, 'U'},
                                        {"follow", no_argument, NULL, 'f'},
                                        {"every", required_argument, NULL, 'e'},
+                                       {"resume", no_argument, NULL, 'r'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   int c;
@@ -470,6 +461,7 @@ static int push_opts(int argc, char **argv, dest *d, push_args *a) {
         if (bf_opt_window(c, optarg, &d->filter)) return 2;
         break;
       case 'f': a->follow = 1; break;
+      case 'r': a->resume = 1; break;
       case 'e':
         if (bf_parse_duration_ns(optarg, &a->every_ns) < 0 || a->every_ns < 1000000000LL ||
             a->every_ns > 3600000000000LL) {
@@ -481,7 +473,11 @@ static int push_opts(int argc, char **argv, dest *d, push_args *a) {
       default: return 2;
     }
   }
-  if (optind >= argc) {
+  if (a->resume && (a->follow || a->json || d->filter.since_ns || d->filter.until_ns)) {
+    bf_cli_error("push --resume sends spooled windows as they were spooled: no --follow/--json/--since/--until");
+    return 2;
+  }
+  if (optind >= argc && !a->resume) {
     bf_cli_error("push needs one or more session ids or labels");
     return 2;
   }
@@ -492,23 +488,43 @@ static int push_opts(int argc, char **argv, dest *d, push_args *a) {
   return -1;
 }
 
-int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
+void bf_fleet_dest_init(dest *d) {
+  memset(d, 0, sizeof *d);
+  d->retries = 3;
+  d->rq = (bf_http_req){.max_response = 1 << 20, .max_redirects = 3, .timeout_ms = 10000};
+  d->service = getenv("OTEL_SERVICE_NAME");
+}
+
+int bf_fleet_push_dest(dest *d, const char *to, const char *hfile) {
   const char *comp = getenv("OTEL_EXPORTER_OTLP_COMPRESSION");
-  dest d = {.retries = 3, .rq = {.max_response = 1 << 20, .max_redirects = 3, .timeout_ms = 10000}};
-  d.service = getenv("OTEL_SERVICE_NAME");
+  int rc;
+  d->gzip = !(comp && strcmp(comp, "none") == 0);
+  if ((rc = bf_fleet_dest(d, to, "/ingest"))) return rc;
+  if (!d->service || !*d->service) d->service = d->kind == DEST_OTLP ? NULL : "bifocal";
+  if (d->kind == DEST_OTLP)
+    rc = bf_fleet_otel_headers(d, getenv("OTEL_EXPORTER_OTLP_PROFILES_HEADERS") ? "OTEL_EXPORTER_OTLP_PROFILES_HEADERS"
+                                                                                : "OTEL_EXPORTER_OTLP_HEADERS");
+  else
+    rc = bf_fleet_pyroscope_auth(d);
+  if (!rc && hfile) rc = bf_fleet_headers_file(d, hfile);
+  return rc;
+}
+
+int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
+  dest d;
+  bf_fleet_dest_init(&d);
   push_args a = {.every_ns = 10000000000LL};
   int rc = push_opts(argc, argv, &d, &a);
   if (rc >= 0) return rc;
-  d.gzip = !(comp && strcmp(comp, "none") == 0);
-  if ((rc = bf_fleet_dest(&d, a.to, "/ingest"))) return rc;
-  if (!d.service || !*d.service) d.service = d.kind == DEST_OTLP ? NULL : "bifocal";
-  if (d.kind == DEST_OTLP)
-    rc = bf_fleet_otel_headers(&d, getenv("OTEL_EXPORTER_OTLP_PROFILES_HEADERS") ? "OTEL_EXPORTER_OTLP_PROFILES_HEADERS"
-                                                                                 : "OTEL_EXPORTER_OTLP_HEADERS");
-  else
-    rc = bf_fleet_pyroscope_auth(&d);
-  if (!rc && a.hfile) rc = bf_fleet_headers_file(&d, a.hfile);
+  rc = bf_fleet_push_dest(&d, a.to, a.hfile);
   bf_store *s = NULL;
+  if (!rc && a.resume) {
+    rc = bf_cli_open_store(cli, 0, &s);
+    if (!rc) rc = bf_push_resume(cli, &d, s, argv + optind, argc - optind);
+    bf_store_close(s);
+    bf_fleet_dest_free(&d);
+    return rc;
+  }
   if (!rc) rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
   if (rc) {
     bf_fleet_dest_free(&d);

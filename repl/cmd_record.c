@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "opts.h"
 #include "correlate.h"
+#include "fleet.h"
 #include "native.h"
 #include "sampler.h"
 #include "util.h"
@@ -23,6 +24,7 @@
 static volatile int stop_flag;
 static volatile int child_pid;
 static int child_stopped; /* -d ended while the launched command ran: it was stopped */
+static bf_push_cfg push_cfg; /* record --push (push_record.c) */
 
 /* SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the capture and are passed on to a
  * launched command, SIGQUIT as SIGTERM (a terminal's own SIGINT/SIGQUIT
@@ -93,6 +95,15 @@ static int record_check(int argc, char **argv, bf_smp_record_opts *o, int nonblo
     bf_cli_error("--async records task stacks on the wall clock without --native (drop --clock cpu / --native)");
     return 2;
   }
+  if (o->exc_only && (o->clock_cpu || o->async_tasks)) {
+    bf_cli_error("--exceptions (--mode exception) samples threads on the wall clock, as Tachyon's does (drop %s)",
+                 o->clock_cpu ? "--clock cpu" : "--async");
+    return 2;
+  }
+  if (o->opcodes && (o->native || o->async_tasks)) {
+    bf_cli_error("--opcodes reads the leaf frame of Python stacks: drop --native / --async");
+    return 2;
+  }
   /* native stacks stop threads at every sample: a gentler default rate */
   if (o->native && !rate_given) o->rate_hz = 100;
   char **cmd = argv + optind;
@@ -122,7 +133,8 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       {"native", no_argument, NULL, 'n'},         {"native-threads", required_argument, NULL, 'N'},
       {"output", required_argument, NULL, 'o'},   {"format", required_argument, NULL, 'f'},
       {"nonblocking", no_argument, NULL, 'B'},    {"async", no_argument, NULL, 'A'},
-      {NULL, 0, NULL, 0}};
+      {"exceptions", no_argument, NULL, 'X'},     {"opcodes", no_argument, NULL, 'O'},
+      BF_PUSH_RECORD_OPTIONS,                     {NULL, 0, NULL, 0}};
   int c, rate_given = 0, nonblocking = 0;
   const char *format = NULL;
   int64_t ns;
@@ -160,13 +172,16 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
         if (bf_opt_native_threads(optarg, &o->native, &o->native_threads)) return 2;
         break;
       case 'A': o->async_tasks = 1; break; /* asyncio tasks as task:NAME threads */
+      case 'X': o->exc_only = 1; break;    /* Tachyon's --mode exception */
+      case 'O': o->opcodes = 1; break;     /* Tachyon's --opcodes */
       case 'i': o->no_idle = 0; break;
       case 'I': o->no_idle = 1; break;
       case 'o': *outp = optarg; break;
       case 'f': format = optarg; break;
       case 'B': nonblocking = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("record"), stdout); return 0;
-      default: return 2;
+      default:
+        if (c < BF_PUSH_OPT || c > BF_PUSH_OPT + 5 || bf_push_record_opt(c, optarg, &push_cfg)) return 2;
     }
   }
   return record_check(argc, argv, o, nonblocking, rate_given, format, outp, kind);
@@ -303,6 +318,7 @@ static int store_only_attempt(bf_store *st) {
 int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   bf_smp_record_opts o = {0};
   o.rate_hz = 1000;
+  push_cfg = (bf_push_cfg){.every_ns = 10000000000LL, .spool_max_bytes = 64LL << 20, .wait_ms = 5000};
   const char *outp = NULL;
   bf_cli_out_kind out_kind = 0;
   int rc = bf_opt_peer_record("record", &argc, &argv); /* py-spy's, austin's, Tachyon's flags */
@@ -329,6 +345,11 @@ static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf
   char scratch[4096];
   bf_cli scratch_cli = *cli;
   if ((rc = scratch_make(cli, outp, scratch, sizeof scratch))) return rc;
+  if (push_cfg.to && scratch[0]) {
+    scratch_remove(scratch);
+    bf_cli_error("record --push keeps unsent windows in the database: give --db DB with -o FILE");
+    return 2;
+  }
   if (scratch[0]) scratch_cli.db_path = scratch;
   /* made by this run: removed again if the run fails before recording */
   int created = !scratch[0] && access(cli->db_path, F_OK) != 0 && errno == ENOENT;
@@ -357,10 +378,18 @@ static int record_main(bf_cli *cli, bf_smp_record_opts *op, const char *outp, bf
   int tty = isatty(2); /* progress on a terminal stderr, also under ID=$(bifocal record ...) */
   int64_t sid = 0;
   int wst = -1;
+  bf_push_rec *pusher = NULL;
+  if (push_cfg.to && (rc = bf_push_rec_start(&push_cfg, cli->db_path, &o, &pusher))) {
+    bf_audit_end(au, "record --push could not start", 0);
+    bf_smp_free(h);
+    bf_store_close(st);
+    return rc;
+  }
   if (!scratch[0]) bf_audit_capture_hold(cli->db_path); /* gc --force keeps out meanwhile */
   rc = record_capture(h, st, &o, tty, &sid, &wst);
   if (!scratch[0]) bf_audit_capture_release(cli->db_path);
   if (tty) fputs("\r\033[K", stderr);
+  bf_push_rec_end(pusher, st, sid); /* what was not sent stays spooled (said) */
   int status = 0;
   if (rc < 0) {
     const char *hint = bf_cli_hint(bf_smp_errmsg(h)); /* said before the session note */

@@ -4,39 +4,20 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "formats.h"
 #include "opts.h"
 #include "out_file.h"
 #include "util.h"
 #include "views.h"
 
-typedef int (*view_fn)(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
-
-/* The views; `html` = the view writes an HTML page (refused on a terminal),
- * `json` = it has a --json form. */
-static const struct {
-  const char *name;
-  view_fn fn;
-  int html, json;
-} views[] = {
-    {"functions", bf_view_functions, 0, 1}, {"flame", bf_view_flame, 1, 0}, {"heatmap", bf_view_heatmap, 0, 1},
-    {"gil", bf_view_gil, 0, 1},             {"stack", bf_view_stack, 0, 1}, {"tasks", bf_view_tasks, 0, 1},
-    {NULL, NULL, 0, 0},
-};
-
-static int ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && strcasecmp(s + n - m, suffix) == 0;
-}
-
 typedef struct replay_args {
   const char *view, *thread, *outp;
   char task_arg[512];
   bf_view_opts vo;
-  int vi;        /* index in views[] */
+  const bf_format *fmt; /* the view's row of core/formats.c */
   int view_set;  /* --view given */
   int svg;       /* -o FILE.svg: the flame graph as SVG */
   int html_wrap; /* -o FILE.html of a text view: its text as an HTML page */
@@ -111,18 +92,18 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
     bf_cli_error("replay takes one session id");
     return 2;
   }
-  r->vi = 0;
-  while (views[r->vi].name && strcmp(views[r->vi].name, r->view) != 0) r->vi++;
-  if (!views[r->vi].name) {
-    bf_cli_error("unknown view '%s' (known: functions, flame, heatmap, gil, stack, tasks)", r->view);
+  r->fmt = bf_format_find(BF_FMT_VIEW, r->view);
+  if (!r->fmt) {
+    bf_cli_error("unknown view '%s' (known: %s)", r->view, bf_format_list(BF_FMT_VIEW, ", ", 0));
     return 2;
   }
-  if (r->vo.json && !views[r->vi].json) {
+  r->view = r->fmt->name;
+  if (r->vo.json && !(r->fmt->flags & BF_FMT_JSON)) {
     bf_cli_error("the %s view has no JSON form: drop --json, or use `bifocal export ID -f speedscope` "
                  "(or collapsed) for its data", r->view);
     return 2;
   }
-  if (r->outp && ends_with(r->outp, ".svg")) {
+  if (r->outp && bf_format_has_suffix(r->outp, ".svg")) {
     /* py-spy's habit: `-o profile.svg` is a flame graph, whatever the default view */
     if (r->view_set && strcmp(r->view, "flame") != 0) {
       bf_cli_error("'%s': only the flame view is drawn as SVG (use --view flame, or -o FILE.html / .txt)",
@@ -135,13 +116,13 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
     }
     r->svg = 1;
     r->view = "flame";
-    r->vi = 1;
+    r->fmt = bf_format_find(BF_FMT_VIEW, "flame");
   }
-  if (r->outp && strcmp(r->view, "heatmap") == 0 && ends_with(r->outp, ".html")) r->vo.html = 1;
-  if (r->outp && !views[r->vi].html && !r->vo.html && !r->vo.json &&
-      (ends_with(r->outp, ".html") || ends_with(r->outp, ".htm")))
+  if (r->outp && strcmp(r->view, "heatmap") == 0 && bf_format_has_suffix(r->outp, ".html")) r->vo.html = 1;
+  if (r->outp && !(r->fmt->flags & BF_FMT_HTML) && !r->vo.html && !r->vo.json &&
+      (bf_format_has_suffix(r->outp, ".html") || bf_format_has_suffix(r->outp, ".htm")))
     r->html_wrap = 1;
-  if ((views[r->vi].html || r->vo.html) && !r->outp && cli->stdout_tty) {
+  if (((r->fmt->flags & BF_FMT_HTML) || r->vo.html) && !r->outp && cli->stdout_tty) {
     bf_cli_error("the %s view is an HTML page: give -o FILE.html", r->view);
     return 2;
   }
@@ -159,7 +140,7 @@ static int html_page(bf_store *s, int64_t id, replay_args *r, FILE *out) {
     return -ENOMEM;
   }
   r->vo.color = 0;
-  int rc = views[r->vi].fn(s, id, &r->vo, mem);
+  int rc = bf_format_write(r->fmt, s, id, &r->vo, mem);
   fclose(mem);
   if (rc >= 0) {
     fprintf(out, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bifocal %s view — session %lld</title>"
@@ -192,7 +173,7 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
     return 1;
   }
   if (of.f != stdout) r.vo.color = 0;
-  if (r.svg) return bf_opt_output_done(s, &of, bf_view_flame_svg(s, id, &r.vo, of.f));
+  if (r.svg) r.fmt = bf_format_find(BF_FMT_RECORD, "svg");
   if (r.html_wrap) return bf_opt_output_done(s, &of, html_page(s, id, &r, of.f));
-  return bf_opt_output_done(s, &of, views[r.vi].fn(s, id, &r.vo, of.f));
+  return bf_opt_output_done(s, &of, bf_format_write(r.fmt, s, id, &r.vo, of.f));
 }

@@ -1,4 +1,6 @@
-/* commands.c — the table of every `bifocal` command (one line each). */
+/* commands.c — the table of every `bifocal` command (one line each). In a
+ * usage line "@export", "@record" and "@view" stand for the names of
+ * core/formats.c's rows with that role, joined by '|'. */
 #include <string.h>
 
 #include "cli.h"
@@ -29,8 +31,8 @@ BF_DECL(push)
 const bf_cmd bf_cmds[] = {
     {"sessions", bf_cmd_sessions, "sessions [--json]", "list sessions with their metadata", NULL},
     {"import", bf_cmd_import, "import FILE [--label L] [--ttl T] [--key SECRET.key] | import --from pyroscope URL --query SEL [--since T] [--until T] [--label L]", "import collapsed stacks (FlameGraph, py-spy raw, austin text), a sealed export, or a fleet-merged profile from Pyroscope", NULL},
-    {"replay", bf_cmd_replay, "replay ID [--view functions|flame|heatmap|gil|stack] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N] [--tree]", "show a view of a session", NULL},
-    {"export", bf_cmd_export, "export ID --format collapsed|speedscope|pstats|pprof|chrome|svg|gecko|otlp -o FILE [--thread T] [--since S] [--until S] [--tree] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
+    {"replay", bf_cmd_replay, "replay ID [--view @view] [-o FILE] [--json] [--limit N] [--sort self|total] [--thread T] [--since S] [--until S] [--html] [--buckets N] [--tree]", "show a view of a session", NULL},
+    {"export", bf_cmd_export, "export ID --format @export -o FILE [--thread T] [--since S] [--until S] [--tree] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
     {"attach", bf_cmd_attach, "attach [record options] PID", "record an existing process (Tachyon's spelling of record -p PID)", NULL},
     {"record", bf_cmd_record, "record [-r HZ] [-d S] [-o FILE [-f FMT]] [--clock wall|cpu] [-g] [-i|--no-idle] [-n] [-s] [--async] [--label L] [--commit SHA] [--ttl T] (-p PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
     {"dump", bf_cmd_dump, "dump [-j] [-l] [-n] [-s] (-p PID | PID)", "current Python stack of every thread of a process, once", NULL},

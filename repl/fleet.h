@@ -47,6 +47,83 @@ void bf_fleet_redact(const dest *d, const char *msg, char *buf, size_t len);
 /* Wipes and frees the headers. */
 void bf_fleet_dest_free(dest *d);
 
+/* d with push's defaults (3 retries, 10 s, 1 MiB answers, 3 same-origin
+ * redirects, OTEL_SERVICE_NAME); then bf_fleet_push_dest: --to URL (NULL:
+ * the OTLP variables), compression, the credentials of its kind and the
+ * headers file (may be NULL). 0 or the exit status (said on stderr). */
+void bf_fleet_dest_init(dest *d);
+int bf_fleet_push_dest(dest *d, const char *to, const char *hfile);
+
+/* One request's body, URL (d->url, plus Pyroscope's query) and type. */
+typedef struct bf_push_payload {
+  char *body; /* caller frees */
+  size_t len;
+  char url[8192];
+  char ctype[128];
+} bf_push_payload;
+
+/* How sending went. error is redacted (bf_fleet_redact). */
+typedef struct bf_push_outcome {
+  int ok;
+  long status;
+  int attempts;
+  size_t bytes;
+  int retryable;       /* the last failure may pass (refused, timeout, 5xx, 429) */
+  long retry_after_ms; /* the last answer's Retry-After; -1 when none */
+  char error[1024];
+} bf_push_outcome;
+
+/* Session id (its info in) encoded for d, d->filter's window of it
+ * (cmd_push.c). 0 or a negative errno (message on s). OUT: *p. */
+int bf_push_encode(const dest *d, bf_store *s, int64_t id, const bf_session_info *in, bf_push_payload *p);
+
+/* Send p to d, with d->retries retries after a failure that may pass
+ * (backoff from 0.5 s doubling to 8 s, or the answer's Retry-After up to
+ * 30 s). OUT: *out. */
+void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out);
+
+/* push --resume [SESSION...]: the windows record --push left in the spool
+ * for d (pending or refused), per session in window order, each with
+ * d->retries; a session stops at its first window that is not delivered
+ * (push_record.c). 0, or 1 when any stays. */
+int bf_push_resume(bf_cli *cli, const dest *d, bf_store *s, char **ids, int nids);
+
+/* record --push URL --every D [--push-spool-max SIZE] [--push-headers FILE]
+ * [--push-wait S] [--push-timeout S] (push_record.c). */
+typedef struct bf_push_cfg {
+  const char *to, *hfile;
+  int64_t every_ns, spool_max_bytes;
+  long wait_ms, timeout_ms; /* after the capture; one request (0: 10 s) */
+} bf_push_cfg;
+#define BF_PUSH_OPT 0x3000
+#define BF_PUSH_RECORD_OPTIONS                                                                         \
+  {"push", required_argument, NULL, BF_PUSH_OPT}, {"every", required_argument, NULL, BF_PUSH_OPT + 1}, \
+      {"push-spool-max", required_argument, NULL, BF_PUSH_OPT + 2},                                    \
+      {"push-headers", required_argument, NULL, BF_PUSH_OPT + 3},                                      \
+      {"push-wait", required_argument, NULL, BF_PUSH_OPT + 4},                                         \
+      {"push-timeout", required_argument, NULL, BF_PUSH_OPT + 5}
+
+/* One of those options (c in BF_PUSH_OPT..+5) into cfg. 0, or 2 (said). */
+int bf_push_record_opt(int c, const char *arg, bf_push_cfg *cfg);
+
+/* record's pusher: a thread of its own (nice +10, signals blocked) with its
+ * own connection to db_path. It waits for *o->session_started (set here),
+ * spools each window of cfg->every_ns once closed (a sample 1.5 s past its
+ * end is stored, or the session ended, or 10 s passed without a sample) and
+ * sends the spooled windows in order, retrying with backoff (Retry-After
+ * honoured); past cfg->spool_max_bytes the oldest waiting windows are
+ * dropped and said (stderr, an audit row). Nothing here blocks the caller.
+ * OUT: *out. 0 or the exit status (said). */
+typedef struct bf_push_rec bf_push_rec;
+struct bf_smp_record_opts;
+int bf_push_rec_start(const bf_push_cfg *cfg, const char *db_path, struct bf_smp_record_opts *o, bf_push_rec **out);
+
+/* The capture ended (its session sid finalised, 0: none): spool the last
+ * window, send for at most cfg->wait_ms more (plus one request's timeout),
+ * stop the thread, note extra.push on the session and say on stderr what
+ * was sent and what waits. Frees p; accepts NULL. 0 or 1 (said). */
+int bf_push_rec_end(bf_push_rec *p, bf_store *st, int64_t sid);
+
 /* `import --from pyroscope ...` (cmd_import_pyroscope.c), which cmd_import.c
  * hands its arguments to when --from is among them. */
 int bf_cmd_import_pyroscope(bf_cli *cli, int argc, char **argv);

@@ -6,14 +6,17 @@
 #include <string.h>
 
 #include "cli.h"
+#include "formats.h"
 
 #ifndef BF_VERSION
 #define BF_VERSION "0.0.0"
 #endif
 
 /* values: what completes after the option — a space list of words, "@file"
- * (a path), "@dir", "@session", or NULL (a free value, or no value when the
- * spelling names none). */
+ * (a path), "@dir", "@session", "@export" / "@record" / "@view" (the names of
+ * core/formats.c's rows with that role), or NULL (a free value, or no value
+ * when the spelling names none). In help, "@exts" stands for the extensions
+ * record -o tells formats by. */
 typedef struct bf_opt_doc {
   const char *cmd;      /* NULL = global option */
   const char *spelling; /* "-p, --pid PID" */
@@ -51,7 +54,7 @@ static const bf_opt_doc docs[] = {
     {"import", "--cacert FILE", "@file", "with --from: verify TLS against this CA bundle"},
     {"import", "--insecure", NULL, "with --from: do not verify TLS certificates"},
 
-    {"replay", "-v, --view V", "functions flame heatmap gil stack tasks", "the view (default functions)"},
+    {"replay", "-v, --view V", "@view", "the view (default functions)"},
     {"replay", "-j, --json", NULL, "machine-readable output (functions view)"},
     {"replay", "-n, --limit N", NULL, "at most N rows"},
     {"replay", "-s, --sort K", "self total", "order rows by self or total share"},
@@ -66,7 +69,7 @@ static const bf_opt_doc docs[] = {
     {"replay", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one; "
                                "a child's own id shows that process alone"},
 
-    {"export", "-f, --format F", "collapsed speedscope pstats pprof chrome svg gecko otlp bifocal",
+    {"export", "-f, --format F", "@export",
      "the output format (py-spy's flamegraph = svg, raw = collapsed, chrometrace = chrome)"},
     {"export", "-o, --output FILE", "@file", "the file to write ('-' for stdout)"},
     {"export", "-t, --thread T", NULL, "only this thread (native id or name)"},
@@ -81,11 +84,13 @@ static const bf_opt_doc docs[] = {
     {"record", "-d, --duration S", NULL, "stop after S (10, 10s, 2m); default: until the target exits or Ctrl-C"},
     {"record", "-o, --output FILE", "@file",
      "also write FILE; without --db (or $BIFOCAL_DB) only FILE is written, no database is kept"},
-    {"record", "-f, --format F", "flame svg speedscope pprof collapsed chrome pstats gecko flamegraph raw chrometrace",
-     "format of -o FILE (default: from the extension: .html .svg .speedscope.json .gecko.json .json .pb.gz .txt "
-     ".prof .trace.json)"},
+    {"record", "-f, --format F", "@record", "format of -o FILE (default: from the extension: @exts)"},
     {"record", "--collapsed, --flamegraph, --pstats, --gecko", NULL, "Tachyon's spellings of -f collapsed|flame|pstats|gecko"},
-    {"record", "--mode M", "wall cpu gil", "Tachyon's spelling: --clock wall, --clock cpu, --gil"},
+    {"record", "--mode M", "wall cpu gil exception", "Tachyon's spelling: --clock wall, --clock cpu, --gil, --exceptions"},
+    {"record", "--exceptions", NULL, "only samples of threads handling (in except/finally) or raising an exception; "
+                                     "wall clock (Tachyon --mode exception)"},
+    {"record", "--opcodes", NULL, "the leaf frame's bytecode instruction, specialised form included (3.11+; "
+                                  "replay --view opcodes; Tachyon --opcodes)"},
     {"record", "-a, --all-threads", NULL, "accepted for Tachyon: bifocal always samples every thread"},
     {"record", "--clock C", "wall cpu", "wall: every thread charged real time; cpu: only CPU time used"},
     {"record", "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"},
@@ -100,6 +105,13 @@ static const bf_opt_doc docs[] = {
     {"record", "--label L", NULL, "a free label for the load window; usable as the session id"},
     {"record", "--commit SHA", NULL, "the code version (default: git rev-parse HEAD in the target's cwd)"},
     {"record", "--ttl T", NULL, "expire the session after T (90s, 30m, 12h, 7d; see gc)"},
+    {"record", "--push URL", "otlp+http:// otlp+https:// pyroscope:// pyroscope+https://",
+     "push each window as it closes (credentials as for push); unsent windows wait in the database"},
+    {"record", "--every DURATION", NULL, "with --push: the window (1s .. 1h, default 10s)"},
+    {"record", "--push-spool-max SIZE", NULL, "unsent windows kept at most (default 64MB), then the oldest are dropped"},
+    {"record", "--push-headers FILE", "@file", "with --push: extra 'Name: value' headers from a 0600 file of yours"},
+    {"record", "--push-wait S", NULL, "after the capture, keep pushing at most S more (default 5)"},
+    {"record", "--push-timeout S", NULL, "bound of each push request (default 10)"},
 
     {"dump", "-p, --pid PID", NULL, "the process (also accepted as the only argument)"},
     {"dump", "-j, --json", NULL, "one JSON object: pid, python_version, threads with name and frames "
@@ -174,19 +186,73 @@ static const bf_opt_doc docs[] = {
     {"push", "--until S", NULL, "only samples until S seconds after the session start"},
     {"push", "--follow", NULL, "push a session being recorded window by window as each closes, until it ends"},
     {"push", "--every DURATION", NULL, "with --follow: the window (1s .. 1h, default 10s)"},
+    {"push", "--resume", NULL, "send the windows record --push left in the spool for --to (all sessions, or those given)"},
 };
 #define NDOCS (sizeof docs / sizeof *docs)
 
+/* docs[i].values with the format lists filled in from core/formats.c (static,
+ * built once per role), or NULL. */
+static const char *values_of(size_t i) {
+  static char lists[3][512];
+  static const struct {
+    const char *token;
+    unsigned role;
+    int aliases;
+  } roles[] = {{"@export", BF_FMT_EXPORT, 0}, {"@record", BF_FMT_RECORD, 1}, {"@view", BF_FMT_VIEW, 0}};
+  const char *v = docs[i].values;
+  for (int r = 0; v && r < 3; r++)
+    if (strcmp(v, roles[r].token) == 0) {
+      if (!lists[r][0])
+        snprintf(lists[r], sizeof lists[r], "%s", bf_format_list(roles[r].role, " ", roles[r].aliases ? BF_FMT_LIST_ALIASES : 0));
+      return lists[r];
+    }
+  return v;
+}
+
+/* docs[i].help with "@exts" filled in (static until the next call). */
+static const char *help_of(size_t i) {
+  static char buf[1024];
+  const char *h = docs[i].help, *at = strstr(h, "@exts");
+  if (!at) return h;
+  snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - h), h, bf_format_ext_list(" ", 1), at + 5);
+  return buf;
+}
+
+/* cmd->usage with "@export", "@record", "@view" filled in from core/formats.c
+ * (static until the next call). */
+static const char *usage_of(const bf_cmd *cmd) {
+  static char buf[2048];
+  static const struct {
+    const char *token;
+    unsigned role;
+  } roles[] = {{"@export", BF_FMT_EXPORT}, {"@record", BF_FMT_RECORD}, {"@view", BF_FMT_VIEW}};
+  buf[0] = 0;
+  for (const char *u = cmd->usage; *u;) {
+    const char *at = strchr(u, '@');
+    size_t n = strlen(buf);
+    if (!at) {
+      snprintf(buf + n, sizeof buf - n, "%s", u);
+      break;
+    }
+    int r = 0;
+    while (r < 3 && strncmp(at, roles[r].token, strlen(roles[r].token)) != 0) r++;
+    snprintf(buf + n, sizeof buf - n, "%.*s%s", (int)(at - u), u,
+             r < 3 ? bf_format_list(roles[r].role, "|", BF_FMT_LIST_NO_SEALED) : "@");
+    u = at + (r < 3 ? strlen(roles[r].token) : 1);
+  }
+  return buf;
+}
+
 void bf_cli_usage(const bf_cmd *cmd, FILE *f) {
-  fprintf(f, "usage: bifocal %s\n  %s\n", cmd->usage, cmd->summary);
+  fprintf(f, "usage: bifocal %s\n  %s\n", usage_of(cmd), cmd->summary);
   if (cmd->help) fprintf(f, "\n%s\n", cmd->help);
   int any = 0;
   for (size_t i = 0; i < NDOCS; i++) {
     if (!docs[i].cmd || strcmp(docs[i].cmd, cmd->name) != 0) continue;
     if (!any++) fputs("\noptions:\n", f);
     int w = (int)strlen(docs[i].spelling);
-    fprintf(f, "  %s%*s%s\n", docs[i].spelling, w < 28 ? 28 - w : 1, w < 28 ? "" : " ", docs[i].help);
-    if (docs[i].values && docs[i].values[0] != '@') fprintf(f, "  %28sone of: %s\n", "", docs[i].values);
+    fprintf(f, "  %s%*s%s\n", docs[i].spelling, w < 28 ? 28 - w : 1, w < 28 ? "" : " ", help_of(i));
+    if (values_of(i) && values_of(i)[0] != '@') fprintf(f, "  %28sone of: %s\n", "", values_of(i));
   }
   fprintf(f, "%s  -h, --help                  this help\n", any ? "" : "\noptions:\n");
   fputs("\nglobal: --db DB (-D DB) names the database (default $BIFOCAL_DB, else ./bifocal.db)\n", f);
@@ -226,11 +292,11 @@ void bf_cli_option_names(const char *cmd, void (*fn)(void *ud, const char *opt),
 
 const char *bf_cli_option_values(const char *cmd, const char *opt) {
   for (size_t i = 0; i < NDOCS; i++) {
-    if (!docs[i].values || !docs[i].cmd || strcmp(docs[i].cmd, cmd) != 0) continue;
+    if (!values_of(i) || !docs[i].cmd || strcmp(docs[i].cmd, cmd) != 0) continue;
     const char *s = docs[i].spelling;
     size_t n = strlen(opt);
     for (const char *p = strstr(s, opt); p; p = strstr(p + 1, opt))
-      if ((p == s || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0 || p[n] == ',')) return docs[i].values;
+      if ((p == s || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0 || p[n] == ',')) return values_of(i);
   }
   return NULL;
 }
@@ -245,6 +311,37 @@ static void roff(FILE *f, const char *s) {
       fputs("\\-", f);
     else
       fputc(*s, f);
+  }
+}
+
+/* The FORMATS section: every row of core/formats.c. */
+static void man_formats(FILE *f) {
+  static const char *const role_names[] = {"export", "record \\-o", "replay \\-\\-view"};
+  static const char *const kind_names[] = {"sampled", "traced", "imported"};
+  fputs(".SH FORMATS\nWhat export \\-\\-format, record \\-o FILE [\\-f FORMAT] and replay \\-\\-view write.\n", f);
+  for (const bf_format *x = bf_formats; x->name; x++) {
+    fputs(".TP\n.B ", f);
+    roff(f, x->name);
+    if (x->aliases) {
+      fputs(" \\fR(also ", f);
+      roff(f, x->aliases);
+      fputs(")\\fP", f);
+    }
+    fputc('\n', f);
+    roff(f, x->title);
+    fputs(x->note ? ", " : "", f);
+    if (x->note) roff(f, x->note);
+    fputs("; for", f);
+    for (int b = 0, n = 0; b < 3; b++)
+      if (x->roles & (1u << b)) fprintf(f, "%s %s", n++ ? "," : "", role_names[b]);
+    fputs("; sessions", f);
+    for (int b = 0, n = 0; b < 3; b++)
+      if (x->kinds & (1u << b)) fprintf(f, "%s %s", n++ ? "," : "", kind_names[b]);
+    if (x->exts) {
+      fputs("; files ", f);
+      roff(f, x->exts);
+    }
+    fputs(".\n", f);
   }
 }
 
@@ -265,7 +362,7 @@ static void man_page(FILE *f) {
     fputs(".TP\n.B ", f);
     roff(f, docs[i].spelling);
     fputc('\n', f);
-    roff(f, docs[i].help);
+    roff(f, help_of(i));
     fputc('\n', f);
   }
   fputs(".SH COMMANDS\n", f);
@@ -273,7 +370,7 @@ static void man_page(FILE *f) {
     fputs(".SS ", f);
     roff(f, c->name);
     fputs("\n.B bifocal ", f);
-    roff(f, c->usage);
+    roff(f, usage_of(c));
     fputs("\n.PP\n", f);
     roff(f, c->summary);
     fputs(".\n", f);
@@ -294,15 +391,16 @@ static void man_page(FILE *f) {
       fputs(".TP\n.B ", f);
       roff(f, docs[i].spelling);
       fputc('\n', f);
-      roff(f, docs[i].help);
-      if (docs[i].values && docs[i].values[0] != '@') {
+      roff(f, help_of(i));
+      if (values_of(i) && values_of(i)[0] != '@') {
         fputs(" (", f);
-        roff(f, docs[i].values);
+        roff(f, values_of(i));
         fputc(')', f);
       }
       fputc('\n', f);
     }
   }
+  man_formats(f);
   fputs(".SH ENVIRONMENT\n.TP\n.B BIFOCAL_DB\nthe database when \\-\\-db is not given.\n"
         ".TP\n.B XDG_STATE_HOME\ndump, top and live audit into $XDG_STATE_HOME/bifocal/audit.db "
         "(~/.local/state/bifocal/audit.db) when no \\-\\-db is named.\n"
@@ -342,7 +440,7 @@ static void bash_completion(FILE *f) {
   for (const bf_cmd *c = bf_cmds; c->name; c++) {
     fprintf(f, "    %s)\n      case $prev in\n", c->name);
     for (size_t i = 0; i < NDOCS; i++) {
-      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0 || !docs[i].values) continue;
+      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0 || !values_of(i)) continue;
       const char *s = docs[i].spelling;
       fputs("        ", f);
       int first = 1;
@@ -354,7 +452,7 @@ static void bash_completion(FILE *f) {
         first = 0;
         s += n;
       }
-      const char *v = docs[i].values;
+      const char *v = values_of(i);
       if (strcmp(v, "@file") == 0)
         fputs(") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n", f);
       else if (strcmp(v, "@dir") == 0)
@@ -420,10 +518,10 @@ static void zsh_completion(FILE *f) {
       int takes = *s && *s != '-'; /* a value name follows */
       for (int k = 0; k < nw; k++) {
         fprintf(f, "            '%s[", words[k]);
-        zsh_word(f, docs[i].help);
+        zsh_word(f, help_of(i));
         fputc(']', f);
         if (takes) {
-          const char *v = docs[i].values;
+          const char *v = values_of(i);
           if (!v)
             fputs(":value: ", f);
           else if (strcmp(v, "@file") == 0)

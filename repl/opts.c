@@ -329,8 +329,7 @@ int bf_opt_peer_record(const char *cmd, int *argc, char ***argv) {
       bf_cli_error("%s: bifocal's frames are always functions (py-spy's --function): drop it", x);
       return 2;
     }
-    if (strcmp(x, "-m") == 0 || strcmp(x, "--memory") == 0 || strcmp(x, "--async-aware") == 0 ||
-        strcmp(x, "--opcodes") == 0) {
+    if (strcmp(x, "-m") == 0 || strcmp(x, "--memory") == 0 || strcmp(x, "--async-aware") == 0) {
       bf_cli_error("%s is not supported by bifocal record yet (austin/Tachyon flag; for asyncio tasks see --async)", x);
       return 2;
     }
@@ -339,7 +338,7 @@ int bf_opt_peer_record(const char *cmd, int *argc, char ***argv) {
     if (strcmp(x, "--mode") == 0 || strncmp(x, "--mode=", 7) == 0) {
       const char *m = x[6] == '=' ? x + 7 : next;
       if (!m || i + (x[6] == '=' ? 0 : 1) >= end) {
-        bf_cli_error("--mode needs wall, cpu or gil");
+        bf_cli_error("--mode needs wall, cpu, gil or exception");
         return 2;
       }
       if (x[6] != '=') i++;
@@ -349,10 +348,10 @@ int bf_opt_peer_record(const char *cmd, int *argc, char ***argv) {
       } else if (strcmp(m, "gil") == 0) {
         peer_argv[out++] = "--gil";
       } else if (strcmp(m, "exception") == 0) {
-        bf_cli_error("--mode exception is not supported yet (bifocal samples wall, cpu or gil: --mode wall|cpu|gil)");
-        return 2;
+        peer_argv[out++] = "--exceptions";
       } else {
-        bf_cli_error("bad --mode '%s' (wall, cpu or gil; bifocal spells them --clock wall|cpu and --gil)", m);
+        bf_cli_error("bad --mode '%s' (wall, cpu, gil or exception; bifocal spells them --clock wall|cpu, --gil "
+                     "and --exceptions)", m);
         return 2;
       }
       continue;

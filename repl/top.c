@@ -12,33 +12,15 @@
 #include "vec.h"
 
 static bf_top_fn *fn_get(bf_top *t, const bf_smp_code *c) {
-  /* linear probe over a power-of-two table keyed by the code pointer */
-  if (t->nfn * 2 >= t->cap) {
-    size_t nc = t->cap ? t->cap * 2 : 1024;
-    bf_top_fn *nf = calloc(nc, sizeof *nf);
-    if (!nf) return NULL;
-    for (size_t i = 0; i < t->cap; i++) {
-      if (!t->fn[i].code) continue;
-      size_t k = ((uintptr_t)t->fn[i].code >> 4) & (nc - 1);
-      while (nf[k].code) k = (k + 1) & (nc - 1);
-      nf[k] = t->fn[i];
-    }
-    free(t->fn);
-    t->fn = nf;
-    t->cap = nc;
-  }
-  size_t k = ((uintptr_t)c >> 4) & (t->cap - 1);
-  while (t->fn[k].code && t->fn[k].code != c) k = (k + 1) & (t->cap - 1);
-  if (!t->fn[k].code) {
-    t->fn[k].code = c;
-    t->nfn++;
-  }
-  return &t->fn[k];
+  if (!t->fns.slot_size) t->fns = (bf_pmap)BF_PMAP_INIT(bf_top_fn);
+  bf_top_fn *f = bf_pmap_put(&t->fns, (uintptr_t)c, NULL);
+  if (f) f->code = c;
+  return f;
 }
 
 void bf_top_reset(bf_top *t) {
   int with_idle = t->with_idle;
-  free(t->fn);
+  bf_pmap_free(&t->fns);
   free(t->th);
   memset(t, 0, sizeof *t);
   t->with_idle = with_idle;
@@ -86,6 +68,7 @@ int bf_top_add_pid(bf_top *t, int pid, const bf_smp_thread *th, size_t n) {
     t->samples++;
     t->stamp++;
     for (size_t k = 0; k < th[i].nframes; k++) {
+      if (!th[i].frames[k].code) continue; /* no code object: nothing to name */
       bf_top_fn *f = fn_get(t, th[i].frames[k].code);
       if (!f) return -ENOMEM;
       if (k == 0) f->self++;
@@ -122,11 +105,10 @@ void bf_top_print(bf_top *t, FILE *f, int sort_total, int max_rows, int width, c
     fprintf(f, "  (no Python code observed running yet)%s", eol);
     return;
   }
-  bf_top_fn **rows = malloc((t->nfn ? t->nfn : 1) * sizeof *rows);
+  bf_top_fn **rows = malloc((t->fns.len ? t->fns.len : 1) * sizeof *rows);
   if (!rows) return;
-  size_t n = 0;
-  for (size_t i = 0; i < t->cap; i++)
-    if (t->fn[i].code) rows[n++] = &t->fn[i];
+  size_t n = 0, it = 0;
+  for (bf_top_fn *fn; (fn = bf_pmap_next(&t->fns, &it));) rows[n++] = fn;
   qsort(rows, n, sizeof *rows, sort_total ? by_total : by_self);
   for (size_t i = 0; i < n && (int)i < max_rows; i++) {
     const bf_smp_code *c = rows[i]->code;

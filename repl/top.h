@@ -6,9 +6,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "pmap.h"
 #include "sampler.h"
 
 typedef struct bf_top_fn {
+  uint64_t key; /* the code pointer: the bf_pmap key */
   const bf_smp_code *code;
   int64_t self, total;
   int64_t stamp;
@@ -24,8 +26,7 @@ typedef struct bf_top_thread {
 } bf_top_thread;
 
 typedef struct bf_top {
-  bf_top_fn *fn;
-  size_t nfn, cap;
+  bf_pmap fns; /* of bf_top_fn */
   bf_top_thread *th;
   size_t nth, cap_th;
   int64_t samples, ticks, invalid, stamp;

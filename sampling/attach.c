@@ -113,7 +113,7 @@ void bf_smp_free(bf_smp *h) {
   free(h->pref);
   free(h->pref_next);
   free(h->pool);
-  free(h->pref_hash);
+  bf_pmap_free(&h->pref_hash);
   free(h->span_buf);
   free(h->plan_key);
   free(h->plan_ord);
@@ -480,6 +480,7 @@ int bf_smp_attach(bf_smp *h, int pid) {
   h->runtime_addr = bias + rt;
   h->code_type_addr = smp_elf_symbol(&elf, "PyCode_Type", &val, &sz) == 0 ? bias + val : 0;
   h->dict_type_addr = smp_elf_symbol(&elf, "PyDict_Type", &val, &sz) == 0 ? bias + val : 0;
+  h->none_addr = smp_elf_symbol(&elf, "_Py_NoneStruct", &val, &sz) == 0 ? bias + val : 0;
   h->long_type_addr = smp_elf_symbol(&elf, "PyLong_Type", &val, &sz) == 0 ? bias + val : 0;
   h->module_type_addr = smp_elf_symbol(&elf, "PyModule_Type", &val, &sz) == 0 ? bias + val : 0;
   const char *base = strrchr(obj_name, '/') ? strrchr(obj_name, '/') + 1 : obj_name;

@@ -30,6 +30,7 @@ static const smp_layout builtin[] = {
     .fr_size = 368,
     .co_linetable = 120,
     .ts_size = 264,
+    .ts_exc_info = 144, .ts_cur_exc = 88, .ei_prev = 24, /* by hand: cpython/pystate.h */
     .co_filename = 104,
     .co_name = 112,
     .co_firstlineno = 40,
@@ -64,6 +65,7 @@ static const smp_layout builtin[] = {
     .fr_size = 368,
     .co_linetable = 120,
     .ts_size = 264,
+    .ts_exc_info = 144, .ts_cur_exc = 88, .ei_prev = 24, /* by hand: cpython/pystate.h */
     .co_filename = 104,
     .co_name = 112,
     .co_firstlineno = 40,
@@ -98,6 +100,7 @@ static const smp_layout builtin[] = {
     .fr_size = 360,
     .co_linetable = 120,
     .ts_size = 280,
+    .ts_exc_info = 144, .ts_cur_exc = 88, .ei_prev = 24, /* by hand: cpython/pystate.h */
     .co_filename = 104,
     .co_name = 112,
     .co_firstlineno = 40,
@@ -137,6 +140,7 @@ static const smp_layout builtin[] = {
     .co_code_adaptive = 184,
     .co_linetable = 136,
     .ts_size = 360,
+    .ts_exc_info = 120, .ts_cur_exc = 96, .ei_prev = 8, /* by hand: cpython/pystate.h */
     .co_filename = 112,
     .co_name = 120,
     .co_firstlineno = 72,
@@ -176,6 +180,7 @@ static const smp_layout builtin[] = {
     .co_code_adaptive = 192,
     .co_linetable = 136,
     .ts_size = 288,
+    .ts_exc_info = 104, .ts_cur_exc = 96, .ei_prev = 8, /* by hand: cpython/pystate.h */
     .co_filename = 112,
     .co_name = 120,
     .co_firstlineno = 68,
@@ -473,6 +478,8 @@ static void finish(smp_layout *l) {
   t = max_u64(t, l->ts_rec_remaining);
   t = max_u64(t, l->ts_base_frame);
   t = max_u64(t, l->ts_holds_gil);
+  t = max_u64(t, l->ts_exc_info);
+  t = max_u64(t, l->ts_cur_exc);
   l->ts_read = t + 8;
   uint64_t f = max_u64(l->fr_code, l->fr_back);
   f = max_u64(f, l->fr_instr);
@@ -763,6 +770,23 @@ static void dbg_names(const unsigned char *blob, size_t len, int minor, smp_layo
       l->nm.minor = 0; /* disagrees with the target: read no names */
 }
 
+/* --mode exception on 3.13+: _Py_DebugOffsets has no exc_info (3.15 has
+ * current_exception and exc_state, the chain's bottom item, not its top):
+ * from each version's cpython/pystate.h, used only where the target puts
+ * current_frame (3.15: current_exception too) where those headers do. */
+static void dbg_exc(const unsigned char *blob, int minor, smp_layout *l, const dsizes *z) {
+  static const struct { int minor; uint64_t frame, cur_exc, exc_info; size_t cur_pos; } exc[] = {
+      {13, 72, 112, 120, 0}, {14, 72, 112, 120, 0}, {15, 72, 136, 144, 288}};
+  for (size_t i = 0; i < sizeof exc / sizeof exc[0]; i++)
+    if (exc[i].minor == minor && l->ts_frame == exc[i].frame &&
+        (!exc[i].cur_pos || rd64(blob + exc[i].cur_pos) == exc[i].cur_exc) &&
+        inside(exc[i].exc_info, 8, z->ts)) {
+      l->ts_cur_exc = exc[i].cur_exc;
+      l->ts_exc_info = exc[i].exc_info;
+      l->ei_prev = 8; /* _PyErr_StackItem {exc_value, previous_item} */
+    }
+}
+
 int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_layout *out,
                                   int *free_threaded, const char **msg) {
   *msg = "ok";
@@ -804,6 +828,7 @@ int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_lay
       l.ts_rec_remaining = rec[i].remaining;
       l.ts_rec_limit = rec[i].remaining + 4; /* py_recursion_limit follows it */
     }
+  dbg_exc(blob, minor, &l, &z);
   finish(&l);
   *out = l;
   return 0;

@@ -170,7 +170,7 @@ void bf_smp_native_free(bf_smp_native *n) {
   }
   free(n->codes);
   bf_map3_free(&n->code_map);
-  free(n->ips);
+  bf_pmap_free(&n->ips);
   nat_objs_free(n);
   for (size_t i = 0; i < n->npaths; i++) free(n->paths[i]);
   free(n->paths);

@@ -439,36 +439,8 @@ static int obj_eval_part(nat_obj *o, uint64_t start, uint64_t end) {
  * covers the address either. The eval loop is known by its symbol's range,
  * by a ".cold"-like symbol, or as an unnamed split part (obj_eval_part). */
 static const nat_ip *ip_lookup(bf_smp_native *n, uint64_t addr, unw_cursor_t *c) {
-  if (n->nips * 2 >= n->cap_ips) {
-    if (n->cap_ips && n->nips < NAT_MAX_IPS) {
-      size_t oc = n->cap_ips;
-      nat_ip *old = n->ips;
-      nat_ip *ni = calloc(oc * 2, sizeof *ni);
-      if (!ni) return NULL;
-      n->ips = ni;
-      n->cap_ips = oc * 2;
-      for (size_t i = 0; i < oc; i++) {
-        if (!old[i].addr) continue;
-        size_t j = (size_t)((old[i].addr * 0x9E3779B97F4A7C15ull) >> 20) & (n->cap_ips - 1);
-        while (ni[j].addr) j = (j + 1) & (n->cap_ips - 1);
-        ni[j] = old[i];
-      }
-      free(old);
-    } else {
-      free(n->ips);
-      n->cap_ips = 8192;
-      n->nips = 0;
-      if (!(n->ips = calloc(n->cap_ips, sizeof *n->ips))) {
-        n->cap_ips = 0;
-        return NULL;
-      }
-    }
-  }
-  size_t j = (size_t)((addr * 0x9E3779B97F4A7C15ull) >> 20) & (n->cap_ips - 1);
-  while (n->ips[j].addr) {
-    if (n->ips[j].addr == addr) return &n->ips[j];
-    j = (j + 1) & (n->cap_ips - 1);
-  }
+  nat_ip *hit = bf_pmap_get(&n->ips, addr);
+  if (hit) return hit;
   long mi = map_index(n, addr);
   const nat_map *m = mi >= 0 ? &n->maps[mi] : NULL;
   nat_obj *o = mi >= 0 ? obj_of(n, (size_t)mi) : NULL;
@@ -496,12 +468,11 @@ static const nat_ip *ip_lookup(bf_smp_native *n, uint64_t addr, unw_cursor_t *c)
   bf_ident_native_name(name, sizeof name, sym, start != addr || !m, m ? start - m->lo + m->off : start);
   nat_code *code = code_intern(n, path, name);
   if (!code) return NULL;
-  nat_ip *e = &n->ips[j];
-  e->addr = addr;
+  nat_ip *e = bf_pmap_put(&n->ips, addr, NULL); /* room reserved by nat_unwind */
+  if (!e) return NULL;
   e->code = code;
   e->eval = eval;
   e->interp = path == n->interp_path;
-  n->nips++;
   return e;
 }
 
@@ -514,8 +485,12 @@ size_t nat_unwind(bf_smp_native *n, nat_thread *t) {
   n->cur = t;
   n->unwind_complete = 0;
   t->deepest = 0;
+  /* n->cf holds slots of n->ips: reserve one unwind's worth so none moves
+   * before the frames are read; a bound on distinct addresses, then start over */
+  if (!n->ips.slot_size) n->ips = (bf_pmap)BF_PMAP_INIT(nat_ip);
+  if (n->ips.len >= NAT_MAX_IPS) bf_pmap_clear(&n->ips);
   if (bf_vec_grow((void **)&n->cf, &n->cap_cf, NAT_MAX_DEPTH, sizeof *n->cf, 16) < 0 ||
-      unw_init_remote(&c, n->as, t->upt) < 0) {
+      bf_pmap_reserve(&n->ips, n->ips.len + NAT_MAX_DEPTH) < 0 || unw_init_remote(&c, n->as, t->upt) < 0) {
     n->unwind_failed++;
     goto out;
   }

@@ -120,7 +120,8 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
   bf_session_info *in = &t->info;
   snprintf(t->version, sizeof t->version, "%s", bf_smp_python_version(t->h));
   bf_meta_src ms = {.kind = "sampled", .clock = o->clock_cpu ? "cpu" : "wall",
-                    .mode = o->native ? "native" : o->gil_only ? "gil" : "all", .pid = t->pid,
+                    .mode = o->native ? "native" : o->gil_only ? "gil" : o->exc_only ? "exception" : "all",
+                    .pid = t->pid,
                     .commit = o->commit, .find_commit = 1, .python_version = t->version,
                     .python_build = bf_smp_python_build(t->h), .profiler_version = BF_VERSION,
                     .label = o->label, .ttl_ns = o->ttl_ns};
@@ -276,6 +277,8 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   /* the cpu clock reads thread state itself, right after the stacks */
   unsigned want = o->clock_cpu ? 0 : BF_SMP_WANT_STATE;
   if (o->gil_only) want |= BF_SMP_WANT_GIL_ONLY;
+  if (o->exc_only) want |= BF_SMP_WANT_EXC;
+  if (o->opcodes) want |= BF_SMP_WANT_OPCODE;
   const bf_smp_thread *th;
   size_t n;
   int64_t pre_ns = bf_mono_ns();
@@ -346,6 +349,8 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     int64_t weight = interval_ns;
     uint32_t flags = th[i].flags;
     if (o->no_idle && !o->clock_cpu && (flags & BF_SMP_IDLE)) continue; /* cpu: never charged */
+    if (o->exc_only && !(flags & BF_SMP_EXC)) continue; /* --mode exception (wall clock) */
+    if (o->opcodes && th[i].leaf_opcode >= 0) flags |= BF_SAMPLE_OPCODE | (uint32_t)th[i].leaf_opcode << BF_SAMPLE_OPCODE_SHIFT;
     /* the Python name when known, else the OS name; the store keeps the
      * first name it gets, so a thread the sampler has not looked up yet is
      * interned unnamed and named on a later tick (then never asked again) */
@@ -803,6 +808,15 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
   tg[0].h = h;
   tg[0].pid = r->pid;
   r->ntg = 1;
+  /* --mode exception / --opcodes: refused in one line where the target's
+   * version does not keep what they read (the launched command is ended) */
+  if ((rc = bf_smp_can(h, (o->exc_only ? BF_SMP_WANT_EXC : 0u) | (o->opcodes ? BF_SMP_WANT_OPCODE : 0u))) < 0) {
+    if (r->launched) {
+      kill(r->pid, SIGTERM);
+      wait_launched(r->pid, o, exit_status);
+    }
+    return rc;
+  }
   if (o->native) {
     char msg[256];
     rc = bf_smp_native_new(h, o->native_threads, &tg[0].nat, msg, sizeof msg);
@@ -819,6 +833,7 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     return rc;
   }
   *session_id = tg[0].session_id;
+  if (o->session_started) *o->session_started = tg[0].session_id;
   /* from here a locked database never stops the capture: samples are held */
   bf_store_set_busy_timeout(st, BUSY_MS);
 

@@ -60,24 +60,12 @@ int smp_read(bf_smp *h, uint64_t addr, void *dst, size_t len) {
   return 0;
 }
 
-static size_t hash_addr(uint64_t a, size_t cap) {
-  return (size_t)((a * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
-}
-
 static int pref_find(bf_smp *h, uint64_t addr) {
-  size_t n = h->pref_hash_n;
-  if (!n) return -1;
-  size_t i = hash_addr(addr, n);
-  for (size_t probe = 0; probe < n; probe++) {
-    int32_t k = h->pref_hash[i];
-    if (k < 0) return -1;
-    if (h->pref[k].addr == addr) return k;
-    i = (i + 1) & (n - 1);
-  }
-  return -1;
+  const smp_pref_slot *e = bf_pmap_get(&h->pref_hash, addr);
+  return e ? (int)e->index : -1;
 }
 
-static void hash_clear(bf_smp *h) { h->pref_hash_n = 0; }
+static void hash_clear(bf_smp *h) { bf_pmap_clear(&h->pref_hash); }
 
 void smp_prefetch_reset(bf_smp *h) {
   h->npref = h->npref_next = 0;
@@ -94,10 +82,8 @@ static int pref_alloc(bf_smp *h) {
     h->pref_next = calloc(h->cap_pref, sizeof *h->pref_next);
     h->pool_cap = 64 * 1024;
     h->pool = malloc(h->pool_cap);
-    h->pref_hash_cap = 256;
-    h->pref_hash_n = 0;
-    h->pref_hash = malloc(h->pref_hash_cap * sizeof *h->pref_hash);
-    if (!h->pref || !h->pref_next || !h->pool || !h->pref_hash) return -ENOMEM;
+    h->pref_hash = (bf_pmap)BF_PMAP_INIT(smp_pref_slot);
+    if (!h->pref || !h->pref_next || !h->pool || bf_pmap_reserve(&h->pref_hash, 128) < 0) return -ENOMEM;
   }
   return 0;
 }
@@ -184,22 +170,13 @@ static int plan_build(bf_smp *h) {
   h->plan_total = total;
   h->plan_n = n;
   for (size_t i = 0; i < n; i++) h->plan_key[i] = h->pref[i];
-  /* address -> region index; twice the entries keeps probes short */
-  size_t need = 16;
-  while (need < n * 2) need <<= 1;
-  if (need > h->pref_hash_cap) {
-    int32_t *nh = realloc(h->pref_hash, need * sizeof *nh);
-    if (!nh) return -ENOMEM;
-    h->pref_hash = nh;
-    h->pref_hash_cap = need;
-  }
-  h->pref_hash_n = need;
-  memset(h->pref_hash, 0xff, need * sizeof *h->pref_hash);
+  /* address -> region index; the first of duplicate regions wins */
+  bf_pmap_clear(&h->pref_hash);
+  if (bf_pmap_reserve(&h->pref_hash, n) < 0) return -ENOMEM;
   for (size_t i = 0; i < n; i++) {
-    if (pref_find(h, h->pref[i].addr) >= 0) continue; /* duplicate region */
-    size_t k = hash_addr(h->pref[i].addr, need);
-    while (h->pref_hash[k] >= 0) k = (k + 1) & (need - 1);
-    h->pref_hash[k] = (int32_t)i;
+    int added;
+    smp_pref_slot *e = bf_pmap_put(&h->pref_hash, h->pref[i].addr, &added);
+    if (e && added) e->index = (int64_t)i;
   }
   return 0;
 }

@@ -42,6 +42,7 @@ typedef struct bf_smp_frame {
 #define BF_SMP_IDLE 0x04   /* not running (sleeping/blocked), when asked */
 #define BF_SMP_GC 0x08     /* the interpreter is collecting garbage */
 #define BF_SMP_NATIVE 0x10 /* frames include unwound C frames (native.h) */
+#define BF_SMP_EXC 0x20    /* an exception is being handled or raised (BF_SMP_WANT_EXC) */
 
 typedef struct bf_smp_thread {
   int64_t native_tid;     /* kernel tid as the host sees it; 0 if unknown */
@@ -57,6 +58,7 @@ typedef struct bf_smp_thread {
   int py_name_pending;
   uint32_t flags;         /* BF_SMP_* */
   int64_t cpu_ns;         /* cumulative CPU time (when BF_SMP_WANT_CPU_TIME), else -1 */
+  int leaf_opcode;        /* BF_SMP_WANT_OPCODE: 0-255, else -1 (unknown, or not asked) */
   size_t nframes;
   const bf_smp_frame *frames; /* innermost first */
 } bf_smp_thread;
@@ -69,6 +71,13 @@ typedef struct bf_smp_thread {
  * (all but the innermost frame's line), i.e. the stack held still between
  * them; -EIO when it never did within 2000 reads or 50 ms */
 #define BF_SMP_WANT_SETTLED 0x8
+/* --mode exception: set BF_SMP_EXC on a thread that is handling an exception
+ * (sys.exc_info() would name one: the thread state's exc_info chain) or
+ * raising one (current_exception; 3.8-3.11 curexc_type) */
+#define BF_SMP_WANT_EXC 0x10
+/* --opcodes (3.11+): bf_smp_thread.leaf_opcode, the opcode byte (its
+ * specialised form) at the innermost Python frame's instruction pointer */
+#define BF_SMP_WANT_OPCODE 0x20
 
 /* New closed handle; NULL when out of memory. */
 bf_smp *bf_smp_new(void);
@@ -90,6 +99,11 @@ int bf_smp_attach(bf_smp *h, int pid);
 const char *bf_smp_python_version(const bf_smp *h); /* "3.12.1" */
 const char *bf_smp_python_build(const bf_smp *h);   /* "release" | "debug" | ... */
 int bf_smp_pid(const bf_smp *h);
+
+/* 0 when the attached target can give what want asks (BF_SMP_WANT_EXC,
+ * BF_SMP_WANT_OPCODE), else -ENOTSUP with a one-line message on h naming
+ * its version (--opcodes: 3.11+; --mode exception: every known layout). */
+int bf_smp_can(bf_smp *h, unsigned want);
 
 /* Take one sample of every thread (or only the GIL holder).
  * OUT: *threads (array of *n, borrowed until the next call on h).
@@ -146,6 +160,8 @@ typedef struct bf_smp_record_opts {
   int native;              /* merged Python + C stacks (native.h) */
   const char *native_threads; /* NULL or the --native-threads filter */
   int async_tasks;         /* asyncio tasks as task:NAME threads (tasks.h) */
+  int exc_only;            /* --mode exception: only threads handling or raising one */
+  int opcodes;             /* --opcodes (3.11+): the leaf frame's opcode in each sample */
   volatile int *stop;      /* set non-zero (e.g. from a signal handler) to stop */
   /* OUT (may be NULL): the launched command's pid while it runs, else 0, so a
    * signal handler can pass a signal on. A launched command is always waited
@@ -164,6 +180,9 @@ typedef struct bf_smp_record_opts {
   /* Called about 4 times a second (may be NULL). */
   void (*progress)(void *ud, const bf_smp_progress *p);
   void *progress_ud;
+  /* OUT (may be NULL): the session's id once it exists (record --push's
+   * thread waits for it). */
+  volatile int64_t *session_started;
 } bf_smp_record_opts;
 
 /* Sample a target into a new session of store until it exits, duration passes

@@ -186,7 +186,9 @@ static void code_calls(bf_smp *h, smp_code *c, const unsigned char *co, size_t c
     if (cls == 2) goto fail;
     size_t end = i + 1 + (v & 15); /* the instruction and its inline caches */
     if (end > n) end = n;
-    for (size_t u = start; u < end; u++) calls[u] = (uint8_t)(cls == 1);
+    /* bit 0: may have a child; bits 1-4: units back to the instruction
+     * (its inline caches; an EXTENDED_ARG before it is its own start) */
+    for (size_t u = start; u < end; u++) calls[u] = (uint8_t)((cls == 1) | (u > i ? (u - i) << 1 : 0));
     i = start = end;
   }
   free(code);
@@ -211,7 +213,7 @@ static int caller_ok(const smp_layout *l, const smp_code *c, uint64_t code_addr,
     if (instr < base) return 0; /* not started */
     u = (instr - base) / 2;
   }
-  return u < c->nunits && c->calls[u];
+  return u < c->nunits && (c->calls[u] & 1);
 }
 
 static uint64_t sig_mix(uint64_t h, uint64_t v) {
@@ -400,6 +402,76 @@ static inline smp_code *frame_code(bf_smp *h, uint64_t code, int *err) {
   return c;
 }
 
+/* ---- record --opcodes / --mode exception -------------------------------- */
+
+/* The opcode byte a frame of code c (at code_addr) is executing at instr
+ * (3.11+: an address inside the code object's co_code_adaptive, rewritten in
+ * place as instructions specialise), or -1: before 3.11, not started, out of
+ * the code's bounds or unreadable (the sample is kept without it). */
+static int frame_opcode(bf_smp *h, const smp_code *c, uint64_t code_addr, uint64_t instr) {
+  const smp_layout *l = &h->lay;
+  /* the instruction starts from the torn check's decode (calls[]): 3.12 puts
+   * prev_instr on an instruction's last inline cache around calls, and a
+   * cache unit holds data, not an opcode; no decode (an opcode the tables do
+   * not know, e.g. sys.monitoring's INSTRUMENTED_LINE): not told */
+  if (l->instr_is_lasti || !l->co_code_adaptive || !c->calls) return -1;
+  uint64_t base = code_addr + l->co_code_adaptive;
+  if (instr < base || (instr - base) % 2 || (instr - base) / 2 >= c->nunits) return -1;
+  uint64_t u = (instr - base) / 2;
+  u -= (uint64_t)(c->calls[u] >> 1);
+  int err = 0;
+  const unsigned char *p = smp_read_hot(h, base + 2 * u, 2, &err);
+  return p ? p[0] : -1;
+}
+
+/* Whether thread state ts (tb: its first ts_read bytes as prefetched, or NULL
+ * to read afresh) is raising an exception or handling one: sys.exc_info()'s
+ * walk of the exc_info chain (the first item whose value is neither NULL nor
+ * None; generators push their own). */
+static int thread_has_exc(bf_smp *h, uint64_t ts, const unsigned char *tb) {
+  const smp_layout *l = &h->lay;
+  unsigned char f[16], it[32];
+  if (!l->ts_exc_info || !h->none_addr || l->ei_prev + 8 > sizeof it) return 0;
+  uint64_t cur = 0, item = 0;
+  if (tb) {
+    cur = l->ts_cur_exc ? rd64(tb + l->ts_cur_exc) : 0;
+    item = rd64(tb + l->ts_exc_info);
+  } else { /* exc_info follows the current exception (3.12+) or not: two reads */
+    if (l->ts_cur_exc && smp_read(h, ts + l->ts_cur_exc, f, 8) == 0) cur = rd64(f);
+    if (smp_read(h, ts + l->ts_exc_info, f + 8, 8) < 0) return 0;
+    item = rd64(f + 8);
+  }
+  if (cur) return 1;
+  for (int i = 0; item && i < 256; i++) { /* a chain longer than this is garbage */
+    int err = 0;
+    const unsigned char *p = it;
+    if (tb ? !(p = smp_read_hot(h, item, (size_t)l->ei_prev + 8, &err))
+           : smp_read(h, item, it, (size_t)l->ei_prev + 8) < 0)
+      return 0;
+    uint64_t value = rd64(p); /* the item's first field */
+    if (value && value != h->none_addr) return 1;
+    uint64_t prev = rd64(p + l->ei_prev);
+    if (prev == item) return 0;
+    item = prev;
+  }
+  return 0;
+}
+
+int bf_smp_can(bf_smp *h, unsigned want) {
+  const smp_layout *l = &h->lay;
+  if ((want & BF_SMP_WANT_OPCODE) && (l->instr_is_lasti || !l->co_code_adaptive))
+    return smp_seterr(h, -ENOTSUP,
+                      "--opcodes needs Python 3.11 or newer (process %d runs Python %s, whose frames "
+                      "keep no instruction pointer into adaptive bytecode); record without --opcodes",
+                      h->pid, h->version);
+  if ((want & BF_SMP_WANT_EXC) && (!l->ts_exc_info || !h->none_addr))
+    return smp_seterr(h, -ENOTSUP,
+                      "--mode exception: the thread state's exception fields of Python %s (process %d) "
+                      "are not known to this build (%s); record without it",
+                      h->version, h->pid, !h->none_addr ? "no _Py_NoneStruct symbol" : "layout without exc_info");
+  return 0;
+}
+
 /* End of a thread's walk (its frames from first on): the checks on the
  * chain as a whole, and the cut at the outermost caller found not at a call
  * (cut; 0: none). last_owner: 3.11+ owner of the outermost frame. base:
@@ -425,6 +497,7 @@ static inline void walk_end(bf_smp *h, size_t first, size_t cut, int last_owner,
     memmove(h->frame_addr + first, h->frame_addr + cut, keep * sizeof *h->frame_addr);
     h->nframes = first + keep;
     h->cut_here = 1;
+    h->leaf_op = -1; /* the opcode read was the cut-off frame's */
   }
   /* a generator runs on top of the frame that resumed it; as the outermost
    * frame it had yielded when its link was read (3.8-3.10 by its code's
@@ -540,6 +613,7 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py, uint64_t base) {
     }
     int rc = push_frame(h, c, c->line, fa);
     if (rc < 0) return rc;
+    if (h->want_op && h->nframes == first + 1) h->leaf_op = frame_opcode(h, c, code, instr);
     int entry = l->frames_are_objects || (l->fr_entry && fb[l->fr_entry]);
     if (entry) h->frames[h->nframes - 1].flags |= BF_SMP_FRAME_ENTRY; /* for native.c */
     child_entry = entry;
@@ -560,6 +634,7 @@ static inline void walk_begin(bf_smp *h, unsigned want) {
   h->torn_why = NULL;
   h->ntorn_tids = h->torn_tids_over = h->cut_here = h->torn_root = 0;
   h->no_cut = (want & BF_SMP_WANT_SETTLED) != 0;
+  h->want_op = (want & BF_SMP_WANT_OPCODE) != 0;
   h->walk_acc = h->settle_acc = 0;
   { /* always: the code cache's trust window runs on it too (native.c walks
      * without WANT_STATE, and a stale clock would trust stale code forever) */
@@ -700,6 +775,7 @@ static inline bf_smp_thread *thread_add(bf_smp *h, smp_tslot *slot, int64_t tid,
     if (!slot->py_name) h->pn_unnamed |= 1 | (t->py_name_pending << 1);
   }
   t->cpu_ns = -1;
+  t->leaf_opcode = -1;
   t->flags = (holds ? BF_SMP_GIL : 0) | (gc ? BF_SMP_GC : 0);
   return t;
 }
@@ -716,8 +792,13 @@ static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsig
   if (!t) return -ENOMEM;
   size_t first = h->nframes;
   h->torn_here = 0;
+  h->leaf_op = -1;
+  int exc = (want & BF_SMP_WANT_EXC) && thread_has_exc(h, ts, tb);
   int rc = walk_frames(h, fa, thread_max_py(l, tb), l->ts_base_frame ? rd64(tb + l->ts_base_frame) : 0);
   if (rc < 0) return rc;
+  /* as the stack was prefetched and again once it was read: a thread that
+   * entered or left a handler meanwhile does not count */
+  if (exc && thread_has_exc(h, ts, NULL)) t->flags |= BF_SMP_EXC;
   if (h->torn_here) { /* which threads were torn: see smp_thread_off_cpu */
     if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
       h->torn_tids[h->ntorn_tids++] = tid;
@@ -725,6 +806,7 @@ static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsig
       h->torn_tids_over = 1;
   }
   t->nframes = h->nframes - first;
+  t->leaf_opcode = h->leaf_op;
   if (!t->nframes && !tid) { /* a thread state whose OS thread has not started */
     h->nthreads--;
     return 0;

@@ -50,6 +50,11 @@ typedef struct bf_wstacks {
  * children scaled by the caller's share of its callee's time), one thread.
  * OUT: *out (free with bf_wstacks_free). */
 int bf_wstacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, bf_wstacks **out);
+/* f->by_opcode (record --opcodes sessions): a stack whose samples name the
+ * leaf's instruction ends in one more frame of pseudo function id
+ * BF_WSTACK_OP_FID(opcode), no store function: name it with bf_opname. */
+#define BF_WSTACK_OP_FID(op) (-1000 - (int64_t)(op))
+#define BF_WSTACK_OP_OF(fid) ((fid) <= -1000 && (fid) > -1256 ? (int)(-1000 - (fid)) : -1)
 void bf_wstacks_free(bf_wstacks *w);
 
 /* The value a share is computed from. */

@@ -115,6 +115,9 @@ static const table_spec tables[] = {
     {"audit",
      {"id", "time_ns", "user", "uid", "target_pid", "target_uid", "command", "argv", "outcome", "session_id", NULL}},
     {"meta", {"key", "value", NULL}},
+    {"push_spool",
+     {"id", "session_id", "seq", "window_start_ns", "window_end_ns", "target", "url_suffix", "content_type", "state",
+      "attempts", "next_try_ns", "last_status", "bytes", "created_ns", "sent_ns", "payload", NULL}},
 };
 
 static int altered(bf_store *s, const char *table, const char *why) {

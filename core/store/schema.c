@@ -48,8 +48,22 @@ static const char schema_v1[] =
     " session_id INTEGER);"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);";
 
+/* record --push (core/spool.h): one row per window of a session that was
+ * pushed or waits to be, with its encoded request while it waits (payload
+ * NULL once sent or dropped). target is the destination as messages show it
+ * (no user information); url_suffix what follows it in the request (the
+ * Pyroscope query); neither ever holds a credential. */
+static const char schema_push30[] =
+    "CREATE TABLE push_spool(id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL, seq INTEGER NOT NULL,"
+    " window_start_ns INTEGER NOT NULL, window_end_ns INTEGER NOT NULL, target TEXT NOT NULL,"
+    " url_suffix TEXT NOT NULL, content_type TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,"
+    " next_try_ns INTEGER NOT NULL, last_status INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+    " created_ns INTEGER NOT NULL, sent_ns INTEGER NOT NULL, payload BLOB,"
+    " UNIQUE(session_id, target, seq));"
+    "CREATE INDEX push_spool_state ON push_spool(state, target, id);";
+
 /* Migrations: migrations[v] upgrades from user_version v to v+1. */
-static const char *const migrations[] = {schema_v1};
+static const char *const migrations[] = {schema_v1, schema_push30};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
 static int pragma_int(bf_store *s, const char *sql, int64_t *out) {
@@ -121,5 +135,5 @@ int bfs_check_and_migrate(bf_store *s) {
 
 /* The tables that hold rows of one session, by session_id (delete and gc). */
 const char *const bfs_session_tables[] = {"sample_chunks", "threads", "trace_functions", "trace_edges",
-                                          "call_records"};
+                                          "call_records", "push_spool"};
 const size_t bfs_n_session_tables = sizeof bfs_session_tables / sizeof bfs_session_tables[0];

@@ -22,6 +22,7 @@
 #include <libunwind-ptrace.h>
 #include <libunwind.h>
 
+#include "pmap.h"
 #include "clock.h"
 #include "jsonw.h"
 #include "map.h"
@@ -48,7 +49,7 @@ typedef struct nat_code {
 
 /* One symbolised address: the frame it belongs to and what kind of frame. */
 typedef struct nat_ip {
-  uint64_t addr; /* 0 = empty slot */
+  uint64_t addr; /* the bf_pmap key */
   nat_code *code;
   int eval;   /* CPython's eval loop: replaced by Python frames */
   int interp; /* inside the interpreter's own object (libpython / python) */
@@ -173,8 +174,7 @@ struct bf_smp_native {
   size_t nobjs, cap_objs;
   int64_t maps_sample; /* sample count at the last refresh */
   /* symbol caches */
-  nat_ip *ips;
-  size_t cap_ips, nips;
+  bf_pmap ips; /* of nat_ip, by address; never grows during one unwind */
   nat_code **codes; /* every code entry (owned), in creation order */
   size_t ncodes, cap_codes;
   bf_map3 code_map;  /* (library path, name hash, collision index) → index into codes */

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "pmap.h"
 #include "sampler.h"
 
 /* Little-endian fields of copied remote memory (unaligned-safe). */
@@ -54,6 +55,12 @@ typedef struct smp_layout {
   uint64_t ts_base_frame;      /* 3.15+: bottom-most frame of the thread, 0 = n/a */
   uint64_t ts_holds_gil;       /* 3.15+: int holds_gil, 0 = n/a */
   uint64_t ts_size;
+  /* --mode exception: the thread's exception state (0 = n/a). ts_exc_info:
+   * _PyErr_StackItem *exc_info (the top of the handled-exception chain);
+   * ts_cur_exc: the exception being raised (3.12+ current_exception,
+   * before curexc_type); ei_prev: previous_item inside a stack item, whose
+   * first field is the value (3.8-3.10 exc_type, 3.11+ exc_value) */
+  uint64_t ts_exc_info, ts_cur_exc, ei_prev;
   /* recursion depth, bounding a consistent stack (0 = n/a): 3.8-3.10 an int
    * depth; 3.11+ an int remaining and an int limit (depth = limit - remaining) */
   uint64_t ts_rec_depth, ts_rec_remaining, ts_rec_limit;
@@ -181,8 +188,9 @@ typedef struct smp_code {
   int64_t checked_ns; /* and when (monotonic) */
   smp_line_range *ranges;
   size_t nranges;
-  /* torn-stack check: calls[u] != 0 when a frame stopped at code unit u may
-   * have a live child frame (see smp_caller_ok); NULL: not checked */
+  /* torn-stack check: calls[u] & 1 when a frame stopped at code unit u may
+   * have a live child frame (see smp_caller_ok); calls[u] >> 1: units back
+   * from u to the start of its instruction (--opcodes); NULL: not checked */
   uint8_t *calls;
   uint32_t nunits;
   int is_gen;        /* a generator / coroutine: never a thread's outermost frame */
@@ -219,6 +227,12 @@ typedef struct smp_pref {
   uint8_t age;       /* samples since a read last asked for it */
 } smp_pref;
 
+/* A slot of bf_smp.pref_hash. */
+typedef struct smp_pref_slot {
+  uint64_t addr; /* the bf_pmap key */
+  int64_t index; /* in bf_smp.pref */
+} smp_pref_slot;
+
 /* A merged span of the prefetch plan: regions plan_ord[first..last]. */
 typedef struct smp_span {
   uint64_t addr, end;
@@ -242,6 +256,7 @@ struct bf_smp {
   smp_layout lay;
   uint64_t runtime_addr;   /* &_PyRuntime in the target */
   uint64_t code_type_addr; /* &PyCode_Type, 0 = unknown (no type check) */
+  uint64_t none_addr;      /* &_Py_NoneStruct, 0 = unknown (no --mode exception) */
   /* &PyDict_Type, &PyLong_Type, &PyModule_Type (pynames.c type checks);
    * dict 0 on a real target: thread names are not read */
   uint64_t dict_type_addr, long_type_addr, module_type_addr;
@@ -263,8 +278,7 @@ struct bf_smp {
   smp_span *plan_sp;
   size_t plan_n, plan_ns, plan_cap, plan_total;
   int pref_all_ok;
-  int32_t *pref_hash;      /* open addressing over pref: pref_hash_n slots in use */
-  size_t pref_hash_cap, pref_hash_n;
+  bf_pmap pref_hash;       /* of smp_pref_slot: address -> index in pref */
   unsigned char scratch[4096];
   /* code cache */
   smp_code **code_tab;
@@ -298,6 +312,8 @@ struct bf_smp {
   int torn_root;            /* ... at its outermost frame (see torn_root) */
   int cut_here;             /* this walk cut a stack at a caller read too late */
   int no_cut;               /* this walk retries instead (settled reads) */
+  int want_op;              /* BF_SMP_WANT_OPCODE: read the leaf frame's opcode */
+  int leaf_op;              /* the thread being walked: its leaf opcode, -1 unknown */
   uint64_t torn_cut;        /* samples kept with such a cut stack */
   uint64_t truncated;       /* stacks cut at SMP_MAX_DEPTH */
   smp_code trunc;           /* the marker frame of a cut stack */

@@ -86,6 +86,18 @@ int main(void) {
     CHECK_EQ_INT(l.ts_base_frame, minor == 15 ? 168 : 0); /* 3.15 only */
     CHECK_EQ_INT(l.ts_holds_gil, minor == 15 ? 176 : 0);
     CHECK(l.ts_read >= (minor == 15 ? 184u : 160u));
+    /* --mode exception: vendored exc_info where current_frame sits where the
+     * headers put it; 3.15 only when its current_exception agrees too */
+    CHECK_EQ_INT(l.ts_exc_info, minor == 15 ? 0 : 120);
+    CHECK_EQ_INT(l.ei_prev, minor == 15 ? 0 : 8);
+    if (minor == 15) {
+      put(b, 288, 136); /* thread_state.current_exception */
+      CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), 0);
+      CHECK_EQ_INT(l.ts_exc_info, 144);
+      CHECK_EQ_INT(l.ts_cur_exc, 136);
+      fill(b, minor);
+      CHECK_EQ_INT(smp_layout_from_debug_offsets(b, sizeof b, &l, &ft, &msg), 0);
+    }
     CHECK_EQ_INT(ft, 0);
     /* thread names: the vendored table under the target's own offsets */
     CHECK_EQ_INT(l.nm.minor, minor);
