@@ -281,9 +281,15 @@ def slowdown_rounds(ctx):
                     pin, twin = (str(b), str(b) if ctx.twin == "same" else None), 1 - b
                 got[arm] = trial(who, ctx.py, ctx.bf, rate, ctx.seconds, ctx.dir, how=ctx.how,
                                  clock=clock, env=env, pin=pin, twin=twin)
-                if who and not got[arm].get("samples"):  # it failed: left out of the figures, said
+                t = got[arm]
+                if who and t.get("samples") and t["duration_s"] < ctx.seconds:
+                    # it started sampling after the work began (a slow start-up under load)
+                    print("  round %d, %s: %s sampled %.2f s of the %.1f s of work (left out)" % (
+                        r + 1, rate, arm, t["duration_s"], ctx.seconds), flush=True)
+                    t["samples"] = 0
+                elif who and not t.get("samples"):  # it failed: left out of the figures, said
                     print("  round %d, %s: %s stored no samples (left out): %s" % (
-                        r + 1, rate, arm, got[arm].get("prof_text", "").strip()[-200:]), flush=True)
+                        r + 1, rate, arm, t.get("prof_text", "").strip()[-200:]), flush=True)
             res[rate].append(got)
             print("  round %d, %s Hz, load %.1f: %s" % (r + 1, rate, got[order[-1]]["load"], "; ".join(
                 "%s %s" % (arm, fmt_trial(got[arm], base_of(ctx, got, arm))) for arm in arms)), flush=True)
@@ -323,6 +329,8 @@ def fmt_trial(t, base):
 
 
 def ci(m):
+    if m[0] is None:
+        return "n/a"
     return "%+6.2f [%s]" % (m[0], "%+.2f,%+.2f" % (m[1], m[2]) if m[1] is not None else "n too small")
 
 
@@ -370,6 +378,8 @@ def slowdown_report(ctx, res):
                           slow_pct(g["tachyon"], base_of(ctx, g, "tachyon"), key)) for g in rounds]
                     d = [x - y for x, y in d if x is not None and y is not None]
                     m = median_ci(d)
+                    if m[0] is None:
+                        continue
                     print("  %s - tachyon, per unit of %s: median %+.2f points [%s], %s slower in %d of "
                           "%d rounds, sign test p=%.3f" % (
                               arm, what, m[0], "%+.2f,%+.2f" % (m[1], m[2]) if m[1] is not None else "n/a",

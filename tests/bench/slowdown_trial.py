@@ -16,7 +16,7 @@ It prints "ready" once started (attach then), "go" when the work starts and
 (/proc/PID/task/*/schedstat) over the same span.
 
     r = trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None,
-              pin=None, warm=1.5, twin=None)
+              pin=None, warm=4.0, twin=None)
 kind is None (alone), "bifocal" or "tachyon"; how "attach" (`bifocal record
 --pid PID`, `python3.15 -m profiling.sampling attach PID`, run inside the
 target's mount namespace when it has its own) or "launch" (`bifocal record --
@@ -106,7 +106,7 @@ def _taskset(cpus):
     return ["taskset", "-c", cpus] if cpus else []
 
 
-def trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None, pin=None, warm=1.5,
+def trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None, pin=None, warm=4.0,
           twin=None):
     script = os.path.join(d, "slow_work.py")
     with open(script, "w") as f:
