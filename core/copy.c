@@ -116,6 +116,20 @@ static int copy_sample(void *ud, const bf_sample *smp) {
   return bf_store_sample_add(c->dst, c->dst_session, &n);
 }
 
+static int copy_memory_sample(void *ud, const bf_memory_sample *m) {
+  copier *c = ud;
+  bf_memory_sample n = *m;
+  int rc;
+  if ((rc = map_thread(c, m->thread_id, &n.thread_id))) return rc;
+  if ((rc = map_stack(c, m->stack_id, &n.stack_id))) return rc;
+  return bf_store_memory_samples_add(c->dst, c->dst_session, &n, 1);
+}
+
+static int copy_memory_point(void *ud, const bf_memory_point *p) {
+  copier *c = ud;
+  return bf_store_memory_points_add(c->dst, c->dst_session, p, 1);
+}
+
 static int copy_trace_func(void *ud, const bf_trace_func *tf) {
   copier *c = ud;
   bf_trace_func n = *tf;
@@ -191,6 +205,8 @@ int bf_session_copy(bf_store *src, int64_t session_id, bf_store *dst, const bf_c
   if ((rc = bf_store_trace_funcs_foreach(src, session_id, copy_trace_func, &c))) goto fail;
   if ((rc = bf_store_trace_edges_foreach(src, session_id, copy_trace_edge, &c))) goto fail;
   if ((rc = bf_store_call_records_foreach(src, session_id, copy_call_record, &c))) goto fail;
+  if ((rc = bf_store_memory_foreach(src, session_id, NULL, copy_memory_sample, &c))) goto fail;
+  if ((rc = bf_store_memory_timeline_foreach(src, session_id, copy_memory_point, &c))) goto fail;
   meta.id = c.dst_session;
   if ((rc = bf_store_session_update(dst, &meta))) goto fail;
   if ((rc = bf_store_commit(dst))) goto fail;

@@ -324,12 +324,13 @@ static void px_free(px *x) {
   bf_map3_free(&x->funcs);
 }
 
-int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
-  bf_wstacks *w = NULL;
-  int rc = bf_wstacks_load(s, session_id, f, &w);
-  if (rc) return rc;
+/* w's profile; memory stacks (w->unit "bytes") as samples/count and
+ * alloc_space/bytes of resident growth, without a period. Frees w. */
+static int pprof_write(bf_store *s, bf_wstacks *w, FILE *out) {
+  int rc, mem = w->unit != NULL;
   px x = {.s = s, .w = w, .imported = bf_q_kind_of(w->info) == BF_Q_IMPORTED};
-  const char *clock = bf_q_clock_of(w->info) == BF_Q_CPU ? "cpu" : "wall";
+  const char *clock = mem ? "alloc_space" : bf_q_clock_of(w->info) == BF_Q_CPU ? "cpu" : "wall";
+  const char *unit = mem ? "bytes" : "nanoseconds";
   str_id(&x.st, "");
   /* sample types: samples/count, then (not for imports) cpu|wall/nanoseconds */
   int64_t count_type = str_id(&x.st, w->traced ? "calls" : "samples");
@@ -339,7 +340,7 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   int64_t time_type = str_id(&x.st, clock);
   if (!x.imported) {
     pb_uint(&x.sub, 1, (uint64_t)time_type);
-    pb_uint(&x.sub, 2, (uint64_t)str_id(&x.st, "nanoseconds"));
+    pb_uint(&x.sub, 2, (uint64_t)str_id(&x.st, unit));
     pb_msg(&x.prof, 1, &x.sub);
   }
   /* pprof's default index is what replay's shares are computed from */
@@ -355,7 +356,7 @@ int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   x.prof.oom |= x.st.out.oom;
   if (w->info->start_ns > 0) pb_uint(&x.prof, 9, (uint64_t)w->info->start_ns);
   if (w->info->duration_ns > 0) pb_uint(&x.prof, 10, (uint64_t)w->info->duration_ns);
-  if (!x.imported) {
+  if (!x.imported && !mem) {
     /* period type and period: the sampling interval (strings appended after
      * the table above would be lost, so both were interned up front) */
     pb_uint(&x.sub, 1, (uint64_t)str_id(&x.st, clock));
@@ -375,4 +376,16 @@ out:
   px_free(&x);
   bf_wstacks_free(w);
   return rc;
+}
+
+int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_wstacks *w = NULL;
+  int rc = bf_wstacks_load(s, session_id, f, &w);
+  return rc ? rc : pprof_write(s, w, out);
+}
+
+int bf_export_pprof_memory(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_wstacks *w = NULL;
+  int rc = bf_wstacks_load_memory(s, session_id, f, 0, &w);
+  return rc ? rc : pprof_write(s, w, out);
 }

@@ -50,10 +50,10 @@ static int write_frames(bf_store *s, FILE *out, const frames *fr) {
   return 0;
 }
 
-static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
-  bf_wstacks *w = NULL;
-  int rc = bf_wstacks_load(s, session_id, f, &w);
-  if (rc) return rc;
+/* w as one "sampled" profile per thread of its distinct stacks (memory
+ * stacks, w->unit "bytes": weights in bytes of growth). Frees w. */
+static int export_wstacks(bf_store *s, int64_t session_id, bf_wstacks *w, FILE *out) {
+  int rc = 0;
   frames fr = {0};
   /* frame index per function, in first-seen order */
   for (size_t i = 0; i < w->nf; i++)
@@ -61,7 +61,8 @@ static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter 
       rc = -ENOMEM;
       goto out;
     }
-  int ns = !(bf_q_kind_of(w->info) == BF_Q_IMPORTED); /* sampled and traced weights are ns; imports count */
+  /* sampled and traced weights are ns, memory bytes; imports count */
+  int ns = !(bf_q_kind_of(w->info) == BF_Q_IMPORTED) || w->unit;
   fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"name\":", out);
   char name[128];
   snprintf(name, sizeof name, "bifocal session %lld%s%s", (long long)session_id, w->info->label ? " — " : "",
@@ -86,7 +87,7 @@ static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter 
     first = 0;
     fputs("{\"type\":\"sampled\",\"name\":", out);
     bf_json_str(out, lb);
-    fprintf(out, ",\"unit\":\"%s\",\"startValue\":0,\"endValue\":", ns ? "nanoseconds" : "none");
+    fprintf(out, ",\"unit\":\"%s\",\"startValue\":0,\"endValue\":", w->unit ? w->unit : ns ? "nanoseconds" : "none");
     bf_json_num(out, end);
     fputs(",\"samples\":[", out);
     int fs = 1;
@@ -118,6 +119,18 @@ out:
   free(fr.order);
   bf_wstacks_free(w);
   return rc;
+}
+
+static int export_paths(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_wstacks *w = NULL;
+  int rc = bf_wstacks_load(s, session_id, f, &w);
+  return rc ? rc : export_wstacks(s, session_id, w, out);
+}
+
+int bf_export_speedscope_memory(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
+  bf_wstacks *w = NULL;
+  int rc = bf_wstacks_load_memory(s, session_id, f, 0, &w);
+  return rc ? rc : export_wstacks(s, session_id, w, out);
 }
 
 /* note: appended to the file's name (speedscope shows it as the title), or "". */

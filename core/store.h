@@ -13,7 +13,7 @@
 
 typedef struct bf_store bf_store;
 
-#define BF_STORE_SCHEMA_VERSION 2
+#define BF_STORE_SCHEMA_VERSION 3
 
 /* Open flags. */
 #define BF_STORE_READONLY 0x1 /* never write; fails on a missing file */
@@ -271,6 +271,54 @@ int bf_store_call_record_add(bf_store *s, int64_t session_id, const bf_call_reco
 typedef int (*bf_call_record_fn)(void *ud, const bf_call_record *r);
 int bf_store_call_records_foreach(bf_store *s, int64_t session_id, bf_call_record_fn fn,
                                   void *ud);
+
+/* ---- sampled memory (record --memory; core/store/memory.c) --------------- */
+
+/* One change of the target's memory between two ticks, charged to the stack
+ * that ran in between (the GIL holder's, else a running thread's). Deltas are
+ * signed bytes: > 0 growth, < 0 shrink (a reader keeps the two apart: a
+ * shrink is never growth). A row exists only when some delta is non-zero.
+ * py_delta is the Python allocator's change, 0 where it is not read (the
+ * session's extra_json "memory" object says which were read). */
+typedef struct bf_memory_sample {
+  int64_t thread_id; /* from bf_store_intern_thread; 0 = no thread known */
+  int64_t stack_id;  /* from bf_store_intern_stack; 0 = empty/unknown stack */
+  int64_t ts_ns;     /* ns since session start: the tick that ended the interval */
+  int64_t rss_delta; /* resident set (statm resident), bytes */
+  int64_t anon_delta;/* anonymous resident (resident - shared), bytes */
+  int64_t py_delta;  /* Python allocator in-use bytes; 0 when not read */
+} bf_memory_sample;
+
+/* The process's memory at one moment (written at a bounded rate, ~20/s). */
+typedef struct bf_memory_point {
+  int64_t ts_ns;      /* ns since session start */
+  int64_t rss_bytes;
+  int64_t anon_bytes;
+  int64_t py_bytes;   /* -1 when not read */
+} bf_memory_point;
+
+/* Append n rows / points to a session (one statement prepared per call, in
+ * the implicit write transaction; batch them). -EBUSY: another process holds
+ * the write lock and nothing was added (add them again later). */
+int bf_store_memory_samples_add(bf_store *s, int64_t session_id, const bf_memory_sample *rows, size_t n);
+int bf_store_memory_points_add(bf_store *s, int64_t session_id, const bf_memory_point *pts, size_t n);
+
+/* Call fn for every memory row of a session in (ts_ns, insertion) order;
+ * f as for bf_store_samples_foreach (thread_id, since/until on ts_ns, tree:
+ * also its subprocesses' sessions). fn returning non-zero stops the walk and
+ * that value is returned. A session recorded without --memory has no rows
+ * (bf_store_memory_count tells). */
+typedef int (*bf_memory_sample_fn)(void *ud, const bf_memory_sample *m);
+int bf_store_memory_foreach(bf_store *s, int64_t session_id, const bf_sample_filter *f,
+                            bf_memory_sample_fn fn, void *ud);
+
+/* The resident-memory timeline of a session, oldest first. */
+typedef int (*bf_memory_point_fn)(void *ud, const bf_memory_point *p);
+int bf_store_memory_timeline_foreach(bf_store *s, int64_t session_id, bf_memory_point_fn fn, void *ud);
+
+/* OUT: *rows, *points: how many memory rows and timeline points session has
+ * (both 0: not recorded with --memory, or nothing changed). */
+int bf_store_memory_count(bf_store *s, int64_t session_id, int64_t *rows, int64_t *points);
 
 /* ---- audit ---------------------------------------------------------------- */
 

@@ -225,7 +225,7 @@ static void flame_write_meta(const flame *f, const bf_wstacks *b, const bf_wstac
   fputs(",\"kind\":", out);
   bf_json_str(out, b->info->kind);
   fprintf(out, ",\"mode\":\"%s\",\"unit\":\"%s\",\"stride\":%d", base ? "diff" : "flame",
-          b->by_weight && !(bf_q_kind_of(b->info) == BF_Q_IMPORTED) ? "ns" : "samples", stride);
+          b->unit ? b->unit : b->by_weight && !(bf_q_kind_of(b->info) == BF_Q_IMPORTED) ? "ns" : "samples", stride);
   char note[256] = "";
   if (b->traced)
     snprintf(note, sizeof note, "traced session: paths rebuilt from caller→callee edges (approximate)");

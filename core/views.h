@@ -22,6 +22,7 @@ typedef struct bf_view_opts {
                                "… N more" lines; NULL: not named */
   const char *async_option; /* tasks view: how the caller's user records asyncio tasks (e.g.
                                "record --async"), named in its hints; NULL: not named */
+  int memory;               /* the memory form of the view (record --memory sessions; view_memory.c) */
 } bf_view_opts;
 
 /* Function table with shares, 95% intervals and samples (sampled/imported) or
@@ -70,6 +71,27 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
  * outside asyncio/), per event-loop thread running task code / loop overhead
  * / waiting for I/O. -ENODATA for sessions that are not sampled. */
 int bf_view_tasks(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+
+/* ---- memory (sessions recorded with record --memory; view_memory.c) ---------
+ * Each returns -ENODATA (message on the handle) for a session without memory
+ * rows. Growth and shrink are kept apart: a shrink is never growth. */
+
+/* Per function: resident growth (share of all growth with a 95% interval),
+ * shrink and net bytes, self (innermost frame) and total (on the stack);
+ * JSON gives anonymous growth/shrink too. Terminal or JSON. */
+int bf_view_memory_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+/* Flame graph (HTML) weighted by bytes of resident growth. */
+int bf_view_memory_flame(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+/* Resident and anonymous memory over time in o->buckets buckets (default
+ * 20; each the memory at its end). Terminal or JSON. */
+int bf_view_memory_timeline(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+/* Collapsed stacks weighted by bytes of resident growth. */
+int bf_export_memory_collapsed(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+/* pprof with sample types samples/count (changes that grew) and
+ * alloc_space/bytes (resident growth, the default); no period. */
+int bf_export_pprof_memory(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+/* speedscope: one "sampled" profile per thread, unit "bytes" of growth. */
+int bf_export_speedscope_memory(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
 /* ---- diff of two sessions ------------------------------------------------ */
 

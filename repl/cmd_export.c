@@ -19,11 +19,12 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
                                        BF_OPTS_FILTER,
                                        {"encrypt-to", required_argument, NULL, 'e'},
                                        {"tree", no_argument, NULL, 'R'},
+                                       {"memory", no_argument, NULL, 'M'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   const char *format = NULL, *outp = NULL, *thread = NULL, *pub = NULL;
   bf_sample_filter filter = {0};
-  int c;
+  int c, memory = 0;
   while ((c = getopt_long(argc, argv, "f:o:t:h", opts, NULL)) != -1) {
     switch (c) {
       case 'f': format = optarg; break;
@@ -35,6 +36,7 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
         break;
       case 'e': pub = optarg; break;
       case 'R': filter.tree = 1; break;
+      case 'M': memory = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("export"), stdout); return 0;
       default: return 2;
     }
@@ -52,6 +54,14 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   int sealed = (fmt->flags & BF_FMT_SEALED) != 0;
   if ((sealed && !pub) || (!sealed && pub)) {
     bf_cli_error("--format bifocal goes with --encrypt-to PUBKEY (see `bifocal keygen`)");
+    return 2;
+  }
+  /* --memory: bytes of resident growth as the weight (record --memory sessions) */
+  bf_export_fn mem_fn = !memory ? NULL : strcmp(fmt->name, "collapsed") == 0 ? bf_export_memory_collapsed
+                                       : strcmp(fmt->name, "pprof") == 0    ? bf_export_pprof_memory
+                                       : strcmp(fmt->name, "speedscope") == 0 ? bf_export_speedscope_memory : NULL;
+  if (memory && !mem_fn) {
+    bf_cli_error("--memory exports collapsed, pprof or speedscope (bytes of growth), not %s", fmt->name);
     return 2;
   }
   if (!outp) {
@@ -94,5 +104,6 @@ int bf_cmd_export(bf_cli *cli, int argc, char **argv) {
   }
   bf_view_opts vo = {0};
   vo.filter = filter;
+  if (mem_fn) return bf_opt_output_done(s, &of, mem_fn(s, id, &filter, of.f));
   return bf_opt_output_done(s, &of, bf_format_write(fmt, s, id, &vo, of.f));
 }

@@ -134,11 +134,12 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       {"output", required_argument, NULL, 'o'},   {"format", required_argument, NULL, 'f'},
       {"nonblocking", no_argument, NULL, 'B'},    {"async", no_argument, NULL, 'A'},
       {"exceptions", no_argument, NULL, 'X'},     {"opcodes", no_argument, NULL, 'O'},
+      {"memory", no_argument, NULL, 'm'}, /* austin's -m too */
       BF_PUSH_RECORD_OPTIONS,                     {NULL, 0, NULL, 0}};
   int c, rate_given = 0, nonblocking = 0;
   const char *format = NULL;
   int64_t ns;
-  while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "+p:r:d:o:f:gisnmh", opts, NULL)) != -1) {
     switch (c) {
       case 'p':
         if (bf_opt_pid(optarg, &o->pid)) return 2;
@@ -174,6 +175,7 @@ static int record_parse(int argc, char **argv, bf_smp_record_opts *o, const char
       case 'A': o->async_tasks = 1; break; /* asyncio tasks as task:NAME threads */
       case 'X': o->exc_only = 1; break;    /* Tachyon's --mode exception */
       case 'O': o->opcodes = 1; break;     /* Tachyon's --opcodes */
+      case 'm': o->memory = 1; break;      /* resident-memory changes charged to stacks */
       case 'i': o->no_idle = 0; break;
       case 'I': o->no_idle = 1; break;
       case 'o': *outp = optarg; break;
@@ -325,6 +327,10 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   if (rc >= 0) return rc;
   rc = record_parse(argc, argv, &o, &outp, &out_kind);
   if (rc >= 0) return rc;
+  if (push_cfg.others && !push_cfg.to) {
+    bf_cli_error("--every, --push-spool-max, --push-headers, --push-wait and --push-timeout go with --push URL");
+    return 2;
+  }
   stop_flag = 0;
   child_pid = 0;
   struct sigaction sa, old_sa[N_STOP_SIGS];

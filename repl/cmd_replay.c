@@ -35,6 +35,7 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
                                        {"html", no_argument, NULL, 'H'},
                                        {"buckets", required_argument, NULL, 'b'},
                                        {"tree", no_argument, NULL, 'R'},
+                                       {"memory", no_argument, NULL, 'M'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   r->view = "functions";
@@ -84,6 +85,7 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
         break;
       }
       case 'R': r->vo.filter.tree = 1; break;
+      case 'M': r->vo.memory = 1; break;
       case 'h': bf_cli_usage(bf_cli_find("replay"), stdout); return 0;
       default: return 2;
     }
@@ -126,8 +128,22 @@ static int replay_parse(bf_cli *cli, int argc, char **argv, replay_args *r) {
     bf_cli_error("the %s view is an HTML page: give -o FILE.html", r->view);
     return 2;
   }
+  if (r->vo.memory && (r->svg || r->vo.html || (strcmp(r->view, "functions") && strcmp(r->view, "flame") &&
+                                                 strcmp(r->view, "heatmap")))) {
+    bf_cli_error("--memory goes with --view functions, flame (HTML) or heatmap (text or --json), not %s%s", r->view,
+                 r->svg ? " as SVG" : r->vo.html ? " as HTML" : "");
+    return 2;
+  }
   bf_opt_term_width(cli, r->outp, &r->vo.width);
   return -1;
+}
+
+/* --memory: the memory form of functions, flame and heatmap (view_memory.c). */
+static int memory_view(const replay_args *r, bf_store *s, int64_t id, FILE *out) {
+  const char *v = r->view;
+  if (strcmp(v, "functions") == 0) return bf_view_memory_functions(s, id, &r->vo, out);
+  if (strcmp(v, "flame") == 0 && !r->svg) return bf_view_memory_flame(s, id, &r->vo, out);
+  return bf_view_memory_timeline(s, id, &r->vo, out); /* heatmap (replay_parse refused the rest) */
 }
 
 /* A text view as an HTML page: its terminal text, escaped, in a <pre>. */
@@ -140,7 +156,7 @@ static int html_page(bf_store *s, int64_t id, replay_args *r, FILE *out) {
     return -ENOMEM;
   }
   r->vo.color = 0;
-  int rc = bf_format_write(r->fmt, s, id, &r->vo, mem);
+  int rc = r->vo.memory ? memory_view(r, s, id, mem) : bf_format_write(r->fmt, s, id, &r->vo, mem);
   fclose(mem);
   if (rc >= 0) {
     fprintf(out, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bifocal %s view — session %lld</title>"
@@ -173,7 +189,8 @@ int bf_cmd_replay(bf_cli *cli, int argc, char **argv) {
     return 1;
   }
   if (of.f != stdout) r.vo.color = 0;
-  if (r.svg) r.fmt = bf_format_find(BF_FMT_RECORD, "svg");
   if (r.html_wrap) return bf_opt_output_done(s, &of, html_page(s, id, &r, of.f));
+  if (r.vo.memory) return bf_opt_output_done(s, &of, memory_view(&r, s, id, of.f));
+  if (r.svg) r.fmt = bf_format_find(BF_FMT_RECORD, "svg");
   return bf_opt_output_done(s, &of, bf_format_write(r.fmt, s, id, &r.vo, of.f));
 }

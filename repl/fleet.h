@@ -94,6 +94,7 @@ typedef struct bf_push_cfg {
   const char *to, *hfile;
   int64_t every_ns, spool_max_bytes;
   long wait_ms, timeout_ms; /* after the capture; one request (0: 10 s) */
+  int others;               /* an option of --push's was given (it needs --push) */
 } bf_push_cfg;
 #define BF_PUSH_OPT 0x3000
 #define BF_PUSH_RECORD_OPTIONS                                                                         \
@@ -106,9 +107,9 @@ typedef struct bf_push_cfg {
 /* One of those options (c in BF_PUSH_OPT..+5) into cfg. 0, or 2 (said). */
 int bf_push_record_opt(int c, const char *arg, bf_push_cfg *cfg);
 
-/* record's pusher: a thread of its own (nice +10, signals blocked) with its
- * own connection to db_path. It waits for *o->session_started (set here),
- * spools each window of cfg->every_ns once closed (a sample 1.5 s past its
+/* record's pusher: a process of its own (nice +10, the stop signals
+ * blocked, killed with its parent) with its own connection to db_path. It
+ * waits for *o->session_started (set here), spools each window of cfg->every_ns once closed (a sample 1.5 s past its
  * end is stored, or the session ended, or 10 s passed without a sample) and
  * sends the spooled windows in order, retrying with backoff (Retry-After
  * honoured); past cfg->spool_max_bytes the oldest waiting windows are
@@ -120,8 +121,8 @@ int bf_push_rec_start(const bf_push_cfg *cfg, const char *db_path, struct bf_smp
 
 /* The capture ended (its session sid finalised, 0: none): spool the last
  * window, send for at most cfg->wait_ms more (plus one request's timeout),
- * stop the thread, note extra.push on the session and say on stderr what
- * was sent and what waits. Frees p; accepts NULL. 0 or 1 (said). */
+ * let the process end (stopped past that bound plus 5 s), note extra.push
+ * on the session and say on stderr what was sent and what waits. Frees p; accepts NULL. 0 or 1 (said). */
 int bf_push_rec_end(bf_push_rec *p, bf_store *st, int64_t sid);
 
 /* `import --from pyroscope ...` (cmd_import_pyroscope.c), which cmd_import.c

@@ -66,6 +66,8 @@ static const bf_opt_doc docs[] = {
                                              "as SVG; .html: every view as a page"},
     {"replay", "--html", NULL, "heatmap as an HTML page"},
     {"replay", "--buckets N", NULL, "heatmap time buckets (2 to 1000)"},
+    {"replay", "--memory", NULL, "record --memory sessions: functions by resident growth/shrink/net, flame "
+                                 "weighted by bytes of growth, heatmap as the resident-memory timeline"},
     {"replay", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one; "
                                "a child's own id shows that process alone"},
 
@@ -77,6 +79,8 @@ static const bf_opt_doc docs[] = {
     {"export", "--until S", NULL, "only samples until S seconds after the session start"},
     {"export", "--encrypt-to PUBKEY", "@file", "with --format bifocal: sealed for the owner of PUBKEY"},
     {"export", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one"},
+    {"export", "--memory", NULL, "record --memory sessions: collapsed, pprof (alloc_space) or speedscope "
+                                 "weighted by bytes of resident growth"},
 
     {"record", "-p, --pid PID", NULL, "attach to a running process (py-spy -p)"},
     {"record", "-r, --rate HZ", NULL, "samples per second, 1 to 1000000 (default 1000; 100 with --native); "
@@ -99,6 +103,8 @@ static const bf_opt_doc docs[] = {
     {"record", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
     {"record", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
     {"record", "--async", NULL, "asyncio tasks as task:NAME threads (wall clock, not with --native)"},
+    {"record", "-m, --memory", NULL, "also charge resident-memory growth and shrink to the stack that ran "
+                                     "(austin -m; see replay --memory, docs/memory.md)"},
     {"record", "-s, --subprocesses", NULL, "follow Python children, one session each (py-spy -s); "
                                            "-o FILE holds the whole tree (replay/export --tree)"},
     {"record", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},

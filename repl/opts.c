@@ -235,7 +235,7 @@ static int austin_sign(int argc, char **argv, int end) {
   for (int i = 1; i < end; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-C") == 0 || strcmp(a, "--children") == 0 || strcmp(a, "-x") == 0 ||
-        strcmp(a, "--exposure") == 0 || strcmp(a, "-m") == 0 || strcmp(a, "--memory") == 0 ||
+        strcmp(a, "--exposure") == 0 || strcmp(a, "-m") == 0 /* --memory is bifocal's own too */ ||
         strcmp(a, "-P") == 0 || strcmp(a, "--pipe") == 0 || strcmp(a, "--sleepless") == 0 ||
         strcmp(a, "-b") == 0 || strcmp(a, "--binary") == 0 || strcmp(a, "-w") == 0 || strcmp(a, "--where") == 0)
       return 1;
@@ -329,7 +329,7 @@ int bf_opt_peer_record(const char *cmd, int *argc, char ***argv) {
       bf_cli_error("%s: bifocal's frames are always functions (py-spy's --function): drop it", x);
       return 2;
     }
-    if (strcmp(x, "-m") == 0 || strcmp(x, "--memory") == 0 || strcmp(x, "--async-aware") == 0) {
+    if (strcmp(x, "--async-aware") == 0) {
       bf_cli_error("%s is not supported by bifocal record yet (austin/Tachyon flag; for asyncio tasks see --async)", x);
       return 2;
     }

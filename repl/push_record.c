@@ -1,18 +1,25 @@
 /* push_record.c — record --push: each window of the session being recorded,
  * encoded once it closes, spooled in the database (core/spool.h) and sent by
- * a thread of its own, so the sampler never waits on the network; and push
+ * a process of its own, so the sampler never waits on the network; and push
  * --resume, which sends what a record left in the spool. Credentials stay in
- * memory (fleet.h): the spool holds the request without its headers. */
+ * memory (fleet.h): the spool holds the request without its headers.
+ * A process, not a thread: a second connection to the database inside the
+ * recorder would open and close the file before SQLite sees it (the store's
+ * header check), and closing any descriptor of a file drops every fcntl lock
+ * the process holds on it: the recorder's own, after which another
+ * process's last close deletes the WAL the recorder still writes. */
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,8 +43,7 @@ struct bf_push_rec {
   volatile int64_t sid;
   atomic_int finishing;
   _Atomic int64_t deadline_mono_ns; /* set with finishing */
-  pthread_t th;
-  int started;
+  pid_t child;
   int64_t next_seq; /* windows spooled so far */
   int64_t dropped, unsaid, unsaid_last, drop_said_ns; /* dropped windows, and those not said yet */
   int down;         /* the last attempt failed (said once until one succeeds) */
@@ -46,6 +52,7 @@ struct bf_push_rec {
 int bf_push_record_opt(int c, const char *arg, bf_push_cfg *cfg) {
   int64_t v;
   char *end;
+  cfg->others |= c != BF_PUSH_OPT;
   switch (c - BF_PUSH_OPT) {
     case 0: cfg->to = arg; return 0;
     case 1:
@@ -157,6 +164,23 @@ static int spool_window(bf_push_rec *p, bf_store *s, const bf_session_info *in, 
   return 0;
 }
 
+/* A spooled request is sent with the user's credentials: only what bifocal
+ * itself spools goes (a crafted database could hold a header in the content
+ * type, or another path in the URL). */
+static int row_ok(const bf_spool_row *r) {
+  const char *ct = r->content_type, *mp = "multipart/form-data; boundary=";
+  if (strcmp(ct, "application/x-protobuf") != 0) {
+    if (strncmp(ct, mp, strlen(mp)) != 0 || !ct[strlen(mp)]) return 0;
+    for (const char *c = ct + strlen(mp); *c; c++)
+      if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-')) return 0;
+  }
+  const char *u = r->url_suffix;
+  if (*u && *u != '?') return 0;
+  for (; *u; u++)
+    if (*u <= ' ' || *u >= 0x7f || *u == '#') return 0;
+  return r->payload != NULL;
+}
+
 /* Send the oldest waiting window if it is due. 1 sent or tried, 0 nothing due. */
 static int send_due(bf_push_rec *p, bf_store *s, int finishing) {
   bf_spool_row r;
@@ -165,6 +189,12 @@ static int send_due(bf_push_rec *p, bf_store *s, int finishing) {
   if (r.next_try_ns > now) {
     bf_spool_row_clear(&r);
     return 0;
+  }
+  if (!row_ok(&r)) {
+    bf_cli_warn("record --push: window %" PRId64 " in the spool is not as bifocal wrote it: not sent", r.seq);
+    bf_spool_failed(s, r.id, 0, 1, 0);
+    bf_spool_row_clear(&r);
+    return 1;
   }
   dest dw = p->d;
   dw.retries = 0;
@@ -177,8 +207,10 @@ static int send_due(bf_push_rec *p, bf_store *s, int finishing) {
   snprintf(pl.ctype, sizeof pl.ctype, "%s", r.content_type);
   bf_push_outcome o = {0};
   bf_push_send(&dw, &pl, &o);
+  now = bf_wall_ns(); /* backoff and Retry-After count from the answer */
   if (o.ok) {
-    bf_spool_sent(s, r.id, o.status);
+    /* a delivered window not marked would go again: outlast the recorder's commits */
+    for (int i = 0; i < 10 && bf_spool_sent(s, r.id, o.status); i++) nap_ms(200);
     if (p->down) bf_cli_warn("record --push: %s takes windows again (from window %" PRId64 ")", p->d.shown, r.seq);
     p->down = 0;
   } else if (o.retryable) {
@@ -226,15 +258,15 @@ static int round_once(bf_push_rec *p, bf_store *s, int finishing, int *sent) {
   return all;
 }
 
-static void *pusher(void *ud) {
-  bf_push_rec *p = ud;
-  setpriority(PRIO_PROCESS, (id_t)gettid(), getpriority(PRIO_PROCESS, (id_t)gettid()) + 10);
+/* The pusher process's loop, until the capture ended and what it could send
+ * in the time left is sent. */
+static void pusher(bf_push_rec *p) {
   bf_store *s = NULL;
   const char *msg = NULL;
   if (bf_store_open(p->db_path, 0, &s, &msg)) {
     bf_cli_error("record --push: cannot open '%s' for the spool: %s (the samples are recorded; push them later)",
                  p->db_path, msg ? msg : "?");
-    return NULL;
+    return;
   }
   bf_store_set_busy_timeout(s, 2000);
   while (p->sid <= 0 && !atomic_load(&p->finishing)) nap_ms(50);
@@ -251,7 +283,28 @@ static void *pusher(void *ud) {
     if (!sent) nap_ms(100);
   }
   bf_store_close(s);
-  return NULL;
+}
+
+static void free_rec(bf_push_rec *p) {
+  bf_fleet_dest_free(&p->d);
+  munmap(p, sizeof *p);
+}
+
+/* The child: gone with its parent, deaf to the stop signals (the parent
+ * says when to finish), nice +10. */
+static void child_main(bf_push_rec *p, pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(0);
+  sigset_t stops;
+  sigemptyset(&stops);
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGTSTP};
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaddset(&stops, sigs[i]);
+  sigprocmask(SIG_BLOCK, &stops, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + 10);
+  pusher(p);
+  fflush(stderr);
+  _exit(0);
 }
 
 int bf_push_rec_start(const bf_push_cfg *cfg, const char *db_path, struct bf_smp_record_opts *o, bf_push_rec **out) {
@@ -262,11 +315,13 @@ int bf_push_rec_start(const bf_push_cfg *cfg, const char *db_path, struct bf_smp
                  "the environment or --push-headers FILE (see `bifocal help push`)");
     return 2;
   }
-  bf_push_rec *p = calloc(1, sizeof *p);
-  if (!p) {
+  /* shared with the pusher process: the session id, the end, its counts */
+  bf_push_rec *p = mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
     bf_cli_error("out of memory");
     return 1;
   }
+  memset(p, 0, sizeof *p);
   bf_fleet_dest_init(&p->d);
   p->cfg = *cfg;
   p->unsaid_last = -1;
@@ -275,23 +330,19 @@ int bf_push_rec_start(const bf_push_cfg *cfg, const char *db_path, struct bf_smp
   if (cfg->timeout_ms > 0) p->d.rq.timeout_ms = cfg->timeout_ms;
   int rc = bf_fleet_push_dest(&p->d, cfg->to, cfg->hfile);
   if (rc) {
-    bf_fleet_dest_free(&p->d);
-    free(p);
+    free_rec(p);
     return rc;
   }
   o->session_started = &p->sid;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old); /* the stop signals stay the main thread's */
-  if (pthread_create(&p->th, NULL, pusher, p) != 0) {
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    bf_cli_error("record --push: cannot start the pusher thread: %s", strerror(errno));
-    bf_fleet_dest_free(&p->d);
-    free(p);
+  fflush(NULL);
+  pid_t parent = getpid(), c = fork();
+  if (c < 0) {
+    bf_cli_error("record --push: cannot start the pusher process: %s", strerror(errno));
+    free_rec(p);
     return 1;
   }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  p->started = 1;
+  if (c == 0) child_main(p, parent);
+  p->child = c;
   *out = p;
   return 0;
 }
@@ -339,10 +390,21 @@ int bf_push_rec_end(bf_push_rec *p, bf_store *st, int64_t sid) {
   if (!p->sid && sid > 0) p->sid = sid;
   atomic_store(&p->deadline_mono_ns, bf_mono_ns() + (int64_t)p->cfg.wait_ms * 1000000);
   atomic_store(&p->finishing, 1);
-  if (p->started) pthread_join(p->th, NULL);
+  /* it ends by itself within the wait and one request; past that (plus
+   * slack) it is stopped: the spool keeps what it had */
+  int64_t hard = bf_mono_ns() + ((int64_t)p->cfg.wait_ms + p->d.rq.timeout_ms + 5000) * 1000000;
+  int st_w;
+  while (waitpid(p->child, &st_w, WNOHANG) == 0) {
+    if (bf_mono_ns() > hard) {
+      kill(p->child, SIGKILL);
+      waitpid(p->child, &st_w, 0);
+      bf_cli_warn("record --push: the pusher did not end in time and was stopped; what it had not sent stays spooled");
+      break;
+    }
+    nap_ms(20);
+  }
   int rc = sid > 0 ? summarise(p, st, sid) : 0;
-  bf_fleet_dest_free(&p->d);
-  free(p);
+  free_rec(p);
   return rc;
 }
 
@@ -358,6 +420,13 @@ static int resume_session(const dest *d, bf_store *s, int64_t sid, int *any) {
     }
     if (f == 0) return 0;
     *any = 1;
+    if (!row_ok(&r)) {
+      bf_cli_error("session %" PRId64 " window %" PRId64 ": the spooled request is not as bifocal writes it (its "
+                   "content type or URL was changed): not sent; push --since/--until sends that slice afresh",
+                   r.session_id, r.seq);
+      bf_spool_row_clear(&r);
+      return 1;
+    }
     bf_push_payload pl = {.body = (char *)r.payload, .len = r.payload_len};
     snprintf(pl.url, sizeof pl.url, "%s%s", d->url, r.url_suffix);
     snprintf(pl.ctype, sizeof pl.ctype, "%s", r.content_type);

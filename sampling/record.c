@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "cpuclock.h"
+#include "memsample.h"
 #include "native.h"
 #include "record_int.h" /* target, rec_thread; the keeping is record_keep.c's */
 #include "session_meta.h"
@@ -145,6 +146,7 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
     if (!t->cc) return seterr(err_h, -ENOMEM, "out of memory");
     t->proc_cpu0_ns = process_cpu_ns(t->pid);
   }
+  if (o->memory && !t->mem && !(t->mem = rec_memory_new(t->pid))) return seterr(err_h, -ENOMEM, "out of memory");
   return 0;
 }
 
@@ -165,6 +167,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
     t->npend = t->pend_head;
   }
   bf_store_set_busy_timeout(st, 30000);
+  if (!rc0 && t->mem) rc0 = rec_memory_flush(st, t); /* waits for a lock holder like the samples */
   for (size_t i = 0; i < t->nthreads; i++) /* tasks' last runs */
     if (t->threads[i].held.count && bf_store_sample_add(st, t->session_id, &t->threads[i].held) < 0)
       t->lock_dropped += t->threads[i].held.count;
@@ -195,6 +198,7 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
            (unsigned long long)(cs.truncated - t->cs0.truncated),
            (long long)t->lock_held, (long long)t->lock_dropped);
   if (t->cc) cpuclock_json(t, late + strlen(late), sizeof late - strlen(late));
+  rec_memory_json(t, late + strlen(late), sizeof late - strlen(late));
   const char *tks = bf_smp_tasks_status(t->tk); /* static ASCII, no quotes */
   if (*tks) snprintf(late + strlen(late), sizeof late - strlen(late), ",\"async_tasks\":\"%s\"", tks);
   size_t nl = nat ? strlen(nat) : 0;
@@ -285,6 +289,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
   int rc = t->nat ? bf_smp_native_sample(t->nat, want, &th, &n)
                   : bf_smp_sample(t->h, want, &th, &n);
   int64_t read_end = bf_mono_ns();
+  if (t->mem && rc >= 0) rec_memory_read(t->mem); /* right after the stacks it is charged to */
   /* a torn stack (changed while read) is re-read at once inside
    * bf_smp_sample; -EIO here is a sample given up (counted invalid) */
   if (rc == -ESRCH) return rc;
@@ -368,7 +373,7 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
     }
     if ((rc = rec_keep_sample(st, t, r, &th[i], tname, ts, flags, weight)) < 0) return rc;
   }
-  return 0;
+  return t->mem ? rec_memory_tick(st, t, th, n, ts) : 0;
 }
 
 /* Python children of pid (direct and deeper), by scanning /proc. */
@@ -772,6 +777,7 @@ static int finish_targets(rec_run *r, const char *status, int64_t stop) {
     bf_smp_tasks_free(tg[i].tk);
     if (tg[i].own) bf_smp_free(tg[i].h);
     bf_cpuclock_free(tg[i].cc);
+    rec_memory_free(tg[i].mem);
     for (size_t k = 0; k < tg[i].nthreads; k++) {
       free(tg[i].threads[k].last_frames);
       free(tg[i].threads[k].batch);

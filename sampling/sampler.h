@@ -162,6 +162,7 @@ typedef struct bf_smp_record_opts {
   int async_tasks;         /* asyncio tasks as task:NAME threads (tasks.h) */
   int exc_only;            /* --mode exception: only threads handling or raising one */
   int opcodes;             /* --opcodes (3.11+): the leaf frame's opcode in each sample */
+  int memory;              /* --memory: charge resident-memory changes to stacks (store.h) */
   volatile int *stop;      /* set non-zero (e.g. from a signal handler) to stop */
   /* OUT (may be NULL): the launched command's pid while it runs, else 0, so a
    * signal handler can pass a signal on. A launched command is always waited

@@ -43,6 +43,7 @@ typedef struct bf_wstacks {
   double total_weight;
   int64_t empty_count;   /* of which without any Python frame (in no row; see threads) */
   double empty_weight;
+  const char *unit;      /* weight's unit when not the kind's (static: "bytes" for memory), else NULL */
 } bf_wstacks;
 
 /* Aggregate session into distinct (thread, stack) rows. f may be NULL.
@@ -56,6 +57,13 @@ int bf_wstacks_load(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
 #define BF_WSTACK_OP_FID(op) (-1000 - (int64_t)(op))
 #define BF_WSTACK_OP_OF(fid) ((fid) <= -1000 && (fid) > -1256 ? (int)(-1000 - (fid)) : -1)
 void bf_wstacks_free(bf_wstacks *w);
+
+/* record --memory sessions as weighted stacks (view_memory.c): weight =
+ * bytes of resident (anon: anonymous resident) growth charged to the stack,
+ * count = the changes that grew; shrinks are in no row. -ENODATA (message
+ * set) for a session without memory rows. OUT: *out (bf_wstacks_free). */
+int bf_wstacks_load_memory(bf_store *s, int64_t session_id, const bf_sample_filter *f, int anon,
+                           bf_wstacks **out);
 
 /* The value a share is computed from. */
 static inline double bf_wstack_value(const bf_wstacks *w, const bf_wstack *st) {

@@ -118,6 +118,9 @@ static const table_spec tables[] = {
     {"push_spool",
      {"id", "session_id", "seq", "window_start_ns", "window_end_ns", "target", "url_suffix", "content_type", "state",
       "attempts", "next_try_ns", "last_status", "bytes", "created_ns", "sent_ns", "payload", NULL}},
+    {"memory_samples",
+     {"session_id", "thread_id", "stack_id", "ts_ns", "rss_delta", "anon_delta", "py_delta", NULL}},
+    {"memory_timeline", {"session_id", "ts_ns", "rss_bytes", "anon_bytes", "py_bytes", NULL}},
 };
 
 static int altered(bf_store *s, const char *table, const char *why) {

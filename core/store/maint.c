@@ -86,7 +86,8 @@ int bf_store_sweep(bf_store *s, const int64_t *live, size_t n, bf_store_sweep_co
     if ((rc = sweep_one(s, sql, &dummy))) return rc;
   }
   if ((rc = sweep_one(s,
-                      "WITH RECURSIVE live(id) AS (SELECT id FROM gc_keep UNION SELECT st.parent_id FROM stacks st"
+                      "WITH RECURSIVE live(id) AS (SELECT id FROM gc_keep UNION SELECT stack_id FROM memory_samples"
+                      " UNION SELECT st.parent_id FROM stacks st"
                       " JOIN live ON st.id=live.id WHERE st.parent_id<>0)"
                       " DELETE FROM stacks WHERE id NOT IN (SELECT id FROM live)",
                       &out->stacks)))

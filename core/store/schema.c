@@ -62,8 +62,19 @@ static const char schema_push30[] =
     " UNIQUE(session_id, target, seq));"
     "CREATE INDEX push_spool_state ON push_spool(state, target, id);";
 
+/* v3 (record --memory): memory changes charged to stacks, and the process's
+ * memory over time (core/store/memory.c). */
+static const char schema_memfar[] =
+    "CREATE TABLE memory_samples(session_id INTEGER NOT NULL, thread_id INTEGER NOT NULL,"
+    " stack_id INTEGER NOT NULL, ts_ns INTEGER NOT NULL, rss_delta INTEGER NOT NULL,"
+    " anon_delta INTEGER NOT NULL, py_delta INTEGER NOT NULL);"
+    "CREATE INDEX memory_samples_session ON memory_samples(session_id, ts_ns);"
+    "CREATE TABLE memory_timeline(session_id INTEGER NOT NULL, ts_ns INTEGER NOT NULL,"
+    " rss_bytes INTEGER NOT NULL, anon_bytes INTEGER NOT NULL, py_bytes INTEGER NOT NULL);"
+    "CREATE INDEX memory_timeline_session ON memory_timeline(session_id, ts_ns);";
+
 /* Migrations: migrations[v] upgrades from user_version v to v+1. */
-static const char *const migrations[] = {schema_v1, schema_push30};
+static const char *const migrations[] = {schema_v1, schema_push30, schema_memfar};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
 static int pragma_int(bf_store *s, const char *sql, int64_t *out) {
@@ -107,9 +118,14 @@ int bfs_check_and_migrate(bf_store *s) {
                          "'%s' has schema version %lld, newer than this bifocal (%d); upgrade bifocal",
                          s->path, (long long)ver, BF_STORE_SCHEMA_VERSION);
   if (ver == BF_STORE_SCHEMA_VERSION) return bfs_check_schema(s);
-  if (s->readonly)
-    return bf_store_fail(s, -EPROTO, "'%s' has old schema %lld; open it writable once to migrate", s->path,
-                         (long long)ver);
+  /* A reader of an older file migrates it when its connection may write (the
+   * migrations only add tables): else every read after an upgrade would fail
+   * until something wrote. A file it may not write, or an image, is refused. */
+  const char *fname = sqlite3_db_filename(s->db, "main");
+  if (s->readonly && (sqlite3_db_readonly(s->db, "main") != 0 || !fname || !*fname))
+    return bf_store_fail(s, -EPROTO,
+                         "'%s' has old schema %lld; open it writable once to migrate (e.g. bifocal --db '%s' gc)",
+                         s->path, (long long)ver, s->path);
   if ((rc = bfs_exec(s, "BEGIN IMMEDIATE"))) return rc;
   /* another process may have migrated while we waited for the write lock */
   if ((rc = pragma_int(s, "PRAGMA user_version", &ver))) {
@@ -135,5 +151,5 @@ int bfs_check_and_migrate(bf_store *s) {
 
 /* The tables that hold rows of one session, by session_id (delete and gc). */
 const char *const bfs_session_tables[] = {"sample_chunks", "threads", "trace_functions", "trace_edges",
-                                          "call_records", "push_spool"};
+                                          "call_records", "push_spool", "memory_samples", "memory_timeline"};
 const size_t bfs_n_session_tables = sizeof bfs_session_tables / sizeof bfs_session_tables[0];

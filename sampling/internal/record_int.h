@@ -35,6 +35,8 @@ typedef struct rec_thread {
   bf_sample held;         /* --async task: its current run of one stack, not written yet */
 } rec_thread;
 
+typedef struct rec_memory rec_memory; /* record --memory (memsample.h) */
+
 typedef struct target {
   bf_smp *h;
   int pid;
@@ -68,6 +70,7 @@ typedef struct target {
   char *py_json;      /* extra.python: the interpreter it runs (interp.c), or NULL */
   bf_smp_tasks *tk;   /* --async: asyncio tasks read after each sample */
   size_t next_hint;   /* rec_thread_get: where the next thread likely is */
+  rec_memory *mem;    /* --memory: the memory reader, else NULL */
 } target;
 
 /* record_keep.c. Unless said otherwise each returns 0 or a negative errno

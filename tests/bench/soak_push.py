@@ -25,9 +25,7 @@ Exit 0 when every check holds, 1 otherwise. Not part of the suite (it runs
 """
 import argparse
 import gzip
-import json
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -132,11 +130,10 @@ def main():
         return 1
     info = tf.session_json(db, sid)
     con = sqlite3.connect(db)
-    rows = con.execute("SELECT seq, window_start_ns, state, attempts, created_ns FROM push_spool WHERE session_id=? ORDER BY seq",
+    rows = con.execute("SELECT seq, window_start_ns, state, attempts, created_ns, sent_ns FROM push_spool WHERE session_id=? ORDER BY seq",
                        (int(sid),)).fetchall()
     con.close()
     starts, ids, total = [], [], 0
-    last_t = None
     for q in rcv.requests:
         assert q["path"] == "/v1development/profiles", q["path"]
         assert q["headers"].get("Content-Type") == "application/x-protobuf"
@@ -147,7 +144,6 @@ def main():
         starts.append(tf.one(p, "time_unix_nano"))
         ids.append(tf.one(p, "profile_id"))
         total += sum(tf.one(s, "values") for s in p.get("samples", []))
-        last_t = q["t"]
     every_ns = rows[1][1] - rows[0][1] if len(rows) > 1 else 0
     want = [info["start_ns"] + r[1] for r in rows]
     in_order = starts == sorted(starts)
@@ -163,8 +159,10 @@ def main():
     print("soak: windows closed while the backend was down: %d; spool states at the end: %s" % (
         spooled, dict((s, sum(1 for r in rows if r[2] == s)) for s in set(r[2] for r in rows))))
     print("soak: samples arrived %d of %d recorded" % (total, info["samples"]))
-    if back_at and last_t:
-        print("soak: last window arrived %.1f s after the backend came back" % (last_t - back_at))
+    backlog = [r for r in rows if r[4] <= back_wall and r[3] > 1 or down_wall <= r[4] <= back_wall]
+    if back_wall and backlog:
+        print("soak: the %d windows that waited were all delivered %.1f s after the backend came back" % (
+            len(backlog), (max(r[5] for r in backlog) - back_wall) / 1e9))
     leak = any(secret.encode() in open(db + s, "rb").read() for s in ("", "-wal") if os.path.exists(db + s))
     leak = leak or secret in out or secret in err
     print("soak: secret found in the database or the output: %s" % leak)

@@ -189,6 +189,7 @@ PEER_LINES = [
     ("austin", "record -x 1 -- PY", ("error", r"austin's exposure time is bifocal's -d/--duration")),
     ("austin", "record -g -C -- PY", ("error", r"austin's -g is --gc")),
     ("austin", "record -s PY -s", ("error", r"austin's -s is sleepless")),
+    ("austin", "record -m -o OUT.txt PY", ("same", "record --memory -o OUT.txt -- PY")),
     ("py-spy", "record -o OUT.txt PY -i 1000 -s", ("same", "record -o OUT.txt -- PY -i 1000 -s")),
     ("Tachyon", "record -a -r 10khz -d 0.4 -o OUT.txt -- PY", ("same", "record -r 10000 -d 0.4 -o OUT.txt -- PY")),
     ("Tachyon", "record --mode cpu -o OUT.txt -- PY", ("same", "record --clock cpu -o OUT.txt -- PY")),

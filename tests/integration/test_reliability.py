@@ -629,7 +629,7 @@ def test_error_schema_version_reset(recorded, tmp_path, version):
     dst.close()
     for args in (["sessions"], ["import", "/dev/null"]):
         line = _one_line(run(args, db=bad, check=False))
-        assert "schema version %d" % version in line and "PRAGMA user_version=2" in line, line
+        assert "schema version %d" % version in line and "PRAGMA user_version=" in line, line
         assert "already exists" not in line
 
 

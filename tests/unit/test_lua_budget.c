@@ -51,13 +51,13 @@ static const struct attack {
     {"xpcall handler in a loop",
      "while true do xpcall(function() error('x') end, function() while true do end end) end\n"},
     {"pcall swallowing", "while true do pcall(function() while true do end end) end\n"},
-    {"utf8.len loop", "local s=('a'):rep(2^26) for i=1,1e9 do utf8.len(s) end\n"},
+    {"utf8.len loop", "local s=('a'):rep(2^22) for i=1,1e9 do utf8.len(s) end\n"},
     {"table.concat loop",
      "local s=('a'):rep(2^20) local t={} for i=1,64 do t[i]=s end for i=1,1e9 do table.concat(t) end\n"},
     {"coroutine utf8.len loop",
-     "local s=('a'):rep(2^26) coroutine.wrap(function() for i=1,1e9 do utf8.len(s) end end)()\n"},
+     "local s=('a'):rep(2^22) coroutine.wrap(function() for i=1,1e9 do utf8.len(s) end end)()\n"},
     {"coroutine.resume loop",
-     "local s=('a'):rep(2^26) print(coroutine.resume(coroutine.create(function() for i=1,1e9 do utf8.len(s) "
+     "local s=('a'):rep(2^22) print(coroutine.resume(coroutine.create(function() for i=1,1e9 do utf8.len(s) "
      "end end)))\nwhile true do end\n"},
     {"error in a finalizer's handler",
      "for i=1,1e9 do setmetatable({}, {__gc=function() error('x') end}) end\n"},
