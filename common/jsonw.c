@@ -93,6 +93,103 @@ void bf_json_num(FILE *f, double v) {
     fprintf(f, "%.9g", v);
 }
 
+/* ---- the streaming writer ---- */
+
+void bf_jw_init(bf_jw *w, FILE *f) {
+  memset(w, 0, sizeof *w);
+  w->f = f;
+}
+
+/* Before a value: the comma, and the checks. 0 to go on. */
+static int jw_value(bf_jw *w) {
+  if (w->err) return -1;
+  if (w->depth) {
+    int in_obj = w->open[w->depth - 1] == '{';
+    if (in_obj && !w->keyed) {
+      w->err = -EINVAL; /* a value in an object needs its key */
+      return -1;
+    }
+    if (!in_obj && w->items[w->depth - 1]) fputc(',', w->f);
+    w->items[w->depth - 1] = 1;
+  }
+  w->keyed = 0;
+  return 0;
+}
+
+static void jw_open(bf_jw *w, int c) {
+  if (jw_value(w)) return;
+  if (w->depth >= BF_JW_DEPTH) {
+    w->err = -EINVAL;
+    return;
+  }
+  fputc(c, w->f);
+  w->open[w->depth] = (unsigned char)c;
+  w->items[w->depth++] = 0;
+}
+
+void bf_jw_obj(bf_jw *w) { jw_open(w, '{'); }
+void bf_jw_arr(bf_jw *w) { jw_open(w, '['); }
+
+void bf_jw_end(bf_jw *w) {
+  if (w->err) return;
+  if (!w->depth || w->keyed) {
+    w->err = -EINVAL;
+    return;
+  }
+  w->depth--;
+  fputc(w->open[w->depth] == '{' ? '}' : ']', w->f);
+}
+
+void bf_jw_key(bf_jw *w, const char *key) {
+  if (w->err) return;
+  if (!w->depth || w->open[w->depth - 1] != '{' || w->keyed) {
+    w->err = -EINVAL;
+    return;
+  }
+  if (w->items[w->depth - 1]) fputc(',', w->f);
+  bf_json_str(w->f, key);
+  fputc(':', w->f);
+  w->items[w->depth - 1] = 1;
+  w->keyed = 1;
+}
+
+void bf_jw_str(bf_jw *w, const char *s) {
+  if (!jw_value(w)) bf_json_str(w->f, s);
+}
+void bf_jw_int(bf_jw *w, long long v) {
+  if (!jw_value(w)) fprintf(w->f, "%lld", v);
+}
+void bf_jw_num(bf_jw *w, double v) {
+  if (!jw_value(w)) bf_json_num(w->f, v);
+}
+void bf_jw_bool(bf_jw *w, int v) {
+  if (!jw_value(w)) fputs(v ? "true" : "false", w->f);
+}
+void bf_jw_null(bf_jw *w) {
+  if (!jw_value(w)) fputs("null", w->f);
+}
+void bf_jw_raw(bf_jw *w, const char *json) {
+  if (!jw_value(w)) fputs(json, w->f);
+}
+FILE *bf_jw_file(bf_jw *w) { return jw_value(w) ? NULL : w->f; }
+
+void bf_jw_kstr(bf_jw *w, const char *key, const char *s) {
+  bf_jw_key(w, key);
+  bf_jw_str(w, s);
+}
+void bf_jw_kint(bf_jw *w, const char *key, long long v) {
+  bf_jw_key(w, key);
+  bf_jw_int(w, v);
+}
+void bf_jw_knum(bf_jw *w, const char *key, double v) {
+  bf_jw_key(w, key);
+  bf_jw_num(w, v);
+}
+void bf_jw_kbool(bf_jw *w, const char *key, int v) {
+  bf_jw_key(w, key);
+  bf_jw_bool(w, v);
+}
+
 /* ---- the checker ---------------------------------------------------------- */
 
 #define MAX_DEPTH 64

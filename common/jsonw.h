@@ -22,6 +22,48 @@ void bf_json_num(FILE *f, double v);
  * out-of-memory. Same escaping and replacement as bf_json_str. */
 char *bf_json_escape(const char *s);
 
+/* ---- the streaming writer: structure, commas and escaping inside ----
+ *
+ *   bf_jw w;  bf_jw_init(&w, out);
+ *   bf_jw_obj(&w);  bf_jw_kstr(&w, "name", n);  bf_jw_key(&w, "rows");  bf_jw_arr(&w);
+ *   ...  bf_jw_end(&w);  bf_jw_end(&w);
+ *
+ * writes {"name":"…","rows":[…]} with no whitespace. Keys are the caller's
+ * literals (escaped like any string). Misuse (a value in an object without
+ * a key, more than BF_JW_DEPTH levels, an end with none open) sets w.err and
+ * writes nothing more. */
+#define BF_JW_DEPTH 32
+
+typedef struct bf_jw {
+  FILE *f;
+  int depth;                          /* open containers */
+  unsigned char open[BF_JW_DEPTH];    /* '{' or '[' per level */
+  unsigned char items[BF_JW_DEPTH];   /* items written at that level (capped at 1) */
+  int keyed;                          /* a key was written, its value is next */
+  int err;                            /* misuse seen (-EINVAL) */
+} bf_jw;
+
+void bf_jw_init(bf_jw *w, FILE *f);
+void bf_jw_obj(bf_jw *w); /* { as the next value */
+void bf_jw_arr(bf_jw *w); /* [ as the next value */
+void bf_jw_end(bf_jw *w); /* close the innermost container */
+void bf_jw_key(bf_jw *w, const char *key);
+void bf_jw_str(bf_jw *w, const char *s); /* NULL writes null */
+void bf_jw_int(bf_jw *w, long long v);
+void bf_jw_num(bf_jw *w, double v);      /* as bf_json_num */
+void bf_jw_bool(bf_jw *w, int v);
+void bf_jw_null(bf_jw *w);
+/* A value already in JSON (a stored object, a number formatted by the caller). */
+void bf_jw_raw(bf_jw *w, const char *json);
+/* The file to write one value to with a writer of JSON to FILE (such as
+ * bf_json_session), its comma written; NULL after misuse (write nothing). */
+FILE *bf_jw_file(bf_jw *w);
+/* key + value in one call. */
+void bf_jw_kstr(bf_jw *w, const char *key, const char *s);
+void bf_jw_kint(bf_jw *w, const char *key, long long v);
+void bf_jw_knum(bf_jw *w, const char *key, double v);
+void bf_jw_kbool(bf_jw *w, const char *key, int v);
+
 /* Invalid UTF-8 bytes replaced by U+FFFD in this process so far. */
 size_t bf_json_replaced(void);
 

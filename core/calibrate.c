@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "memory_join.h"
 #include "profile.h"
 #include "query.h"
 #include "store_int.h"
@@ -73,6 +74,7 @@ static int start_trace(const bf_cal_opts *o, pid_t *pid, int *rfd, char *err, si
   targv[k++] = (char *)o->clock;
   targv[k++] = "--label";
   targv[k++] = tlabel;
+  if (o->memory) targv[k++] = "--memory";
   targv[k++] = "--";
   for (size_t i = 0; i < ncmd; i++) targv[k++] = o->argv[i];
   targv[k] = NULL;
@@ -413,5 +415,98 @@ void bf_cal_report_free(bf_cal_report *r) {
   bf_join_free(r->join);
   free(r->rows);
   free(r->never);
+  free(r);
+}
+
+/* ---- calibrate --memory ---------------------------------------------------- */
+
+static int by_exact_mem(const void *a, const void *b) {
+  const bf_cal_mem_row *x = a, *y = b;
+  if (x->exact != y->exact) return x->exact < y->exact ? 1 : -1;
+  if (x->estimate != y->estimate) return x->estimate < y->estimate ? 1 : -1;
+  return (x->function_id > y->function_id) - (x->function_id < y->function_id);
+}
+
+/* The row of function fid in r (added if new); NULL when out of memory. */
+static bf_cal_mem_row *mem_row(bf_cal_mem_report *r, size_t *cap, const bf_mem_row *m) {
+  for (size_t i = 0; i < r->n; i++)
+    if (r->rows[i].function_id == m->function_id) return &r->rows[i];
+  if (bf_vec_grow((void **)&r->rows, cap, r->n + 1, sizeof *r->rows, 64)) return NULL;
+  bf_cal_mem_row *x = &r->rows[r->n++];
+  memset(x, 0, sizeof *x);
+  x->function_id = m->function_id;
+  x->file = m->file;
+  x->qualname = m->qualname;
+  x->firstlineno = m->firstlineno;
+  return x;
+}
+
+static void mem_summarise(bf_cal_mem_report *r) {
+  for (size_t i = 0; i < r->n; i++) {
+    bf_cal_mem_row *x = &r->rows[i];
+    x->covered = x->exact >= x->lo - 1e-12 && x->exact <= x->hi + 1e-12;
+    if (x->exact < 0.01 && x->estimate < 0.01) continue;
+    r->judged++;
+    r->covered += (size_t)x->covered;
+    double e = fabs(x->estimate - x->exact);
+    if (e > r->max_error) r->max_error = e;
+  }
+  r->coverage = r->judged ? (double)r->covered / (double)r->judged : NAN;
+  qsort(r->rows, r->n, sizeof *r->rows, by_exact_mem);
+}
+
+int bf_cal_mem_report_build(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_cal_mem_report **out) {
+  *out = NULL;
+  bf_mem_table *st = NULL, *tt = NULL;
+  int rc = bf_mem_table_load(s, sampled_id, NULL, &st);
+  if (!rc) rc = bf_mem_table_load(s, traced_id, NULL, &tt);
+  if (!rc && (st->traced || !tt->traced))
+    rc = bf_store_fail(s, -EINVAL, "calibrate --memory: session %lld must be sampled and %lld traced",
+                       (long long)sampled_id, (long long)traced_id);
+  bf_cal_mem_report *r = rc ? NULL : calloc(1, sizeof *r);
+  if (!rc && !r) rc = bf_store_fail(s, -ENOMEM, "out of memory");
+  size_t cap = 0;
+  for (size_t i = 0; !rc && i < st->n; i++) { /* functions both lenses know by id: one database */
+    const bf_mem_row *m = &st->rows[i];
+    bf_cal_mem_row *x = m->function_id ? mem_row(r, &cap, m) : NULL;
+    if (m->function_id && !x) rc = bf_store_fail(s, -ENOMEM, "out of memory");
+    if (!x) continue;
+    x->estimate = m->growth_share;
+    x->lo = m->growth_lo;
+    x->hi = m->growth_hi;
+    x->growth_bytes = m->growth_bytes;
+    x->shrink_bytes = m->shrink_bytes;
+  }
+  for (size_t i = 0; !rc && i < tt->n; i++) {
+    const bf_mem_row *m = &tt->rows[i];
+    bf_cal_mem_row *x = m->function_id ? mem_row(r, &cap, m) : NULL;
+    if (m->function_id && !x) rc = bf_store_fail(s, -ENOMEM, "out of memory");
+    if (!x) continue;
+    x->exact = m->live_share;
+    x->exact_alloc = m->alloc_share;
+    x->live_bytes = m->live_bytes;
+    x->alloc_bytes = m->alloc_bytes;
+    x->calls = m->calls;
+  }
+  if (!rc) {
+    r->sampled_id = sampled_id;
+    r->traced_id = traced_id;
+    r->growth_bytes = st->growth_bytes;
+    r->shrink_bytes = st->shrink_bytes;
+    r->live_bytes = tt->live_bytes;
+    r->alloc_bytes = tt->alloc_bytes;
+    mem_summarise(r);
+    *out = r;
+  } else {
+    bf_cal_mem_report_free(r);
+  }
+  bf_mem_table_free(st);
+  bf_mem_table_free(tt);
+  return rc;
+}
+
+void bf_cal_mem_report_free(bf_cal_mem_report *r) {
+  if (!r) return;
+  free(r->rows);
   free(r);
 }

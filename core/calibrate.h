@@ -32,6 +32,7 @@ typedef struct bf_cal_opts {
   void *sample_ud;
   volatile int *stop;   /* set (e.g. by a signal) to stop waiting */
   volatile int *child;  /* the trace's pid while it runs, else 0 (for signal forwarding) */
+  int memory;           /* calibrate --memory: trace with --memory (the sampler records memory too) */
 } bf_cal_opts;
 
 typedef struct bf_cal_run_result {
@@ -76,5 +77,39 @@ typedef struct bf_cal_report {
  * rate_hz is the rate asked. Errors on the store handle. OUT: *out. */
 int bf_cal_report_build(bf_store *s, int64_t sampled_id, int64_t traced_id, double rate_hz, bf_cal_report **out);
 void bf_cal_report_free(bf_cal_report *r);
+
+/* ---- calibrate --memory ----------------------------------------------------
+ * The same run, sampled with record --memory and traced with trace --memory:
+ * per function, the sampled share of resident growth (self, with its 95%
+ * interval) against the exact share of what the trace saw still live at the
+ * end (the bytes that made the process grow), and of all it allocated. */
+
+typedef struct bf_cal_mem_row {
+  int64_t function_id;
+  const char *file, *qualname; /* borrowed from the store's cache */
+  int64_t firstlineno;
+  double estimate, lo, hi;     /* sampled growth share, 95% interval */
+  double growth_bytes, shrink_bytes;
+  double exact;                /* traced live share (positive live bytes) */
+  double exact_alloc;          /* traced share of allocated bytes */
+  int64_t live_bytes, alloc_bytes, calls;
+  int covered;                 /* exact inside [lo, hi] */
+} bf_cal_mem_row;
+
+typedef struct bf_cal_mem_report {
+  int64_t sampled_id, traced_id;
+  bf_cal_mem_row *rows;        /* by exact share desc, then estimate desc */
+  size_t n;
+  size_t judged, covered;      /* rows with exact or estimate >= 1%; those covered */
+  double coverage;             /* covered / judged, NAN when none judged */
+  double max_error;            /* largest |estimate - exact| among judged rows (a share) */
+  double growth_bytes, shrink_bytes; /* sampled totals */
+  int64_t live_bytes, alloc_bytes;   /* traced totals */
+} bf_cal_mem_report;
+
+/* Build the memory report of a sampled and a traced session of one database.
+ * -ENODATA (message on the handle) when either has no memory data. OUT: *out. */
+int bf_cal_mem_report_build(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_cal_mem_report **out);
+void bf_cal_mem_report_free(bf_cal_mem_report *r);
 
 #endif

@@ -13,6 +13,7 @@
 #include "copy.h"
 #include "ident.h"
 #include "store_int.h"
+#include "trace_memory.h"
 
 typedef struct copier {
   bf_store *src, *dst;
@@ -146,6 +147,43 @@ static int copy_trace_edge(void *ud, const bf_trace_edge *te) {
   return bf_store_trace_edge_put(c->dst, c->dst_session, &n);
 }
 
+static int copy_trace_memory(void *ud, const bf_trace_memory *m) {
+  copier *c = ud;
+  bf_trace_memory n = *m;
+  int rc = map_function(c, m->function_id, &n.function_id);
+  return rc ? rc : bf_store_trace_memory_put(c->dst, c->dst_session, &n);
+}
+
+static int copy_trace_memory_edge(void *ud, const bf_trace_memory *m) {
+  copier *c = ud;
+  bf_trace_memory n = *m;
+  int rc;
+  if ((rc = map_function(c, m->caller_function_id, &n.caller_function_id))) return rc;
+  if ((rc = map_function(c, m->function_id, &n.function_id))) return rc;
+  return bf_store_trace_memory_edge_put(c->dst, c->dst_session, &n);
+}
+
+static int copy_trace_memory_top(void *ud, const bf_trace_memory_top *t) {
+  copier *c = ud;
+  bf_trace_memory_top n = *t;
+  int64_t *stack = malloc((t->nstack ? t->nstack : 1) * sizeof *stack);
+  if (!stack) return bf_store_fail(c->dst, -ENOMEM, "out of memory");
+  int rc = map_function(c, t->function_id, &n.function_id);
+  for (size_t i = 0; i < t->nstack && !rc; i++) rc = map_function(c, t->stack[i], &stack[i]);
+  n.stack = stack;
+  if (!rc) rc = bf_store_trace_memory_top_put(c->dst, c->dst_session, &n);
+  free(stack);
+  return rc;
+}
+
+/* trace --memory's rows (core/trace_memory.h). */
+static int copy_trace_memory_all(copier *c, bf_store *src, int64_t session_id) {
+  int rc = bf_store_trace_memory_foreach(src, session_id, copy_trace_memory, c);
+  if (!rc) rc = bf_store_trace_memory_edges_foreach(src, session_id, copy_trace_memory_edge, c);
+  if (!rc) rc = bf_store_trace_memory_top_foreach(src, session_id, copy_trace_memory_top, c);
+  return rc;
+}
+
 static int copy_call_record(void *ud, const bf_call_record *r) {
   copier *c = ud;
   bf_call_record n = *r;
@@ -207,6 +245,7 @@ int bf_session_copy(bf_store *src, int64_t session_id, bf_store *dst, const bf_c
   if ((rc = bf_store_call_records_foreach(src, session_id, copy_call_record, &c))) goto fail;
   if ((rc = bf_store_memory_foreach(src, session_id, NULL, copy_memory_sample, &c))) goto fail;
   if ((rc = bf_store_memory_timeline_foreach(src, session_id, copy_memory_point, &c))) goto fail;
+  if ((rc = copy_trace_memory_all(&c, src, session_id))) goto fail;
   meta.id = c.dst_session;
   if ((rc = bf_store_session_update(dst, &meta))) goto fail;
   if ((rc = bf_store_commit(dst))) goto fail;

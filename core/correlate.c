@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "correlate.h"
+
+#include "jsonw.h"
 #include "store_int.h"
 #include "text.h"
 #include "util.h"
@@ -459,74 +461,72 @@ void bf_join_print(const bf_join *j, FILE *out, int limit, const char *limit_opt
   }
 }
 
-static void num_or_null(FILE *out, int ok, double v) {
+/* key: v when ok, else null. */
+static void knum_or_null(bf_jw *w, const char *key, int ok, double v) {
+  bf_jw_key(w, key);
   if (ok)
-    bf_json_num(out, v);
+    bf_jw_num(w, v);
   else
-    fputs("null", out);
+    bf_jw_null(w);
 }
 
-/* [lo,hi] when the function was observed, else null. */
-static void ci_or_null(FILE *out, int observed, double lo, double hi) {
+/* key: [lo,hi] when the function was observed, else null. */
+static void kci_or_null(bf_jw *w, const char *key, int observed, double lo, double hi) {
+  bf_jw_key(w, key);
   if (!observed) {
-    fputs("null", out);
+    bf_jw_null(w);
     return;
   }
-  fputc('[', out);
-  bf_json_num(out, lo);
-  fputc(',', out);
-  bf_json_num(out, hi);
-  fputc(']', out);
+  bf_jw_arr(w);
+  bf_jw_num(w, lo);
+  bf_jw_num(w, hi);
+  bf_jw_end(w);
+}
+
+/* One row of "functions". */
+static void join_row_json(bf_jw *w, const bf_join_row *r) {
+  int o = r->observed, t = r->traced;
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "file", r->file);
+  bf_jw_kstr(w, "qualname", r->qualname);
+  bf_jw_kint(w, "firstlineno", r->firstlineno);
+  bf_jw_kbool(w, "observed", o);
+  knum_or_null(w, "self_share", o, r->self_share);
+  kci_or_null(w, "self_ci", o, r->self_lo, r->self_hi);
+  knum_or_null(w, "total_share", o, r->total_share);
+  kci_or_null(w, "total_ci", o, r->total_lo, r->total_hi);
+  knum_or_null(w, "self_samples", r->self_samples >= 0, (double)r->self_samples);
+  knum_or_null(w, "total_samples", r->total_samples >= 0, (double)r->total_samples);
+  knum_or_null(w, "sampled_ns", o, r->sampled_ns);
+  bf_jw_kbool(w, "traced", t);
+  knum_or_null(w, "calls", t, (double)r->calls);
+  knum_or_null(w, "primitive_calls", t, (double)r->primitive_calls);
+  knum_or_null(w, "self_ns", t, (double)r->self_ns);
+  knum_or_null(w, "total_ns", t, (double)r->total_ns);
+  bf_jw_knum(w, "per_call_ns", r->per_call_ns);
+  bf_jw_knum(w, "calls_per_s", r->calls_per_s);
+  bf_jw_end(w);
 }
 
 void bf_join_json(const bf_join *j, FILE *out) {
-  fprintf(out, "{\"sampled\":%lld,\"traced\":%lld,\"clock\":", (long long)j->sampled_id, (long long)j->traced_id);
-  bf_json_str(out, j->clock);
-  fprintf(out, ",\"samples\":%lld,\"sampled_duration_ns\":%lld,\"sampled_threads\":%lld,\"budget_ns\":",
-          (long long)j->sampled_samples, (long long)j->sampled_duration_ns, (long long)j->sampled_threads);
-  bf_json_num(out, j->budget_ns);
-  fprintf(out, ",\"traced_ns\":%lld,\"n_both\":%zu,\"spearman\":", (long long)j->traced_ns, j->n_both);
-  bf_json_num(out, j->spearman);
-  fputs(",\"interpreters_differ\":", out);
-  bf_json_str(out, j->interp_warning[0] ? j->interp_warning : NULL);
-  fputs(",\"functions\":[", out);
-  for (size_t i = 0; i < j->n; i++) {
-    const bf_join_row *r = &j->rows[i];
-    if (i) fputc(',', out);
-    fputs("{\"file\":", out);
-    bf_json_str(out, r->file);
-    fputs(",\"qualname\":", out);
-    bf_json_str(out, r->qualname);
-    fprintf(out, ",\"firstlineno\":%lld,\"observed\":%s,\"self_share\":", (long long)r->firstlineno,
-            r->observed ? "true" : "false");
-    int o = r->observed;
-    num_or_null(out, o, r->self_share);
-    fputs(",\"self_ci\":", out);
-    ci_or_null(out, o, r->self_lo, r->self_hi);
-    fputs(",\"total_share\":", out);
-    num_or_null(out, o, r->total_share);
-    fputs(",\"total_ci\":", out);
-    ci_or_null(out, o, r->total_lo, r->total_hi);
-    fputs(",\"self_samples\":", out);
-    num_or_null(out, r->self_samples >= 0, (double)r->self_samples);
-    fputs(",\"total_samples\":", out);
-    num_or_null(out, r->total_samples >= 0, (double)r->total_samples);
-    fputs(",\"sampled_ns\":", out);
-    num_or_null(out, o, r->sampled_ns);
-    fprintf(out, ",\"traced\":%s,\"calls\":", r->traced ? "true" : "false");
-    int t = r->traced;
-    num_or_null(out, t, (double)r->calls);
-    fputs(",\"primitive_calls\":", out);
-    num_or_null(out, t, (double)r->primitive_calls);
-    fputs(",\"self_ns\":", out);
-    num_or_null(out, t, (double)r->self_ns);
-    fputs(",\"total_ns\":", out);
-    num_or_null(out, t, (double)r->total_ns);
-    fputs(",\"per_call_ns\":", out);
-    bf_json_num(out, r->per_call_ns);
-    fputs(",\"calls_per_s\":", out);
-    bf_json_num(out, r->calls_per_s);
-    fputc('}', out);
-  }
-  fputs("]}\n", out);
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_obj(&w);
+  bf_jw_kint(&w, "sampled", j->sampled_id);
+  bf_jw_kint(&w, "traced", j->traced_id);
+  bf_jw_kstr(&w, "clock", j->clock);
+  bf_jw_kint(&w, "samples", j->sampled_samples);
+  bf_jw_kint(&w, "sampled_duration_ns", j->sampled_duration_ns);
+  bf_jw_kint(&w, "sampled_threads", j->sampled_threads);
+  bf_jw_knum(&w, "budget_ns", j->budget_ns);
+  bf_jw_kint(&w, "traced_ns", j->traced_ns);
+  bf_jw_kint(&w, "n_both", (long long)j->n_both);
+  bf_jw_knum(&w, "spearman", j->spearman);
+  bf_jw_kstr(&w, "interpreters_differ", j->interp_warning[0] ? j->interp_warning : NULL);
+  bf_jw_key(&w, "functions");
+  bf_jw_arr(&w);
+  for (size_t i = 0; i < j->n; i++) join_row_json(&w, &j->rows[i]);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  fputc('\n', out);
 }

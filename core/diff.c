@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "correlate.h"
+#include "jsonw.h"
 #include "query.h"
 #include "store_int.h"
 #include "util.h"
@@ -75,20 +76,22 @@ static void ztest(double p1, double n1, double p2, double n2, double *z, double 
   *p = erfc(fabs(*z) / sqrt(2.0));
 }
 
-static void json_side(FILE *out, const bf_func_row *r, double self, double total) {
-  fputs("{\"self_share\":", out);
-  bf_json_num(out, self);
-  fputs(",\"total_share\":", out);
-  bf_json_num(out, total);
-  if (r && r->self_samples >= 0)
-    fprintf(out, ",\"self_samples\":%lld,\"total_samples\":%lld", (long long)r->self_samples,
-            (long long)r->total_samples);
-  else if (r)
-    fprintf(out, ",\"calls\":%lld,\"self_ns\":%lld,\"total_ns\":%lld", (long long)r->calls, (long long)r->self_ns,
-            (long long)r->total_ns);
-  else
-    fputs(",\"observed\":false", out);
-  fputc('}', out);
+static void json_side(bf_jw *w, const char *key, const bf_func_row *r, double self, double total) {
+  bf_jw_key(w, key);
+  bf_jw_obj(w);
+  bf_jw_knum(w, "self_share", self);
+  bf_jw_knum(w, "total_share", total);
+  if (r && r->self_samples >= 0) {
+    bf_jw_kint(w, "self_samples", r->self_samples);
+    bf_jw_kint(w, "total_samples", r->total_samples);
+  } else if (r) {
+    bf_jw_kint(w, "calls", r->calls);
+    bf_jw_kint(w, "self_ns", r->self_ns);
+    bf_jw_kint(w, "total_ns", r->total_ns);
+  } else {
+    bf_jw_kbool(w, "observed", 0);
+  }
+  bf_jw_end(w);
 }
 
 static const char *stars(double p) {
@@ -148,17 +151,20 @@ typedef struct diff_head {
   const char *why;
 } diff_head;
 
-static void diff_head_json(FILE *out, const bf_diff_opts *o, const diff_head *h) {
-  fputs("{\"a\":", out);
-  bf_json_session(out, h->ia);
-  fputs(",\"b\":", out);
-  bf_json_session(out, h->ib);
-  fprintf(out, ",\"comparable\":%s,\"why\":", h->incompatible ? "false" : "true");
-  bf_json_str(out, h->incompatible ? h->why : NULL);
-  fputs(",\"threshold_pp\":", out);
-  bf_json_num(out, o->threshold_pp);
-  fprintf(out, ",\"test\":\"%s\",\"functions\":[",
-          h->tested ? "two-proportion z-test on self share, two-sided" : "none (traced figures are exact)");
+/* The head of the JSON object, up to the open "functions" array. */
+static void diff_head_json(bf_jw *w, const bf_diff_opts *o, const diff_head *h) {
+  FILE *f;
+  bf_jw_obj(w);
+  bf_jw_key(w, "a");
+  if ((f = bf_jw_file(w))) bf_json_session(f, h->ia);
+  bf_jw_key(w, "b");
+  if ((f = bf_jw_file(w))) bf_json_session(f, h->ib);
+  bf_jw_kbool(w, "comparable", !h->incompatible);
+  bf_jw_kstr(w, "why", h->incompatible ? h->why : NULL);
+  bf_jw_knum(w, "threshold_pp", o->threshold_pp);
+  bf_jw_kstr(w, "test", h->tested ? "two-proportion z-test on self share, two-sided" : "none (traced figures are exact)");
+  bf_jw_key(w, "functions");
+  bf_jw_arr(w);
 }
 
 static void diff_head_text(FILE *out, const bf_diff_opts *o, const diff_head *h) {
@@ -185,26 +191,25 @@ static void diff_head_text(FILE *out, const bf_diff_opts *o, const diff_head *h)
   fprintf(out, "%s SELF A  SELF B    Δ SELF               p   Δ TOTAL  FUNCTION%s\n", dim, rst);
 }
 
-static void diff_row_json(FILE *out, const drow *r, int first) {
+static void diff_row_json(bf_jw *w, const drow *r) {
   const bf_func_row *f = r->b ? r->b : r->a;
   double ds = r->sb - r->sa, dt = r->tb - r->ta;
-  fputs(first ? "{\"qualname\":" : ",{\"qualname\":", out);
-  bf_json_str(out, f->qualname);
-  fputs(",\"file\":", out);
-  bf_json_str(out, f->file);
-  fprintf(out, ",\"firstlineno\":%lld,\"a\":", (long long)f->firstlineno);
-  json_side(out, r->a, r->sa, r->ta);
-  fputs(",\"b\":", out);
-  json_side(out, r->b, r->sb, r->tb);
-  fputs(",\"self_delta_pp\":", out);
-  bf_json_num(out, ds * 100);
-  fputs(",\"total_delta_pp\":", out);
-  bf_json_num(out, dt * 100);
-  fputs(",\"z\":", out);
-  bf_json_num(out, r->p < 0 ? NAN : r->z);
-  fputs(",\"p_value\":", out);
-  bf_json_num(out, r->p < 0 ? NAN : r->p);
-  fprintf(out, ",\"significant\":%s}", r->p < 0 ? "null" : r->p < 0.05 ? "true" : "false");
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "qualname", f->qualname);
+  bf_jw_kstr(w, "file", f->file);
+  bf_jw_kint(w, "firstlineno", f->firstlineno);
+  json_side(w, "a", r->a, r->sa, r->ta);
+  json_side(w, "b", r->b, r->sb, r->tb);
+  bf_jw_knum(w, "self_delta_pp", ds * 100);
+  bf_jw_knum(w, "total_delta_pp", dt * 100);
+  bf_jw_knum(w, "z", r->p < 0 ? NAN : r->z);
+  bf_jw_knum(w, "p_value", r->p < 0 ? NAN : r->p);
+  bf_jw_key(w, "significant");
+  if (r->p < 0)
+    bf_jw_null(w);
+  else
+    bf_jw_bool(w, r->p < 0.05);
+  bf_jw_end(w);
 }
 
 /* A share cell: the percentage, "0.0%" when present but never seen, "—" when absent. */
@@ -241,7 +246,7 @@ static void diff_row_text(FILE *out, const bf_diff_opts *o, const drow *r, doubl
 }
 
 /* The rows past the threshold, up to the limit, then the footer. */
-static void diff_body(FILE *out, const bf_diff_opts *o, const drow *rows, size_t n) {
+static void diff_body(FILE *out, bf_jw *w, const bf_diff_opts *o, const drow *rows, size_t n) {
   size_t limit = o->limit > 0 ? (size_t)o->limit : o->json ? n : 25, shown = 0, hidden = 0;
   double thr = o->threshold_pp / 100.0;
   for (size_t i = 0; i < n; i++) {
@@ -252,13 +257,16 @@ static void diff_body(FILE *out, const bf_diff_opts *o, const drow *rows, size_t
       continue;
     }
     if (o->json)
-      diff_row_json(out, r, shown == 0);
+      diff_row_json(w, r);
     else
       diff_row_text(out, o, r, thr);
     shown++;
   }
   if (o->json) {
-    fprintf(out, "],\"hidden\":%zu}\n", hidden);
+    bf_jw_end(w);
+    bf_jw_kint(w, "hidden", (long long)hidden);
+    bf_jw_end(w);
+    fputc('\n', out);
   } else {
     if (!shown) fprintf(out, "  no function changed by %.1f pp or more\n", o->threshold_pp);
     if (hidden)
@@ -285,11 +293,13 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
   if (!rc) rc = diff_rows(pa, pb, &rows, &n);
   if (rc) goto out;
   diff_head h = {ia, ib, pa, pb, incompatible, !pa->traced && !pb->traced, why};
+  bf_jw jw;
+  bf_jw_init(&jw, out);
   if (o->json)
-    diff_head_json(out, o, &h);
+    diff_head_json(&jw, o, &h);
   else
     diff_head_text(out, o, &h);
-  diff_body(out, o, rows, n);
+  diff_body(out, &jw, o, rows, n);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   free(rows);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "query.h"
 #include "store_int.h"
 #include "util.h"
@@ -34,20 +35,35 @@ static int64_t frame_of(frames *fr, int64_t fid) {
 }
 
 /* The elements of shared.frames, one per fr->order entry. */
-static int write_frames(bf_store *s, FILE *out, const frames *fr) {
+static int write_frames(bf_store *s, bf_jw *w, const frames *fr) {
   for (size_t i = 0; i < fr->n; i++) {
     bf_function_ref ref;
     int rc = bf_store_function_get(s, fr->order[i], &ref);
     if (rc) return rc;
-    if (i) fputc(',', out);
-    fputs("{\"name\":", out);
-    bf_json_str(out, ref.qualname);
-    fputs(",\"file\":", out);
-    bf_json_str(out, ref.file);
-    if (ref.firstlineno > 0) fprintf(out, ",\"line\":%lld", (long long)ref.firstlineno);
-    fputc('}', out);
+    bf_jw_obj(w);
+    bf_jw_kstr(w, "name", ref.qualname);
+    bf_jw_kstr(w, "file", ref.file);
+    if (ref.firstlineno > 0) bf_jw_kint(w, "line", ref.firstlineno);
+    bf_jw_end(w);
   }
   return 0;
+}
+
+/* The file's head up to its first key after activeProfileIndex. */
+static void write_file_head(bf_jw *w, const char *name) {
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "$schema", "https://www.speedscope.app/file-format-schema.json");
+  bf_jw_kstr(w, "name", name);
+  bf_jw_kstr(w, "exporter", "bifocal " BF_VERSION);
+  bf_jw_kint(w, "activeProfileIndex", 0);
+}
+
+/* A profile's object up to its values: type, name, unit. */
+static void profile_head(bf_jw *w, const char *type, const char *name, const char *unit) {
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "type", type);
+  bf_jw_kstr(w, "name", name);
+  bf_jw_kstr(w, "unit", unit);
 }
 
 /* w as one "sampled" profile per thread of its distinct stacks (memory
@@ -63,15 +79,21 @@ static int export_wstacks(bf_store *s, int64_t session_id, bf_wstacks *w, FILE *
     }
   /* sampled and traced weights are ns, memory bytes; imports count */
   int ns = !(bf_q_kind_of(w->info) == BF_Q_IMPORTED) || w->unit;
-  fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"name\":", out);
   char name[128];
   snprintf(name, sizeof name, "bifocal session %lld%s%s", (long long)session_id, w->info->label ? " — " : "",
            w->info->label ? w->info->label : "");
-  bf_json_str(out, name);
-  fputs(",\"exporter\":\"bifocal " BF_VERSION "\",\"activeProfileIndex\":0,\"shared\":{\"frames\":[", out);
-  if ((rc = write_frames(s, out, &fr))) goto out;
-  fputs("]},\"profiles\":[", out);
-  int first = 1;
+  bf_jw jw;
+  bf_jw_init(&jw, out);
+  write_file_head(&jw, name);
+  bf_jw_key(&jw, "shared");
+  bf_jw_obj(&jw);
+  bf_jw_key(&jw, "frames");
+  bf_jw_arr(&jw);
+  if ((rc = write_frames(s, &jw, &fr))) goto out;
+  bf_jw_end(&jw);
+  bf_jw_end(&jw);
+  bf_jw_key(&jw, "profiles");
+  bf_jw_arr(&jw);
   for (size_t t = 0; t < w->nthreads; t++) {
     double end = 0;
     size_t cnt = 0;
@@ -83,36 +105,31 @@ static int export_wstacks(bf_store *s, int64_t session_id, bf_wstacks *w, FILE *
     if (!cnt) continue;
     char lb[256];
     bf_wthread_label(&w->threads[t], lb, sizeof lb);
-    if (!first) fputc(',', out);
-    first = 0;
-    fputs("{\"type\":\"sampled\",\"name\":", out);
-    bf_json_str(out, lb);
-    fprintf(out, ",\"unit\":\"%s\",\"startValue\":0,\"endValue\":", w->unit ? w->unit : ns ? "nanoseconds" : "none");
-    bf_json_num(out, end);
-    fputs(",\"samples\":[", out);
-    int fs = 1;
+    profile_head(&jw, "sampled", lb, w->unit ? w->unit : ns ? "nanoseconds" : "none");
+    bf_jw_kint(&jw, "startValue", 0);
+    bf_jw_knum(&jw, "endValue", end);
+    bf_jw_key(&jw, "samples");
+    bf_jw_arr(&jw);
     for (size_t i = 0; i < w->n; i++) {
       const bf_wstack *st = &w->v[i];
       if (st->thread != (int32_t)t) continue;
-      if (!fs) fputc(',', out);
-      fs = 0;
-      fputc('[', out);
-      for (uint32_t d = 0; d < st->depth; d++)
-        fprintf(out, d ? ",%lld" : "%lld", (long long)*bf_map3_get(&fr.idx, w->fids[st->off + d], 0, 0));
-      fputc(']', out);
+      bf_jw_arr(&jw);
+      for (uint32_t d = 0; d < st->depth; d++) bf_jw_int(&jw, *bf_map3_get(&fr.idx, w->fids[st->off + d], 0, 0));
+      bf_jw_end(&jw);
     }
-    fputs("],\"weights\":[", out);
-    fs = 1;
+    bf_jw_end(&jw);
+    bf_jw_key(&jw, "weights");
+    bf_jw_arr(&jw);
     for (size_t i = 0; i < w->n; i++) {
       const bf_wstack *st = &w->v[i];
-      if (st->thread != (int32_t)t) continue;
-      if (!fs) fputc(',', out);
-      fs = 0;
-      bf_json_num(out, ns ? st->weight : (double)st->count);
+      if (st->thread == (int32_t)t) bf_jw_num(&jw, ns ? st->weight : (double)st->count);
     }
-    fputs("]}", out);
+    bf_jw_end(&jw);
+    bf_jw_end(&jw);
   }
-  fputs("]}\n", out);
+  bf_jw_end(&jw);
+  bf_jw_end(&jw);
+  fputc('\n', out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   bf_map3_free(&fr.idx);
@@ -134,22 +151,29 @@ int bf_export_speedscope_memory(bf_store *s, int64_t session_id, const bf_sample
 }
 
 /* note: appended to the file's name (speedscope shows it as the title), or "". */
-static int write_head(FILE *out, int64_t session_id, const bf_session_info *info, const char *note) {
-  fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"name\":", out);
+static int write_head(bf_jw *w, int64_t session_id, const bf_session_info *info, const char *note) {
   char name[512];
   snprintf(name, sizeof name, "bifocal session %lld%s%.256s%s", (long long)session_id, info->label ? " — " : "",
            info->label ? info->label : "", note);
-  bf_json_str(out, name);
-  fputs(",\"exporter\":\"bifocal " BF_VERSION "\",\"activeProfileIndex\":0,\"profiles\":[", out);
+  write_file_head(w, name);
+  bf_jw_key(w, "profiles");
+  bf_jw_arr(w);
   return 0;
 }
 
 /* the shared frames go last: JSON objects are unordered, and only then are all known */
-static int write_tail(bf_store *s, FILE *out, const frames *fr) {
-  fputs("],\"shared\":{\"frames\":[", out);
-  int rc = write_frames(s, out, fr);
+static int write_tail(bf_store *s, bf_jw *w, const frames *fr) {
+  bf_jw_end(w); /* profiles */
+  bf_jw_key(w, "shared");
+  bf_jw_obj(w);
+  bf_jw_key(w, "frames");
+  bf_jw_arr(w);
+  int rc = write_frames(s, w, fr);
   if (rc) return rc;
-  fputs("]}}\n", out);
+  bf_jw_end(w);
+  bf_jw_end(w);
+  bf_jw_end(w);
+  fputc('\n', w->f);
   return 0;
 }
 
@@ -176,13 +200,13 @@ typedef struct run {
 
 typedef struct timeline {
   bf_store *s;
-  FILE *out;
+  bf_jw *w;
   frames fr;
   bf_q_frames *fc;
   run *runs;
   size_t n, cap;
   int64_t thread_id;
-  int ns, nprof;
+  int ns;
   bf_thread_ref *th;
   size_t nth;
 } timeline;
@@ -193,45 +217,46 @@ static int flush_thread(timeline *t) {
   thread_label(t->th, t->nth, t->thread_id, lb, sizeof lb);
   double end = 0;
   for (size_t i = 0; i < t->n; i++) end += t->runs[i].weight;
-  if (t->nprof++) fputc(',', t->out);
-  fputs("{\"type\":\"sampled\",\"name\":", t->out);
-  bf_json_str(t->out, lb);
-  fprintf(t->out, ",\"unit\":\"%s\",\"startValue\":0,\"endValue\":", t->ns ? "nanoseconds" : "none");
-  bf_json_num(t->out, end);
-  fputs(",\"samples\":[", t->out);
+  profile_head(t->w, "sampled", lb, t->ns ? "nanoseconds" : "none");
+  bf_jw_kint(t->w, "startValue", 0);
+  bf_jw_knum(t->w, "endValue", end);
+  bf_jw_key(t->w, "samples");
+  bf_jw_arr(t->w);
   for (size_t i = 0; i < t->n; i++) {
     const int64_t *fids, *lines;
     size_t nf;
     int rc = bf_q_frames_get(t->s, &t->fc, t->runs[i].stack_id, &fids, &lines, &nf);
     if (rc) return rc;
-    fputs(i ? ",[" : "[", t->out);
+    bf_jw_arr(t->w);
     for (size_t d = 0; d < nf; d++) {
       int64_t k = frame_of(&t->fr, fids[d]);
       if (k < 0) return -ENOMEM;
-      fprintf(t->out, d ? ",%lld" : "%lld", (long long)k);
+      bf_jw_int(t->w, k);
     }
-    fputc(']', t->out);
+    bf_jw_end(t->w);
   }
-  fputs("],\"weights\":[", t->out);
-  for (size_t i = 0; i < t->n; i++) {
-    if (i) fputc(',', t->out);
-    bf_json_num(t->out, t->runs[i].weight);
-  }
-  fputs("]}", t->out);
+  bf_jw_end(t->w);
+  bf_jw_key(t->w, "weights");
+  bf_jw_arr(t->w);
+  for (size_t i = 0; i < t->n; i++) bf_jw_num(t->w, t->runs[i].weight);
+  bf_jw_end(t->w);
+  bf_jw_end(t->w);
   t->n = 0;
   return 0;
 }
 
 static int export_timeline(bf_store *s, int64_t session_id, const bf_session_info *info, const bf_sample_filter *f,
                            FILE *out) {
-  timeline t = {.s = s, .out = out, .thread_id = -1};
+  bf_jw jw;
+  bf_jw_init(&jw, out);
+  timeline t = {.s = s, .w = &jw, .thread_id = -1};
   bf_q_cursor *c = NULL;
   int rc = bf_store_threads(s, session_id, &t.th, &t.nth);
   if (rc) return rc;
   /* weights in ns when the session has them (sampled); else sample counts */
   t.ns = bf_q_kind_of(info) != BF_Q_IMPORTED;
   if ((rc = bf_q_timeline_open(s, session_id, f, &c))) goto out;
-  write_head(out, session_id, info, "");
+  write_head(&jw, session_id, info, "");
   const bf_sample *smp;
   while ((rc = bf_q_timeline_next(c, &smp)) == 1) {
     if (smp->thread_id != t.thread_id) {
@@ -252,7 +277,7 @@ static int export_timeline(bf_store *s, int64_t session_id, const bf_session_inf
   }
   if (rc < 0) goto out;
   if ((rc = flush_thread(&t))) goto out;
-  rc = write_tail(s, out, &t.fr);
+  rc = write_tail(s, &jw, &t.fr);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   bf_q_timeline_close(c);
@@ -270,6 +295,15 @@ out:
 
 
 #define EV_MAX_DEPTH 4096
+
+/* One evented profile's event: O(pen) or C(lose) of frame at ns. */
+static void event(bf_jw *w, const char *type, int64_t frame, int64_t at_ns) {
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "type", type);
+  bf_jw_kint(w, "frame", frame);
+  bf_jw_kint(w, "at", at_ns);
+  bf_jw_end(w);
+}
 
 static int sum_dropped(void *ud, const bf_trace_func *tf) {
   if (tf->records_dropped > 0) *(int64_t *)ud += tf->records_dropped;
@@ -293,8 +327,9 @@ static int export_evented(bf_store *s, int64_t session_id, const bf_session_info
   char note[128] = "";
   if (bf_store_trace_funcs_foreach(s, session_id, sum_dropped, &dropped) == 0 && dropped > 0)
     snprintf(note, sizeof note, " (%lld focus calls dropped: not on this timeline)", (long long)dropped);
-  write_head(out, session_id, info, note);
-  int nprof = 0;
+  bf_jw jw;
+  bf_jw_init(&jw, out);
+  write_head(&jw, session_id, info, note);
   for (size_t i = 0; i < a->n;) {
     size_t j = i;
     while (j < a->n && a->v[j].thread_id == a->v[i].thread_id) j++;
@@ -303,21 +338,18 @@ static int export_evented(bf_store *s, int64_t session_id, const bf_session_info
     int64_t start = a->v[i].start_ns, end = start;
     for (size_t k = i; k < j; k++)
       if (a->v[k].start_ns + a->v[k].duration_ns > end) end = a->v[k].start_ns + a->v[k].duration_ns;
-    if (nprof++) fputc(',', out);
-    fputs("{\"type\":\"evented\",\"name\":", out);
-    bf_json_str(out, lb);
-    fprintf(out, ",\"unit\":\"nanoseconds\",\"startValue\":%lld,\"endValue\":%lld,\"events\":[",
-            (long long)start, (long long)end);
+    profile_head(&jw, "evented", lb, "nanoseconds");
+    bf_jw_kint(&jw, "startValue", start);
+    bf_jw_kint(&jw, "endValue", end);
+    bf_jw_key(&jw, "events");
+    bf_jw_arr(&jw);
     size_t depth = 0;
-    int fe = 1;
     for (size_t k = i; k <= j; k++) {
       /* close what ended before this call starts (everything at the end) */
       int64_t at = k < j ? a->v[k].start_ns : INT64_MAX;
       while (depth && st[depth - 1].end <= at) {
         depth--;
-        fprintf(out, "%s{\"type\":\"C\",\"frame\":%lld,\"at\":%lld}", fe ? "" : ",", (long long)st[depth].frame,
-                (long long)st[depth].end);
-        fe = 0;
+        event(&jw, "C", st[depth].frame, st[depth].end);
       }
       if (k == j) break;
       if (depth == EV_MAX_DEPTH) continue;
@@ -329,14 +361,13 @@ static int export_evented(bf_store *s, int64_t session_id, const bf_session_info
         goto out;
       }
       st[depth++] = (struct open){frame, e};
-      fprintf(out, "%s{\"type\":\"O\",\"frame\":%lld,\"at\":%lld}", fe ? "" : ",", (long long)frame,
-              (long long)a->v[k].start_ns);
-      fe = 0;
+      event(&jw, "O", frame, a->v[k].start_ns);
     }
-    fputs("]}", out);
+    bf_jw_end(&jw);
+    bf_jw_end(&jw);
     i = j;
   }
-  rc = write_tail(s, out, &fr);
+  rc = write_tail(s, &jw, &fr);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   free(st);

@@ -1,7 +1,9 @@
-/* import.c — collapsed-stack import in the three dialects users have:
+/* import.c — collapsed-stack import in the dialects users have:
  * FlameGraph (`a;b;c N`), py-spy raw (`func (file:line)` frames, optional
- * `thread (0x..)` / `process N:"cmd"` prefixes) and austin text
- * (`P<pid>;T<iid>:<tid>;file:func:line;... metric`, `# key: value` header).
+ * `thread (0x..)` / `process N:"cmd"` prefixes), austin 3 text
+ * (`P<pid>;T<iid>:<tid>;file:func:line;... metric`, `# key: value` header)
+ * and austin 1.x's (Debian's austin 1.0.1: `[Process N;]Thread X;func
+ * (file);L<line>;... usec [mem+ mem-]`, or `func (file:line)` frames with -a).
  * All or nothing: the whole file is written in one transaction. */
 #include <ctype.h>
 #include <errno.h>
@@ -30,7 +32,7 @@
 /* austin's "# duration:"/"# interval:" in microseconds: 10^15 us is 31 years. */
 #define MAX_HEADER_US 1000000000000000LL
 
-typedef enum { D_FLAMEGRAPH, D_PYSPY, D_AUSTIN } dialect;
+typedef enum { D_FLAMEGRAPH, D_PYSPY, D_AUSTIN, D_AUSTIN1 } dialect;
 
 typedef struct frame_id {
   const char *file, *qual;
@@ -191,8 +193,8 @@ static int parse_metric(imp *m, char *metric, int64_t *count, int64_t *weight, i
   *count = 1;
   *weight = 0;
   *idle = 0;
-  if (m->d == D_AUSTIN) {
-    /* "time" or "time,idle,mem..." (full mode) */
+  if (m->d == D_AUSTIN || m->d == D_AUSTIN1) {
+    /* "time" or "time,idle,mem..." (full mode); austin 1.x: its time alone */
     char *comma = strchr(metric, ',');
     size_t l = comma ? (size_t)(comma - metric) : strlen(metric);
     if (parse_i64(metric, l, weight)) return fail_line(m, "bad austin metric (expected microseconds)");
@@ -248,6 +250,12 @@ static int meta_token(imp *m, const char *p, size_t fl, int tok, int depth, int 
   }
   if (m->d == D_AUSTIN && tok == 1 + *seen_p && p[0] == 'T' && fl > 1)
     return parse_thread_token(p + 1, fl - 1, tid) ? fail_line(m, "bad austin thread token") : 1;
+  if (m->d == D_AUSTIN1 && tok == 1 && fl > 8 && strncmp(p, "Process ", 8) == 0) {
+    *seen_p = 1;
+    return 1;
+  }
+  if (m->d == D_AUSTIN1 && tok == 1 + *seen_p && fl > 7 && strncmp(p, "Thread ", 7) == 0)
+    return parse_thread_token(p + 7, fl - 7, tid) ? fail_line(m, "bad austin 1.x thread token") : 1;
   if (m->d == D_PYSPY && depth == 0 && fl > 8 && strncmp(p, "process ", 8) == 0) return 1;
   if (m->d == D_AUSTIN && fl == 4 && strncmp(p, ":GC:", 4) == 0) {
     *gc = 1;
@@ -277,6 +285,14 @@ static int parse_frames(imp *m, char *stack, int64_t *leaf, int *depth, int64_t 
     frame_id fr;
     if (m->d == D_AUSTIN) {
       if (parse_austin_frame(p, fl, &fr)) return fail_line(m, "bad austin frame (expected file:function:line)");
+    } else if (m->d == D_AUSTIN1) {
+      if (parse_pyspy_frame(p, fl, &fr)) return fail_line(m, "bad austin 1.x frame (expected 'function (file)')");
+      int64_t line; /* the default layout gives the line as the next token, "L<line>" */
+      size_t nl = next ? strcspn(next, ";") : 0;
+      if (nl > 1 && next[0] == 'L' && parse_i64(next + 1, nl - 1, &line) == 0) {
+        fr.line = line;
+        next = next[nl] ? next + nl + 1 : NULL;
+      }
     } else if (m->d == D_PYSPY && parse_pyspy_frame(p, fl, &fr) == 0) {
       /* ok */
     } else {
@@ -293,11 +309,32 @@ static int parse_frames(imp *m, char *stack, int64_t *leaf, int *depth, int64_t 
   return 0;
 }
 
+/* Start of the last whitespace-separated token of line[0..n). */
+static size_t last_token(const char *line, size_t n) {
+  while (n > 0 && !isspace((unsigned char)line[n - 1])) n--;
+  return n;
+}
+
+/* austin 1.x -f ends a line with three numbers, "usec mem+ mem-": the time is
+ * the first. Where that metric starts (the last token otherwise). */
+static size_t austin1_metric(char *line, size_t n) {
+  size_t at[3], end = n;
+  for (int k = 0; k < 3; k++) {
+    size_t sp = last_token(line, end);
+    int64_t v;
+    if (sp == 0 || parse_i64(line + sp, end - sp, &v)) return last_token(line, n);
+    at[k] = sp;
+    end = sp - 1;
+    while (end > 0 && isspace((unsigned char)line[end - 1])) end--;
+  }
+  line[at[1] - 1] = 0; /* the two memory figures are left out */
+  return at[2];
+}
+
 static int import_line(imp *m, char *line) {
   size_t n = strlen(line);
-  /* metric: last whitespace-separated token */
-  size_t sp = n;
-  while (sp > 0 && !isspace((unsigned char)line[sp - 1])) sp--;
+  /* metric: last whitespace-separated token (austin 1.x full mode: see above) */
+  size_t sp = m->d == D_AUSTIN1 ? austin1_metric(line, n) : last_token(line, n);
   if (sp == 0) return fail_line(m, "expected 'frame;frame;... COUNT' (no count at the end of the line)");
   char *metric = line + sp;
   line[sp - 1] = 0;
@@ -310,12 +347,13 @@ static int import_line(imp *m, char *line) {
     m->invalid++;
     return 0;
   }
-  if ((rc = refuse_old_austin(m, stack))) return rc;
+  if (m->d != D_AUSTIN1 && (rc = refuse_old_austin(m, stack))) return rc;
   int gc = 0, depth = 0;
   if (strcmp(stack, BF_NO_PYTHON_FRAME) == 0) stack += strlen(stack); /* bifocal's own: no frame */
   int64_t tid = 0, parent = 0;
   if ((rc = parse_frames(m, stack, &parent, &depth, &tid, &gc))) return rc;
-  if (depth == 0 && m->d != D_AUSTIN && *stack) return fail_line(m, "no frames before the count");
+  if (depth == 0 && m->d != D_AUSTIN && m->d != D_AUSTIN1 && *stack)
+    return fail_line(m, "no frames before the count");
   int64_t thread;
   if ((rc = bf_store_intern_thread(m->s, m->session, tid, NULL, &thread))) return rc;
   /* counts above 32 bits (e.g. re-imported cpu-ns weights) split into records */
@@ -377,6 +415,12 @@ static dialect detect(FILE *f) {
       continue;
     }
     looked++;
+    /* austin 1.x: "Thread <hex>;..." or "Process <pid>;Thread <hex>;..." */
+    if (strncmp(t, "Thread ", 7) == 0 ||
+        (strncmp(t, "Process ", 8) == 0 && strstr(t, ";Thread ") == t + 8 + strspn(t + 8, "0123456789"))) {
+      d = D_AUSTIN1;
+      break;
+    }
     if (t[0] == 'P' && isdigit((unsigned char)t[1])) {
       char *semi = strchr(t, ';');
       if (semi && semi[1] == 'T') {
@@ -405,7 +449,7 @@ done:
 }
 
 static const char *dialect_name(dialect d) {
-  return d == D_AUSTIN ? "austin" : d == D_PYSPY ? "py-spy" : "flamegraph";
+  return d == D_AUSTIN ? "austin" : d == D_AUSTIN1 ? "austin1" : d == D_PYSPY ? "py-spy" : "flamegraph";
 }
 
 /* What austin's "# key: value" header lines say. */

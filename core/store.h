@@ -13,7 +13,7 @@
 
 typedef struct bf_store bf_store;
 
-#define BF_STORE_SCHEMA_VERSION 3
+#define BF_STORE_SCHEMA_VERSION 4
 
 /* Open flags. */
 #define BF_STORE_READONLY 0x1 /* never write; fails on a missing file */
@@ -141,6 +141,9 @@ int bf_store_intern_stack(bf_store *s, int64_t parent_stack_id, int64_t frame_id
  * unknown). OUT: *id. */
 int bf_store_intern_thread(bf_store *s, int64_t session_id, int64_t native_tid,
                            const char *name, int64_t *id);
+/* Replace the name of thread thread_id (from bf_store_intern_thread): a
+ * sampler that stored the OS name first and now reads the Python one. */
+int bf_store_thread_rename(bf_store *s, int64_t thread_id, const char *name);
 
 /* ---- samples ----------------------------------------------------------- */
 

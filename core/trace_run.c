@@ -494,6 +494,7 @@ static char **runner_argv(const bf_trace_opts *o, const bf_trace_plan *p, char b
     cargv[k++] = (char *)o->focus;
   }
   if (!o->builtins) cargv[k++] = "--no-builtins";
+  if (o->memory) cargv[k++] = "--memory";
   if (o->label) {
     cargv[k++] = "--label";
     cargv[k++] = (char *)o->label;

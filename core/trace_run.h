@@ -17,6 +17,7 @@ typedef struct bf_trace_opts {
   const char *focus;   /* NULL: trace everything */
   const char *label, *commit; /* commit NULL: git rev-parse HEAD here */
   int builtins;        /* 0: --no-builtins */
+  int memory;          /* 1: --memory (allocations per function and edge) */
   long tool_id;        /* -1: the runner picks */
   long records;        /* focus-mode ring size */
   int64_t ttl_ns;

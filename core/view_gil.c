@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "query.h"
 #include "store_int.h"
 #include "util.h"
@@ -80,54 +81,66 @@ static int cmp_fn(const void *a, const void *b) {
 
 static double pc(int64_t k, int64_t n) { return n > 0 ? 100.0 * (double)k / (double)n : 0; }
 
-static void json_tstat(FILE *out, const tstat *t) {
-  fprintf(out, ",\"samples\":%lld,\"gil\":", (long long)t->samples);
-  bf_json_num(out, t->samples ? (double)t->gil / (double)t->samples : 0);
-  fputs(",\"waiting\":", out);
-  bf_json_num(out, t->samples ? (double)t->waiting / (double)t->samples : 0);
-  fputs(",\"on_cpu\":", out);
-  bf_json_num(out, t->samples ? (double)t->on_cpu / (double)t->samples : 0);
-  fputs(",\"idle\":", out);
-  bf_json_num(out, t->samples ? (double)t->idle / (double)t->samples : 0);
-  fputs(",\"gc\":", out);
-  bf_json_num(out, t->samples ? (double)t->gc / (double)t->samples : 0);
+static void json_tstat(bf_jw *w, const tstat *t) {
+  double n = (double)t->samples;
+  bf_jw_kint(w, "samples", t->samples);
+  bf_jw_knum(w, "gil", t->samples ? (double)t->gil / n : 0);
+  bf_jw_knum(w, "waiting", t->samples ? (double)t->waiting / n : 0);
+  bf_jw_knum(w, "on_cpu", t->samples ? (double)t->on_cpu / n : 0);
+  bf_jw_knum(w, "idle", t->samples ? (double)t->idle / n : 0);
+  bf_jw_knum(w, "gc", t->samples ? (double)t->gc / n : 0);
 }
 
 /* The view as JSON. th: the session's threads (g->t is parallel to it). */
 static int gil_json(gil *g, const bf_thread_ref *th, const tstat *all, size_t top, const bf_session_info *info,
                     FILE *out) {
   int rc = 0;
-  fputs("{\"session\":", out);
-  bf_json_session(out, info);
-  fputs(",\"definitions\":{\"gil\":\"thread held the GIL\",\"waiting\":\"neither holding the GIL nor idle\","
-        "\"on_cpu\":\"running on a CPU\",\"idle\":\"blocked, sleeping or waiting on I/O\"},\"threads\":[",
-        out);
-  int first = 1;
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_obj(&w);
+  bf_jw_key(&w, "session");
+  FILE *f = bf_jw_file(&w);
+  if (f) bf_json_session(f, info);
+  bf_jw_key(&w, "definitions");
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "gil", "thread held the GIL");
+  bf_jw_kstr(&w, "waiting", "neither holding the GIL nor idle");
+  bf_jw_kstr(&w, "on_cpu", "running on a CPU");
+  bf_jw_kstr(&w, "idle", "blocked, sleeping or waiting on I/O");
+  bf_jw_end(&w);
+  bf_jw_key(&w, "threads");
+  bf_jw_arr(&w);
   for (size_t i = 0; i < g->nt; i++) {
     if (!g->t[i].samples) continue;
-    fputs(first ? "{\"native_tid\":" : ",{\"native_tid\":", out);
-    first = 0;
-    fprintf(out, "%lld,\"name\":", (long long)th[i].native_tid);
-    bf_json_str(out, th[i].name);
-    json_tstat(out, &g->t[i]);
-    fputc('}', out);
+    bf_jw_obj(&w);
+    bf_jw_kint(&w, "native_tid", th[i].native_tid);
+    bf_jw_kstr(&w, "name", th[i].name);
+    json_tstat(&w, &g->t[i]);
+    bf_jw_end(&w);
   }
-  fputs("],\"all\":{\"name\":\"all threads\"", out);
-  json_tstat(out, all);
-  fprintf(out, "},\"gil_samples\":%lld,\"gil_holders\":[", (long long)g->gil_total);
+  bf_jw_end(&w);
+  bf_jw_key(&w, "all");
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "name", "all threads");
+  json_tstat(&w, all);
+  bf_jw_end(&w);
+  bf_jw_kint(&w, "gil_samples", g->gil_total);
+  bf_jw_key(&w, "gil_holders");
+  bf_jw_arr(&w);
   for (size_t i = 0; i < top; i++) {
     bf_function_ref ref;
     if ((rc = bf_store_function_get(g->s, g->fn[i][0], &ref))) return rc;
-    fputs(i ? ",{\"qualname\":" : "{\"qualname\":", out);
-    bf_json_str(out, ref.qualname);
-    fputs(",\"file\":", out);
-    bf_json_str(out, ref.file);
-    fprintf(out, ",\"firstlineno\":%lld,\"samples\":%lld,\"share\":", (long long)ref.firstlineno,
-            (long long)g->fn[i][1]);
-    bf_json_num(out, g->gil_total ? (double)g->fn[i][1] / (double)g->gil_total : 0);
-    fputc('}', out);
+    bf_jw_obj(&w);
+    bf_jw_kstr(&w, "qualname", ref.qualname);
+    bf_jw_kstr(&w, "file", ref.file);
+    bf_jw_kint(&w, "firstlineno", ref.firstlineno);
+    bf_jw_kint(&w, "samples", g->fn[i][1]);
+    bf_jw_knum(&w, "share", g->gil_total ? (double)g->fn[i][1] / (double)g->gil_total : 0);
+    bf_jw_end(&w);
   }
-  fputs("]}\n", out);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  fputc('\n', out);
   return rc;
 }
 

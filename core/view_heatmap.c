@@ -36,6 +36,8 @@ typedef struct hm {
   int label_w, width;
 } hm;
 
+static int row_label(hm *h, size_t r, char *buf, size_t len);
+
 static int range_pass(void *ud, const bf_sample *smp) {
   hm *h = ud;
   if (h->nsamples == 0 || smp->ts_ns < h->t0) h->t0 = smp->ts_ns;
@@ -180,13 +182,15 @@ static int hm_html(hm *h, const bf_session_info *info, int64_t session_id, FILE 
     fputs("<tr><td class=\"n\" title=\"", out);
     html_inert(out, ref.file);
     fprintf(out, ":%lld\">", (long long)ref.firstlineno);
-    html_inert(out, ref.qualname);
+    char name[1024];
+    if ((rc = row_label(h, r, name, sizeof name))) return rc;
+    html_inert(out, name);
     fputs("</td>", out);
     for (int b = 0; b < h->nb; b++) {
       double x = h->btot[b] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)b] / h->btot[b] : 0;
       double a = h->hottest > 0 ? x / h->hottest : 0;
       fprintf(out, "<td class=\"c\" style=\"background:rgba(214,39,40,%.3f)\" title=\"", a < 0.03 && x > 0 ? 0.03 : a);
-      html_inert(out, ref.qualname);
+      html_inert(out, name);
       fprintf(out, " · %.2f–%.2f s · %.1f%% of %lld samples\"></td>", h->t0_s + b * h->bucket_s, h->t0_s + (b + 1) * h->bucket_s,
               x * 100, (long long)h->bcount[b]);
     }
@@ -198,6 +202,49 @@ static int hm_html(hm *h, const bf_session_info *info, int64_t session_id, FILE 
   fprintf(out, "<div class=\"legend\">Darkest cell = %.1f%% of its bucket. Right column: self share over the whole "
                "window.</div></body></html>\n", h->hottest * 100);
   return rc;
+}
+
+/* The last k '/'-separated parts of path (all of it when it has fewer). */
+static const char *path_tail(const char *path, int k) {
+  const char *p = path + strlen(path);
+  while (p > path) {
+    if (p[-1] == '/' && --k == 0) break;
+    p--;
+  }
+  return p;
+}
+
+/* Row r's name as shown: its qualname; when another shown row has the same
+ * qualname (two util.py with a `work`), with as many trailing parts of its
+ * file as tell them apart ("work (a/util.py)"), and :firstlineno when even
+ * the paths are the same; a label depends on the other rows' files only,
+ * never on their order. OUT: buf. */
+static int row_label(hm *h, size_t r, char *buf, size_t len) {
+  bf_function_ref me, o;
+  int rc = bf_store_function_get(h->s, h->fids[h->rk[r].idx], &me);
+  if (rc) return rc;
+  const char *q = me.qualname ? me.qualname : "", *file = me.file ? me.file : "";
+  int same_name = 0, same_file = 0, k = 1;
+  for (size_t i = 0; i < h->top; i++) {
+    if (i == r) continue;
+    if ((rc = bf_store_function_get(h->s, h->fids[h->rk[i].idx], &o))) return rc;
+    const char *of = o.file ? o.file : "";
+    if (strcmp(q, o.qualname ? o.qualname : "") != 0) continue;
+    same_name = 1;
+    if (strcmp(file, of) == 0) {
+      same_file = 1;
+      continue;
+    }
+    /* more parts until the tails differ (the paths do, so some k does) */
+    while (strcmp(path_tail(file, k), path_tail(of, k)) == 0 && path_tail(file, k) != file) k++;
+  }
+  if (!same_name)
+    snprintf(buf, len, "%s", q);
+  else if (same_file)
+    snprintf(buf, len, "%s (%s:%lld)", q, path_tail(file, k), (long long)me.firstlineno);
+  else
+    snprintf(buf, len, "%s (%s)", q, path_tail(file, k));
+  return 0;
 }
 
 /* A name right-aligned in width columns, inert (controls escaped), its head
@@ -229,9 +276,9 @@ static int hm_text(hm *h, const bf_view_opts *o, const bf_session_info *info, FI
   fprintf(out, "%s%lld samples; cell = self share of its %.3g s bucket, darkest %.1f%%%s\n", dim,
           (long long)h->nsamples, h->bucket_s, h->hottest * 100, rst);
   for (size_t r = 0; r < h->top; r++) {
-    bf_function_ref ref;
-    if ((rc = bf_store_function_get(h->s, h->fids[h->rk[r].idx], &ref))) return rc;
-    put_label(out, ref.qualname, (size_t)h->label_w);
+    char name[1024];
+    if ((rc = row_label(h, r, name, sizeof name))) return rc;
+    put_label(out, name, (size_t)h->label_w);
     for (int k = 0; k < h->nb; k++) {
       double x = h->btot[k] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)k] / h->btot[k] : 0;
       shade(out, h->hottest > 0 ? x / h->hottest : 0, o->color);

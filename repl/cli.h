@@ -65,6 +65,15 @@ void bf_cli_usage(const bf_cmd *cmd, FILE *f);
  * bash|zsh`. Returns the exit status, or -1 for plain `help` (the command list). */
 int bf_cli_help(int argc, char **argv);
 
+/* How many of cmd's leading arguments are sessions, from its usage line
+ * ("replay ID" 1, "diff A B" 2, "push SESSION..." -1: any; REPL `use` 1). */
+int bf_cli_session_args(const char *cmd);
+
+/* `help --sessions`: the database's session labels and ids, newest first,
+ * one a line, for completion; nothing when there is no database. Returns
+ * the exit status. */
+int bf_cli_complete_sessions(const bf_cli *cli, FILE *f);
+
 /* Call fn with each long option of cmd (from the help table). */
 void bf_cli_option_names(const char *cmd, void (*fn)(void *ud, const char *opt), void *ud);
 

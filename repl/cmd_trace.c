@@ -34,17 +34,19 @@ static int trace_parse(int argc, char **argv, bf_trace_opts *o) {
                                        {"ttl", required_argument, NULL, 't'},
                                        {"commit", required_argument, NULL, 'C'},
                                        {"records", required_argument, NULL, 'r'},
+                                       {"memory", no_argument, NULL, 'M'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   int c;
   char *end;
-  while ((c = getopt_long(argc, argv, "+k:f:BT:l:t:C:r:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "+k:f:BT:l:t:C:r:Mh", opts, NULL)) != -1) {
     switch (c) {
       case 'k':
         if (bf_opt_clock(optarg, &o->clock)) return 2;
         break;
       case 'f': o->focus = optarg; break;
       case 'B': o->builtins = 0; break;
+      case 'M': o->memory = 1; break;
       case 'T':
         o->tool_id = strtol(optarg, &end, 10);
         if (*end || end == optarg || o->tool_id < 0 || o->tool_id > 5) {

@@ -164,6 +164,7 @@ int bf_cli_dispatch(bf_cli *cli, int argc, char **argv) {
         return 2;
       }
   if (strcmp(argv[0], "help") == 0) {
+    if (argc == 2 && strcmp(argv[1], "--sessions") == 0) return bf_cli_complete_sessions(cli, stdout);
     int rc = bf_cli_help(argc, argv);
     if (rc >= 0) return rc;
     print_help(stdout);

@@ -352,6 +352,37 @@ static void add_sessions_and_functions(int functions) {
   bf_store_close(s);
 }
 
+/* Session labels and ids, newest first (shown in this order: sorting off). */
+static void add_sessions_newest(void) {
+  bf_store *s = NULL;
+  if (bf_store_open(g_cli->db_path, BF_STORE_READONLY, &s, NULL) < 0) return;
+  bf_session_info **v = NULL;
+  size_t n = 0;
+  if (bf_store_session_list(s, &v, &n) == 0) {
+    for (size_t i = n; i-- > 0;) {
+      char id[32];
+      snprintf(id, sizeof id, "%lld", (long long)v[i]->id);
+      if (v[i]->label) sl_add(&g_cands, v[i]->label);
+      sl_add(&g_cands, id);
+    }
+    for (size_t i = 0; i < n; i++) bf_session_info_free(v[i]);
+    free(v);
+  }
+  bf_store_close(s);
+  rl_sort_completion_matches = 0;
+}
+
+/* The word at start is one of cmd's session arguments (bf_cli_session_args). */
+static int at_session_arg(const char *cmd, int start) {
+  int want = bf_cli_session_args(cmd);
+  if (!want) return 0;
+  int words = 0; /* arguments before this one, options left out */
+  const char *p = rl_line_buffer;
+  for (int i = 0; i < start; i++)
+    if ((i == 0 || p[i - 1] == ' ' || p[i - 1] == '\t') && p[i] != ' ' && p[i] != '\t' && p[i] != '-') words++;
+  return want < 0 || words - 1 < want; /* the first word is the command */
+}
+
 static char *cand_gen(const char *text, int state) {
   if (!state) g_cand_i = 0;
   size_t l = strlen(text);
@@ -418,6 +449,7 @@ static char **complete(const char *text, int start, int end) {
   (void)end;
   sl_clear(&g_cands);
   rl_attempted_completion_over = 1;
+  rl_sort_completion_matches = 1;
   /* first word of the line? */
   int first = 1;
   for (int i = 0; i < start; i++)
@@ -448,6 +480,8 @@ static char **complete(const char *text, int start, int end) {
       v += n;
       while (*v == ' ') v++;
     }
+  } else if (text[0] != '-' && at_session_arg(cmd, start)) { /* sessions, and only them, first */
+    add_sessions_newest();
   } else if (text[0] == '-') {
     add_options(cmd);
     if (strcmp(cmd, "run") == 0) add_script_options(rl_line_buffer);

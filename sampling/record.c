@@ -232,12 +232,9 @@ static int tick_cpu_thread(bf_store *st, target *t, rec_thread *r, const bf_smp_
                            const char *tname, int64_t ts, uint32_t flags, int64_t on_from, int64_t read_at,
                            int64_t read_end) {
   int rc;
-  if (!r->store_thread_id || (tname && !r->named)) {
-    rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
-    if (rc == -EBUSY) return 0; /* database locked: look again next tick */
-    if (rc < 0) return rc;
-    r->named = tname != NULL;
-  }
+  rc = rec_name_thread(st, t, r, tid, th, tname);
+  if (rc == -EBUSY) return 0; /* database locked: look again next tick */
+  if (rc < 0) return rc;
   int64_t stack_id;
   int64_t cpu;
   int known, on;

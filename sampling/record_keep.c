@@ -165,16 +165,26 @@ int rec_intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64
   return 0;
 }
 
+int rec_name_thread(bf_store *st, target *t, rec_thread *r, int64_t tid, const bf_smp_thread *th,
+                    const char *tname) {
+  int py = tname && th->py_name; /* threading's name, not the OS's (comm) */
+  if (r->store_thread_id && (!tname || r->named >= (py ? 2 : 1))) return 0;
+  int rc;
+  if (r->store_thread_id && r->named == 1) /* the OS name came first: the Python one replaces it */
+    rc = bf_store_thread_rename(st, r->store_thread_id, tname);
+  else
+    rc = bf_store_intern_thread(st, t->session_id, tid, tname, &r->store_thread_id);
+  if (rc < 0) return rc;
+  r->named = !tname ? 0 : py ? 2 : 1;
+  return 0;
+}
+
 /* Write one thread's sample to the store. -EBUSY: another process holds the
  * write lock; nothing of this sample was added (interning is idempotent). */
 static int store_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th,
                         const char *tname, int64_t ts, uint32_t flags, int64_t weight) {
   int rc;
-  if (!r->store_thread_id || (tname && !r->named)) {
-    rc = bf_store_intern_thread(st, t->session_id, r->tid, tname, &r->store_thread_id);
-    if (rc < 0) return rc;
-    r->named = tname != NULL;
-  }
+  if ((rc = rec_name_thread(st, t, r, r->tid, th, tname)) < 0) return rc;
   int64_t stack_id;
   if ((rc = rec_intern_stack(st, r, th, &stack_id)) < 0) return rc;
   bf_sample s = {r->store_thread_id, stack_id, ts, flags, 1, weight};

@@ -14,7 +14,9 @@ cProfile's shape::
 
 Profile(db=None, clock="wall"|"cpu", focus=None (glob on "module:qualname"),
 builtins=True, tool_id=-1 (3.12+: default sys.monitoring.PROFILER_ID),
-records=1<<20 (focus-mode ring size), label=None).
+records=1<<20 (focus-mode ring size), label=None, memory=False (exact
+allocations per function and edge through the PEP 445 allocator hooks; stats()
+then has a "memory" member)).
 
 `python -m bifocal_trace [--db DB] [options] -- script.py ARGS` (or `-m mod ARGS`,
 `-c CMD ARGS`) runs a program under the tracer; `bifocal trace` uses this entry.
@@ -26,7 +28,7 @@ from _bifocal_trace import Profile, backend, version  # noqa: F401
 __all__ = ["Profile", "backend", "version"]
 
 _USAGE = ("usage: python -m bifocal_trace [--db DB] [--session ID] [--clock wall|cpu] "
-          "[--focus GLOB] [--no-builtins] [--tool-id N] [--records N] [--label L] "
+          "[--focus GLOB] [--no-builtins] [--memory] [--tool-id N] [--records N] [--label L] "
           "[--ttl-s S] [--commit C] [--command STR] [--db-dir FD:DEV:INO] "
           "-- (script.py | -m module | -c cmd) [ARGS]")
 
@@ -41,7 +43,7 @@ def _fail(msg, code=2):
 def _parse(argv):
     opts = {"db": "bifocal.db", "session": 0, "clock": "wall", "focus": None, "builtins": True,
             "tool_id": -1, "records": 1 << 20, "label": None, "ttl_s": 0.0, "commit": None,
-            "command": None, "db_dir": None}
+            "command": None, "db_dir": None, "memory": False}
     takes = {"--db": "db", "--session": "session", "--clock": "clock", "--focus": "focus",
              "--tool-id": "tool_id", "--records": "records", "--label": "label",
              "--ttl-s": "ttl_s", "--commit": "commit", "--command": "command", "--db-dir": "db_dir"}
@@ -55,6 +57,8 @@ def _parse(argv):
             break
         if a == "--no-builtins":
             opts["builtins"] = False
+        elif a == "--memory":
+            opts["memory"] = True
         elif a in takes:
             if i + 1 >= len(argv):
                 _fail("option %s needs a value" % a)
@@ -257,7 +261,8 @@ def _main(argv=None, answer=None):
     try:
         try:
             prof = Profile(clock=opts["clock"], focus=opts["focus"], builtins=opts["builtins"],
-                           tool_id=opts["tool_id"], records=opts["records"])
+                           tool_id=opts["tool_id"], records=opts["records"],
+                           memory=opts["memory"])
         except (ValueError, RuntimeError) as e:
             _fail(str(e))
         code, g = _prepare(target)

@@ -42,6 +42,29 @@ typedef struct bf_trc_thread_info {
   char *name;
 } bf_trc_thread_info;
 
+/* trace --memory: one function's or edge's allocations (trc_memory.c). Frees
+ * are charged to the function that made the block: live = alloc - freed. */
+typedef struct bf_trc_memstat {
+  int64_t allocs, alloc_bytes, frees, freed_bytes;
+} bf_trc_memstat;
+
+/* One of the largest blocks still live at the end. */
+typedef struct bf_trc_memtop {
+  int64_t size;
+  uint32_t func;         /* allocating function index (0: no Python function) */
+  uint32_t nstack;
+  const uint32_t *stack; /* Python function indexes, outermost first (nstack 0: not captured) */
+} bf_trc_memtop;
+
+typedef struct bf_trc_mem {
+  const bf_trc_memstat *funcs; /* by function index, [0] = no Python function on the stack */
+  size_t nfuncs;
+  const bf_trc_memstat *edges; /* by edge index ([0] unused) */
+  size_t nedges;
+  const bf_trc_memtop *top;    /* largest first */
+  size_t ntop;
+} bf_trc_mem;
+
 /* Everything the writer needs, detached from Python objects. Strings owned. */
 typedef struct bf_trc_result {
   bf_trc_func *funcs;        /* [1..nfuncs) valid */
@@ -52,6 +75,7 @@ typedef struct bf_trc_result {
   size_t nrecs;
   bf_trc_thread_info *threads;
   size_t nthreads;
+  const bf_trc_mem *mem;     /* NULL: traced without --memory */
 } bf_trc_result;
 
 /* Session metadata the writer records (strings borrowed, NULL = unknown). */

@@ -7,6 +7,7 @@
  * Python data or into the store (trc_write.c). Built once per Python.
  */
 #include "trc_module.h"
+#include "trc_memory.h"
 #include "trc_tasks.h"
 
 #include <errno.h>
@@ -292,17 +293,18 @@ static int trc_reset(ProfileObject *p) {
   p->nthreads = 0;
   p->elapsed_ns = 0;
   p->cpu_total_ns = 0;
+  trc_mem_free(p);
   return trc_acct_reset(&p->acct) < 0 ? -1 : 0;
 }
 
 static int Profile_init(ProfileObject *p, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"db", "clock", "focus", "builtins", "tool_id", "records", "label",
-                           NULL};
+                           "memory", NULL};
   const char *db = NULL, *clock = "wall", *focus = NULL, *label = NULL;
-  int builtins = 1, tool_id = -1;
+  int builtins = 1, tool_id = -1, memory = 0;
   Py_ssize_t records = 1 << 20;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zszpinz:Profile", kwlist, &db, &clock, &focus,
-                                   &builtins, &tool_id, &records, &label))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zszpinzp:Profile", kwlist, &db, &clock, &focus,
+                                   &builtins, &tool_id, &records, &label, &memory))
     return -1;
   if (p->running) {
     PyErr_SetString(PyExc_RuntimeError, "Profile is enabled; disable it first");
@@ -327,6 +329,7 @@ static int Profile_init(ProfileObject *p, PyObject *args, PyObject *kw) {
     return -1;
   }
   p->builtins = builtins;
+  p->memory = memory;
   p->req_tool_id = tool_id;
   free(p->db_path);
   p->db_path = db ? trc_strdup(db) : NULL;
@@ -348,6 +351,7 @@ static int Profile_init(ProfileObject *p, PyObject *args, PyObject *kw) {
 static void Profile_dealloc(ProfileObject *p) {
   if (p->running) {
     p->running = 0;
+    trc_mem_stop(p);
     trc_backend_stop(p);
     if (trc_active == p) trc_active = NULL;
   }
@@ -395,12 +399,18 @@ static PyObject *Profile_enable(ProfileObject *p, PyObject *noargs) {
     trc_active = NULL;
     return NULL;
   }
+  if (p->memory && trc_mem_start(p) < 0) {
+    trc_backend_stop(p);
+    trc_active = NULL;
+    return NULL;
+  }
   p->running = 1;
   Py_RETURN_NONE;
 }
 
 static void trc_stop(ProfileObject *p) {
   p->running = 0;
+  trc_mem_stop(p); /* first: the shadow stacks it reads are unwound below */
   trc_backend_stop(p);
   trc_unwind_all(p);
   int64_t mono = trc_clock(CLOCK_MONOTONIC);
@@ -604,6 +614,11 @@ static PyObject *Profile_stats(ProfileObject *p, PyObject *noargs) {
                       "mismatches", (long long)p->acct.mismatches, "threads", p->nthreads,
                       "records", (long long)p->acct.rec_count, "elapsed_ns",
                       (long long)p->elapsed_ns, "partial", p->acct.error);
+  if (out && p->mem) { /* trace --memory: allocations per function, edge, largest live blocks */
+    PyObject *mem = trc_mem_stats(p);
+    if (!mem || PyDict_SetItemString(out, "memory", mem) < 0) Py_CLEAR(out);
+    Py_XDECREF(mem);
+  }
 done:
   Py_XDECREF(funcs);
   Py_XDECREF(edges);
@@ -682,6 +697,7 @@ static int trc_result(ProfileObject *p, bf_trc_result *res) {
   res->nedges = a->nedges;
   res->nrecs = a->rec_count;
   res->nthreads = p->nthreads;
+  res->mem = trc_mem_result(p);
   return 0;
 }
 
@@ -689,19 +705,21 @@ static int trc_result(ProfileObject *p, bf_trc_result *res) {
  * members (a JSON object body or NULL). Caller frees; NULL: no memory. */
 static char *trc_extra_json(ProfileObject *p, const char *extra) {
   char *fglob = p->focus_glob ? bf_json_escape(p->focus_glob) : NULL;
-  size_t extra_len = 1024 + (fglob ? strlen(fglob) : 0) + (extra ? strlen(extra) : 0);
+  char mem[512];
+  trc_mem_extra_json(p, mem, sizeof mem);
+  size_t extra_len = 1024 + sizeof mem + (fglob ? strlen(fglob) : 0) + (extra ? strlen(extra) : 0);
   char *out = malloc(extra_len);
   if (out)
     snprintf(out, extra_len,
              "{\"mismatches\":%lld,\"threads\":%u,\"builtins\":%s,\"backend\":\"%s\","
              "\"timer\":\"%s\","
-             "\"tool_id\":%d,\"focus\":%s%s%s,\"records_capacity\":%zu,\"partial\":%s%s%s}",
+             "\"tool_id\":%d,\"focus\":%s%s%s,\"records_capacity\":%zu,\"partial\":%s%s%s%s%s}",
              (long long)p->acct.mismatches, p->nthreads, p->builtins ? "true" : "false",
              BF_TRC_MONITORING ? "sys.monitoring" : "setprofile",
              p->acct.clock_cpu ? "thread_cputime" : (p->use_tsc ? "tsc" : "clock_monotonic"),
              p->req_tool_id >= 0 ? p->req_tool_id : (BF_TRC_MONITORING ? 2 : -1),
              fglob ? "\"" : "", fglob ? fglob : "null", fglob ? "\"" : "", p->acct.rec_cap,
-             p->acct.error ? "true" : "false", extra && *extra ? "," : "",
+             p->acct.error ? "true" : "false", mem[0] ? "," : "", mem, extra && *extra ? "," : "",
              extra && *extra ? extra : "");
   free(fglob);
   return out;
@@ -812,8 +830,10 @@ PyTypeObject ProfileType = {
     .tp_basicsize = sizeof(ProfileObject),
     .tp_dealloc = (destructor)Profile_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Profile(clock='wall', focus=None, builtins=True, tool_id=-1, records=1<<20)\n"
-              "Exact per-function and per-edge call accounting on every thread.",
+    .tp_doc = "Profile(clock='wall', focus=None, builtins=True, tool_id=-1, records=1<<20,\n"
+              "        memory=False)\n"
+              "Exact per-function and per-edge call accounting on every thread; with memory,\n"
+              "exact allocations per function and edge through the PEP 445 allocator hooks.",
     .tp_methods = Profile_methods,
     .tp_getset = Profile_getset,
     .tp_init = (initproc)Profile_init,

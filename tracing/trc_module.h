@@ -66,6 +66,8 @@ typedef struct ProfileObject {
   char *db_path;       /* write here on disable/exit (NULL = keep in memory) */
   char *label;
   long long session_id; /* last session written, 0 = none */
+  int memory;           /* trace --memory: hook the allocators while enabled (trc_memory.c) */
+  struct trc_mem_res *mem; /* memory results of the last enabled interval, NULL = none */
 } ProfileObject;
 
 extern PyTypeObject ProfileType;

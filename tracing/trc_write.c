@@ -12,6 +12,7 @@
 
 #include "ident.h"
 #include "store.h"
+#include "trace_memory.h"
 #include "trc_int.h"
 
 int64_t bf_trc_percentile(const int64_t *sorted, size_t n, double q) {
@@ -252,6 +253,92 @@ static int trc_wr_records(trc_wr *w) {
   return 0;
 }
 
+/* trace --memory: one row per function identity (0: no Python function on
+ * the stack), same-identity functions summed like their times. */
+static int trc_wr_memory_funcs(trc_wr *w, const bf_trc_mem *m) {
+  size_t n = m->nfuncs < w->res->nfuncs ? m->nfuncs : w->res->nfuncs;
+  bf_trc_memstat *sum = calloc(n ? n : 1, sizeof *sum);
+  if (!sum) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    bf_trc_memstat *a = &sum[i ? w->canon[i] : 0];
+    a->allocs += m->funcs[i].allocs;
+    a->alloc_bytes += m->funcs[i].alloc_bytes;
+    a->frees += m->funcs[i].frees;
+    a->freed_bytes += m->funcs[i].freed_bytes;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (!sum[i].allocs || (i && w->canon[i] != i)) continue;
+    bf_trace_memory r = {.function_id = i ? w->fids[i] : 0, .allocs = sum[i].allocs,
+                         .alloc_bytes = sum[i].alloc_bytes, .frees = sum[i].frees,
+                         .freed_bytes = sum[i].freed_bytes};
+    r.live_count = r.allocs - r.frees;
+    r.live_bytes = r.alloc_bytes - r.freed_bytes;
+    rc = bf_store_trace_memory_put(w->s, w->sid, &r);
+  }
+  free(sum);
+  return rc;
+}
+
+/* One row per (caller, callee) identity pair that allocated. */
+static int trc_wr_memory_edges(trc_wr *w, const bf_trc_mem *m) {
+  const bf_trc_result *res = w->res;
+  size_t n = m->nedges < res->nedges ? m->nedges : res->nedges;
+  edge_key *ek = calloc(n ? n : 1, sizeof *ek);
+  if (!ek) return -ENOMEM;
+  size_t ne = 0;
+  for (size_t i = 1; i < n; i++) {
+    const bf_trc_edge *e = &res->edges[i];
+    if (!m->edges[i].allocs) continue;
+    ek[ne++] = (edge_key){e->caller ? w->fids[e->caller] : 0, w->fids[e->callee], i};
+  }
+  qsort(ek, ne, sizeof *ek, cmp_edge);
+  int rc = 0;
+  for (size_t k = 0; k < ne && rc == 0;) {
+    bf_trace_memory r = {.caller_function_id = ek[k].caller, .function_id = ek[k].callee};
+    for (size_t k0 = k; k < ne && ek[k].caller == ek[k0].caller && ek[k].callee == ek[k0].callee; k++) {
+      const bf_trc_memstat *st = &m->edges[ek[k].idx];
+      r.allocs += st->allocs;
+      r.alloc_bytes += st->alloc_bytes;
+      r.frees += st->frees;
+      r.freed_bytes += st->freed_bytes;
+    }
+    r.live_count = r.allocs - r.frees;
+    r.live_bytes = r.alloc_bytes - r.freed_bytes;
+    rc = bf_store_trace_memory_edge_put(w->s, w->sid, &r);
+  }
+  free(ek);
+  return rc;
+}
+
+/* The largest live blocks, their stacks as function ids. */
+static int trc_wr_memory_top(trc_wr *w, const bf_trc_mem *m) {
+  int rc = 0;
+  for (size_t i = 0; i < m->ntop && rc == 0; i++) {
+    const bf_trc_memtop *t = &m->top[i];
+    int64_t *stack = malloc((t->nstack ? t->nstack : 1) * sizeof *stack);
+    if (!stack) return -ENOMEM;
+    size_t k = 0;
+    for (uint32_t j = 0; j < t->nstack; j++)
+      if (t->stack[j] < w->res->nfuncs) stack[k++] = w->fids[t->stack[j]];
+    bf_trace_memory_top row = {.rank = (int64_t)i + 1, .size_bytes = t->size,
+                               .function_id = t->func < w->res->nfuncs ? w->fids[t->func] : 0,
+                               .stack = stack, .nstack = k};
+    rc = bf_store_trace_memory_top_put(w->s, w->sid, &row);
+    free(stack);
+  }
+  return rc;
+}
+
+static int trc_wr_memory(trc_wr *w) {
+  const bf_trc_mem *m = w->res->mem;
+  if (!m) return 0;
+  int rc = trc_wr_memory_funcs(w, m);
+  if (rc == 0) rc = trc_wr_memory_edges(w, m);
+  if (rc == 0) rc = trc_wr_memory_top(w, m);
+  return rc;
+}
+
 int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *meta,
                  int64_t *session_id, char *errbuf, size_t errlen) {
   trc_wr w = {0};
@@ -277,7 +364,7 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
   info.id = w.sid;
   if ((rc = trc_wr_intern(&w)) < 0 || (rc = trc_wr_merge(&w)) < 0 ||
       (rc = trc_wr_durations(&w)) < 0 || (rc = trc_wr_funcs(&w)) < 0 ||
-      (rc = trc_wr_edges(&w)) < 0 || (rc = trc_wr_records(&w)) < 0)
+      (rc = trc_wr_edges(&w)) < 0 || (rc = trc_wr_records(&w)) < 0 || (rc = trc_wr_memory(&w)) < 0)
     goto fail;
   info.status = meta->status ? meta->status : "complete";
   if ((rc = bf_store_session_update(w.s, &info)) < 0) goto fail;

@@ -120,6 +120,10 @@ int bf_lua_session_calls(lua_State *L);
 int bf_lua_samples_release(lua_State *L);
 int bf_lua_samples_tostring(lua_State *L);
 
+/* ---- lua_memory.c: s:memory{} on sampled and traced sessions ---- */
+
+int bf_lua_session_memory(lua_State *L);
+
 /* ---- lua_stats.c: bifocal.join and bifocal.stats ---- */
 
 int bf_lua_join(lua_State *L);

@@ -230,7 +230,8 @@ static const luaL_Reg db_metameth[] = {{"__index", NULL},
 static const luaL_Reg session_meth[] = {
     {"info", bf_lua_session_info},       {"functions", bf_lua_session_functions}, {"func", bf_lua_session_func},
     {"threads", bf_lua_session_threads}, {"samples", bf_lua_session_samples},     {"stacks", bf_lua_session_stacks},
-    {"edges", bf_lua_session_edges},     {"calls", bf_lua_session_calls},         {NULL, NULL}};
+    {"edges", bf_lua_session_edges},     {"calls", bf_lua_session_calls},         {"memory", bf_lua_session_memory},
+    {NULL, NULL}};
 static const luaL_Reg session_metameth[] = {{"__index", bf_lua_session_index},
                                             {"__tostring", bf_lua_session_tostring},
                                             {"__eq", bf_lua_session_eq},

@@ -188,6 +188,18 @@ int bf_store_intern_thread(bf_store *s, int64_t session_id, int64_t native_tid, 
   return 0;
 }
 
+int bf_store_thread_rename(bf_store *s, int64_t thread_id, const char *name) {
+  int rc = bfs_ensure_txn(s);
+  if (rc) return rc;
+  sqlite3_stmt *up = bfs_stmt(s, ST_TH_NAME);
+  if (!up) return -EIO;
+  sqlite3_bind_int64(up, 1, thread_id);
+  sqlite3_bind_text(up, 2, name, -1, SQLITE_TRANSIENT);
+  rc = sqlite3_step(up);
+  sqlite3_reset(up);
+  return rc == SQLITE_DONE ? 0 : bfs_fail_sql(s, "rename thread");
+}
+
 /* ---- reverse lookups ----------------------------------------------------------------------- */
 
 static int load_strings(bf_store *s, int64_t need) {

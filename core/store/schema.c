@@ -73,8 +73,23 @@ static const char schema_memfar[] =
     " rss_bytes INTEGER NOT NULL, anon_bytes INTEGER NOT NULL, py_bytes INTEGER NOT NULL);"
     "CREATE INDEX memory_timeline_session ON memory_timeline(session_id, ts_ns);";
 
+/* v4, trace --memory (memnear29): exact allocations per function and edge, and
+ * the largest blocks live at the end (core/trace_memory.h). IF NOT EXISTS: a
+ * file whose version was set back by hand (tests do) migrates again. */
+static const char schema_memnear29[] =
+    "CREATE TABLE IF NOT EXISTS trace_memory(session_id INTEGER NOT NULL, function_id INTEGER NOT NULL,"
+    " allocs INTEGER, alloc_bytes INTEGER, frees INTEGER, freed_bytes INTEGER, live_count INTEGER,"
+    " live_bytes INTEGER, PRIMARY KEY(session_id, function_id)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS trace_memory_edges(session_id INTEGER NOT NULL, caller_id INTEGER NOT NULL,"
+    " callee_id INTEGER NOT NULL, allocs INTEGER, alloc_bytes INTEGER, frees INTEGER,"
+    " freed_bytes INTEGER, live_count INTEGER, live_bytes INTEGER,"
+    " PRIMARY KEY(session_id, caller_id, callee_id)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS trace_memory_top(session_id INTEGER NOT NULL, rank INTEGER NOT NULL,"
+    " size_bytes INTEGER NOT NULL, function_id INTEGER NOT NULL, stack TEXT NOT NULL,"
+    " PRIMARY KEY(session_id, rank)) WITHOUT ROWID;";
+
 /* Migrations: migrations[v] upgrades from user_version v to v+1. */
-static const char *const migrations[] = {schema_v1, schema_push30, schema_memfar};
+static const char *const migrations[] = {schema_v1, schema_push30, schema_memfar, schema_memnear29};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
 static int pragma_int(bf_store *s, const char *sql, int64_t *out) {
@@ -151,5 +166,6 @@ int bfs_check_and_migrate(bf_store *s) {
 
 /* The tables that hold rows of one session, by session_id (delete and gc). */
 const char *const bfs_session_tables[] = {"sample_chunks", "threads", "trace_functions", "trace_edges",
-                                          "call_records", "push_spool", "memory_samples", "memory_timeline"};
+                                          "call_records", "push_spool", "memory_samples", "memory_timeline",
+                                          "trace_memory", "trace_memory_edges", "trace_memory_top"};
 const size_t bfs_n_session_tables = sizeof bfs_session_tables / sizeof bfs_session_tables[0];

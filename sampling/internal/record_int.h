@@ -27,7 +27,7 @@ typedef struct rec_thread {
   size_t nwbatch;
   int64_t last_switch_ns, switch_seen_ns; /* cpu clock: its switch work, charged / seen */
   int64_t last_stack_id;
-  int named;              /* the store has its name (it keeps the first one it gets) */
+  int named;              /* the store has its name: 0 none, 1 the OS name, 2 the Python name */
   bf_smp_frame *last_frames;
   size_t last_n, last_cap;
   int gen;
@@ -89,6 +89,11 @@ void rec_forget_threads(bf_store *st, target *t, int64_t now, int gil_only);
  * -EBUSY: another process holds the write lock. */
 int rec_intern_stack(bf_store *st, rec_thread *r, const bf_smp_thread *th, int64_t *stack_id);
 /* Store a sample, or hold it (in order) while the database is locked. */
+/* Intern r's thread (tid) in the store with tname once there is one; a
+ * Python name (th->py_name) replaces an OS name stored before it, so a
+ * launched program's main thread ends as MainThread, as when attached. */
+int rec_name_thread(bf_store *st, target *t, rec_thread *r, int64_t tid, const bf_smp_thread *th,
+                    const char *tname);
 int rec_keep_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread *th, const char *tname,
                     int64_t ts, uint32_t flags, int64_t weight);
 /* Write held samples while the lock is free: 0 (some may remain) or a fatal error. */

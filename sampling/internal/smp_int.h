@@ -436,7 +436,7 @@ enum smp_attr_mode {
 };
 
 #define SMP_PYNAME_EVERY_NS 1000000000LL  /* at most one lookup a second */
-#define SMP_PYNAME_RETRY_NS 10000000000LL /* re-look for unnamed threads */
+#define SMP_PYNAME_RETRY_NS 2000000000LL  /* re-look for unnamed threads (a late import threading) */
 /* A thread runs a little before threading lists it in _active: a lookup
  * counts for a thread only if it began this long after the thread showed up
  * (until then the thread's name is pending). */

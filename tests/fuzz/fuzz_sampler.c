@@ -453,7 +453,9 @@ static void fuzz_one(const uint8_t *data, size_t size) {
       if (smp_layout_builtin(minor, &l) == 0) {
         smp_set_reader(h, fake_readv, &im);
         smp_set_layout(h, &l, FAKE_BASE + (sel % 64));
-        for (int i = 0; i < 3; i++) (void)smp_walk(h, i == 2 ? BF_SMP_WANT_GIL_ONLY : 0);
+        h->none_addr = FAKE_BASE + 16; /* --mode exception's chain walk runs too */
+        for (int i = 0; i < 3; i++)
+          (void)smp_walk(h, i == 2 ? BF_SMP_WANT_GIL_ONLY : i == 1 ? BF_SMP_WANT_EXC | BF_SMP_WANT_OPCODE : 0);
       }
       bf_smp_free(h);
       break;

@@ -95,15 +95,19 @@ static size_t gen_import(uint64_t *rng, char *buf, size_t cap) {
   static const char *const heads[] = {"# austin: 3.6.0\n", "# mode: cpu\n", "# mode: wall\n", "# interval: ",
                                       "# duration: ", "# python: 3.12.1\n", ""};
   size_t o = 0;
-  int austin = RND() & 1;
-  if (austin) o += (size_t)snprintf(buf + o, cap - o, "# austin: 3.6.0\n");
+  int austin = RND() % 3; /* 0 FlameGraph, 1 austin 3, 2 austin 1.x (no header) */
+  if (austin == 1) o += (size_t)snprintf(buf + o, cap - o, "# austin: 3.6.0\n");
   int lines = 1 + RND() % 12;
   for (int l = 0; l < lines && o + 256 < cap; l++) {
     const char *h = heads[RND() % (sizeof heads / sizeof heads[0])];
     if (RND() % 4 == 0 && h[0] && h[strlen(h) - 1] == ' ')
       o += (size_t)snprintf(buf + o, cap - o, "%s%s\n", h, nums[RND() % (sizeof nums / sizeof nums[0])]);
     const char *num = nums[RND() % (sizeof nums / sizeof nums[0])];
-    if (austin)
+    if (austin == 2)
+      o += (size_t)snprintf(buf + o, cap - o, "%sThread 7f%x;main (/a.py);L%u;f%u (/a.py:%u)%s %s%s\n",
+                            RND() % 2 ? "Process 9;" : "", RND(), RND() % 9, RND() % 4, RND() % 9,
+                            RND() % 3 ? "" : ";L7", num, RND() % 3 ? "" : " 12 0");
+    else if (austin)
       o += (size_t)snprintf(buf + o, cap - o, "P1;T1;/a.py:main:1;/a.py:f%u:%u %s%s\n", RND() % 4, RND() % 9, num,
                             RND() % 3 ? "" : ",1,0");
     else

@@ -421,12 +421,15 @@ def test_flame_json_refused(hdb):
     assert r.returncode == 2 and r.stdout == "" and "no JSON form" in r.stderr
 
 
-def test_page_view_on_a_terminal_asks_for_o(hdb):
-    """On a terminal a page view says so and asks for -o; piped, the page is written."""
+@pytest.mark.parametrize("cmd", ["replay", "diff"])
+def test_page_view_on_a_terminal_asks_for_o(hdb, cmd):
+    """On a terminal a page view says so and asks for -o; piped, the page is
+    written (replay --view flame and diff --view flame alike)."""
     db, s = hdb
+    args = (["replay", str(s["wall"])] if cmd == "replay" else ["diff", str(s["wall"]), str(s["shifted"])])
+    args += ["--view", "flame"]
     master, slave = pty.openpty()
-    p = subprocess.Popen([bifocal_bin(), "--db", db, "replay", str(s["wall"]), "--view", "flame"], stdout=slave,
-                         stderr=subprocess.PIPE)
+    p = subprocess.Popen([bifocal_bin(), "--db", db] + args, stdout=slave, stderr=subprocess.PIPE)
     os.close(slave)
     err = p.communicate(timeout=60)[1].decode()
     out = b""
@@ -440,7 +443,7 @@ def test_page_view_on_a_terminal_asks_for_o(hdb):
         pass
     os.close(master)
     assert p.returncode == 2 and "give -o FILE.html" in err and len(out) < 200
-    piped = run(["replay", str(s["wall"]), "--view", "flame"], db=db).stdout
+    piped = run(args, db=db).stdout
     assert piped.lstrip().lower().startswith("<!doctype html")
 
 

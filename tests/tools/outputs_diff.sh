@@ -7,7 +7,7 @@
 #
 #   tests/tools/outputs_diff.sh --make-db BIN DB [PYTHON]
 #       record one session of every kind into DB (wall, cpu, --native,
-#       --async, a subprocess tree, traced, imported) with BIN
+#       --async, a subprocess tree, traced, traced --focus, imported) with BIN
 #   tests/tools/outputs_diff.sh OLD_BIN NEW_BIN DB [WORKDIR]
 #       write and compare; prints "identical N files" or the differing
 #       files; exit 0 when all are identical, 1 otherwise
@@ -49,15 +49,18 @@ EOF
   "$bin" -D "$db" record -r 100 --native --label native -- "$py" "$w/work.py" 1.0 >/dev/null
   "$bin" -D "$db" record -r 500 --async --label async -- "$py" "$w/aio.py" >/dev/null
   "$bin" -D "$db" record -r 500 -s --label tree -- "$py" "$w/tree.py" "$w/work.py" >/dev/null
-  "$bin" -D "$db" trace --focus 'leaf' --records 200 --label traced -- "$py" "$w/work.py" 0.5 >/dev/null
+  "$bin" -D "$db" trace --label traced -- "$py" "$w/work.py" 0.5 >/dev/null
+  "$bin" -D "$db" trace --focus '*:leaf' --records 200 --label focus -- "$py" "$w/work.py" 0.5 >/dev/null
   "$bin" -D "$db" import "$w/imp.txt" --label imported >/dev/null
   rm -rf "$w"
   exit 0
 fi
 
 old=$1 new=$2 db=$3 work=${4:-$(mktemp -d)}
-views="functions flame heatmap gil stack tasks"
-exports="collapsed speedscope pstats pprof chrome svg gecko otlp"
+# the views and exports the old binary lists (its help is built from core/formats.c)
+one_of() { "$old" help "$1" | awk -v o="$2" 'index($0, o) { getline; sub(/.*one of: /, ""); print; exit }'; }
+views=$(one_of replay "-v, --view")
+exports=$(one_of export "-f, --format" | sed 's/ bifocal//')
 
 # write DIR BIN: every output of BIN on a private copy of the database
 write() {
@@ -65,11 +68,12 @@ write() {
   mkdir -p "$dir"
   cp "$db" "$dir/db"
   b() { "$bin" -D "$dir/db" "$@"; }
+  b gc >/dev/null 2>&1 # opened writable once: an older schema migrates (nothing has a --ttl)
   ids=$(b sessions --json | tr ',{' '\n\n' | sed -n 's/^"id": *\([0-9]*\).*/\1/p')
   for id in $ids; do
     for v in $views; do
-      b replay "$id" --view "$v" --limit -1 >"$dir/$id.$v.txt" 2>"$dir/$id.$v.err"
-      b replay "$id" --view "$v" --json --limit -1 >"$dir/$id.$v.json" 2>"$dir/$id.$v.json.err"
+      b replay "$id" --view "$v" --limit 100000 >"$dir/$id.$v.txt" 2>"$dir/$id.$v.err"
+      b replay "$id" --view "$v" --json --limit 100000 >"$dir/$id.$v.json" 2>"$dir/$id.$v.json.err"
       b replay "$id" --view "$v" -o "$dir/$id.$v.html" 2>"$dir/$id.$v.html.err"
     done
     b replay "$id" -o "$dir/$id.flame.svg" 2>"$dir/$id.flame.svg.err"

@@ -36,8 +36,65 @@ static int check(const char *text) {
   return bf_json_check_object(text, NULL, why, sizeof why);
 }
 
+/* The streaming writer: structure, commas, escapes, misuse. */
+static void streaming_writer(void) {
+  char buf[512] = "";
+  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+  bf_jw w;
+  bf_jw_init(&w, f);
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "name", "a<b>&\xe2\x80\xa8\xff\"");
+  bf_jw_kint(&w, "n", -3);
+  bf_jw_knum(&w, "x", 0.5);
+  bf_jw_kbool(&w, "ok", 1);
+  bf_jw_key(&w, "rows");
+  bf_jw_arr(&w);
+  bf_jw_int(&w, 1);
+  bf_jw_obj(&w);
+  bf_jw_end(&w);
+  bf_jw_arr(&w);
+  bf_jw_end(&w);
+  bf_jw_null(&w);
+  bf_jw_str(&w, NULL);
+  bf_jw_raw(&w, "{\"k\":2}");
+  bf_jw_end(&w);
+  bf_jw_key(&w, "e");
+  bf_jw_num(&w, 1.0 / 0.0);
+  bf_jw_end(&w);
+  fclose(f);
+  CHECK_EQ_INT(w.err, 0);
+  CHECK_EQ_INT(w.depth, 0);
+  const char *want = "{\"name\":\"a\\u003cb\\u003e\\u0026\\u2028\xef\xbf\xbd\\\"\",\"n\":-3,\"x\":0.5,\"ok\":true,"
+                     "\"rows\":[1,{},[],null,null,{\"k\":2}],\"e\":null}";
+  if (strcmp(buf, want) != 0) fprintf(stderr, "jw wrote %s\nwant     %s\n", buf, want);
+  CHECK(strcmp(buf, want) == 0);
+  char why[128];
+  CHECK_EQ_INT(bf_json_check_object(buf, NULL, why, sizeof why), 0);
+  /* misuse: a value without its key, an end too many, too deep */
+  f = fopen("/dev/null", "w");
+  bf_jw_init(&w, f);
+  bf_jw_obj(&w);
+  bf_jw_int(&w, 1);
+  CHECK_EQ_INT(w.err, -EINVAL);
+  bf_jw_init(&w, f);
+  bf_jw_arr(&w);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  CHECK_EQ_INT(w.err, -EINVAL);
+  bf_jw_init(&w, f);
+  for (int i = 0; i <= BF_JW_DEPTH; i++) bf_jw_arr(&w);
+  CHECK_EQ_INT(w.err, -EINVAL);
+  bf_jw_init(&w, f);
+  bf_jw_obj(&w);
+  bf_jw_key(&w, "a");
+  bf_jw_end(&w); /* a key without its value */
+  CHECK_EQ_INT(w.err, -EINVAL);
+  fclose(f);
+}
+
 int main(void) {
   uint32_t cp = 0;
+  streaming_writer();
   const unsigned char ok2[] = {0xc3, 0xa9}, ok4[] = {0xf0, 0x9f, 0x98, 0x80};
   const unsigned char overlong[] = {0xc0, 0xaf}, surrogate[] = {0xed, 0xa0, 0x80}, big[] = {0xf4, 0x90, 0x80, 0x80};
   CHECK_EQ_INT(bf_utf8_seq(ok2, 2, &cp), 2);

@@ -1,6 +1,7 @@
 /* test_trc_write.c — the tracer's store writer: same-identity functions and
  * edges are merged, focus records give percentiles, threads and metadata land. */
 #include <errno.h>
+#include <stdio.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "check_db.h"
 #include "scratch.h"
 #include "store.h"
+#include "trace_memory.h"
 #include "trc_int.h"
 
 typedef struct {
@@ -28,6 +30,36 @@ static int on_edge(void *ud, const bf_trace_edge *te) {
   (*n)++;
   CHECK(te->callee_function_id > 0);
   if (te->caller_function_id != 0) CHECK_EQ_INT(te->calls, 7); /* 3 + 4 merged */
+  return 0;
+}
+
+typedef struct {
+  int n;
+  bf_trace_memory m[8];
+} mem_seen;
+
+static int on_mem(void *ud, const bf_trace_memory *m) {
+  mem_seen *s = ud;
+  if (s->n < 8) s->m[s->n++] = *m;
+  return 0;
+}
+
+static int on_top(void *ud, const bf_trace_memory_top *t) {
+  int *n = ud;
+  (*n)++;
+  if (t->rank == 1) {
+    CHECK_EQ_INT(t->size_bytes, 4000);
+    CHECK_EQ_INT(t->nstack, 2);
+    if (t->nstack == 2) CHECK(t->stack[1] == t->function_id);
+  } else {
+    CHECK_EQ_INT(t->nstack, 0);
+  }
+  return 0;
+}
+
+static int on_top_any(void *ud, const bf_trace_memory_top *t) {
+  (void)t;
+  (*(int *)ud)++;
   return 0;
 }
 
@@ -58,7 +90,14 @@ static void test_write(const char *path) {
   edges[3] = (bf_trc_edge){.caller = 2, .callee = 3, .calls = 4, .primitive_calls = 4};
   bf_trc_rec recs[4] = {{3, 1, 0, 5, 40}, {3, 1, 0, 9, 10}, {3, 2, 1, 20, 30}, {3, 2, 1, 50, 20}};
   bf_trc_thread_info threads[2] = {{1000, "MainThread"}, {1001, NULL}};
-  bf_trc_result res = {funcs, 4, edges, 4, recs, 4, threads, 2};
+  /* trace --memory: 1 and 2 (one identity) sum; edges 2 and 3 share a callee
+   * but not a caller; root (0) allocations keep function id 0 */
+  bf_trc_memstat mf[4] = {{1, 10, 0, 0}, {2, 200, 1, 100}, {3, 30, 3, 30}, {5, 5000, 1, 1000}};
+  bf_trc_memstat me[4] = {{0, 0, 0, 0}, {2, 20, 0, 0}, {4, 4000, 1, 1000}, {1, 1000, 0, 0}};
+  uint32_t top_stack[2] = {1, 3};
+  bf_trc_memtop top[2] = {{4000, 3, 2, top_stack}, {16, 1, 0, NULL}};
+  bf_trc_mem mem = {mf, 4, me, 4, top, 2};
+  bf_trc_result res = {funcs, 4, edges, 4, recs, 4, threads, 2, &mem};
   bf_trc_meta meta = {0};
   meta.clock = "wall";
   meta.mode = "focus";
@@ -93,6 +132,33 @@ static void test_write(const char *path) {
       CHECK_EQ_INT(seen.f[i].records_dropped, 3);
     }
   }
+  mem_seen ms = {0};
+  CHECK_EQ_INT(bf_store_trace_memory_foreach(s, sid, on_mem, &ms), 0);
+  CHECK_EQ_INT(ms.n, 3); /* root, <module> (1+2 summed), C.parse */
+  CHECK_EQ_INT(ms.m[0].function_id, 0);
+  CHECK_EQ_INT(ms.m[0].allocs, 1);
+  for (int i = 1; i < ms.n; i++) {
+    bf_function_ref ref;
+    CHECK_EQ_INT(bf_store_function_get(s, ms.m[i].function_id, &ref), 0);
+    if (strcmp(ref.qualname, "<module>") == 0) {
+      CHECK_EQ_INT(ms.m[i].allocs, 5);
+      CHECK_EQ_INT(ms.m[i].alloc_bytes, 230);
+      CHECK_EQ_INT(ms.m[i].live_count, 1);
+      CHECK_EQ_INT(ms.m[i].live_bytes, 100);
+    } else {
+      CHECK_EQ_INT(ms.m[i].live_bytes, 4000);
+      CHECK_EQ_INT(ms.m[i].live_count, 4);
+    }
+  }
+  ms.n = 0;
+  CHECK_EQ_INT(bf_store_trace_memory_edges_foreach(s, sid, on_mem, &ms), 0);
+  CHECK_EQ_INT(ms.n, 2); /* root-><module>; <module>->C.parse (edges 2 and 3: one identity pair) */
+  if (ms.n == 2) CHECK_EQ_INT(ms.m[1].allocs, 5);
+  int ntop = 0;
+  CHECK_EQ_INT(bf_store_trace_memory_top_foreach(s, sid, on_top, &ntop), 0);
+  CHECK_EQ_INT(ntop, 2);
+  CHECK_EQ_INT(bf_store_trace_memory_has(s, sid), 1);
+  CHECK_EQ_INT(bf_store_trace_memory_has(s, sid + 1), 0);
   int nedges = 0;
   CHECK_EQ_INT(bf_store_trace_edges_foreach(s, sid, on_edge, &nedges), 0);
   CHECK_EQ_INT(nedges, 2);
@@ -109,6 +175,23 @@ static void test_write(const char *path) {
   }
   bf_session_info_free(info);
   bf_store_close(s);
+
+  /* a stack text altered outside bifocal is refused, not misread */
+  static const char *const bad[] = {"1,,2", "x", "1,", ",1", "99999999999999999999"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(sqlite3_open(path, &db), SQLITE_OK);
+    char sql[128];
+    snprintf(sql, sizeof sql, "UPDATE trace_memory_top SET stack='%s' WHERE rank=1", bad[k]);
+    CHECK_EQ_INT(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    CHECK_EQ_INT(bf_store_open(path, BF_STORE_READONLY, &s, NULL), 0);
+    if (!s) break;
+    int nt = 0;
+    CHECK_EQ_INT(bf_store_trace_memory_top_foreach(s, sid, on_top_any, &nt), -EINVAL);
+    CHECK(strstr(bf_store_errmsg(s), "not a list of function ids") != NULL);
+    bf_store_close(s);
+  }
 
   /* a missing directory fails cleanly with a message */
   CHECK(bf_trc_write("/nonexistent/dir/x.db", &res, &meta, &sid, err, sizeof err) < 0);
