@@ -18,12 +18,35 @@ prints one table of medians over the rounds (figures, not a timed test).
               tests/integration/test_consistent_stacks.py's workload and
               check (every caller on a call line, no function deeper than it
               recurses, rooted at <module>)
-  slowdown    progress of one long-running CPU-bound target (its own reports)
-              in windows where a profiler is attached at 1 kHz (Tachyon
-              `attach`, `bifocal record --pid`), against the windows alone
-              on either side
+  slowdown    what a profiler costs a CPU-bound target (slowdown_trial.py): per
+              round and rate, one fresh target per arm (none, bifocal,
+              Tachyon, optionally bifocal's cpu clocks), arms in an order
+              rotated every round, each profiler started with its real
+              command line (`bifocal record --pid PID`, Tachyon `attach PID`
+              from inside the target's mount namespace; or --how launch:
+              `bifocal record -- PY work.py`, Tachyon `run work.py`). The
+              target times its own work after a warm-up (the profiler has
+              attached by then): wall ns and its own CPU ns (thread_time_ns)
+              per unit. By default (--twin pair) each target runs beside an
+              unprofiled twin started with it, both pinned to CPU 1 and
+              time-sliced there (they share the host's speed of the moment,
+              which on this VM swings ±30% over seconds), the profiler
+              pinned to CPU 0: a host with a core free for the profiler;
+              the figure is then the interference (caches, locks) and the
+              profiler's own CPU is the CPU it takes. Printed per arm:
+              achieved samples/s, the profiler's CPU (its /proc schedstat
+              over the target's work), the slowdown against the twin (or,
+              --twin none, the round's unprofiled run) per wall second and
+              per second of the target's own CPU (medians with the sign test's
+              95% interval), per 1k samples/s, the target's involuntary
+              switches, and each arm paired against Tachyon's in the same
+              round (median difference, interval, sign test)
 
 usage: tests/bench/bench_tachyon.py [--python PY3.15] [--rounds N] [--seconds S]
+         [--only valid|invalid|cpu|impossible|slowdown ...]
+         [--slow-rounds N] [--slow-seconds S] [--slow-rates 1000,10000,1000000]
+         [--arms none,bifocal,tachyon,bifocal-cpu,...] [--how attach|launch]
+         [--twin pair|same|free|none] [--pin TARGET_CPUS/PROFILER_CPUS] [--json FILE]
 The 3.15 interpreter defaults to the sid root's wrapper found by
 tests/integration/pythons.py (it runs the root's python3.15 as a container
 would, with /tmp bound in, so both profilers read the same files).
@@ -37,13 +60,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pythons  # noqa: E402
-from progress_target import CPU_PROGRESS, ProgressTarget  # noqa: E402
 import test_consistent_stacks as cs  # noqa: E402  (its workload and check)
 import test_cpu_clock as cc  # noqa: E402  (its CPU-clock oracle workload)
 
@@ -189,52 +210,181 @@ def impossible_pct(who, ctx):
     return 100.0 * bad / total if total else float("nan")
 
 
-def slowdown_windows(ctx):
-    """Inside one long-running CPU-bound target (progress_target.py's 19-deep
-    recursion, reporting its own progress): windows of steady sampling by
-    Tachyon `attach` and by `bifocal record --pid` (start-up and exit outside
-    the window), each at 1 kHz, between windows alone; each
-    profiled window's progress rate against the mean of the two alone around
-    it (adjacent windows share the host's speed). Returns {who: [slowdown %]}
-    per wall second, and {who: [slowdown %]} per second of the target's own
-    CPU (what a step costs it, free of the host's steal and scheduling)."""
-    out = {"tachyon": [], "bifocal": []}
-    per_cpu = {"tachyon": [], "bifocal": []}
-    secs = ctx.seconds
-    with ProgressTarget(ctx.py, CPU_PROGRESS) as tg:
-        def prof(who):
-            # the profiler runs 1.5 s longer than the window, which starts
-            # 0.5 s after it (start-up and attach done) and ends 1 s before
-            # it stops: the window holds steady sampling only, for both
-            dur = secs + 1.5
-            if who == "tachyon":
-                cmd = [ctx.py, "-m", "profiling.sampling", "attach", "-r", "1000", "-d", str(dur),
-                       "--collapsed", "-o", os.path.join(ctx.dir, "w.collapsed"), str(tg.pid)]
-            else:
-                cmd = [ctx.bf, "--db", os.path.join(ctx.dir, "w.db"), "record", "--pid", str(tg.pid),
-                       "--rate", "1000", "--duration", str(dur)]
-            return cmd
+# ---- slowdown: fresh targets, interleaved arms, paired per round ----------
 
-        def window(cmd):
-            if cmd is None:
-                return tg.window(None, secs)
-            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(0.5)
-            span = tg.window(None, secs)
-            p.wait(timeout=60)
-            return span
-        spans = [(None,) + window(None)]
-        for r in range(ctx.rounds):
-            for who in (("tachyon", "bifocal") if r % 2 == 0 else ("bifocal", "tachyon")):
-                spans.append((who,) + window(prof(who)))
-                spans.append((None,) + window(None))
-        rates = [tg.rate(t0, t1) for _, t0, t1 in spans]
-    for i in range(1, len(spans) - 1, 2):
-        on, before, after = rates[i], rates[i - 1], rates[i + 1]
-        if on and before and after:
-            out[spans[i][0]].append(100.0 * ((before[0] + after[0]) / 2 / on[0] - 1))
-            per_cpu[spans[i][0]].append(100.0 * ((before[1] + after[1]) / 2 / on[1] - 1))
-    return out, per_cpu
+# What each arm runs: (profiler, --clock/--mode, extra environment)
+ARMS = {
+    "none": (None, None, None),
+    "bifocal": ("bifocal", None, None),
+    "tachyon": ("tachyon", None, None),
+    "bifocal-cpu": ("bifocal", "cpu", None),  # perf switch rings, SCHED_FIFO sampler
+    "bifocal-cpu-nort": ("bifocal", "cpu", {"BIFOCAL_CPU_CLOCK_RT": "0"}),
+    "bifocal-schedstat": ("bifocal", "cpu", {"BIFOCAL_CPU_CLOCK": "schedstat"}),
+    "tachyon-cpu": ("tachyon", "cpu", None),
+}
+
+
+def median_ci(v, conf=0.95):
+    """Median of v and a distribution-free interval for it (order
+    statistics, the sign test's interval: the k-th smallest and largest, k
+    the largest with P(Binomial(n, 1/2) < k) <= (1-conf)/2); (med, lo, hi),
+    lo/hi None when n is too small for the confidence asked."""
+    import math
+    v = sorted(x for x in v if x is not None)
+    n = len(v)
+    if not n:
+        return None, None, None
+    med = statistics.median(v)
+    k, cum = 0, 0.0
+    while True:
+        nxt = cum + math.comb(n, k) / 2.0 ** n
+        if nxt > (1 - conf) / 2:
+            break
+        cum, k = nxt, k + 1
+    if k == 0:
+        return med, None, None
+    return med, v[k - 1], v[n - k]
+
+
+def sign_p(diffs):
+    """Two-sided sign-test p of paired differences (zeros dropped)."""
+    import math
+    pos = sum(1 for d in diffs if d > 0)
+    neg = sum(1 for d in diffs if d < 0)
+    n = pos + neg
+    if not n:
+        return 1.0
+    k = min(pos, neg)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n)
+
+
+def slowdown_rounds(ctx):
+    """Each round, for each rate: one fresh target per arm (none, bifocal,
+    Tachyon, ...), the arms in an order rotated every round, each profiler
+    with its real command line (ctx.how: attach to the running target, or
+    launch it), over ctx.seconds of the target's work after its warm-up.
+    Returns {rate: [round: {arm: trial dict}]} (slowdown_trial.trial's)."""
+    from slowdown_trial import trial
+    arms = ctx.arms
+    res = {rate: [] for rate in ctx.rates}
+    for r in range(ctx.rounds):
+        for rate in ctx.rates:
+            order = arms[r % len(arms):] + arms[:r % len(arms)]
+            got = {}
+            for arm in order:
+                who, clock, env = ARMS[arm]
+                pin, twin = ctx.pin, None
+                if ctx.twin == "pair":  # both targets share CPU 1 (time-sliced), the profiler CPU 0
+                    pin, twin = ("1", "0"), 1
+                elif ctx.twin:  # the profiled target on CPU b, its unprofiled twin on the other
+                    b = r % 2
+                    pin, twin = (str(b), str(b) if ctx.twin == "same" else None), 1 - b
+                got[arm] = trial(who, ctx.py, ctx.bf, rate, ctx.seconds, ctx.dir, how=ctx.how,
+                                 clock=clock, env=env, pin=pin, twin=twin)
+                t = got[arm]
+                if who and t.get("samples") and t["duration_s"] < ctx.seconds:
+                    # it started sampling after the work began (a slow start-up under load)
+                    print("  round %d, %s: %s sampled %.2f s of the %.1f s of work (left out)" % (
+                        r + 1, rate, arm, t["duration_s"], ctx.seconds), flush=True)
+                    t["samples"] = 0
+                elif who and not t.get("samples"):  # it failed: left out of the figures, said
+                    print("  round %d, %s: %s stored no samples (left out): %s" % (
+                        r + 1, rate, arm, t.get("prof_text", "").strip()[-200:]), flush=True)
+            res[rate].append(got)
+            print("  round %d, %s Hz, load %.1f: %s" % (r + 1, rate, got[order[-1]]["load"], "; ".join(
+                "%s %s" % (arm, fmt_trial(got[arm], base_of(ctx, got, arm))) for arm in arms)), flush=True)
+    return res
+
+
+def base_of(ctx, g, arm):
+    """What arm's run in round g is measured against: the round's unprofiled
+    run, or (--twin) the unprofiled twin that ran beside it."""
+    return g[arm].get("twin") if ctx.twin else g["none"]
+
+
+def per_unit(t, key):
+    return t[key] / t["iters"] if t and t.get("iters") else None
+
+
+def slow_pct(t, base, key):
+    if t and "samples" in t and not t["samples"]:  # a profiler that failed
+        return None
+    a, b = per_unit(t, key), per_unit(base, key)
+    return 100.0 * (a / b - 1) if a and b else None
+
+
+def fmt_trial(t, base):
+    if t is base or "samples" not in t and "twin" not in t:
+        return "%.2f us wall, %.2f us cpu a unit" % (per_unit(t, "wall_ns") / 1e3, per_unit(t, "cpu_ns") / 1e3)
+    if base is None:
+        return "(no twin result)"
+    if "samples" not in t:  # the twin null
+        return "%+.1f%% wall %+.1f%% cpu" % (slow_pct(t, base, "wall_ns"), slow_pct(t, base, "cpu_ns"))
+    if not t["samples"]:
+        return "failed"
+    rate = t["samples"] / t["duration_s"] if t.get("duration_s") else 0
+    share = 100.0 * t["prof_cpu_ns"] / t["wall_ns"] if t.get("prof_cpu_ns") is not None else float("nan")
+    return "%+.1f%% wall %+.1f%% cpu %.0f/s prof %.1f%%cpu" % (
+        slow_pct(t, base, "wall_ns"), slow_pct(t, base, "cpu_ns"), rate, share)
+
+
+def ci(m):
+    if m[0] is None:
+        return "n/a"
+    return "%+6.2f [%s]" % (m[0], "%+.2f,%+.2f" % (m[1], m[2]) if m[1] is not None else "n too small")
+
+
+def slowdown_report(ctx, res):
+    """Print, per rate and arm: achieved samples/s, the profiler's CPU, the
+    target's slowdown per wall second and per second of its own CPU (median
+    and 95% interval over rounds, each against the round's unprofiled run),
+    that per 1k samples/s, the target's involuntary switches, and each
+    profiler arm paired against Tachyon's in the same round (sign test)."""
+    rows = []
+    for rate in ctx.rates:
+        rounds = res[rate]
+        loads = [t["load"] for g in rounds for t in g.values()]
+        print("\n%s Hz asked, %d rounds, %.0f s of work each, load %.1f-%.1f (median %.1f):"
+              % (rate, len(rounds), ctx.seconds, min(loads), max(loads), statistics.median(loads)))
+        print("  %-18s %9s %8s %21s %21s %10s %9s" % ("arm", "samples/s", "prof CPU", "slowdown wall %",
+                                                    "slowdown own CPU %", "/1k smp/s", "invol/s"))
+        for arm in ctx.arms:
+            ts = [g[arm] for g in rounds]
+            base = [base_of(ctx, g, arm) for g in rounds]
+            inv = statistics.median(t["nivcsw"] / (t["wall_ns"] / 1e9) for t in ts)
+            if arm == "none" and ctx.twin:  # the method's own null: two unprofiled twins
+                w = median_ci([slow_pct(t, b, "wall_ns") for t, b in zip(ts, base)])
+                c = median_ci([slow_pct(t, b, "cpu_ns") for t, b in zip(ts, base)])
+                print("  %-18s %9s %8s %21s %21s %10s %9.0f" % ("none (twin null)", "", "", ci(w), ci(c), "", inv))
+                continue
+            if arm == "none":
+                print("  %-18s %9s %8s %21s %21s %10s %9.0f" % (arm, "", "", "", "", "", inv))
+                continue
+            rates = [t["samples"] / t["duration_s"] for t in ts if t.get("duration_s") and t["samples"]]
+            ach = statistics.median(rates) if rates else 0
+            share = statistics.median([100.0 * t["prof_cpu_ns"] / t["wall_ns"] for t in ts
+                                       if t.get("prof_cpu_ns") is not None and t["samples"]] or [0])
+            w = median_ci([slow_pct(t, b, "wall_ns") for t, b in zip(ts, base)])
+            c = median_ci([slow_pct(t, b, "cpu_ns") for t, b in zip(ts, base)])
+            per1k = w[0] / (ach / 1000.0) if ach else float("nan")
+            print("  %-18s %9.0f %7.2f%% %21s %21s %+10.3f %9.0f" % (arm, ach, share, ci(w), ci(c), per1k, inv))
+            rows.append((rate, arm, ach, share, w, c))
+        if "tachyon" in ctx.arms:
+            for arm in ctx.arms:
+                if arm in ("none", "tachyon"):
+                    continue
+                for key, what in (("wall_ns", "wall"), ("cpu_ns", "own CPU")):
+                    d = [(slow_pct(g[arm], base_of(ctx, g, arm), key),
+                          slow_pct(g["tachyon"], base_of(ctx, g, "tachyon"), key)) for g in rounds]
+                    d = [x - y for x, y in d if x is not None and y is not None]
+                    m = median_ci(d)
+                    if m[0] is None:
+                        continue
+                    print("  %s - tachyon, per unit of %s: median %+.2f points [%s], %s slower in %d of "
+                          "%d rounds, sign test p=%.3f" % (
+                              arm, what, m[0], "%+.2f,%+.2f" % (m[1], m[2]) if m[1] is not None else "n/a",
+                              arm, sum(1 for x in d if x > 0), len(d), sign_p(d)))
+    return rows
 
 
 def run_one(who, ctx, rate, name, args, cpu=False, all_threads=False):
@@ -263,6 +413,18 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0, help="length of each profiled run")
     ap.add_argument("--only", action="append",
                     choices=["valid", "invalid", "cpu", "impossible", "slowdown"])
+    ap.add_argument("--slow-rounds", type=int, help="slowdown rounds (default: --rounds)")
+    ap.add_argument("--slow-seconds", type=float, default=5.0, help="target work per slowdown run")
+    ap.add_argument("--slow-rates", default="1000", help="asked rates, comma-separated (1000000: max)")
+    ap.add_argument("--arms", default="none,bifocal,tachyon", help="comma-separated, of: " + ",".join(ARMS))
+    ap.add_argument("--how", choices=["attach", "launch"], default="attach")
+    ap.add_argument("--pin", help="TARGET_CPUS/PROFILER_CPUS for taskset (attach only), e.g. 1/0")
+    ap.add_argument("--twin", choices=["pair", "same", "free", "none"], default="pair",
+                    help="run each target beside an unprofiled twin and measure against it: (pair, the "
+                         "default) both sharing CPU 1, time-sliced, the profiler on CPU 0; or on the other "
+                         "CPU, the profiler on the profiled target's CPU (same) or unpinned (free); none: "
+                         "against the round's unprofiled run, nothing pinned but by --pin")
+    ap.add_argument("--json", help="write every slowdown trial here")
     a = ap.parse_args()
     ctx = Ctx()
     ctx.notes = []
@@ -296,19 +458,23 @@ def main():
         rows.append((label, fmt % statistics.median(got["tachyon"]),
                      fmt % statistics.median(got["bifocal"])))
     if not a.only or "slowdown" in a.only:
-        ctx.rounds = a.rounds
-        slow, slow_cpu = slowdown_windows(ctx)
-        print("  slowdown: tachyon %s; bifocal %s" % (["%+.2f" % v for v in slow["tachyon"]],
-                                                      ["%+.2f" % v for v in slow["bifocal"]]))
-        print("  slowdown per target CPU s: tachyon %s; bifocal %s" % (
-            ["%+.2f" % v for v in slow_cpu["tachyon"]], ["%+.2f" % v for v in slow_cpu["bifocal"]]))
-        med = lambda v: "%+.2f" % statistics.median(v) if v else "n/a"  # noqa: E731
-        rows.append(("target slowdown %, 1 kHz (windows in one target)", med(slow["tachyon"]),
-                     med(slow["bifocal"])))
-        rows.append(("  the same per second of the target's CPU", med(slow_cpu["tachyon"]),
-                     med(slow_cpu["bifocal"])))
+        ctx.rounds = a.slow_rounds or a.rounds
+        ctx.seconds = a.slow_seconds
+        ctx.rates = [int(x) for x in a.slow_rates.split(",")]
+        ctx.arms = ["none"] + [x for x in a.arms.split(",") if x != "none"]
+        ctx.how = a.how
+        ctx.pin = tuple(a.pin.split("/")) if a.pin else None
+        ctx.twin = None if a.twin == "none" else a.twin
+        print("slowdown: %s, arms %s, rates %s, %d rounds of %.1f s work%s" % (
+            ctx.how, ",".join(ctx.arms), ctx.rates, ctx.rounds, ctx.seconds,
+            ", target on CPU %s, profiler on CPU %s" % ctx.pin if ctx.pin else ""), flush=True)
+        res = slowdown_rounds(ctx)
+        slowdown_report(ctx, res)
+        if a.json:
+            json.dump({str(k): v for k, v in res.items()}, open(a.json, "w"))
     w = max(len(r[0]) for r in rows) if rows else 10
-    print("\n%-*s  %12s  %12s" % (w, "median of %d interleaved rounds" % a.rounds, "Tachyon", "bifocal"))
+    if rows:
+        print("\n%-*s  %12s  %12s" % (w, "median of %d interleaved rounds" % a.rounds, "Tachyon", "bifocal"))
     for label, t, b in rows:
         print("%-*s  %12s  %12s" % (w, label, t, b))
     for n in ctx.notes:
