@@ -13,7 +13,7 @@
 
 typedef struct bf_store bf_store;
 
-#define BF_STORE_SCHEMA_VERSION 4
+#define BF_STORE_SCHEMA_VERSION 5
 
 /* Open flags. */
 #define BF_STORE_READONLY 0x1 /* never write; fails on a missing file */

@@ -88,8 +88,14 @@ static const char schema_memnear29[] =
     " size_bytes INTEGER NOT NULL, function_id INTEGER NOT NULL, stack TEXT NOT NULL,"
     " PRIMARY KEY(session_id, rank)) WITHOUT ROWID;";
 
+/* v5, the kernel lens (record --kernel): no new table, but sample chunks may
+ * set control bits 5-6 (chunk.c), which a v4 build would read as a corrupt
+ * chunk; the version makes it say "newer than this bifocal; upgrade". */
+static const char schema_kernel27[] = "SELECT 1;";
+
 /* Migrations: migrations[v] upgrades from user_version v to v+1. */
-static const char *const migrations[] = {schema_v1, schema_push30, schema_memfar, schema_memnear29};
+static const char *const migrations[] = {schema_v1, schema_push30, schema_memfar, schema_memnear29,
+                                         schema_kernel27};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
 static int pragma_int(bf_store *s, const char *sql, int64_t *out) {

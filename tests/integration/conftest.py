@@ -195,7 +195,9 @@ SERIAL_FILES = {
     "test_calibrate.py",          # coverage of sampled vs traced shares
     "test_consistent_stacks.py",  # torn-stack rates beside CPU hogs
     "test_cpu_clock.py",          # CPU shares against the workload's own clock
+    "test_kernel_lens.py",        # kernel-state shares against each thread's own schedstat, CPU hogs
     "test_memory_far.py",         # memory growth shares against the workload's own statm
+    "test_modes_exception.py",    # time in handlers against the workload's own clock
     "test_reliability.py",        # achieved rate under a lock, RSS over time, Ctrl-Z
     "test_sampler.py",            # achieved rates, missed ticks, dump timing
 }
