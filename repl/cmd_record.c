@@ -346,7 +346,13 @@ int bf_cmd_record(bf_cli *cli, int argc, char **argv) {
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &sa, &old_sa[i]);
   rc = record_main(cli, &o, outp, out_kind);
-  for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &old_sa[i], NULL);
+  child_pid = 0; /* waited for: its pid may be reused */
+  /* A one-shot command exits next, its session and -o file written: a stop
+   * signal landing meanwhile (timeout's second one, a burst) must not end it
+   * by that signal and turn a finished record into a failure. The REPL gets
+   * its own handlers back. */
+  if (cli->in_repl)
+    for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i], &old_sa[i], NULL);
   return rc;
 }
 

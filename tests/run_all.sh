@@ -38,8 +38,6 @@ times=()
 stage() { times+=("$1 $((SECONDS - t0)) s"); t0=$SECONDS; }
 
 t0=$SECONDS
-meson test -C build --suite unit --suite fuzz --print-errorlogs || status=1
-stage "unit+fuzz"
 asan_pid=
 if [ "${BIFOCAL_ASAN:-1}" != 0 ]; then
   asan_log=$(mktemp "${TMPDIR:-/tmp}/bifocal-asan.XXXXXX")
@@ -47,6 +45,9 @@ if [ "${BIFOCAL_ASAN:-1}" != 0 ]; then
   nice -n 10 bash -c "set -o pipefail; $(declare -f asan); asan; rc=\$?; echo \"(ASan+UBSan stage: \$SECONDS s)\"; exit \$rc" >"$asan_log" 2>&1 &
   asan_pid=$!
 fi
+t0=$SECONDS
+meson test -C build --suite unit --suite fuzz --print-errorlogs || status=1
+stage "unit+fuzz"
 bash tests/run_pytest.sh parallel || status=1
 stage "integration parallel"
 if [ -n "$asan_pid" ]; then

@@ -318,6 +318,9 @@ def test_kernel_blocked_threads(python, files, tmp_path):
 
 def test_kernel_pid_namespace_schedstat(python, files, tmp_path):
     """Attached by --pid in a PID namespace, with the /proc CPU-clock fallback forced."""
+    if os.path.basename(python) not in ("python3.8", "python3.12", "python3.15"):
+        pytest.skip("the namespace path reads /proc the same for every interpreter: held on 3.8, 3.12 and "
+                    "3.15 (suite time)")
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare(1) for a PID namespace")
     db = str(tmp_path / "n.db")
