@@ -234,6 +234,16 @@ static void record_report(bf_store *st, int64_t sid, int native, int tty) {
                   (long long)sid, strtoll(ld + 15, NULL, 10));
     bf_session_info_free(in);
   }
+  if (sid > 0) { /* said once, terminal or not: a CPU-saturated host (record --kernel) */
+    bf_session_info *in = NULL;
+    const char *k;
+    if (bf_store_session_get(st, sid, &in) == 0 && in->extra_json &&
+        (k = strstr(in->extra_json, "\"runq_share\":")) && strtod(k + 13, NULL) > 0.05)
+      bf_cli_warn("session %lld: the target's threads spent %.1f%% of their time waiting for a CPU (run "
+                  "queue): the host is CPU-saturated; see `replay %lld --view waits`",
+                  (long long)sid, strtod(k + 13, NULL) * 100.0, (long long)sid);
+    bf_session_info_free(in);
+  }
   if (sid > 0) {
     bf_session_info *in = NULL;
     if (tty && bf_store_session_get(st, sid, &in) == 0) {

@@ -26,6 +26,7 @@ same path).
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import time
 
@@ -365,3 +366,9 @@ def test_kernel_run_queue_beside_hogs(python, files, tmp_path, two_hogs):
         return rows, lambda: None
     rows = assert_close("runq " + python, capture)
     assert all(t > 10 for _, _, t, _ in rows), rows  # the hogs did starve them
+    # record's summary says so past 5% of the target's time in the run queue
+    r = run(["record", "--kernel", "--", python, str(files / "cpu.py"), out, "1"], db=db, timeout=120)
+    share = json.loads(sqlite3.connect(db).execute("SELECT extra_json FROM sessions WHERE id=?",
+                                                   (last_line_id(r),)).fetchone()[0])["kernel"]["runq_share"]
+    said = "waiting for a CPU (run queue): the host is CPU-saturated" in r.stderr
+    assert said == (share > 0.05), (share, r.stderr)
