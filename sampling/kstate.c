@@ -42,6 +42,7 @@ struct smp_kcache {
   kc_table links, targets;
   kc_table net;      /* socket inode ("72195") → kc_link, from the last net tables read */
   int64_t net_ns;    /* when they were read (monotonic), 0 never */
+  unsigned long net_missed; /* the last socket inode not in them */
   bf_smp_ktarget *gil, *full; /* "futex GIL", and the target of every text past KC_MAX_TARGETS */
 };
 
@@ -261,7 +262,9 @@ static void net_reload(bf_smp *h) {
 }
 
 /* The peer of socket inode ino: 1 and link->desc, or 0. The tables are read
- * again on a miss at most once a second. */
+ * again on a miss at most once a second, or after 100 ms for a socket not
+ * missed just before (one made since the last read: a new connection is
+ * named within 0.1 s, at most ten walks a second however many come). */
 static int net_lookup(bf_smp *h, unsigned long ino, kc_link *link) {
   struct smp_kcache *kc = h->kc;
   char key[32];
@@ -273,7 +276,9 @@ static int net_lookup(bf_smp *h, unsigned long ino, kc_link *link) {
       *link = *(kc_link *)e->val;
       return 1;
     }
-    if (pass || (kc->net_ns && h->now_ns - kc->net_ns < 1000000000LL)) break;
+    int64_t since = h->now_ns - kc->net_ns;
+    if (pass || (kc->net_ns && since < 1000000000LL && (ino == kc->net_missed || since < 100000000LL))) break;
+    kc->net_missed = ino;
     net_reload(h);
   }
   return 0;
