@@ -147,7 +147,7 @@ for _, w in ipairs(waits) do
       local k = sp and sp.kernel
       local unblocked = k and ((k.cpu and k.cpu.share or 0) + (k.runq and k.runq.share or 0)) * budget_ns
       local outside = req_ns - blocked_per_req
-      if unblocked and outside > 0 then
+      if unblocked and outside > 0 and unblocked / outside >= 1 then
         local reqs = unblocked / outside
         prod_calls, how = reqs * calls_per_req, string.format("~%.0f %s, est.", reqs,
           per == per_fn and "requests" or "calls of " .. bifocal.inert(per.qualname))
@@ -164,12 +164,13 @@ for _, w in ipairs(waits) do
       how or "-",
     }
     if tu and calls_per_req then
-      lines[#lines + 1] = string.format("%s under %s is called %s× per %s in the trace (%s per call there); production waits %s per call on %s (%s)",
+      lines[#lines + 1] = string.format("%s under %s is called %s× per %s in the trace (%s per call there); production waits %s per call on %s%s",
         bifocal.inert(blocking), bifocal.inert(w.under.qualname),
         (calls_per_req == math.floor(calls_per_req)) and string.format("%d", calls_per_req) or string.format("%.2f", calls_per_req),
         per ~= tu and "request (" .. bifocal.inert(per.qualname) .. ")" or "call of " .. bifocal.inert(w.under.qualname),
         traced_per_call and ms(traced_per_call) or "-",
-        per_call and ms(per_call) or "(unknown: give --requests)", bifocal.inert(short_target(w.target)), how or "-")
+        per_call and ms(per_call) or "? (give --requests)", bifocal.inert(short_target(w.target)),
+        how and " (" .. how .. ")" or "")
     elseif not tu then
       lines[#lines + 1] = string.format("%s (%s of wall) waits under %s, which the trace did not see",
         bifocal.inert(w.target), bifocal.pct(w.share), bifocal.inert(w.under.qualname))
