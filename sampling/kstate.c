@@ -426,14 +426,6 @@ void smp_kstate_copy(const bf_smp *h, const smp_tslot *s, bf_smp_thread *t) {
   }
 }
 
-/* A thread still asleep in the state of its last read, with no CPU tick
- * since, is taken not to have run for up to KS_SLEEP_REUSE_NS: its schedstat
- * is not read again (that pread was most of the lens's cost per blocked
- * thread-sample). A thread that did run meanwhile without a tick keeps its
- * old wait that long; its run-queue delay and CPU time are cumulative, so
- * they are counted at the next read, not lost. */
-#define KS_SLEEP_REUSE_NS 10000000
-
 /* Three decimal fields of schedstat. 0 when they are all there. */
 static int sched_parse(const char *p, unsigned long long v[3]) {
   for (int i = 0; i < 3; i++) {
@@ -456,22 +448,10 @@ void smp_kstate_read(bf_smp *h, smp_tslot *s, const char *rest, bf_smp_thread *t
   if (!st || st == 'Z' || st == 'X') return;
   const char *mf = stat_field(rest, 12);
   uint64_t majflt = mf ? strtoull(mf, NULL, 10) : s->k_majflt;
-  const char *ut = mf ? stat_field(mf, 14 - 12 + 3) : NULL; /* utime, then stime */
-  char *e2 = NULL;
-  uint64_t ticks = ut ? strtoull(ut, &e2, 10) : 0;
-  if (e2) ticks += strtoull(e2, NULL, 10);
-  if (st != 'R' && s->k_state == st && s->k_class && ut && ticks == s->k_ticks &&
-      h->now_ns - s->k_sched_ns < KS_SLEEP_REUSE_NS) {
-    s->k_majflt = majflt;
-    smp_kstate_copy(h, s, t);
-    return;
-  }
   unsigned long long v[3];
   if (smp_proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) < 0 || sched_parse(buf, v) < 0)
     return; /* gone: costs nothing more */
   unsigned long long run = v[0], wait = v[1], pc = v[2];
-  s->k_ticks = ticks;
-  s->k_sched_ns = h->now_ns;
   int again = s->k_state == st && s->k_pcount == pc && s->k_class;
   s->k_run_delay = (int64_t)wait;
   s->k_run = (int64_t)run;

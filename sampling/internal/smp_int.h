@@ -226,8 +226,6 @@ typedef struct smp_tslot {
   int64_t k_run_delay;   /* schedstat field 2 */
   int64_t k_run;         /* schedstat field 1 */
   uint64_t k_majflt;
-  uint64_t k_ticks;      /* stat's utime + stime when schedstat was last read */
-  int64_t k_sched_ns;    /* when schedstat was last read (h->now_ns) */
   bf_smp_ktarget *k_target;
 } smp_tslot;
 
