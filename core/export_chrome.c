@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "query.h"
 #include "store_int.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "ident.h"
-#include "json.h"
+#include "jsonw.h"
 #include "map.h"
 #include "query.h"
 #include "store_int.h"

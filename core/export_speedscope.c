@@ -12,7 +12,6 @@
 #include "jsonw.h"
 #include "query.h"
 #include "store_int.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 #include "vec.h"

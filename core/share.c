@@ -14,6 +14,8 @@
 
 #include "copy.h"
 #include "share.h"
+#include "json.h"
+#include "jsonw.h"
 #include "store_int.h"
 #include "util.h"
 

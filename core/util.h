@@ -1,12 +1,10 @@
-/* util.h — small shared helpers of core/: durations, clocks; JSON writing
- * (json.h) is included for the callers that found it here. */
+/* util.h — small shared helpers of core/: durations, clocks. */
 #ifndef BF_UTIL_H
 #define BF_UTIL_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-#include "json.h"
 #include "store.h"
 
 /* Parse "90s", "30m", "12h", "7d", "250ms" or plain seconds ("1.5").

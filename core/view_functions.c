@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "json.h"
+#include "jsonw.h"
 #include "text.h"
 #include "query.h"
 #include "util.h"

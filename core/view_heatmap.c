@@ -6,10 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
+#include "jsonw.h"
 #include "query.h"
 #include "store_int.h"
 #include "text.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 #include "vec.h"

@@ -6,10 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
+#include "jsonw.h"
 #include "opnames.h"
 #include "query.h"
 #include "store_int.h"
-#include "util.h"
 #include "vec.h"
 #include "views.h"
 #include "views_int.h"

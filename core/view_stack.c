@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
+#include "jsonw.h"
 #include "profile.h"
 #include "query.h"
 #include "store_int.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 

@@ -4,10 +4,10 @@
 #include <errno.h>
 #include <string.h>
 
+#include "json.h"
 #include "jsonw.h"
 #include "store_int.h"
 #include "text.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 #include "waits.h"

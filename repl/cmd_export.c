@@ -10,7 +10,6 @@
 #include "opts.h"
 #include "out_file.h"
 #include "share.h"
-#include "util.h"
 #include "views.h"
 
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {

@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "correlate.h"
+#include "json.h"
 #include "text.h"
 #include "util.h"
 

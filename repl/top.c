@@ -8,7 +8,6 @@
 
 #include "text.h"
 #include "top.h"
-#include "util.h"
 #include "vec.h"
 
 static bf_top_fn *fn_get(bf_top *t, const bf_smp_code *c) {
