@@ -14,8 +14,8 @@
 
 #include "copy.h"
 #include "share.h"
-#include "json.h"
 #include "jsonw.h"
+#include "session_json.h"
 #include "store_int.h"
 #include "util.h"
 
@@ -336,7 +336,7 @@ static int verify_db(bf_store *dst, bf_store *in, const char *path, int64_t *ses
     /* its metadata ends up inside our JSON: one well-formed object that does
      * not pose as our own fields, or nothing is imported */
     bad_meta = list[0]->extra_json &&
-               bf_json_check_object(list[0]->extra_json, bf_json_reserved_extra_keys, why, sizeof why) != 0;
+               bf_json_check_object(list[0]->extra_json, bf_session_reserved_extra_keys, why, sizeof why) != 0;
   }
   for (size_t i = 0; i < n; i++) bf_session_info_free(list[i]);
   free(list);

@@ -1,4 +1,4 @@
-/* util.c — duration parsing, time formatting (JSON writing is in json.c). */
+/* util.c — duration parsing, time formatting (JSON writing is in common/jsonw.c, session metadata as JSON in session_json.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
