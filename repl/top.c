@@ -143,7 +143,7 @@ void bf_top_print_threads(bf_top *t, FILE *f, int with_pid, int width, const cha
   }
 }
 
-int bf_top_look_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
+int bf_top_inspect_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
                     size_t n) {
   (void)h;
   (void)version;
