@@ -7,11 +7,11 @@
 #include <string.h>
 
 #include "correlate.h"
+#include "diff.h"
 #include "jsonw.h"
 #include "query.h"
 #include "session_json.h"
 #include "store_int.h"
-#include "views.h"
 #include "views_int.h"
 
 static int same_str(const char *a, const char *b) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exports.h"
 #include "ident.h"
 #include "jsonw.h"
 #include "map.h"

@@ -6,6 +6,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "exports.h"
 #include "formats.h"
 #include "opts.h"
 #include "out_file.h"

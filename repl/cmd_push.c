@@ -18,6 +18,7 @@
 #include <zlib.h>
 
 #include "cli.h"
+#include "exports.h"
 #include "fleet.h"
 #include "http.h"
 #include "jsonw.h"
@@ -26,7 +27,6 @@
 #include "query.h"
 #include "text.h"
 #include "util.h"
-#include "views.h"
 
 #define RETRY_AFTER_MAX_S 30
 
