@@ -1,4 +1,5 @@
-/* util.h — small shared helpers of core/: durations, clocks. */
+/* util.h — small shared helpers of core/: durations and times (the clocks are
+ * common/clock.h). */
 #ifndef BF_UTIL_H
 #define BF_UTIL_H
 
@@ -10,9 +11,6 @@
 /* Parse "90s", "30m", "12h", "7d", "250ms" or plain seconds ("1.5").
  * OUT: *ns. Returns 0 or -EINVAL. */
 int bf_parse_duration_ns(const char *s, int64_t *ns);
-
-/* Realtime clock in ns since the epoch. */
-int64_t bf_now_ns(void);
 
 /* Format epoch ns as "YYYY-MM-DD HH:MM:SS" (UTC) into buf. */
 void bf_fmt_time(int64_t epoch_ns, char *buf, size_t len);

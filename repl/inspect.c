@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "clock.h"
 #include "inspect.h"
 #include "native.h"
 
@@ -26,12 +27,6 @@ struct bf_inspect {
   int64_t last_scan_ns;
   char err[512];
 };
-
-static int64_t mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void target_free(target *t) {
   bf_smp_native_free(t->nat);
@@ -118,7 +113,7 @@ static void scan_children(bf_inspect *l) {
       memcpy(l->err, save, sizeof save);
     }
   }
-  l->last_scan_ns = mono();
+  l->last_scan_ns = bf_mono_ns();
 }
 
 int bf_inspect_open(int pid, const bf_inspect_opts *o, bf_inspect **out) {
@@ -152,7 +147,7 @@ const char *bf_inspect_errmsg(const bf_inspect *l) { return l->err[0] ? l->err :
 size_t bf_inspect_count(const bf_inspect *l) { return l->n; }
 
 int bf_inspect_sample(bf_inspect *l, int tries, bf_inspect_fn fn, void *ud, int *invalid) {
-  if (l->o.subprocesses && mono() - l->last_scan_ns > 1000000000) scan_children(l);
+  if (l->o.subprocesses && bf_mono_ns() - l->last_scan_ns > 1000000000) scan_children(l);
   unsigned want = BF_SMP_WANT_STATE | (l->o.gil_only ? BF_SMP_WANT_GIL_ONLY : 0) |
                   (l->o.settled ? BF_SMP_WANT_SETTLED : 0);
   int torn = 0, good = 0;
