@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "jsonw.h"
+#include "session_json.h"
 #include "store_int.h"
 #include "text.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 #include "waits.h"
@@ -95,7 +95,7 @@ int bf_view_waits(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
     bf_jw_obj(&w);
     bf_jw_key(&w, "session");
     FILE *sf = bf_jw_file(&w);
-    if (sf) bf_json_session(sf, info);
+    if (sf) bf_session_json(sf, info);
     bf_jw_kint(&w, "total_samples", (long long)k->total_samples);
     bf_jw_knum(&w, "kernel_share", k->total_weight > 0 ? k->kernel_units / k->total_weight : 0);
     bf_jw_key(&w, "split");

@@ -14,7 +14,7 @@
 #include "opts.h"
 #include "native.h"
 #include "locals.h"
-#include "look.h"
+#include "inspect.h"
 #include "sampler.h"
 #include "text.h"
 
@@ -23,9 +23,9 @@
  * shown inert) */
 static void status_words(const bf_smp_thread *t, char *buf, size_t len) {
   uint32_t f = t->flags;
-  const char *wait = bf_look_wait(t);
+  const char *wait = bf_inspect_wait(t);
   char wb[400] = "", ib[320];
-  if (wait) snprintf(wb, sizeof wb, ": %s (%s)", bf_inert(wait, ib, sizeof ib), bf_look_wait_class(t));
+  if (wait) snprintf(wb, sizeof wb, ": %s (%s)", bf_inert(wait, ib, sizeof ib), bf_inspect_wait_class(t));
   snprintf(buf, len, "%s%s%s%s", (f & BF_SMP_GIL) ? "holds GIL, " : "",
            (f & BF_SMP_ON_CPU) ? "on CPU" : (f & BF_SMP_IDLE) ? "idle" : "unknown", wb,
            (f & BF_SMP_GC) ? ", GC running" : "");
@@ -119,8 +119,8 @@ static int print_process(void *ud, bf_smp *h, int pid, const char *version, cons
       bf_jw_key(w, "kernel"); /* the kernel lens: null when not read (--native) */
       if (t[i].kclass) {
         bf_jw_obj(w);
-        bf_jw_kstr(w, "class", bf_look_wait_class(&t[i]));
-        bf_jw_kstr(w, "wait", bf_look_wait(&t[i]));
+        bf_jw_kstr(w, "class", bf_inspect_wait_class(&t[i]));
+        bf_jw_kstr(w, "wait", bf_inspect_wait(&t[i]));
         bf_jw_kint(w, "run_delay_ns", (long long)t[i].run_delay_ns);
         bf_jw_kint(w, "major_faults", (long long)t[i].majflt);
         bf_jw_end(w);
@@ -179,7 +179,7 @@ static int print_process(void *ud, bf_smp *h, int pid, const char *version, cons
 }
 
 /* Options and their checks; -1 to go on, else the exit status. OUT: *pid, *lo, *d-> */
-static int dump_parse(int argc, char **argv, int *pid, bf_look_opts *lo, dump_out *d) {
+static int dump_parse(int argc, char **argv, int *pid, bf_inspect_opts *lo, dump_out *d) {
   /* short letters are py-spy's (dump -p PID -j -l -n -s) */
   static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
                                        {"pid", required_argument, NULL, 'p'},
@@ -219,8 +219,8 @@ static int dump_parse(int argc, char **argv, int *pid, bf_look_opts *lo, dump_ou
 }
 
 /* One consistent sample of every thread, printed only once complete.
- * Returns -1 when out of memory, else 0 and bf_look_sample's result in *rc. */
-static int dump_run(bf_look *l, const bf_look_opts *lo, dump_out *d, int *rc) {
+ * Returns -1 when out of memory, else 0 and bf_inspect_sample's result in *rc. */
+static int dump_run(bf_inspect *l, const bf_inspect_opts *lo, dump_out *d, int *rc) {
   char *text = NULL;
   size_t text_len = 0;
   d->f = open_memstream(&text, &text_len);
@@ -231,7 +231,7 @@ static int dump_run(bf_look *l, const bf_look_opts *lo, dump_out *d, int *rc) {
     bf_jw_key(&d->w, "processes");
     bf_jw_arr(&d->w);
   }
-  *rc = bf_look_sample(l, DUMP_TRIES, print_process, d, NULL);
+  *rc = bf_inspect_sample(l, DUMP_TRIES, print_process, d, NULL);
   if (d->json && lo->subprocesses) {
     bf_jw_end(&d->w);
     bf_jw_end(&d->w);
@@ -245,7 +245,7 @@ static int dump_run(bf_look *l, const bf_look_opts *lo, dump_out *d, int *rc) {
 
 int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   int pid = 0;
-  bf_look_opts lo = {0};
+  bf_inspect_opts lo = {0};
   dump_out d = {0};
   int rc = dump_parse(argc, argv, &pid, &lo, &d);
   if (rc >= 0) return rc;
@@ -253,15 +253,15 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   if ((rc = bf_audit_begin_look(cli, "dump", pid, &au))) return rc;
   lo.native_stop_wait_ns = 1000000000; /* one sample: wait for every thread */
   lo.settled = 1;                      /* and a stack that held still while read */
-  bf_look *l = NULL;
-  if ((rc = bf_look_open(pid, &lo, &l))) {
+  bf_inspect *l = NULL;
+  if ((rc = bf_inspect_open(pid, &lo, &l))) {
     bf_audit_end(au, "attach failed", 0);
     return rc;
   }
   if (dump_run(l, &lo, &d, &rc) < 0) {
     bf_cli_error("out of memory");
     bf_audit_end(au, "out of memory", 0);
-    bf_look_free(l);
+    bf_inspect_free(l);
     return 1;
   }
   char torn_msg[256];
@@ -273,9 +273,9 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   const char *fail = rc == -ESRCH                    ? "the process exited"
                      : rc == -ENOTSUP && d.err[0] ? d.err
                      : rc == -EIO && !lo.native   ? torn_msg
-                                                   : bf_look_errmsg(l);
+                                                   : bf_inspect_errmsg(l);
   bf_audit_end(au, rc < 0 ? fail : NULL, 0);
   if (rc < 0) bf_cli_error("%s", fail);
-  bf_look_free(l); /* threads were resumed already; this detaches */
+  bf_inspect_free(l); /* threads were resumed already; this detaches */
   return rc < 0 ? 1 : 0;
 }

@@ -7,10 +7,9 @@
 #include <string.h>
 
 #include "clock.h"
-#include "look.h"
+#include "inspect.h"
 #include "text.h"
 #include "top.h"
-#include "util.h"
 #include "vec.h"
 
 static bf_top_fn *fn_get(bf_top *t, const bf_smp_code *c) {
@@ -64,7 +63,7 @@ int bf_top_add_pid(bf_top *t, int pid, const bf_smp_thread *th, size_t n) {
     tt->idle += !!(th[i].flags & BF_SMP_IDLE);
     tt->gil += !!(th[i].flags & BF_SMP_GIL);
     tt->last_top = th[i].nframes ? th[i].frames[0].code : NULL;
-    const char *wait = bf_look_wait(&th[i]);
+    const char *wait = bf_inspect_wait(&th[i]);
     if (th[i].kclass) {
       int64_t now = bf_mono_ns();
       /* runnable, and waiting for a CPU most of the time since the last look */
@@ -165,7 +164,7 @@ void bf_top_print_threads(bf_top *t, FILE *f, int with_pid, int width, const cha
   }
 }
 
-int bf_top_look_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
+int bf_top_inspect_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
                     size_t n) {
   (void)h;
   (void)version;
