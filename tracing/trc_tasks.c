@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "clock.h"
 #include "trc_module.h"
 #if PY_VERSION_HEX < 0x030C0000
 #include <opcode.h>
@@ -44,22 +45,15 @@ void trc_tasks_init(trc_tasks *tk) {
   *tk = (trc_tasks){.codes = BF_PMAP_INIT(tk_code), .sites = BF_PMAP_INIT(tk_site), .lives = BF_PMAP_INIT(tk_live)};
 }
 
-static int64_t tk_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* co's row in the code table, added (with a new reference) when absent; NULL
  * when out of memory. */
 static tk_code *tk_code_row(trc_tasks *tk, PyCodeObject *co) {
-  tk_code *c = bf_pmap_get(&tk->codes, (uint64_t)(uintptr_t)co);
-  if (c) return c;
-  if (tk->ncodes >= UINT32_MAX - 1) return NULL;
   int added;
-  if (!(c = bf_pmap_put(&tk->codes, (uint64_t)(uintptr_t)co, &added))) return NULL;
-  Py_INCREF(co);
-  c->id = ++tk->ncodes;
+  tk_code *c = bf_pmap_put(&tk->codes, (uint64_t)(uintptr_t)co, &added);
+  if (c && added) {
+    Py_INCREF(co);
+    c->id = ++tk->ncodes;
+  }
   return c;
 }
 
@@ -70,13 +64,13 @@ static void tk_start(trc_tasks *tk, uintptr_t coro, PyCodeObject *co, PyCodeObje
   tk_live *l = bf_pmap_get(&tk->lives, (uint64_t)coro);
   if (!l && (tk->lives.len >= TK_LIVE || !(l = bf_pmap_put(&tk->lives, (uint64_t)coro, NULL)))) return;
   l->co = co;
-  l->start_ns = tk_now();
+  l->start_ns = bf_mono_ns();
 }
 
 static void tk_end(trc_tasks *tk, uintptr_t coro) {
   tk_live *l = coro ? bf_pmap_get(&tk->lives, (uint64_t)coro) : NULL;
   if (!l) return;
-  int64_t d = tk_now() - l->start_ns;
+  int64_t d = bf_mono_ns() - l->start_ns;
   PyCodeObject *co = l->co;
   bf_pmap_del(&tk->lives, (uint64_t)coro);
   tk_code *c = bf_pmap_get(&tk->codes, (uint64_t)(uintptr_t)co);
