@@ -24,16 +24,14 @@
 #include "store.h"
 #include "trace_run.h"
 
-/* The collector's state (trc_module.h); the tasks' tables get their slot
- * sizes when the module first loads. */
-static trc_state trc_root = {
+/* The collector's state (trc_module.h; read through trc_state_root); the
+ * tasks' tables get their slot sizes when the module first loads. */
+trc_state trc_root = {
     .next_gen = 1,
     .code_extra = -2,
     .tsc_usable = -1,
     .mon = {.sites_off = -1, .watcher_id = -1},
 };
-
-trc_state *trc_state_root(void) { return &trc_root; }
 
 _Thread_local __attribute__((tls_model("initial-exec"))) trc_tls_state trc_tls;
 

@@ -88,17 +88,22 @@ typedef struct trc_state {
   trc_tasks tasks;        /* asyncio await sites and task lifetimes (trc_tasks.h) */
 } trc_state;
 
-/* The root instance. Only entry points CPython calls without a context
- * pointer (the setprofile function, the dict watcher, module functions) and
- * new Profiles reach for it; everything else is handed a pointer. */
-trc_state *trc_state_root(void) __attribute__((const));
+/* The root instance, defined in trc_module.c. Only entry points CPython
+ * calls without a context pointer (the setprofile function, the dict watcher,
+ * module functions) and new Profiles reach for it, through trc_state_root
+ * (inline: the setprofile function asks on every event); everything else is
+ * handed a pointer. */
+extern trc_state trc_root;
+static inline trc_state *trc_state_root(void) { return &trc_root; }
 
 struct ProfileObject {
   PyObject_HEAD
-  trc_state *st;     /* the collector's state (the root) */
   trc_acct acct;     /* functions, edges, records (plain C, trc_stack.h) */
   int running;
+  int site_calls;         /* 3.12+: CALLs of non-builtins may DISABLE their site (full trace, sites on) */
   uint64_t gen;
+  Py_ssize_t code_extra;  /* st->code_extra while enabled (read on every start) */
+  trc_state *st;          /* the collector's state (the root) */
   clockid_t clock_id;
   int builtins;
   int tool_id;       /* 3.12+: the tool id in use (-1 when not registered) */
@@ -125,8 +130,6 @@ struct ProfileObject {
   long long session_id; /* last session written, 0 = none */
   int memory;           /* trace --memory: hook the allocators while enabled (trc_memory.c) */
   struct trc_mem_res *mem; /* memory results of the last enabled interval, NULL = none */
-  Py_ssize_t code_extra;   /* st->code_extra while enabled (read on every start) */
-  int site_calls;          /* 3.12+: CALLs of non-builtins may DISABLE their site (full trace, sites on) */
 };
 
 extern PyTypeObject ProfileType;
