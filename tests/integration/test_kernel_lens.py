@@ -32,7 +32,7 @@ import time
 
 import pytest
 
-from conftest import bifocal_bin, last_line_id, run
+from conftest import bifocal_bin, last_line_id, pidns_start, run
 
 TOL = 2.0
 DURATION = 3.0
@@ -265,19 +265,8 @@ def record_pidns(args, db, files):
     go = str(files / "go")
     if os.path.exists(go):
         os.unlink(go)
-    u = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc"] + args + [go])
+    u, pid = pidns_start(args + [go])
     try:
-        pid, give_up = None, time.monotonic() + 10
-        while pid is None and time.monotonic() < give_up:
-            try:
-                with open("/proc/%d/task/%d/children" % (u.pid, u.pid)) as f:
-                    kids = f.read().split()
-                if kids and "python" in os.readlink("/proc/%s/exe" % kids[0]):
-                    pid = int(kids[0])
-            except OSError:
-                pass
-            time.sleep(0.02)
-        assert pid, "the workload never started under unshare"
         e = dict(os.environ)
         e.pop("BIFOCAL_DB", None)
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--kernel", "--pid", str(pid)],
