@@ -295,6 +295,7 @@ def assert_close(label, capture):
         label, TOL, ", ".join("%s %.1f vs %.1f" % b for b in bad)))
 
 
+@pytest.mark.few_pythons  # /proc reads per thread, the same for every interpreter
 def test_kernel_blocked_threads(python, files, tmp_path):
     db = str(tmp_path / "k.db")
 
@@ -336,6 +337,7 @@ def two_hogs():
         h.wait()
 
 
+@pytest.mark.few_pythons  # /proc reads per thread, the same for every interpreter
 def test_kernel_run_queue_beside_hogs(python, files, tmp_path, two_hogs):
     db = str(tmp_path / "c.db")
     out = str(files / "cpu_truth.json")
