@@ -1,8 +1,9 @@
 /* memsample.c — record --memory: at each tick read the target's resident and
  * anonymous resident size from /proc/PID/statm (one pread of a kept-open fd,
  * no lock of the target's), and charge a change since the last tick to the
- * stack that ran in between: the GIL holder's, else a running thread's, else
- * the thread charged last. Rows and a bounded-rate timeline are buffered and
+ * stack that ran in between: the GIL holder's, else (no thread holds it at
+ * the tick) the last GIL holder's seen; a running thread's only where the
+ * GIL is not read. Rows and a bounded-rate timeline are buffered and
  * written about once a second. */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +26,7 @@ struct rec_memory {
   int open_errno;
   long page;          /* bytes per page */
   int64_t rss, anon;  /* bytes at the last read; -1 before the first */
-  int64_t last_thread, last_stack; /* charged last (when no thread runs) */
+  int64_t last_thread, last_stack; /* seen running last: charged when none runs */
   int64_t last_point_ns, next_flush_ns;
   bf_memory_sample *rows;
   size_t nrows, cap_rows;
@@ -35,6 +36,7 @@ struct rec_memory {
   int64_t growth, shrink; /* resident bytes charged, for the session's summary */
   int64_t cur_rss, cur_anon; /* read by rec_memory_read, not charged yet */
   int fresh;                 /* cur_* hold a reading */
+  int gil_seen;              /* some tick saw a GIL holder */
 };
 
 /* Resident and anonymous resident bytes. 0, or -1 when the read failed. */
@@ -73,15 +75,21 @@ void rec_memory_free(rec_memory *m) {
   free(m);
 }
 
-/* The thread to charge among th[0..n): the GIL holder, else one on a CPU.
- * -1 when none is. */
-static long pick_thread(const bf_smp_thread *th, size_t n) {
+/* The thread to charge among th[0..n): the GIL holder; where no GIL holder
+ * was ever seen (the GIL is not read), one on a CPU. A thread on a CPU
+ * without the GIL in a GIL build is mostly one waiting for it (or for a CPU)
+ * after a sleep: it ran no Python since, so it is not charged. -1 when none
+ * is. */
+static long pick_thread(rec_memory *m, const bf_smp_thread *th, size_t n) {
   long on_cpu = -1;
   for (size_t i = 0; i < n; i++) {
-    if (th[i].flags & BF_SMP_GIL) return (long)i;
+    if (th[i].flags & BF_SMP_GIL) {
+      m->gil_seen = 1;
+      return (long)i;
+    }
     if (on_cpu < 0 && (th[i].flags & BF_SMP_ON_CPU)) on_cpu = (long)i;
   }
-  return on_cpu;
+  return m->gil_seen ? -1 : on_cpu;
 }
 
 /* Store thread and stack ids of th (interned as the time samples are).
@@ -134,21 +142,21 @@ int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, 
   m->fresh = 0;
   int64_t rss = m->cur_rss, anon = m->cur_anon;
   int rc;
+  /* a tick where no thread runs Python (all asleep or in C without the GIL)
+   * cannot have a stack that grew memory: the change since the last tick was
+   * made by what ran last, so that stack is kept at every tick */
+  long k = pick_thread(m, th, n);
+  if (k >= 0 && (rc = charge_ids(st, t, &th[k], &m->last_thread, &m->last_stack)) < 0 && rc != -EBUSY) return rc;
   if (m->rss >= 0 && (rss != m->rss || anon != m->anon)) {
-    int64_t thread_id = m->last_thread, stack_id = m->last_stack;
-    long k = pick_thread(th, n);
-    if (k >= 0 && (rc = charge_ids(st, t, &th[k], &thread_id, &stack_id)) < 0 && rc != -EBUSY) return rc;
     if (m->nrows >= MEM_MAX_ROWS) {
       m->dropped++;
     } else {
       if (bf_vec_grow((void **)&m->rows, &m->cap_rows, m->nrows + 1, sizeof *m->rows, 256)) return -ENOMEM;
-      m->rows[m->nrows++] = (bf_memory_sample){thread_id, stack_id, ts, rss - m->rss, anon - m->anon, 0};
+      m->rows[m->nrows++] = (bf_memory_sample){m->last_thread, m->last_stack, ts, rss - m->rss, anon - m->anon, 0};
       m->rows_total++;
       if (rss > m->rss) m->growth += rss - m->rss;
       else m->shrink += m->rss - rss;
     }
-    m->last_thread = thread_id;
-    m->last_stack = stack_id;
   }
   int first = m->rss < 0;
   m->rss = rss;

@@ -68,6 +68,10 @@ def compute():  # allocates nothing
     return s
 
 
+def idle():  # sleeps: a tick here finds no GIL holder (the thread may be
+    time.sleep(0.003)  # runnable, waking), and the growth before it is keep_small's
+
+
 def build():
     for _ in range(8):
         CHURN.append(bytearray(256 * 1024))
@@ -148,7 +152,7 @@ def main():
     sec = float(sys.argv[2]) if len(sys.argv) > 2 else 0.6
     kept = kept_per_call()
     t0 = time.monotonic()
-    phase(sec, keep_big, keep_small, compute)
+    phase(sec, keep_big, keep_small, idle, compute)
     phase(sec * 0.7, build, release)
     threads_phase(sec)
     gen = leaky()

@@ -58,7 +58,7 @@ def test_growth_shares_match_truth(python, recorded):
     """Every measured function's share of the growth (among the measured
     functions) is within 5 points of its share by the workload's own statm:
     keepers at a 2:1 rate, a builder, a thread that grows while another only
-    hashes, a leaking generator, bytearray through C; compute, hash_compute
+    hashes, a leaking generator, bytearray through C; compute, idle (asleep), hash_compute
     and release grow nothing."""
     db, sid, truth = recorded(python)
     view = memory_json(db, sid)
