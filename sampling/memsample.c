@@ -37,6 +37,8 @@ struct rec_memory {
   int64_t cur_rss, cur_anon; /* read by rec_memory_read, not charged yet */
   int fresh;                 /* cur_* hold a reading */
   int gil_seen;              /* some tick saw a GIL holder */
+  long obs_row;              /* buffered row of the last stack seen, -1 when none */
+  int64_t merged;            /* changes added to the row of the stack seen before */
 };
 
 /* Resident and anonymous resident bytes. 0, or -1 when the read failed. */
@@ -63,6 +65,7 @@ rec_memory *rec_memory_new(int pid) {
   if (m->page <= 0) m->page = 4096;
   m->rss = m->anon = -1;
   m->last_point_ns = -MEM_POINT_NS;
+  m->obs_row = -1;
   if (m->fd >= 0 && read_statm(m, &m->rss, &m->anon) < 0) m->rss = m->anon = -1;
   return m;
 }
@@ -109,11 +112,15 @@ static int charge_ids(bf_store *st, target *t, const bf_smp_thread *th, int64_t 
   return 0;
 }
 
+/* Both changes grow, or both shrink, or both are nil. */
+static int same_sign(int64_t a, int64_t b) { return (a > 0) == (b > 0) && (a < 0) == (b < 0); }
+
 static int write_buffered(bf_store *st, target *t) {
   rec_memory *m = t->mem;
   int rc = bf_store_memory_samples_add(st, t->session_id, m->rows, m->nrows);
   if (rc == 0) {
     m->nrows = 0;
+    m->obs_row = -1;
     rc = bf_store_memory_points_add(st, t->session_id, m->pts, m->npts);
     if (rc == 0) m->npts = 0;
   }
@@ -147,16 +154,28 @@ int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, 
    * made by what ran last, so that stack is kept at every tick */
   long k = pick_thread(m, th, n);
   if (k >= 0 && (rc = charge_ids(st, t, &th[k], &m->last_thread, &m->last_stack)) < 0 && rc != -EBUSY) return rc;
+  if (k >= 0) m->obs_row = -1; /* a new observation of the stack */
   if (m->rss >= 0 && (rss != m->rss || anon != m->anon)) {
-    if (m->nrows >= MEM_MAX_ROWS) {
+    int64_t dr = rss - m->rss, da = anon - m->anon;
+    bf_memory_sample *prev = m->obs_row >= 0 && (size_t)m->obs_row + 1 == m->nrows ? &m->rows[m->obs_row] : NULL;
+    if (prev && same_sign(prev->rss_delta, dr) && same_sign(prev->anon_delta, da)) {
+      /* charged to the stack one tick saw, as the change before: one
+       * observation, one row (the intervals count observations) */
+      prev->rss_delta += dr;
+      prev->anon_delta += da;
+      prev->ts_ns = ts;
+      m->merged++;
+    } else if (m->nrows >= MEM_MAX_ROWS) {
       m->dropped++;
+      dr = 0;
     } else {
       if (bf_vec_grow((void **)&m->rows, &m->cap_rows, m->nrows + 1, sizeof *m->rows, 256)) return -ENOMEM;
-      m->rows[m->nrows++] = (bf_memory_sample){m->last_thread, m->last_stack, ts, rss - m->rss, anon - m->anon, 0};
+      m->rows[m->nrows++] = (bf_memory_sample){m->last_thread, m->last_stack, ts, dr, da, 0};
       m->rows_total++;
-      if (rss > m->rss) m->growth += rss - m->rss;
-      else m->shrink += m->rss - rss;
+      m->obs_row = (long)m->nrows - 1;
     }
+    if (dr > 0) m->growth += dr; /* what the rows hold */
+    else m->shrink -= dr;
   }
   int first = m->rss < 0;
   m->rss = rss;
@@ -187,8 +206,8 @@ void rec_memory_json(const target *t, char *out, size_t len) {
   /* the Python allocator's total is not read from outside yet (see docs/memory.md) */
   snprintf(out, len,
            ",\"memory\":{\"source\":\"statm\",\"page_bytes\":%ld,\"reads\":%lld,\"read_failed\":%lld,"
-           "\"rows\":%lld,\"rows_dropped\":%lld,\"rss_growth_bytes\":%lld,\"rss_shrink_bytes\":%lld,"
-           "\"python_allocator\":\"not read\"}",
-           m->page, (long long)m->reads, (long long)m->read_fail, (long long)m->rows_total, (long long)m->dropped,
-           (long long)m->growth, (long long)m->shrink);
+           "\"rows\":%lld,\"changes_merged\":%lld,\"rows_dropped\":%lld,\"rss_growth_bytes\":%lld,"
+           "\"rss_shrink_bytes\":%lld,\"python_allocator\":\"not read\"}",
+           m->page, (long long)m->reads, (long long)m->read_fail, (long long)m->rows_total, (long long)m->merged,
+           (long long)m->dropped, (long long)m->growth, (long long)m->shrink);
 }
