@@ -226,7 +226,7 @@ def test_pprof_traced_counts_calls_like_the_trace_view(lens):
 def test_pprof_memory_bytes_in_go_tool_pprof(lens):
     """export --memory -f pprof: alloc_space/bytes is the default sample type;
     go tool pprof's total is replay --memory's growth to the byte, and each
-    function's flat bytes its self growth."""
+    function's flat bytes its self growth (a parallel test: no shares)."""
     db, s, d = lens
     pb = d / "m.pb.gz"
     run(["export", str(s["memory"]), "--memory", "--format", "pprof", "-o", str(pb)], db=db)
@@ -243,7 +243,6 @@ def test_pprof_memory_bytes_in_go_tool_pprof(lens):
     top = {k: v[0] for k, v in top_rows(out).items()}
     keep = [f for f in r["functions"] if f["qualname"] == "keep"][0]
     assert top["keeper.keep"] == "%dB" % keep["self"]["growth_bytes"], (top, keep)
-    assert keep["self"]["growth_share"] > 0.5, keep  # the keeper's growth is most of it
 
 
 # ---- speedscope: its own schema, from its npm package ---------------------------
