@@ -152,6 +152,9 @@ def test_burst_then_sleep(python, tmp_path):
     be runnable, waking): the growth goes to the last GIL holder a tick saw,
     not to the sleeper (before: burst 14-54% of the growth, nap 46-85%, on
     3.8-3.15; now burst 87-96%)."""
+    if os.path.basename(python) not in ("python3.8", "python3.12", "python3.13", "python3.15"):
+        pytest.skip("held on one interpreter per GIL layout (3.8-3.11 vendored, 3.12, 3.13+ debug offsets) and "
+                    "3.15 (suite time)")
     src = tmp_path / "burst.py"
     src.write_text(BURST)
     db, out = str(tmp_path / "b.db"), str(tmp_path / "kept.json")
