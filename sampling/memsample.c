@@ -3,8 +3,10 @@
  * no lock of the target's), and charge a change since the last tick to the
  * stack that ran in between: the GIL holder's, else (no thread holds it at
  * the tick) the last GIL holder's seen; a running thread's only where the
- * GIL is not read. Rows and a bounded-rate timeline are buffered and
- * written about once a second. */
+ * GIL is not read. A change charged to a stack seen at an earlier tick joins
+ * that observation's row (same signs only: growth and shrink stay apart).
+ * Rows and a bounded-rate timeline are buffered and written about once a
+ * second. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
