@@ -3,8 +3,11 @@
  * no lock of the target's), and charge a change since the last tick to the
  * stack that ran in between: the GIL holder's, else (no thread holds it at
  * the tick) the last GIL holder's seen; a running thread's only where the
- * GIL is not read. A change charged to a stack seen at an earlier tick joins
- * that observation's row (same signs only: growth and shrink stay apart).
+ * GIL is not read. A change between two ticks that saw different functions,
+ * each with intervals of its own, is split by their own rates of change (a
+ * grower's last partial interval stays its own). A change charged to a stack
+ * seen at an earlier tick joins that observation's row (same signs only:
+ * growth and shrink stay apart).
  * Rows and a bounded-rate timeline are buffered and written about once a
  * second. */
 #include <errno.h>
@@ -15,6 +18,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "map.h"
 #include "memsample.h"
 #include "store.h"
 #include "vec.h"
@@ -40,6 +44,12 @@ struct rec_memory {
   int fresh;                 /* cur_* hold a reading */
   int gil_seen;              /* some tick saw a GIL holder */
   long obs_row;              /* buffered row of the last stack seen, -1 when none */
+  /* the split of an interval whose two ticks saw different functions */
+  int prev_seen;             /* the last tick saw a GIL holder */
+  int64_t prev_fid;          /* its innermost function (store id; 0 = none) */
+  bf_map3 pure;              /* (fid, kind, 0): intervals both of whose ticks saw fid
+                              * (kind 0), their growth (1) and shrink (2) in bytes */
+  int64_t split;             /* changes split between two functions */
   int64_t merged;            /* changes added to the row of the stack seen before */
 };
 
@@ -77,6 +87,7 @@ void rec_memory_free(rec_memory *m) {
   if (m->fd >= 0) close(m->fd);
   free(m->rows);
   free(m->pts);
+  bf_map3_free(&m->pure);
   free(m);
 }
 
@@ -145,6 +156,59 @@ void rec_memory_read(rec_memory *m) {
   if (!m->fresh) m->read_fail++;
 }
 
+/* The innermost function of th with a store id (after charge_ids), 0 if none. */
+static int64_t leaf_fid(const bf_smp_thread *th) {
+  for (size_t i = 0; i < th->nframes; i++)
+    if (th->frames[i].code) return th->frames[i].code->user_id;
+  return 0;
+}
+
+static int pure_add(bf_map3 *mp, int64_t fid, int kind, int64_t v) {
+  int64_t *x = bf_map3_get(mp, fid, kind, 0);
+  if (x) {
+    *x += v;
+    return 0;
+  }
+  return bf_map3_put(mp, fid, kind, 0, v);
+}
+
+#define MEM_PURE_MIN 8 /* pure intervals of a function before its rate is used */
+
+/* Bytes per interval of fid's own changes of sign sgn (> 0 growth, < 0
+ * shrink), from the intervals whose two ticks both saw it; -1 while fewer
+ * than MEM_PURE_MIN were seen. */
+static double pure_rate(const bf_map3 *mp, int64_t fid, int sgn) {
+  const int64_t *n = bf_map3_get(mp, fid, 0, 0), *v = bf_map3_get(mp, fid, sgn > 0 ? 1 : 2, 0);
+  if (!n || *n < MEM_PURE_MIN) return -1;
+  return v ? (double)*v / (double)*n : 0;
+}
+
+/* Append one row (or add it to the observation's row, signs agreeing).
+ * obs: the row charged is the observation of this tick. */
+static int add_row(rec_memory *m, int64_t thread_id, int64_t stack_id, int64_t ts, int64_t dr, int64_t da, int obs) {
+  bf_memory_sample *prev = m->obs_row >= 0 && (size_t)m->obs_row + 1 == m->nrows ? &m->rows[m->obs_row] : NULL;
+  if (prev && prev->thread_id == thread_id && prev->stack_id == stack_id && same_sign(prev->rss_delta, dr) &&
+      same_sign(prev->anon_delta, da)) {
+    /* charged to the stack one tick saw, as the change before: one
+     * observation, one row (the intervals count observations) */
+    prev->rss_delta += dr;
+    prev->anon_delta += da;
+    prev->ts_ns = ts;
+    m->merged++;
+  } else if (m->nrows >= MEM_MAX_ROWS) {
+    m->dropped++;
+    return 0;
+  } else {
+    if (bf_vec_grow((void **)&m->rows, &m->cap_rows, m->nrows + 1, sizeof *m->rows, 256)) return -ENOMEM;
+    m->rows[m->nrows++] = (bf_memory_sample){thread_id, stack_id, ts, dr, da, 0};
+    m->rows_total++;
+    if (obs) m->obs_row = (long)m->nrows - 1;
+  }
+  if (dr > 0) m->growth += dr; /* what the rows hold */
+  else m->shrink -= dr;
+  return 0;
+}
+
 int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, int64_t ts) {
   rec_memory *m = t->mem;
   if (!m || !m->fresh) return 0;
@@ -155,30 +219,43 @@ int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, 
    * cannot have a stack that grew memory: the change since the last tick was
    * made by what ran last, so that stack is kept at every tick */
   long k = pick_thread(m, th, n);
+  int64_t prev_thread = m->last_thread, prev_stack = m->last_stack, fid = 0;
   if (k >= 0 && (rc = charge_ids(st, t, &th[k], &m->last_thread, &m->last_stack)) < 0 && rc != -EBUSY) return rc;
-  if (k >= 0) m->obs_row = -1; /* a new observation of the stack */
-  if (m->rss >= 0 && (rss != m->rss || anon != m->anon)) {
-    int64_t dr = rss - m->rss, da = anon - m->anon;
-    bf_memory_sample *prev = m->obs_row >= 0 && (size_t)m->obs_row + 1 == m->nrows ? &m->rows[m->obs_row] : NULL;
-    if (prev && same_sign(prev->rss_delta, dr) && same_sign(prev->anon_delta, da)) {
-      /* charged to the stack one tick saw, as the change before: one
-       * observation, one row (the intervals count observations) */
-      prev->rss_delta += dr;
-      prev->anon_delta += da;
-      prev->ts_ns = ts;
-      m->merged++;
-    } else if (m->nrows >= MEM_MAX_ROWS) {
-      m->dropped++;
-      dr = 0;
-    } else {
-      if (bf_vec_grow((void **)&m->rows, &m->cap_rows, m->nrows + 1, sizeof *m->rows, 256)) return -ENOMEM;
-      m->rows[m->nrows++] = (bf_memory_sample){m->last_thread, m->last_stack, ts, dr, da, 0};
-      m->rows_total++;
-      m->obs_row = (long)m->nrows - 1;
+  if (k >= 0) fid = leaf_fid(&th[k]);
+  int64_t dr = m->rss >= 0 ? rss - m->rss : 0, da = m->rss >= 0 ? anon - m->anon : 0;
+  /* both ticks saw one function: an interval of its own (its rate below) */
+  int both = k >= 0 && m->prev_seen && m->rss >= 0;
+  if (both && fid && fid == m->prev_fid &&
+      ((rc = pure_add(&m->pure, fid, 0, 1)) < 0 || (rc = pure_add(&m->pure, fid, dr > 0 ? 1 : 2, dr > 0 ? dr : -dr)) < 0))
+    return rc;
+  if (dr || da) {
+    /* the two ticks saw different functions: the change was made by either,
+     * in proportion to what each changes in intervals of its own (a grower's
+     * last partial interval is its own, not its successor's) */
+    double ra = -1, rb = -1;
+    int sgn = dr > 0 ? 1 : -1;
+    if (both && fid != m->prev_fid && dr) {
+      ra = pure_rate(&m->pure, m->prev_fid, sgn);
+      rb = pure_rate(&m->pure, fid, sgn);
     }
-    if (dr > 0) m->growth += dr; /* what the rows hold */
-    else m->shrink -= dr;
+    if (ra >= 0 && rb >= 0 && ra + rb > 0) {
+      int64_t pa = (int64_t)((double)dr * ra / (ra + rb)), qa = (int64_t)((double)da * ra / (ra + rb));
+      pa -= pa % m->page;
+      qa -= qa % m->page;
+      if ((pa || qa) && (rc = add_row(m, prev_thread, prev_stack, ts, pa, qa, 0)) < 0) return rc;
+      m->obs_row = -1; /* this tick's look is a new observation */
+      if ((dr - pa || da - qa) && (rc = add_row(m, m->last_thread, m->last_stack, ts, dr - pa, da - qa, 1)) < 0)
+        return rc;
+      m->split++;
+    } else {
+      if (k >= 0) m->obs_row = -1;
+      if ((rc = add_row(m, m->last_thread, m->last_stack, ts, dr, da, 1)) < 0) return rc;
+    }
+  } else if (k >= 0) {
+    m->obs_row = -1;
   }
+  if (k >= 0) m->prev_fid = fid;
+  m->prev_seen = k >= 0;
   int first = m->rss < 0;
   m->rss = rss;
   m->anon = anon;
@@ -208,8 +285,8 @@ void rec_memory_json(const target *t, char *out, size_t len) {
   /* the Python allocator's total is not read from outside yet (see docs/memory.md) */
   snprintf(out, len,
            ",\"memory\":{\"source\":\"statm\",\"page_bytes\":%ld,\"reads\":%lld,\"read_failed\":%lld,"
-           "\"rows\":%lld,\"changes_merged\":%lld,\"rows_dropped\":%lld,\"rss_growth_bytes\":%lld,"
+           "\"rows\":%lld,\"changes_merged\":%lld,\"changes_split\":%lld,\"rows_dropped\":%lld,\"rss_growth_bytes\":%lld,"
            "\"rss_shrink_bytes\":%lld,\"python_allocator\":\"not read\"}",
-           m->page, (long long)m->reads, (long long)m->read_fail, (long long)m->rows_total, (long long)m->merged,
+           m->page, (long long)m->reads, (long long)m->read_fail, (long long)m->rows_total, (long long)m->merged, (long long)m->split,
            (long long)m->dropped, (long long)m->growth, (long long)m->shrink);
 }

@@ -22,7 +22,8 @@ void rec_memory_read(rec_memory *m);
 /* One tick: when the memory read by rec_memory_read changed since the last
  * tick, charge the change at ts (ns since session start) to the GIL holder
  * among th[0..n), else to the last GIL holder a tick saw (a thread on a CPU
- * only where no GIL holder was ever seen); a change charged to an earlier
+ * only where no GIL holder was ever seen), split with the function the tick
+ * before saw when both have rates of their own; a change charged to an earlier
  * tick's stack joins that tick's row when the signs agree. Rows are buffered
  * and written about once a second. 0, or a fatal negative errno (a locked
  * database keeps rows in memory, bounded, the excess counted). */
