@@ -8,12 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exports.h"
 #include "ident.h"
 #include "jsonw.h"
-#include "json.h"
 #include "map.h"
 #include "profile.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
 #include "vec.h"
 #include "views.h"
@@ -328,7 +329,7 @@ static void jw_kbytes(bf_jw *w, const char *key, double v) {
 static void jw_session(bf_jw *w, const bf_session_info *in) {
   bf_jw_key(w, "session");
   FILE *f = bf_jw_file(w);
-  if (f) bf_json_session(f, in);
+  if (f) bf_session_json(f, in);
 }
 
 static void json_fn(bf_store *s, const mload *l, const mfn *f, bf_jw *w) {
