@@ -12,6 +12,8 @@
 /* Write one session's metadata as a JSON object; its extra_json is written
  * only when it is a well-formed JSON object (bf_json_check_object), else null. */
 void bf_json_session(FILE *f, const bf_session_info *in);
+/* The same object as the next value of w (after its key in an object). */
+void bf_json_session_jw(bf_jw *w, const bf_session_info *in);
 
 /* Top-level keys a session's extra_json may not use, NULL-terminated: the
  * session fields that identify it or vouch for it (id, label, host, command,
