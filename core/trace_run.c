@@ -434,13 +434,18 @@ static char *probe_extra(const bf_trace_plan *p) {
   size_t pre_len = 0;
   FILE *pf = open_memstream(&pre_extra, &pre_len);
   if (!pf) return NULL;
-  fputs("{\"python\":{\"implementation\":\"cpython\",\"version\":", pf);
-  bf_json_str(pf, p->version);
-  fputs(",\"executable\":", pf);
-  bf_json_str(pf, p->exe[0] ? p->exe : NULL);
-  fputs(",\"ext_suffix\":", pf);
-  bf_json_str(pf, p->suffix);
-  fputs(p->from_files ? ",\"source\":\"files\"}}" : ",\"source\":\"probe\"}}", pf);
+  bf_jw w;
+  bf_jw_init(&w, pf);
+  bf_jw_obj(&w);
+  bf_jw_key(&w, "python");
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "implementation", "cpython");
+  bf_jw_kstr(&w, "version", p->version);
+  bf_jw_kstr(&w, "executable", p->exe[0] ? p->exe : NULL);
+  bf_jw_kstr(&w, "ext_suffix", p->suffix);
+  bf_jw_kstr(&w, "source", p->from_files ? "files" : "probe");
+  bf_jw_end(&w);
+  bf_jw_end(&w);
   if (fclose(pf) != 0) {
     free(pre_extra);
     return NULL;
