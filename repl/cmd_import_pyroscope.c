@@ -58,13 +58,15 @@ static char *query_json(const dest *d, const char *type, const char *sel, int64_
   size_t n = 0;
   FILE *m = open_memstream(&buf, &n);
   if (!m) return NULL;
-  fputs("{\"url\":", m);
-  bf_json_str(m, d->shown);
-  fputs(",\"profile_type\":", m);
-  bf_json_str(m, type);
-  fputs(",\"query\":", m);
-  bf_json_str(m, sel);
-  fprintf(m, ",\"since_ms\":%lld,\"until_ms\":%lld}", (long long)from, (long long)until);
+  bf_jw w;
+  bf_jw_init(&w, m);
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "url", d->shown);
+  bf_jw_kstr(&w, "profile_type", type);
+  bf_jw_kstr(&w, "query", sel);
+  bf_jw_kint(&w, "since_ms", from);
+  bf_jw_kint(&w, "until_ms", until);
+  bf_jw_end(&w);
   if (fclose(m)) {
     free(buf);
     return NULL;
