@@ -100,6 +100,24 @@ void bf_jw_init(bf_jw *w, FILE *f) {
   w->f = f;
 }
 
+int bf_jw_mem(bf_jw *w) {
+  bf_jw_init(w, NULL);
+  w->f = open_memstream(&w->mem, &w->mem_len);
+  return w->f ? 0 : -ENOMEM;
+}
+
+char *bf_jw_mem_done(bf_jw *w) {
+  int bad = fclose(w->f) != 0 || w->err || w->depth;
+  char *s = w->mem;
+  w->f = NULL;
+  w->mem = NULL;
+  if (bad) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
 /* Before a value: the comma, and the checks. 0 to go on. */
 static int jw_value(bf_jw *w) {
   if (w->err) return -1;

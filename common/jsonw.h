@@ -42,9 +42,17 @@ typedef struct bf_jw {
   int keyed;                          /* a key was written, its value is next */
   int nl;                             /* the next item starts a line (bf_jw_newline) */
   int err;                            /* misuse seen (-EINVAL) */
+  char *mem;                          /* bf_jw_mem: the text so far */
+  size_t mem_len;
 } bf_jw;
 
 void bf_jw_init(bf_jw *w, FILE *f);
+/* A writer into a malloc'd string (stored metadata): 0, or -ENOMEM and
+ * nothing to free. Finish it with bf_jw_mem_done. */
+int bf_jw_mem(bf_jw *w);
+/* Close a bf_jw_mem writer. Returns the text (caller frees); NULL on
+ * out-of-memory, misuse, or a container left open. */
+char *bf_jw_mem_done(bf_jw *w);
 void bf_jw_obj(bf_jw *w); /* { as the next value */
 void bf_jw_arr(bf_jw *w); /* [ as the next value */
 void bf_jw_end(bf_jw *w); /* close the innermost container */

@@ -430,12 +430,8 @@ int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
 /* Until the runner writes what it saw inside, say which interpreter was
  * started, so a program killed outright still leaves that (malloc'd). */
 static char *probe_extra(const bf_trace_plan *p) {
-  char *pre_extra = NULL;
-  size_t pre_len = 0;
-  FILE *pf = open_memstream(&pre_extra, &pre_len);
-  if (!pf) return NULL;
   bf_jw w;
-  bf_jw_init(&w, pf);
+  if (bf_jw_mem(&w)) return NULL;
   bf_jw_obj(&w);
   bf_jw_key(&w, "python");
   bf_jw_obj(&w);
@@ -446,11 +442,7 @@ static char *probe_extra(const bf_trace_plan *p) {
   bf_jw_kstr(&w, "source", p->from_files ? "files" : "probe");
   bf_jw_end(&w);
   bf_jw_end(&w);
-  if (fclose(pf) != 0) {
-    free(pre_extra);
-    return NULL;
-  }
-  return pre_extra;
+  return bf_jw_mem_done(&w);
 }
 
 int bf_trace_begin(bf_store *s, const bf_trace_opts *o, bf_trace_plan *p) {

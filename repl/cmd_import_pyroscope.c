@@ -54,12 +54,8 @@ static int parse_time(const char *what, const char *t, int64_t *ms) {
 
 /* What the session keeps of the query (no credential is in any of it). */
 static char *query_json(const dest *d, const char *type, const char *sel, int64_t from, int64_t until) {
-  char *buf = NULL;
-  size_t n = 0;
-  FILE *m = open_memstream(&buf, &n);
-  if (!m) return NULL;
   bf_jw w;
-  bf_jw_init(&w, m);
+  if (bf_jw_mem(&w)) return NULL;
   bf_jw_obj(&w);
   bf_jw_kstr(&w, "url", d->shown);
   bf_jw_kstr(&w, "profile_type", type);
@@ -67,11 +63,7 @@ static char *query_json(const dest *d, const char *type, const char *sel, int64_
   bf_jw_kint(&w, "since_ms", from);
   bf_jw_kint(&w, "until_ms", until);
   bf_jw_end(&w);
-  if (fclose(m)) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
+  return bf_jw_mem_done(&w);
 }
 
 typedef struct iq {

@@ -3,7 +3,7 @@
  * escapes (quotes, controls, HTML-unsafe <>&, U+2028/9, invalid bytes as
  * U+FFFD and counted), numbers, the strict checker (RFC 8259 cases, duplicate
  * and reserved keys, depth), the writer's row helpers (knull, kpair, ints,
- * numf, newline), the reader of stored metadata (bf_json_find, _string,
+ * numf, newline, mem), the reader of stored metadata (bf_json_find, _string,
  * _find_num, on nested, escaped and malformed text), and a property:
  * anything the writer escapes, the checker accepts. */
 #include <errno.h>
@@ -155,6 +155,17 @@ static void writer_rows(void) {
   CHECK_EQ_INT(k, 300);
   CHECK(sum == 299LL * 300 / 2 * 1000003);
   free(big);
+  /* into memory: the text, or NULL when left open */
+  CHECK_EQ_INT(bf_jw_mem(&w), 0);
+  bf_jw_obj(&w);
+  bf_jw_kint(&w, "a", 1);
+  bf_jw_end(&w);
+  char *m = bf_jw_mem_done(&w);
+  CHECK(m && strcmp(m, "{\"a\":1}") == 0);
+  free(m);
+  CHECK_EQ_INT(bf_jw_mem(&w), 0);
+  bf_jw_arr(&w);
+  CHECK(bf_jw_mem_done(&w) == NULL);
   /* ints outside an array is misuse */
   f = fopen("/dev/null", "w");
   bf_jw_init(&w, f);
