@@ -5,8 +5,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "jsonw.h"
+#include "session_json.h"
 #include "text.h"
-#include "json.h"
 #include "query.h"
 #include "util.h"
 #include "views.h"
@@ -152,7 +153,7 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
     bf_jw_init(&w, out);
     bf_jw_obj(&w);
     bf_jw_key(&w, "session");
-    bf_json_session_jw(&w, info);
+    bf_session_json_jw(&w, info);
     bf_jw_kint(&w, "total_samples", p->traced ? -1 : p->total_samples);
     if (p->records_kept >= 0) { /* focus mode: the calls the ring could not keep */
       bf_jw_key(&w, "focus_records");

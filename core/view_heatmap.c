@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "jsonw.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
 #include "text.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 #include "vec.h"
@@ -121,7 +121,7 @@ static int hm_json(hm *h, const bf_session_info *info, FILE *out) {
   bf_jw_init(&w, out);
   bf_jw_obj(&w);
   bf_jw_key(&w, "session");
-  bf_json_session_jw(&w, info);
+  bf_session_json_jw(&w, info);
   bf_jw_kstr(&w, "value", h->by_weight ? "weight" : "samples");
   bf_jw_knum(&w, "start_s", h->t0_s);
   bf_jw_knum(&w, "bucket_s", h->bucket_s);

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "jsonw.h"
 #include "opnames.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
-#include "util.h"
 #include "vec.h"
 #include "views.h"
 #include "views_int.h"
@@ -76,7 +76,7 @@ static int ops_json(ops *g, size_t top, const bf_session_info *info, FILE *out) 
   bf_jw_init(&w, out);
   bf_jw_obj(&w);
   bf_jw_key(&w, "session");
-  bf_json_session_jw(&w, info);
+  bf_session_json_jw(&w, info);
   bf_jw_kint(&w, "samples", g->total);
   bf_jw_kint(&w, "samples_with_opcode", g->with_op);
   bf_jw_key(&w, "rows");

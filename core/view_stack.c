@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "jsonw.h"
 #include "profile.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 
@@ -173,7 +173,7 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
     bf_jw_init(jw, out);
     bf_jw_obj(jw);
     bf_jw_key(jw, "session");
-    bf_json_session_jw(jw, w->info);
+    bf_session_json_jw(jw, w->info);
     bf_jw_key(jw, "threads");
     bf_jw_arr(jw);
   } else {

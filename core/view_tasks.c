@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "jsonw.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 
@@ -249,7 +249,7 @@ static int tasks_json(const tv *v, const bf_session_info *info, const bf_view_op
   bf_jw_init(&w, out);
   bf_jw_obj(&w);
   bf_jw_key(&w, "session");
-  bf_json_session_jw(&w, info);
+  bf_session_json_jw(&w, info);
   bf_jw_kint(&w, "task_count", (long long)ntask);
   bf_jw_key(&w, "tasks");
   bf_jw_arr(&w);

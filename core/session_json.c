@@ -1,15 +1,16 @@
-/* json.c — one session's metadata as a JSON object, and the keys its
+/* session_json.c — one session's metadata as a JSON object, and the keys its
  * extra_json may not use. The writer itself is common/jsonw.c. */
 #include <stdio.h>
 
-#include "json.h"
+#include "jsonw.h"
+#include "session_json.h"
 #include "util.h"
 
-const char *const bf_json_reserved_extra_keys[] = {
+const char *const bf_session_reserved_extra_keys[] = {
     "id", "kind", "label", "host", "pid", "command", "commit", "status", "redacted", "created", "created_ns",
     "start_ns", "parent_id", "expires_at_ns", "profiler_version", "extra", NULL};
 
-void bf_json_session_jw(bf_jw *w, const bf_session_info *in) {
+void bf_session_json_jw(bf_jw *w, const bf_session_info *in) {
   char buf[64];
   bf_fmt_time(in->created_ns, buf, sizeof buf);
   bf_jw_obj(w);
@@ -51,8 +52,8 @@ void bf_json_session_jw(bf_jw *w, const bf_session_info *in) {
   bf_jw_end(w);
 }
 
-void bf_json_session(FILE *f, const bf_session_info *in) {
+void bf_session_json(FILE *f, const bf_session_info *in) {
   bf_jw w;
   bf_jw_init(&w, f);
-  bf_json_session_jw(&w, in);
+  bf_session_json_jw(&w, in);
 }
