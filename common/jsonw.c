@@ -131,6 +131,8 @@ static int jw_value(bf_jw *w) {
     if (!in_obj && w->nl) fputc('\n', w->f);
     w->items[w->depth - 1] = 1;
   }
+  if (w->pad) fputs(w->pad, w->f);
+  w->pad = NULL;
   w->keyed = 0;
   w->nl = 0;
   return 0;
@@ -220,6 +222,12 @@ void bf_jw_ints(bf_jw *w, const long long *v, size_t n) {
     if (w->items[w->depth - 1]) buf[len++] = ',';
     if (w->nl) buf[len++] = '\n';
     w->nl = 0;
+    if (w->pad) { /* the caller's whitespace, as before any value */
+      fwrite(buf, 1, len, w->f);
+      len = 0;
+      fputs(w->pad, w->f);
+      w->pad = NULL;
+    }
     w->items[w->depth - 1] = 1;
     unsigned long long u = v[i] < 0 ? 0ULL - (unsigned long long)v[i] : (unsigned long long)v[i];
     char tmp[24];
@@ -231,6 +239,7 @@ void bf_jw_ints(bf_jw *w, const long long *v, size_t n) {
   }
   fwrite(buf, 1, len, w->f);
 }
+void bf_jw_pad(bf_jw *w, const char *ws) { w->pad = ws; }
 FILE *bf_jw_file(bf_jw *w) { return jw_value(w) ? NULL : w->f; }
 
 void bf_jw_kstr(bf_jw *w, const char *key, const char *s) {

@@ -44,6 +44,7 @@ typedef struct bf_jw {
   int err;                            /* misuse seen (-EINVAL) */
   char *mem;                          /* bf_jw_mem: the text so far */
   size_t mem_len;
+  const char *pad;                    /* whitespace before the next value (bf_jw_pad) */
 } bf_jw;
 
 void bf_jw_init(bf_jw *w, FILE *f);
@@ -68,6 +69,9 @@ void bf_jw_null(bf_jw *w);
 /* n integers as the next items of the current array (misuse elsewhere);
  * one write for them all, for long flat arrays. */
 void bf_jw_ints(bf_jw *w, const long long *v, size_t n);
+/* Whitespace (the caller's literal, e.g. "\n ") written before the next
+ * value, after its comma: for outputs laid out one item a line. */
+void bf_jw_pad(bf_jw *w, const char *ws);
 /* A value already in JSON (a stored object, a number formatted by the caller). */
 void bf_jw_raw(bf_jw *w, const char *json);
 /* The next item (a key in an object, a value in an array) starts on a new
