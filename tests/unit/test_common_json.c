@@ -181,6 +181,17 @@ static void writer_rows(void) {
   CHECK_EQ_INT(bf_jw_mem(&w), 0);
   bf_jw_arr(&w);
   CHECK(bf_jw_mem_done(&w) == NULL);
+  /* a pad before a run of ints goes after the comma, before the first */
+  char pb[64] = "";
+  f = fmemopen(pb, sizeof pb - 1, "w");
+  bf_jw_init(&w, f);
+  bf_jw_arr(&w);
+  bf_jw_int(&w, 1);
+  bf_jw_pad(&w, "\n ");
+  bf_jw_ints(&w, v + 1, 2);
+  bf_jw_end(&w);
+  fclose(f);
+  CHECK(strcmp(pb, "[1,\n -1,42]") == 0);
   /* ints outside an array is misuse */
   f = fopen("/dev/null", "w");
   bf_jw_init(&w, f);
