@@ -23,9 +23,10 @@ typedef struct bf_pmap {
 #define BF_PMAP_INIT(T) {NULL, sizeof(T), 0, 0, 0, 0}
 #define BF_PMAP_GONE UINT64_MAX /* the key of a tombstone */
 
-/* The slot of key, or NULL. Valid until the next put. */
+/* The slot of key, or NULL (always for the reserved keys: remote memory
+ * hands out any value). Valid until the next put. */
 static inline void *bf_pmap_get(const bf_pmap *m, uint64_t key) {
-  if (!m->cap) return NULL;
+  if (!m->cap || key + 1 < 2) return NULL; /* empty, 0 or BF_PMAP_GONE */
   size_t mask = m->cap - 1;
   for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> m->shift);; i = (i + 1) & mask) {
     uint64_t *k = (uint64_t *)(void *)(m->slots + i * m->slot_size);

@@ -49,6 +49,7 @@ static void collisions(void) {
     CHECK(i % 2 ? s && s->val == (uint64_t)i : s == NULL); /* found past the tombstones */
   }
   CHECK_EQ_INT(bf_pmap_del(&m, ck[0]), 0); /* twice: gone already */
+  CHECK(bf_pmap_get(&m, 0) == NULL && bf_pmap_get(&m, BF_PMAP_GONE) == NULL); /* not an empty slot, nor a tombstone */
   for (int i = 0; i < NC; i += 2) { /* reinsert after delete: a fresh zeroed slot */
     int added = 0;
     slot *s = bf_pmap_put(&m, ck[i], &added);
