@@ -21,14 +21,12 @@ typedef struct bf_map3_slot {
   int64_t a, b, c, v;
 } bf_map3_slot;
 
-/* Mix of three int64 (the map's hash). */
+/* Mix of three int64 (the map's hash). No finaliser: pmap's Fibonacci
+ * step spreads it over the slots (with one, lookups took 20% longer). */
 static inline uint64_t bf_hash3(int64_t a, int64_t b, int64_t c) {
   uint64_t h = (uint64_t)a * 0x9E3779B97F4A7C15ULL;
   h ^= (uint64_t)b + 0x7F4A7C159E3779B9ULL + (h << 6) + (h >> 2);
   h ^= (uint64_t)c * 0xC2B2AE3D27D4EB4FULL + (h << 6) + (h >> 2);
-  h ^= h >> 31;
-  h *= 0xBF58476D1CE4E5B9ULL;
-  h ^= h >> 29;
   return h;
 }
 
