@@ -238,10 +238,10 @@ int bf_share_export(bf_store *src, int64_t session_id, const char *pub, const ch
   /* the one-session copy is made in memory: no plaintext ever on disk, so a
    * kill leaves nothing behind */
   bf_store *mem = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int64_t new_id = 0;
   if ((rc = bf_store_open_memory(&mem, &msg))) {
-    bf_store_fail(src, rc, "%s", msg ? msg : "cannot open a database in memory");
+    bf_store_fail(src, rc, "%s", bf_err_msg(&msg, "cannot open a database in memory"));
     goto out;
   }
   if ((rc = bf_session_copy(src, session_id, mem, NULL, &new_id)) || (rc = bf_store_flush(mem))) {
@@ -412,11 +412,11 @@ int bf_share_import(bf_store *dst, const char *path, const char *key_path, const
     goto out;
   }
   db_len = (size_t)got;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   rc = bf_store_open_image(db, db_len, path, &in, &msg);
   db = NULL; /* owned by the store now */
   if (rc) {
-    rc = bf_store_fail(dst, -EBADMSG, "'%s': enclosed database: %s; nothing imported", path, msg ? msg : "unreadable");
+    rc = bf_store_fail(dst, -EBADMSG, "'%s': enclosed database: %s; nothing imported", path, bf_err_msg(&msg, "unreadable"));
     goto out;
   }
   int64_t sid = 0;

@@ -262,10 +262,10 @@ static int round_once(bf_push_rec *p, bf_store *s, int finishing, int *sent) {
  * in the time left is sent. */
 static void pusher(bf_push_rec *p) {
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open(p->db_path, 0, &s, &msg)) {
     bf_cli_error("record --push: cannot open '%s' for the spool: %s (the samples are recorded; push them later)",
-                 p->db_path, msg ? msg : "?");
+                 p->db_path, bf_err_msg(&msg, "?"));
     return;
   }
   bf_store_set_busy_timeout(s, 2000);

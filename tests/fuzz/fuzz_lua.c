@@ -86,11 +86,11 @@ static void setup(void) {
   fputs("main;parse;lex 30\nmain;parse 10\nmain;render 20\n<module>;x\\x1b 5\n", f);
   fclose(f);
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int64_t id = 0;
   bf_import_opts io = {.label = "seed"};
   if (bf_store_open(db_path, BF_STORE_CREATE, &s, &msg) || bf_import_collapsed(s, src, &io, &id)) {
-    fprintf(stderr, "fuzz_lua: cannot make the test database: %s\n", msg ? msg : s ? bf_store_errmsg(s) : "?");
+    fprintf(stderr, "fuzz_lua: cannot make the test database: %s\n", bf_err_msg(&msg, s ? bf_store_errmsg(s) : "?"));
     exit(2);
   }
   bf_store_close(s);

@@ -17,10 +17,10 @@ static char dir[256], path[512];
 static bf_store *S;
 
 static void reopen(void) {
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   bf_store_close(S);
   if (bf_store_open(path, BF_STORE_CREATE, &S, &msg)) {
-    fprintf(stderr, "reopen: %s\n", msg);
+    fprintf(stderr, "reopen: %s\n", msg.msg);
     exit(1);
   }
 }
@@ -177,7 +177,7 @@ int main(void) {
   snprintf(dir, sizeof dir, "/tmp/bf-test-views-XXXXXX");
   if (!mkdtemp(dir)) return 1;
   snprintf(path, sizeof path, "%s/v.db", dir);
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open(path, BF_STORE_CREATE, &S, &msg)) return 1;
   test_empty_session();
   test_deep_recursion_and_empty_stacks();
