@@ -164,10 +164,9 @@ static int parse_key(const char *text, const char *prefix, int bare_ok, unsigned
   return 0;
 }
 
-int bf_share_keygen(const char *name, char fpr[17], char *err, size_t errlen) {
+int bf_share_keygen(const char *name, char fpr[17], bf_err *err) {
   if (sodium_init() < 0) {
-    snprintf(err, errlen, "cannot initialise libsodium");
-    return -EIO;
+    return bf_err_set(err, -EIO, "cannot initialise libsodium");
   }
   unsigned char pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES];
   crypto_box_keypair(pk, sk);
@@ -176,24 +175,24 @@ int bf_share_keygen(const char *name, char fpr[17], char *err, size_t errlen) {
   char *pub_path = NULL, *key_path = NULL;
   int rc = -ENOMEM;
   if (asprintf(&pub_path, "%s.pub", name) < 0 || asprintf(&key_path, "%s.key", name) < 0) {
-    snprintf(err, errlen, "out of memory");
+    bf_err_set(err, rc, "out of memory");
     goto out;
   }
   if (access(pub_path, F_OK) == 0 || access(key_path, F_OK) == 0) {
     rc = -EEXIST;
-    snprintf(err, errlen, "'%s' or '%s' already exists; choose another name", pub_path, key_path);
+    bf_err_set(err, rc, "'%s' or '%s' already exists; choose another name", pub_path, key_path);
     goto out;
   }
   sodium_bin2base64(b64, sizeof b64, sk, sizeof sk, sodium_base64_VARIANT_ORIGINAL);
   int n = snprintf(line, sizeof line, KEY_PREFIX "%s\n", b64);
   if ((rc = write_file(key_path, 0600, 1, (unsigned char *)line, (size_t)n, NULL))) {
-    snprintf(err, errlen, "cannot write '%s': %s", key_path, strerror(-rc));
+    bf_err_set(err, rc, "cannot write '%s': %s", key_path, strerror(-rc));
     goto out;
   }
   sodium_bin2base64(b64, sizeof b64, pk, sizeof pk, sodium_base64_VARIANT_ORIGINAL);
   n = snprintf(line, sizeof line, PUB_PREFIX "%s\n", b64);
   if ((rc = write_file(pub_path, 0644, 1, (unsigned char *)line, (size_t)n, NULL))) {
-    snprintf(err, errlen, "cannot write '%s': %s", pub_path, strerror(-rc));
+    bf_err_set(err, rc, "cannot write '%s': %s", pub_path, strerror(-rc));
     unlink(key_path);
     goto out;
   }

@@ -225,8 +225,8 @@ void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out)
   long backoff = 500;
   for (int a = 0; a <= d->retries; a++) {
     bf_http_resp r;
-    char err[1024] = "";
-    bf_http_result res = bf_http_send(&rq, &r, err, sizeof err);
+    bf_err err = BF_ERR_INIT;
+    bf_http_result res = bf_http_send(&rq, &r, &err);
     out->attempts = a + 1;
     out->status = r.status;
     if (res == BF_HTTP_OK && r.status >= 200 && r.status < 300) {
@@ -248,7 +248,7 @@ void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out)
       snprintf(body, sizeof body, "%.*s", (int)(r.len < 160 ? r.len : 160), r.body ? (const char *)r.body : "");
       for (char *c = body; *c; c++)
         if (*c == '\n' || *c == '\r') *c = ' ';
-      snprintf(err, sizeof err, "%s answered HTTP %ld%s%s", d->shown, r.status, *body ? ": " : "", body);
+      snprintf(err.msg, sizeof err.msg, "%s answered HTTP %ld%s%s", d->shown, r.status, *body ? ": " : "", body);
     }
     long wait = backoff;
     if (res == BF_HTTP_OK && r.retry_after_s >= 0) wait = r.retry_after_s * 1000;
@@ -256,16 +256,16 @@ void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out)
     bf_http_resp_free(&r);
     out->retryable = retryable(res, out->status);
     if (!retryable(res, out->status) || a == d->retries) {
-      snprintf(err + strlen(err), sizeof err - strlen(err), "%s",
+      snprintf(err.msg + strlen(err.msg), sizeof err.msg - strlen(err.msg), "%s",
                retryable(res, out->status) && d->retries > 0
                    ? " (gave up after the last retry; the session stays in the database)" : "");
-      bf_fleet_redact(d, err, out->error, sizeof out->error);
+      bf_fleet_redact(d, err.msg, out->error, sizeof out->error);
       return;
     }
     if (wait > RETRY_AFTER_MAX_S * 1000L) {
-      snprintf(err + strlen(err), sizeof err - strlen(err), " and asks to wait %ld s, more than the %d s bound: try later",
+      snprintf(err.msg + strlen(err.msg), sizeof err.msg - strlen(err.msg), " and asks to wait %ld s, more than the %d s bound: try later",
                wait / 1000, RETRY_AFTER_MAX_S);
-      bf_fleet_redact(d, err, out->error, sizeof out->error);
+      bf_fleet_redact(d, err.msg, out->error, sizeof out->error);
       return;
     }
     nap_ms(wait);
