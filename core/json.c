@@ -51,8 +51,7 @@ void bf_json_session(FILE *f, const bf_session_info *in) {
   fputs(",\"extra\":", f);
   /* stored metadata is written only when it is one well-formed object: a
    * damaged or forged value must not break or extend the document */
-  char why[8];
-  if (in->extra_json && bf_json_check_object(in->extra_json, NULL, why, sizeof why) == 0)
+  if (in->extra_json && bf_json_check_object(in->extra_json, NULL, NULL) == 0)
     fputs(in->extra_json, f);
   else
     fputs("null", f);

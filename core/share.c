@@ -326,20 +326,20 @@ static int verify_db(bf_store *dst, bf_store *in, const char *path, int64_t *ses
   size_t n = 0;
   if (bf_store_session_list(in, &list, &n))
     return bf_store_fail(dst, -EBADMSG, "'%s': %s; nothing imported", path, bf_store_errmsg(in));
-  char why[160] = "";
+  bf_err why = BF_ERR_INIT;
   int bad_meta = 0;
   if (n == 1) {
     *session_id = list[0]->id;
     /* its metadata ends up inside our JSON: one well-formed object that does
      * not pose as our own fields, or nothing is imported */
     bad_meta = list[0]->extra_json &&
-               bf_json_check_object(list[0]->extra_json, bf_json_reserved_extra_keys, why, sizeof why) != 0;
+               bf_json_check_object(list[0]->extra_json, bf_json_reserved_extra_keys, &why) != 0;
   }
   for (size_t i = 0; i < n; i++) bf_session_info_free(list[i]);
   free(list);
   if (bad_meta)
     return bf_store_fail(dst, -EBADMSG, "'%s': the session's metadata (extra) is refused: %s; nothing imported", path,
-                         why);
+                         why.msg);
   if (n != 1)
     return bf_store_fail(dst, -EBADMSG, "'%s' holds %zu sessions, expected exactly one; nothing imported", path, n);
   return 0;
