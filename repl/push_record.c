@@ -219,12 +219,12 @@ static int send_due(bf_push_rec *p, bf_store *s, int finishing) {
     if (o.retry_after_ms >= 0) wait = o.retry_after_ms < RETRY_AFTER_CAP_MS ? o.retry_after_ms : RETRY_AFTER_CAP_MS;
     bf_spool_failed(s, r.id, o.status, 0, now + (int64_t)wait * 1000000);
     if (!p->down)
-      bf_cli_warn("record --push: window %" PRId64 " waits in the spool: %s; retrying with backoff", r.seq, o.error);
+      bf_cli_warn("record --push: window %" PRId64 " waits in the spool: %s; retrying with backoff", r.seq, o.error.msg);
     p->down = 1;
   } else {
     bf_spool_failed(s, r.id, o.status, 1, 0);
     bf_cli_warn("record --push: window %" PRId64 " refused: %s; it stays in the spool (push --resume sends it again)",
-                r.seq, o.error);
+                r.seq, o.error.msg);
   }
   bf_spool_row_clear(&r);
   return 1;
@@ -439,7 +439,7 @@ static int resume_session(const dest *d, bf_store *s, int64_t sid, int *any) {
              o.bytes);
     else
       bf_cli_error("session %" PRId64 " window %" PRId64 " not pushed: %s (it stays in the spool)", r.session_id, r.seq,
-                   o.error);
+                   o.error.msg);
     fflush(stdout);
     bf_spool_row_clear(&r);
     if (rc) bf_cli_error("%s", bf_store_errmsg(s));
