@@ -97,7 +97,7 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
   if (rc == BF_LUA_ERROR) {
     /* the message may quote names from profiles: controls escaped, the line
      * breaks of multi-line messages (usage texts) kept */
-    bf_fputs_inert_lines(stderr, bf_err_msg(&err, "script error"));
+    bf_fputs_inert_lines(stderr, err.msg); /* "script error" when out of memory */
     fputc('\n', stderr);
   }
   return rc;
