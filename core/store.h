@@ -25,7 +25,7 @@ typedef struct bf_store bf_store;
 /* Open (and migrate) the database at path.
  * OUT: *out, a handle the caller closes with bf_store_close.
  * On failure *out is set to NULL and err (when not NULL) holds the code and a
- * one-line message; err->msg is "" only when out of memory.
+ * one-line message.
  * Errors: -ENOENT missing file, -EINVAL not a SQLite file / not a bifocal
  * database, -EPROTO schema newer than this build, -EACCES permission. */
 int bf_store_open(const char *path, int flags, bf_store **out, bf_err *err);

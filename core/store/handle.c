@@ -176,7 +176,7 @@ int bf_store_open(const char *path, int flags, bf_store **out, bf_err *err) {
     return -dir_errno;
   }
   bf_store *s = calloc(1, sizeof *s);
-  if (!s) return -ENOMEM;
+  if (!s) return bf_err_set(err, -ENOMEM, "out of memory");
   s->path = strdup(path);
   s->readonly = readonly;
   /* A reader opens read-write when it may (bifocal never writes through it):
@@ -266,7 +266,7 @@ int bf_store_open_memory(bf_store **out, bf_err *err) {
   *out = NULL;
   bf_err_clear(err);
   bf_store *s = memory_handle("(memory)", 0);
-  if (!s) return -ENOMEM;
+  if (!s) return bf_err_set(err, -ENOMEM, "out of memory");
   int rc;
   if (!s->db) {
     rc = -ENOMEM;
@@ -292,7 +292,7 @@ int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_s
   bf_store *s = memory_handle(name, 1);
   if (!s) {
     sqlite3_free(image);
-    return -ENOMEM;
+    return bf_err_set(err, -ENOMEM, "out of memory");
   }
   int rc;
   if (!s->db ||
