@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "jsonw.h"
+#include "strbuf.h"
 #include "text.h"
-#include "vec.h"
 
 static size_t replaced; /* invalid UTF-8 bytes written as U+FFFD */
 

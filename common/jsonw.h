@@ -58,7 +58,7 @@ void bf_jw_null(bf_jw *w);
 /* A value already in JSON (a stored object, a number formatted by the caller). */
 void bf_jw_raw(bf_jw *w, const char *json);
 /* The file to write one value to with a writer of JSON to FILE (such as
- * bf_json_session), its comma written; NULL after misuse (write nothing). */
+ * bf_session_json), its comma written; NULL after misuse (write nothing). */
 FILE *bf_jw_file(bf_jw *w);
 /* key + value in one call. */
 void bf_jw_kstr(bf_jw *w, const char *key, const char *s);

@@ -21,17 +21,6 @@ int bf_vec_grow_slow(void **p, size_t *cap, size_t need, size_t elem, size_t fir
   return 0;
 }
 
-void bf_strbuf_put(bf_strbuf *b, const char *p, size_t n) {
-  if (b->oom) return;
-  if (bf_vec_grow((void **)&b->s, &b->cap, b->n + n + 1, 1, 64)) {
-    b->oom = 1;
-    return;
-  }
-  memcpy(b->s + b->n, p, n);
-  b->n += n;
-  b->s[b->n] = 0;
-}
-
 int bf_vec_grow_zero(void **p, size_t *cap, size_t need, size_t elem, size_t first_cap) {
   size_t old = *cap;
   int rc = bf_vec_grow(p, cap, need, elem, first_cap);

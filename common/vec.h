@@ -20,15 +20,4 @@ static inline int bf_vec_grow(void **p, size_t *cap, size_t need, size_t elem, s
 /* As bf_vec_grow, and the new elements (from the old capacity on) are zeroed. */
 int bf_vec_grow_zero(void **p, size_t *cap, size_t need, size_t elem, size_t first_cap);
 
-/* A growing NUL-terminated string: {0} is empty; s is malloc'd (free it) and
- * NULL until the first put. Out of memory sets oom and drops later puts. */
-typedef struct bf_strbuf {
-  char *s;
-  size_t n, cap;
-  int oom;
-} bf_strbuf;
-
-/* Appends the n bytes at p. */
-void bf_strbuf_put(bf_strbuf *b, const char *p, size_t n);
-
 #endif

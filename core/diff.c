@@ -7,11 +7,11 @@
 #include <string.h>
 
 #include "correlate.h"
+#include "diff.h"
 #include "jsonw.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
-#include "util.h"
-#include "views.h"
 #include "views_int.h"
 
 static int same_str(const char *a, const char *b) {
@@ -157,9 +157,9 @@ static void diff_head_json(bf_jw *w, const bf_diff_opts *o, const diff_head *h) 
   FILE *f;
   bf_jw_obj(w);
   bf_jw_key(w, "a");
-  if ((f = bf_jw_file(w))) bf_json_session(f, h->ia);
+  if ((f = bf_jw_file(w))) bf_session_json(f, h->ia);
   bf_jw_key(w, "b");
-  if ((f = bf_jw_file(w))) bf_json_session(f, h->ib);
+  if ((f = bf_jw_file(w))) bf_session_json(f, h->ib);
   bf_jw_kbool(w, "comparable", !h->incompatible);
   bf_jw_kstr(w, "why", h->incompatible ? h->why : NULL);
   bf_jw_knum(w, "threshold_pp", o->threshold_pp);

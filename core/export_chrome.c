@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exports.h"
+#include "jsonw.h"
 #include "query.h"
 #include "store_int.h"
-#include "util.h"
-#include "views.h"
 #include "views_int.h"
 
 /* The head of the file up to the metadata events that name the process and

@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exports.h"
 #include "ident.h"
 #include "opnames.h"
 #include "query.h"
 #include "store_int.h"
-#include "views.h"
 #include "vec.h"
 
 typedef struct acc {

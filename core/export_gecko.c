@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exports.h"
 #include "ident.h"
-#include "json.h"
+#include "jsonw.h"
 #include "map.h"
 #include "query.h"
 #include "store_int.h"
-#include "views.h"
 #include "vec.h"
 
 /* gecko format version written (docs-developer/CHANGELOG-formats.md: 27 drops

@@ -10,12 +10,12 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "exports.h"
 #include "ident.h"
 #include "map.h"
 #include "pb.h"
 #include "query.h"
 #include "store_int.h"
-#include "views.h"
 #include "views_int.h"
 #include "vec.h"
 

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exports.h"
 #include "ident.h"
 #include "store_int.h"
-#include "views.h"
 #include "query.h"
 #include "views_int.h"
 #include "vec.h"

@@ -9,11 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exports.h"
 #include "jsonw.h"
 #include "query.h"
 #include "store_int.h"
-#include "util.h"
-#include "views.h"
 #include "views_int.h"
 #include "vec.h"
 

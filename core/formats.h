@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "exports.h"
 #include "store.h"
 #include "views.h"
 

@@ -18,7 +18,6 @@
 #include "session_meta.h"
 #include "query.h"
 #include "store_int.h"
-#include "util.h"
 
 #define MAX_LINE (4 << 20) /* bytes per line: 4096 frames of ~1 KB; longer is refused */
 #define MAX_DEPTH 4096

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "copy.h"
-#include "json.h"
 #include "redact.h"
+#include "jsonw.h"
 #include "store_int.h"
 
 #define MAX_WORDS 16

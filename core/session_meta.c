@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "clock.h"
 
 char *bf_meta_join_argv(int argc, char *const *argv) {
   size_t len = 1;
@@ -245,7 +245,7 @@ void bf_meta_collect(const bf_meta_src *src, bf_meta *m, bf_session_info *info) 
   info->kind = src->kind;
   info->clock = src->clock;
   info->mode = src->mode;
-  info->start_ns = bf_now_ns();
+  info->start_ns = bf_wall_ns();
   info->host = m->host;
   info->pid = src->pid;
   info->command = src->command ? src->command : m->command[0] ? m->command : NULL;

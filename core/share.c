@@ -12,10 +12,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "clock.h"
 #include "copy.h"
 #include "share.h"
+#include "jsonw.h"
+#include "session_json.h"
 #include "store_int.h"
-#include "util.h"
 
 #define INNER_MAGIC "BFSESS1\0"
 #define INNER_HDR 16 /* magic + u64le length */
@@ -333,7 +335,7 @@ static int verify_db(bf_store *dst, bf_store *in, const char *path, int64_t *ses
     /* its metadata ends up inside our JSON: one well-formed object that does
      * not pose as our own fields, or nothing is imported */
     bad_meta = list[0]->extra_json &&
-               bf_json_check_object(list[0]->extra_json, bf_json_reserved_extra_keys, &why) != 0;
+               bf_json_check_object(list[0]->extra_json, bf_session_reserved_extra_keys, &why) != 0;
   }
   for (size_t i = 0; i < n; i++) bf_session_info_free(list[i]);
   free(list);
@@ -421,7 +423,7 @@ int bf_share_import(bf_store *dst, const char *path, const char *key_path, const
   int64_t sid = 0;
   if ((rc = verify_db(dst, in, path, &sid))) goto out;
   bf_copy_opts co = {.label = io ? io->label : NULL};
-  if (io && io->ttl_ns > 0) co.expires_at_ns = bf_now_ns() + io->ttl_ns;
+  if (io && io->ttl_ns > 0) co.expires_at_ns = bf_wall_ns() + io->ttl_ns;
   if ((rc = bf_session_copy(in, sid, dst, &co, new_id))) {
     char m[512];
     snprintf(m, sizeof m, "%s", bf_store_errmsg(dst));

@@ -15,7 +15,7 @@
 
 #include <sqlite3.h>
 
-#include "json.h"
+#include "jsonw.h"
 #include "session_meta.h"
 
 /* The runner bootstrap: import bifocal_trace from the directory given as the

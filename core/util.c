@@ -1,4 +1,5 @@
-/* util.c — duration parsing, time formatting (JSON writing is in json.c). */
+/* util.c — duration parsing, time formatting (JSON writing is in
+ * common/jsonw.c, session metadata as JSON in session_json.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -30,12 +31,6 @@ int bf_parse_duration_ns(const char *s, int64_t *ns) {
   if (r > 9.2e18) return -EINVAL;
   *ns = (int64_t)r;
   return 0;
-}
-
-int64_t bf_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 void bf_fmt_time(int64_t epoch_ns, char *buf, size_t len) {

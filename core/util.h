@@ -1,20 +1,16 @@
-/* util.h — small shared helpers of core/: durations, clocks; JSON writing
- * (json.h) is included for the callers that found it here. */
+/* util.h — small shared helpers of core/: durations and times (the clocks are
+ * common/clock.h). */
 #ifndef BF_UTIL_H
 #define BF_UTIL_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-#include "json.h"
 #include "store.h"
 
 /* Parse "90s", "30m", "12h", "7d", "250ms" or plain seconds ("1.5").
  * OUT: *ns. Returns 0 or -EINVAL. */
 int bf_parse_duration_ns(const char *s, int64_t *ns);
-
-/* Realtime clock in ns since the epoch. */
-int64_t bf_now_ns(void);
 
 /* Format epoch ns as "YYYY-MM-DD HH:MM:SS" (UTC) into buf. */
 void bf_fmt_time(int64_t epoch_ns, char *buf, size_t len);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "opnames.h"
 #include "query.h"
 #include "store_int.h"

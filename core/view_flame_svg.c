@@ -13,7 +13,6 @@
 #include "profile.h"
 #include "query.h"
 #include "store_int.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 #include "vec.h"

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "jsonw.h"
+#include "session_json.h"
 #include "text.h"
 #include "query.h"
 #include "util.h"
@@ -156,7 +158,7 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
   if (limit > p->n) limit = p->n;
   if (o->json) {
     fputs("{\"session\":", out);
-    bf_json_session(out, info);
+    bf_session_json(out, info);
     fprintf(out, ",\"total_samples\":%lld", (long long)(p->traced ? -1 : p->total_samples));
     if (p->records_kept >= 0) /* focus mode: the calls the ring could not keep */
       fprintf(out, ",\"focus_records\":{\"kept\":%lld,\"dropped\":%lld}", (long long)p->records_kept,

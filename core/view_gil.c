@@ -7,8 +7,8 @@
 
 #include "jsonw.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 #include "vec.h"
@@ -100,7 +100,7 @@ static int gil_json(gil *g, const bf_thread_ref *th, const tstat *all, size_t to
   bf_jw_obj(&w);
   bf_jw_key(&w, "session");
   FILE *f = bf_jw_file(&w);
-  if (f) bf_json_session(f, info);
+  if (f) bf_session_json(f, info);
   bf_jw_key(&w, "definitions");
   bf_jw_obj(&w);
   bf_jw_kstr(&w, "gil", "thread held the GIL");

@@ -6,10 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
 #include "text.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 #include "vec.h"
@@ -117,7 +118,7 @@ static void shade(FILE *out, double x, int color) {
 static int hm_json(hm *h, const bf_session_info *info, FILE *out) {
   int rc = 0;
   fputs("{\"session\":", out);
-  bf_json_session(out, info);
+  bf_session_json(out, info);
   fprintf(out, ",\"value\":\"%s\",\"start_s\":", h->by_weight ? "weight" : "samples");
   bf_json_num(out, h->t0_s);
   fputs(",\"bucket_s\":", out);

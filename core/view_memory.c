@@ -7,12 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exports.h"
 #include "ident.h"
 #include "jsonw.h"
-#include "json.h"
 #include "map.h"
 #include "profile.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
 #include "vec.h"
 #include "views.h"
@@ -344,7 +345,7 @@ static void json_fn(bf_store *s, const mload *l, const mfn *f, FILE *out) {
 static void write_json(bf_store *s, const bf_session_info *in, const mload *l, const mtable *t, size_t limit,
                        FILE *out) {
   fputs("{\"session\":", out);
-  bf_json_session(out, in);
+  bf_session_json(out, in);
   fprintf(out,
           ",\"memory\":{\"source\":\"statm\",\"changes\":%lld,\"growth_changes\":%lld,\"growth_bytes\":%.0f,"
           "\"shrink_bytes\":%.0f,\"net_bytes\":%.0f,\"anon_growth_bytes\":%.0f,\"anon_shrink_bytes\":%.0f,"
@@ -444,7 +445,7 @@ static int mtl_add(void *ud, const bf_memory_point *p) {
 static void timeline_json(const bf_session_info *in, const mtl *t, const double *rss, const double *anon, int nb,
                           double bucket_ns, FILE *out) {
   fputs("{\"session\":", out);
-  bf_json_session(out, in);
+  bf_session_json(out, in);
   fprintf(out, ",\"memory_timeline\":{\"points\":%zu,\"bucket_ns\":%.0f,\"buckets\":[", t->n, bucket_ns);
   for (int b = 0; b < nb; b++)
     fprintf(out, "%s{\"start_ns\":%.0f,\"rss_bytes\":%.0f,\"anon_bytes\":%.0f}", b ? "," : "", b * bucket_ns,

@@ -6,10 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "opnames.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
-#include "util.h"
 #include "vec.h"
 #include "views.h"
 #include "views_int.h"
@@ -72,7 +73,7 @@ static int row_where(bf_store *s, const op_row *r, bf_function_ref *ref, int64_t
 
 static int ops_json(ops *g, size_t top, const bf_session_info *info, FILE *out) {
   fputs("{\"session\":", out);
-  bf_json_session(out, info);
+  bf_session_json(out, info);
   fprintf(out, ",\"samples\":%lld,\"samples_with_opcode\":%lld,\"rows\":[", (long long)g->total,
           (long long)g->with_op);
   for (size_t i = 0; i < top; i++) {

@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "profile.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 
@@ -167,7 +168,7 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
   if (o->json) {
     fputs("{\"session\":", out);
-    bf_json_session(out, w->info);
+    bf_session_json(out, w->info);
     fputs(",\"threads\":[", out);
   } else {
     char sub[1024];

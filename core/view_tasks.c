@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "query.h"
+#include "session_json.h"
 #include "store_int.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 
@@ -243,7 +244,7 @@ static int tasks_json(const tv *v, const bf_session_info *info, const bf_view_op
   int rc;
   size_t limit = tasks_limit(o);
   fputs("{\"session\":", out);
-  bf_json_session(out, info);
+  bf_session_json(out, info);
   fprintf(out, ",\"task_count\":%zu,\"tasks\":[", ntask);
   size_t shown = 0;
   for (size_t i = 0; i < v->nt && shown < limit; i++) {

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "jsonw.h"
+#include "session_json.h"
 #include "store_int.h"
 #include "text.h"
-#include "util.h"
 #include "views.h"
 #include "views_int.h"
 #include "waits.h"
@@ -94,7 +94,7 @@ int bf_view_waits(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   if (limit > k->ntargets) limit = k->ntargets;
   if (o->json) {
     fputs("{\"session\":", out);
-    bf_json_session(out, info);
+    bf_session_json(out, info);
     fprintf(out, ",\"total_samples\":%lld,\"kernel_share\":", (long long)k->total_samples);
     bf_json_num(out, k->total_weight > 0 ? k->kernel_units / k->total_weight : 0);
     fputs(",\"split\":{", out);

@@ -47,9 +47,9 @@ static const struct {
      "run as root, `sudo sysctl kernel.yama.ptrace_scope=0`, or launch the target with `bifocal record -- CMD`"},
     {"kernel.yama.ptrace_scope is 3",
      "run as root, `sudo sysctl kernel.yama.ptrace_scope=0`, or launch the target with `bifocal record -- CMD`"},
-    /* sampling/native.c (bf_smp_native_new) */
+    /* sampling/native/native.c (bf_smp_native_new) */
     {"is not a comma list of thread ids or name globs", "see --native-threads"},
-    /* sampling/native_threads.c (explain_trace: the thread has another tracer) */
+    /* sampling/native/native_threads.c (explain_trace: the thread has another tracer) */
     {"only one tracer at a time", "detach it, or record without --native"},
     /* core/correlate.c (bf_join_sessions) */
     {", not traced", "see `bifocal sessions`"},

@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "jsonw.h"
 #include "util.h"
 
 static int print_json(void *ud, const bf_audit_entry *e) {

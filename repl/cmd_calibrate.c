@@ -20,8 +20,8 @@
 #include "audit.h"
 #include "calibrate.h"
 #include "cli.h"
+#include "jsonw.h"
 #include "opts.h"
-#include "json.h"
 #include "sampler.h"
 #include "util.h"
 

@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "diff.h"
 #include "opts.h"
 #include "correlate.h"
 #include "out_file.h"
-#include "views.h"
 
 typedef struct diff_args {
   bf_diff_opts o;

@@ -13,7 +13,7 @@
 #include "opts.h"
 #include "native.h"
 #include "locals.h"
-#include "look.h"
+#include "inspect.h"
 #include "sampler.h"
 #include "text.h"
 
@@ -183,7 +183,7 @@ static int print_process(void *ud, bf_smp *h, int pid, const char *version, cons
 }
 
 /* Options and their checks; -1 to go on, else the exit status. OUT: *pid, *lo, *d-> */
-static int dump_parse(int argc, char **argv, int *pid, bf_look_opts *lo, dump_out *d) {
+static int dump_parse(int argc, char **argv, int *pid, bf_inspect_opts *lo, dump_out *d) {
   /* short letters are py-spy's (dump -p PID -j -l -n -s) */
   static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
                                        {"pid", required_argument, NULL, 'p'},
@@ -223,14 +223,14 @@ static int dump_parse(int argc, char **argv, int *pid, bf_look_opts *lo, dump_ou
 }
 
 /* One consistent sample of every thread, printed only once complete.
- * Returns -1 when out of memory, else 0 and bf_look_sample's result in *rc. */
-static int dump_run(bf_look *l, const bf_look_opts *lo, dump_out *d, int *rc) {
+ * Returns -1 when out of memory, else 0 and bf_inspect_sample's result in *rc. */
+static int dump_run(bf_inspect *l, const bf_inspect_opts *lo, dump_out *d, int *rc) {
   char *text = NULL;
   size_t text_len = 0;
   d->f = open_memstream(&text, &text_len);
   if (!d->f) return -1;
   if (d->json && lo->subprocesses) fputs("{\"processes\":[", d->f);
-  *rc = bf_look_sample(l, DUMP_TRIES, print_process, d, NULL);
+  *rc = bf_inspect_sample(l, DUMP_TRIES, print_process, d, NULL);
   if (d->json) fputs(lo->subprocesses ? "]}\n" : "\n", d->f);
   fclose(d->f);
   if (*rc == 0) fwrite(text, 1, text_len, stdout);
@@ -240,7 +240,7 @@ static int dump_run(bf_look *l, const bf_look_opts *lo, dump_out *d, int *rc) {
 
 int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   int pid = 0;
-  bf_look_opts lo = {0};
+  bf_inspect_opts lo = {0};
   dump_out d = {0};
   int rc = dump_parse(argc, argv, &pid, &lo, &d);
   if (rc >= 0) return rc;
@@ -248,15 +248,15 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   if ((rc = bf_audit_begin_look(cli, "dump", pid, &au))) return rc;
   lo.native_stop_wait_ns = 1000000000; /* one sample: wait for every thread */
   lo.settled = 1;                      /* and a stack that held still while read */
-  bf_look *l = NULL;
-  if ((rc = bf_look_open(pid, &lo, &l))) {
+  bf_inspect *l = NULL;
+  if ((rc = bf_inspect_open(pid, &lo, &l))) {
     bf_audit_end(au, "attach failed", 0);
     return rc;
   }
   if (dump_run(l, &lo, &d, &rc) < 0) {
     bf_cli_error("out of memory");
     bf_audit_end(au, "out of memory", 0);
-    bf_look_free(l);
+    bf_inspect_free(l);
     return 1;
   }
   char torn_msg[256];
@@ -268,9 +268,9 @@ int bf_cmd_dump(bf_cli *cli, int argc, char **argv) {
   const char *fail = rc == -ESRCH                    ? "the process exited"
                      : rc == -ENOTSUP && d.err[0] ? d.err
                      : rc == -EIO && !lo.native   ? torn_msg
-                                                   : bf_look_errmsg(l);
+                                                   : bf_inspect_errmsg(l);
   bf_audit_end(au, rc < 0 ? fail : NULL, 0);
   if (rc < 0) bf_cli_error("%s", fail);
-  bf_look_free(l); /* threads were resumed already; this detaches */
+  bf_inspect_free(l); /* threads were resumed already; this detaches */
   return rc < 0 ? 1 : 0;
 }

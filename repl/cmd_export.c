@@ -6,11 +6,11 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "exports.h"
 #include "formats.h"
 #include "opts.h"
 #include "out_file.h"
 #include "share.h"
-#include "util.h"
 #include "views.h"
 
 int bf_cmd_export(bf_cli *cli, int argc, char **argv) {

@@ -6,8 +6,8 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "clock.h"
 #include "gc.h"
-#include "util.h"
 
 static long long db_bytes(const char *path) {
   struct stat st;
@@ -73,7 +73,7 @@ static int gc_run(bf_cli *cli, bf_store *s, bf_audit *au, int force) {
                 cli->db_path);
     force = 0;
   }
-  if (bf_gc(s, bf_now_ns(), force, &st) < 0) {
+  if (bf_gc(s, bf_wall_ns(), force, &st) < 0) {
     bf_cli_error("%s", bf_store_errmsg(s));
     bf_audit_end(au, bf_store_errmsg(s), 0);
     bf_store_close(s);

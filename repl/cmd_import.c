@@ -8,7 +8,6 @@
 #include "opts.h"
 #include "import.h"
 #include "share.h"
-#include "util.h"
 
 int bf_cmd_import(bf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"label", required_argument, NULL, 'l'},

@@ -17,7 +17,7 @@
 #include "audit.h"
 #include "cli.h"
 #include "clock.h"
-#include "look.h"
+#include "inspect.h"
 #include "opts.h"
 #include "sampler.h"
 #include "top.h"
@@ -46,8 +46,8 @@ static void fit(char *s, int cols) {
 }
 
 typedef struct live {
-  bf_look *l;
-  bf_look_opts lo;
+  bf_inspect *l;
+  bf_inspect_opts lo;
   bf_top t;
   int pid, with_idle, limit, sort_total, threads;
   double rate;
@@ -61,12 +61,12 @@ static void live_draw(live *v, int64_t now) {
   ioctl(1, TIOCGWINSZ, &ws);
   int rows = ws.ws_row ? ws.ws_row : 24, cols = ws.ws_col ? ws.ws_col : 80;
   char h1[256], h2[256];
-  size_t np = bf_look_count(v->l);
+  size_t np = bf_inspect_count(v->l);
   char procs[48] = "";
   if (v->lo.subprocesses) snprintf(procs, sizeof procs, " +%zu child%s", np - 1, np == 2 ? "" : "ren");
   snprintf(h1, sizeof h1, "bifocal live  pid %d%s  Python %s  %.0f Hz  window %.0fs%s%s%s", v->pid, procs,
-           bf_look_python_version(v->l), v->rate, (double)(now - v->window) / 1e9, v->lo.gil_only ? "  GIL only" : "",
-           v->lo.native ? "  native" : "", v->with_idle ? "  idle too" : "");
+           bf_inspect_python_version(v->l), v->rate, (double)(now - v->window) / 1e9,
+           v->lo.gil_only ? "  GIL only" : "", v->lo.native ? "  native" : "", v->with_idle ? "  idle too" : "");
   snprintf(h2, sizeof h2, "%lld %sthread-samples, %lld invalid  sort %s  [q]uit [s]ort [t]hreads",
            (long long)v->t.samples, v->with_idle ? "" : "busy ", (long long)v->t.invalid,
            v->sort_total ? "total" : "self");
@@ -95,13 +95,13 @@ static const char *live_loop(live *v, int *gone) {
   v->window = bf_mono_ns();
   while (!live_stop) {
     int torn = 0;
-    int rc = bf_look_sample(v->l, 1, bf_top_look_add, &v->t, &torn);
+    int rc = bf_inspect_sample(v->l, 1, bf_top_inspect_add, &v->t, &torn);
     v->t.invalid += torn;
     if (rc == -ESRCH) {
       *gone = 1;
       return NULL;
     }
-    if (rc < 0 && rc != -EIO) return bf_look_errmsg(v->l);
+    if (rc < 0 && rc != -EIO) return bf_inspect_errmsg(v->l);
     if (rc == 0) bf_top_tick(&v->t);
     int64_t now = bf_mono_ns();
     if (resized) { /* SIGWINCH: redraw for the new size at once */
@@ -132,7 +132,7 @@ static const char *live_loop(live *v, int *gone) {
 int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
   live v = {.rate = 200};
   int c;
-  if ((c = bf_opt_look("live", argc, argv, &v.pid, &v.lo, &v.rate, NULL, &v.with_idle, &v.limit)) >= 0) return c;
+  if ((c = bf_opt_inspect("live", argc, argv, &v.pid, &v.lo, &v.rate, NULL, &v.with_idle, &v.limit)) >= 0) return c;
   if (v.lo.native && v.rate > 100) v.rate = 100; /* every sample stops the threads: gentler */
   if (!isatty(0) || !isatty(1)) {
     bf_cli_error("live needs a terminal (use `bifocal top -p PID` or `bifocal record -p PID`)");
@@ -140,7 +140,7 @@ int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
   }
   bf_audit *au = NULL; /* audited before the target is touched */
   if ((c = bf_audit_begin_look(cli, "live", v.pid, &au))) return c;
-  if ((c = bf_look_open(v.pid, &v.lo, &v.l))) {
+  if ((c = bf_inspect_open(v.pid, &v.lo, &v.l))) {
     bf_audit_end(au, "attach failed", 0);
     return c;
   }
@@ -170,6 +170,6 @@ int bf_cmd_live(bf_cli *cli, int argc, char **argv) {
   if (fail) bf_cli_error("%s", fail);
   bf_top_free(&v.t);
   bf_audit_end(au, fail, 0);
-  bf_look_free(v.l);
+  bf_inspect_free(v.l);
   return fail ? 1 : 0;
 }

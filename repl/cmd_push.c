@@ -18,6 +18,8 @@
 #include <zlib.h>
 
 #include "cli.h"
+#include "clock.h"
+#include "exports.h"
 #include "fleet.h"
 #include "http.h"
 #include "jsonw.h"
@@ -26,7 +28,6 @@
 #include "query.h"
 #include "text.h"
 #include "util.h"
-#include "views.h"
 
 #define RETRY_AFTER_MAX_S 30
 
@@ -328,12 +329,6 @@ static int parse_seconds(const char *arg, const char *what, long *ms) {
 
 /* ---- push --follow: each window of a growing session as it closes ---------- */
 
-static int64_t wall_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Window k of session id: encode and send until it is delivered, waiting
  * between rounds while the backend stays away (the samples wait in the
  * database, which the recorder keeps writing: it never waits on this). 0 sent,
@@ -400,7 +395,7 @@ static int follow(const bf_cli *cli, dest *d, bf_store *s, int64_t id, int64_t e
     bf_session_info_free(in);
     int64_t end = (k + 1) * every_ns;
     if (done && k * every_ns >= dur && k > 0) return 0;
-    if (done || window_closed(s, id, end) || wall_ns() - start > end + 10000000000LL) {
+    if (done || window_closed(s, id, end) || bf_wall_ns() - start > end + 10000000000LL) {
       if (done && end >= dur) end = 0; /* the last window: to the end */
       if (follow_window(cli, d, s, id, k, every_ns, end)) return 1;
       if (!end) return 0;

@@ -10,7 +10,6 @@
 #include "formats.h"
 #include "opts.h"
 #include "out_file.h"
-#include "util.h"
 #include "views.h"
 
 typedef struct replay_args {

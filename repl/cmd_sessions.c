@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "correlate.h"
+#include "session_json.h"
 #include "text.h"
 #include "util.h"
 
@@ -25,7 +26,7 @@ int bf_cmd_sessions(bf_cli *cli, int argc, char **argv) {
     fputc('[', stdout);
     for (size_t i = 0; i < n; i++) {
       if (i) fputc(',', stdout);
-      bf_json_session(stdout, list[i]);
+      bf_session_json(stdout, list[i]);
     }
     fputs("]\n", stdout);
   } else if (n == 0) {

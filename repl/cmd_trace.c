@@ -14,7 +14,6 @@
 #include "cli.h"
 #include "opts.h"
 #include "trace_run.h"
-#include "util.h"
 
 /* Around the run (core/trace_run.c passes stop signals on to the program
  * meanwhile) and after it, until the audit row and the id are out: a stop

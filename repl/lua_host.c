@@ -21,6 +21,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "clock.h"
 #include "lua_bifocal.h"
 #include "lua_host.h"
 #include "store.h"
@@ -812,12 +813,6 @@ typedef struct watchdog {
   volatile int done;
 } watchdog;
 
-static int64_t mono_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 /* Every 50 ms: past the deadline (or after Ctrl-C), stop the state and
  * signal the main thread; past the grace, end the process with a message. */
 static void *watchdog_main(void *ud) {
@@ -827,7 +822,7 @@ static void *watchdog_main(void *ud) {
   while (!w->done) {
     nanosleep(&tick, NULL);
     if (w->done) break;
-    int64_t now = mono_ns();
+    int64_t now = bf_mono_ns();
     int timed_out = deadline && now >= deadline;
     if (timed_out) {
       if (!stop_cause) stop_cause = 2;
@@ -858,7 +853,7 @@ int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, bf_er
   sa_alrm.sa_handler = on_sigalrm;
   sigemptyset(&sa_alrm.sa_mask);
   sigaction(SIGALRM, &sa_alrm, &old_alrm);
-  watchdog w = {.main = pthread_self(), .timeout_s = getctx(L)->timeout_s, .start_ns = mono_ns()};
+  watchdog w = {.main = pthread_self(), .timeout_s = getctx(L)->timeout_s, .start_ns = bf_mono_ns()};
   pthread_t th;
   /* the watchdog gets no signal: they all go to the main thread */
   sigset_t all, prev;

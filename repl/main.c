@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "jsonw.h"
 #include "session_meta.h"
-#include "json.h"
 #include "text.h"
 #include "out_file.h"
 

@@ -136,7 +136,7 @@ int bf_opt_native_blocking(int nonblocking, int native) {
   return 0;
 }
 
-int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *o, double *rate,
+int bf_opt_inspect(const char *cmd, int argc, char **argv, int *pid, bf_inspect_opts *o, double *rate,
                     int64_t *dur, int *with_idle, int *limit) {
   static const struct option opts[] = {{"pid", required_argument, NULL, 'p'},
                                        {"duration", required_argument, NULL, 'd'},

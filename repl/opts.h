@@ -7,7 +7,7 @@
 #define BF_REPL_OPTS_H
 
 #include "cli.h"
-#include "look.h"
+#include "inspect.h"
 #include "out_file.h"
 #include "store.h"
 
@@ -68,7 +68,7 @@ void bf_opt_term_width(const bf_cli *cli, const char *outp, int *width);
  * letters. cmd names the command; dur is NULL for live (no --duration).
  * Returns -1 to go on, else the exit status. OUT: *pid, *o, *rate, *dur,
  * *with_idle, *limit. */
-int bf_opt_look(const char *cmd, int argc, char **argv, int *pid, bf_look_opts *o, double *rate, int64_t *dur,
+int bf_opt_inspect(const char *cmd, int argc, char **argv, int *pid, bf_inspect_opts *o, double *rate, int64_t *dur,
                 int *with_idle, int *limit);
 
 /* The peers' command lines for record: austin's and Tachyon's letters that

@@ -8,7 +8,6 @@
 
 #include "text.h"
 #include "top.h"
-#include "util.h"
 #include "vec.h"
 
 static bf_top_fn *fn_get(bf_top *t, const bf_smp_code *c) {
@@ -144,7 +143,7 @@ void bf_top_print_threads(bf_top *t, FILE *f, int with_pid, int width, const cha
   }
 }
 
-int bf_top_look_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
+int bf_top_inspect_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
                     size_t n) {
   (void)h;
   (void)version;

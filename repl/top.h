@@ -38,8 +38,8 @@ void bf_top_reset(bf_top *t);
 /* One tick of pid's threads (call bf_top_tick once per tick first). */
 int bf_top_add_pid(bf_top *t, int pid, const bf_smp_thread *th, size_t n);
 void bf_top_tick(bf_top *t);
-/* bf_look_fn adding one process's threads to the bf_top ud (bf_top_add_pid). */
-int bf_top_look_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
+/* bf_inspect_fn adding one process's threads to the bf_top ud (bf_top_add_pid). */
+int bf_top_inspect_add(void *ud, bf_smp *h, int pid, const char *version, const char *build, const bf_smp_thread *th,
                     size_t n);
 /* Function table: at most max_rows rows, lines cut to width (0 = no cut). */
 void bf_top_print(bf_top *t, FILE *f, int by_total, int max_rows, int width, const char *eol);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cpuclock.h"
 #include "vec.h"
 
@@ -72,12 +73,6 @@ struct bf_cpuclock {
   int self_tried;
 };
 
-static int64_t cc_mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int perf_open(int tid) {
   struct perf_event_attr a;
   memset(&a, 0, sizeof a);
@@ -112,7 +107,7 @@ static void ring_open(const bf_cpuclock *c, cc_thread *t) {
   t->map = m;
   t->perf = 1;
   t->state = CC_UNKNOWN;
-  t->since = cc_mono();
+  t->since = bf_mono_ns();
 }
 
 bf_cpuclock *bf_cpuclock_new(int pid, int64_t interval_ns) {
@@ -251,7 +246,7 @@ static void ring_drain(bf_cpuclock *c, cc_thread *t) {
     /* switches were dropped: the counter has the exact CPU since open, and
      * the next record tells the state from here on */
     uint64_t v = 0;
-    int64_t now = cc_mono();
+    int64_t now = bf_mono_ns();
     if (read(t->fd, &v, sizeof v) == (ssize_t)sizeof v) t->cpu_ns = (int64_t)v;
     t->state = CC_UNKNOWN;
     t->since = now;
@@ -261,7 +256,7 @@ static void ring_drain(bf_cpuclock *c, cc_thread *t) {
 
 void bf_cpuclock_drain(bf_cpuclock *c) {
   c->tick++;
-  c->now_ns = cc_mono();
+  c->now_ns = bf_mono_ns();
   size_t o = 0;
   for (size_t i = 0; i < c->n; i++) {
     cc_thread *t = &c->th[i];
@@ -332,7 +327,7 @@ int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_
       uint64_t v = 0;
       state = CC_OUT;
       if (read(t->fd, &v, sizeof v) == (ssize_t)sizeof v) {
-        if ((int64_t)v - t->cpu_ns > (cc_mono() - t->since) / 2) state = CC_IN;
+        if ((int64_t)v - t->cpu_ns > (bf_mono_ns() - t->since) / 2) state = CC_IN;
         if ((int64_t)v > t->cpu_ns) now = t->since + ((int64_t)v - t->cpu_ns);
       }
     }

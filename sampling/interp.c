@@ -17,8 +17,8 @@
 #include "jsonw.h"
 #include "procmaps.h"
 #include "smp_int.h"
+#include "strbuf.h"
 #include "text.h"
-#include "vec.h"
 
 static void jraw(bf_strbuf *b, const char *s) { bf_strbuf_put(b, s, strlen(s)); }
 

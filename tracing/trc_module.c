@@ -7,6 +7,7 @@
  * Python data or into the store (trc_write.c). Built once per Python.
  */
 #include "trc_module.h"
+#include "jsonw.h"
 #include "trc_memory.h"
 #include "trc_tasks.h"
 
@@ -20,7 +21,6 @@
 #include <unistd.h>
 
 #include "ident.h"
-#include "json.h"
 #include "store.h"
 #include "trace_run.h"
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "clock.h"
 #include "trc_module.h"
 #if PY_VERSION_HEX < 0x030C0000
 #include <opcode.h>
@@ -48,12 +49,6 @@ typedef struct tk_life {
 static tk_life *tk_lifes;
 static size_t tk_nlifes;
 
-static int64_t tk_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static size_t tk_live_slot(uintptr_t coro) { return (size_t)((coro >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (TK_LIVE - 1); }
 
 static void tk_live_put(uintptr_t coro, PyCodeObject *co, int64_t start) {
@@ -85,14 +80,14 @@ static void tk_live_put(uintptr_t coro, PyCodeObject *co, int64_t start) {
  * coroutine): note when it starts. */
 static void tk_start(uintptr_t coro, PyCodeObject *co, PyCodeObject *caller) {
   if (!coro || (caller && (caller->co_flags & CO_COROUTINE))) return;
-  tk_live_put(coro, co, tk_now());
+  tk_live_put(coro, co, bf_mono_ns());
 }
 
 static void tk_end(uintptr_t coro) {
   if (!tk_lives || !coro) return;
   for (size_t j = tk_live_slot(coro), n = 0; tk_lives[j].coro && n < TK_LIVE; j = (j + 1) & (TK_LIVE - 1), n++) {
     if (tk_lives[j].coro != coro) continue;
-    int64_t d = tk_now() - tk_lives[j].start_ns;
+    int64_t d = bf_mono_ns() - tk_lives[j].start_ns;
     PyCodeObject *co = tk_lives[j].co;
     tk_lives[j].coro = TK_GONE;
     size_t k = 0;

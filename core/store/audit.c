@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "store_impl.h"
 
 int bf_store_audit_add(bf_store *s, const bf_audit_entry *e, int64_t *id) {
@@ -19,7 +20,7 @@ int bf_store_audit_add(bf_store *s, const bf_audit_entry *e, int64_t *id) {
     rc = bfs_fail_sql(s, "prepare");
     goto out;
   }
-  sqlite3_bind_int64(st, 1, e->time_ns ? e->time_ns : bfs_now_ns());
+  sqlite3_bind_int64(st, 1, e->time_ns ? e->time_ns : bf_wall_ns());
   bfs_bind_text(st, 2, e->user);
   sqlite3_bind_int64(st, 3, e->uid);
   sqlite3_bind_int64(st, 4, e->target_pid);

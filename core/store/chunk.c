@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "store_impl.h"
 #include "vec.h"
 
@@ -273,7 +274,7 @@ int64_t bf_store_sample_amend_runq(bf_store *s, int64_t session_id, int64_t thre
 
 int bf_store_checkpoint(bf_store *s) {
   if (s->readonly || s->txn_depth > 0) return 0;
-  int64_t now = bfs_mono_ns();
+  int64_t now = bf_mono_ns();
   if (!s->last_flush_ns) s->last_flush_ns = now;
   if (now - s->last_flush_ns > 1000000000LL) {
     s->last_flush_ns = now;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "store_impl.h"
 
 /* Set by bf_store_interrupt (a signal handler): every handle's progress
@@ -38,7 +39,7 @@ static int on_progress(void *ud) {
   bf_store *s = ud;
   if (interrupt_pending) return 1;
   if (s->stmt_budget_ns <= 0 || s->cur_write) return 0;
-  int64_t now = bfs_mono_ns();
+  int64_t now = bf_mono_ns();
   if (s->progress_events != s->progress_seen || s->progress_mark_ns == 0) {
     s->progress_seen = s->progress_events;
     s->progress_mark_ns = now;

@@ -41,8 +41,6 @@ const char *const bfs_stmt_sql[ST__N] = {
                   "duration_ns,depth,parent_function_id) VALUES(?1,?2,?3,?4,?5,?6,?7)",
 };
 
-int64_t bfs_now_ns(void) { return bf_wall_ns(); }
-
 void bfs_bind_text(sqlite3_stmt *st, int i, const char *v) {
   if (v)
     sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
@@ -330,15 +328,13 @@ void bf_store_close(bf_store *s) {
 
 /* ---- transactions -------------------------------------------------------------- */
 
-int64_t bfs_mono_ns(void) { return bf_mono_ns(); }
-
 int bfs_ensure_txn(bf_store *s) {
   if (s->readonly) return bf_store_fail(s, -EACCES, "database '%s' is open read-only", s->path);
   if (s->txn_open) return 0;
   int rc = bfs_exec(s, "BEGIN IMMEDIATE");
   if (rc == 0) {
     s->txn_open = 1;
-    s->txn_started_ns = bfs_mono_ns();
+    s->txn_started_ns = bf_mono_ns();
   }
   return rc;
 }

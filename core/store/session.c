@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "store_impl.h"
 #include "vec.h"
 
@@ -62,7 +63,7 @@ int bf_store_session_begin(bf_store *s, const bf_session_info *info, int64_t *id
     rc = bfs_fail_sql(s, "prepare session");
     goto out;
   }
-  int64_t created = info->created_ns ? info->created_ns : bfs_now_ns();
+  int64_t created = info->created_ns ? info->created_ns : bf_wall_ns();
   bind_session(st, info, created);
   if (sqlite3_step(st) != SQLITE_DONE) {
     rc = bfs_fail_sql(s, "insert session");

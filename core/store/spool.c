@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "spool.h"
+#include "clock.h"
 #include "store_impl.h"
 
 /* One statement, bound by the caller's fn, stepped once. */
@@ -38,7 +39,7 @@ int bf_spool_add(bf_store *s, const bf_spool_row *r, const void *payload, size_t
   sqlite3_bind_text(st, 6, r->url_suffix, -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 7, r->content_type, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 8, (int64_t)len);
-  sqlite3_bind_int64(st, 9, bfs_now_ns());
+  sqlite3_bind_int64(st, 9, bf_wall_ns());
   sqlite3_bind_blob64(st, 10, payload, len, SQLITE_STATIC);
   return done(s, st, "spool a window");
 }
@@ -105,7 +106,7 @@ int bf_spool_sent(bf_store *s, int64_t id, long status) {
   if (rc) return rc;
   sqlite3_bind_int64(st, 1, id);
   sqlite3_bind_int64(st, 2, status);
-  sqlite3_bind_int64(st, 3, bfs_now_ns());
+  sqlite3_bind_int64(st, 3, bf_wall_ns());
   return done(s, st, "mark a window sent");
 }
 

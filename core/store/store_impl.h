@@ -118,8 +118,6 @@ int bfs_own_begin(bf_store *s, int *was_open);
 int bfs_own_end(bf_store *s, int was_open, int rc);
 /* Bind text, or NULL for a NULL string. */
 void bfs_bind_text(sqlite3_stmt *st, int i, const char *v);
-int64_t bfs_now_ns(void);  /* unix epoch */
-int64_t bfs_mono_ns(void); /* monotonic */
 
 /* guard.c: make a new connection defensive (no triggers, views or trusted
  * schema; no extensions) and install the progress guard. 0 or -ENOTSUP. */

@@ -352,7 +352,7 @@ static void fuzz_one(const uint8_t *data, size_t size) {
         char buf[32];
         (void)smp_elf_symbol(&e, "_PyRuntime", &v, &s);
         (void)smp_elf_find_version(&e, "3.10.", buf, sizeof buf);
-        /* what the native unwinder reads (sampling/native_unwind.c) */
+        /* what the native unwinder reads (sampling/native/native_unwind.c) */
         smp_elf_sym *syms = NULL;
         size_t n = 0;
         if (smp_elf_functions(&e, &syms, &n) == 0) {

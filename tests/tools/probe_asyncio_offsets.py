@@ -1,5 +1,5 @@
 """probe_asyncio_offsets.py — measure, inside one interpreter, the offsets
-sampling/tasks.c vendors for it: where the C _asyncio Task keeps its loop,
+sampling/tasks/tasks.c vendors for it: where the C _asyncio Task keeps its loop,
 state, waiter, coroutine and name; where a coroutine keeps its frame; where a
 suspended frame keeps its value stack (the awaited object is on top). Found
 by looking for known pointers in the objects' own memory (ctypes), so the

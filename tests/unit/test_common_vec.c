@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "strbuf.h"
 #include "vec.h"
 
 int main(void) {

@@ -9,6 +9,8 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "diff.h"
+#include "exports.h"
 #include "scratch.h"
 #include "store.h"
 #include "views.h"

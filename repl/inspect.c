@@ -1,5 +1,5 @@
-/* look.c — sample one process, or a process tree, for dump/top/live (see
- * look.h). Children are found through /proc/PID/task/TID/children. */
+/* inspect.c — sample one process, or a process tree, for dump/top/live (see
+ * inspect.h). Children are found through /proc/PID/task/TID/children. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +8,8 @@
 #include <time.h>
 
 #include "cli.h"
-#include "look.h"
+#include "clock.h"
+#include "inspect.h"
 #include "native.h"
 
 #define MAX_TARGETS 64
@@ -19,19 +20,13 @@ typedef struct target {
   bf_smp_native *nat;
 } target;
 
-struct bf_look {
-  bf_look_opts o;
+struct bf_inspect {
+  bf_inspect_opts o;
   target t[MAX_TARGETS];
   size_t n;
   int64_t last_scan_ns;
   char err[512];
 };
-
-static int64_t mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void target_free(target *t) {
   bf_smp_native_free(t->nat);
@@ -40,7 +35,7 @@ static void target_free(target *t) {
 }
 
 /* Attach one target; 0, or negative errno with the message in l->err. */
-static int target_open(bf_look *l, int pid, target *t) {
+static int target_open(bf_inspect *l, int pid, target *t) {
   memset(t, 0, sizeof *t);
   t->pid = pid;
   t->h = bf_smp_new();
@@ -95,7 +90,7 @@ static size_t children_of(int pid, int *out, size_t max) {
   return n;
 }
 
-static int known(const bf_look *l, int pid) {
+static int known(const bf_inspect *l, int pid) {
   for (size_t i = 0; i < l->n; i++)
     if (l->t[i].pid == pid) return 1;
   return 0;
@@ -103,7 +98,7 @@ static int known(const bf_look *l, int pid) {
 
 /* Attach Python descendants not seen yet; non-Python ones are skipped (and
  * looked at again at the next scan: a fork may exec Python later). */
-static void scan_children(bf_look *l) {
+static void scan_children(bf_inspect *l) {
   int queue[256];
   size_t nq = 0, qi = 0;
   queue[nq++] = l->t[0].pid;
@@ -119,12 +114,12 @@ static void scan_children(bf_look *l) {
       memcpy(l->err, save, sizeof save);
     }
   }
-  l->last_scan_ns = mono();
+  l->last_scan_ns = bf_mono_ns();
 }
 
-int bf_look_open(int pid, const bf_look_opts *o, bf_look **out) {
+int bf_inspect_open(int pid, const bf_inspect_opts *o, bf_inspect **out) {
   *out = NULL;
-  bf_look *l = calloc(1, sizeof *l);
+  bf_inspect *l = calloc(1, sizeof *l);
   if (!l) {
     bf_cli_error("out of memory");
     return 1;
@@ -142,18 +137,18 @@ int bf_look_open(int pid, const bf_look_opts *o, bf_look **out) {
   return 0;
 }
 
-void bf_look_free(bf_look *l) {
+void bf_inspect_free(bf_inspect *l) {
   if (!l) return;
   for (size_t i = 0; i < l->n; i++) target_free(&l->t[i]);
   free(l);
 }
 
-const char *bf_look_python_version(const bf_look *l) { return bf_smp_python_version(l->t[0].h); }
-const char *bf_look_errmsg(const bf_look *l) { return l->err[0] ? l->err : "no error"; }
-size_t bf_look_count(const bf_look *l) { return l->n; }
+const char *bf_inspect_python_version(const bf_inspect *l) { return bf_smp_python_version(l->t[0].h); }
+const char *bf_inspect_errmsg(const bf_inspect *l) { return l->err[0] ? l->err : "no error"; }
+size_t bf_inspect_count(const bf_inspect *l) { return l->n; }
 
-int bf_look_sample(bf_look *l, int tries, bf_look_fn fn, void *ud, int *invalid) {
-  if (l->o.subprocesses && mono() - l->last_scan_ns > 1000000000) scan_children(l);
+int bf_inspect_sample(bf_inspect *l, int tries, bf_inspect_fn fn, void *ud, int *invalid) {
+  if (l->o.subprocesses && bf_mono_ns() - l->last_scan_ns > 1000000000) scan_children(l);
   unsigned want = BF_SMP_WANT_STATE | (l->o.gil_only ? BF_SMP_WANT_GIL_ONLY : 0) |
                   (l->o.settled ? BF_SMP_WANT_SETTLED : 0);
   int torn = 0, good = 0;

@@ -1,38 +1,38 @@
-/* look.h — the sampling side of the commands that only look at a process
+/* inspect.h — the sampling side of the commands that only look at a process
  * (dump, top, live): one target, or with --subprocesses its Python children
  * too, with the py-spy options --gil and --native. Nothing is stored. */
-#ifndef BF_LOOK_H
-#define BF_LOOK_H
+#ifndef BF_INSPECT_H
+#define BF_INSPECT_H
 
 #include <stddef.h>
 
 #include "sampler.h"
 
-typedef struct bf_look bf_look;
+typedef struct bf_inspect bf_inspect;
 
-typedef struct bf_look_opts {
+typedef struct bf_inspect_opts {
   int gil_only;               /* only the thread holding the GIL */
   int native;                 /* merged Python + C stacks (stops threads) */
   const char *native_threads; /* NULL or the --native-threads filter */
   int subprocesses;           /* Python children (and deeper) too */
   int native_stop_wait_ns;    /* 0 = library default */
   int settled;                /* one-shot (dump): BF_SMP_WANT_SETTLED reads */
-} bf_look_opts;
+} bf_inspect_opts;
 
 /* Attach to pid (and, with subprocesses, its Python children). Prints one
  * line on failure and returns the exit status (1; 2 for a bad filter).
  * OUT: *out. */
-int bf_look_open(int pid, const bf_look_opts *o, bf_look **out);
+int bf_inspect_open(int pid, const bf_inspect_opts *o, bf_inspect **out);
 
 /* Destroy (resumes and detaches native-traced threads). Accepts NULL. */
-void bf_look_free(bf_look *l);
+void bf_inspect_free(bf_inspect *l);
 
 /* Python version of the first target (borrowed). */
-const char *bf_look_python_version(const bf_look *l);
+const char *bf_inspect_python_version(const bf_inspect *l);
 
 /* Called once per target per sample: its handle (for bf_smp_locals; NULL
  * with --native), pid, version and build, threads. */
-typedef int (*bf_look_fn)(void *ud, bf_smp *h, int pid, const char *version, const char *build,
+typedef int (*bf_inspect_fn)(void *ud, bf_smp *h, int pid, const char *version, const char *build,
                           const bf_smp_thread *th, size_t n);
 
 /* Sample every target once (torn reads retried up to tries times; 1 = no
@@ -40,13 +40,13 @@ typedef int (*bf_look_fn)(void *ud, bf_smp *h, int pid, const char *version, con
  * attached first (at most once a second); children that exited are dropped.
  * Returns 0; -ESRCH when the first target is gone; -EIO when every target's
  * read was torn (*invalid counts torn targets); other negative errno with the
- * message in bf_look_errmsg. */
-int bf_look_sample(bf_look *l, int tries, bf_look_fn fn, void *ud, int *invalid);
+ * message in bf_inspect_errmsg. */
+int bf_inspect_sample(bf_inspect *l, int tries, bf_inspect_fn fn, void *ud, int *invalid);
 
 /* Last error (never NULL). */
-const char *bf_look_errmsg(const bf_look *l);
+const char *bf_inspect_errmsg(const bf_inspect *l);
 
 /* Number of processes being looked at now. */
-size_t bf_look_count(const bf_look *l);
+size_t bf_inspect_count(const bf_inspect *l);
 
 #endif

@@ -1,15 +1,16 @@
-/* json.c — one session's metadata as a JSON object, and the keys its
+/* session_json.c — one session's metadata as a JSON object, and the keys its
  * extra_json may not use. The writer itself is common/jsonw.c. */
 #include <stdio.h>
 
-#include "json.h"
+#include "jsonw.h"
+#include "session_json.h"
 #include "util.h"
 
-const char *const bf_json_reserved_extra_keys[] = {
+const char *const bf_session_reserved_extra_keys[] = {
     "id", "kind", "label", "host", "pid", "command", "commit", "status", "redacted", "created", "created_ns",
     "start_ns", "parent_id", "expires_at_ns", "profiler_version", "extra", NULL};
 
-void bf_json_session(FILE *f, const bf_session_info *in) {
+void bf_session_json(FILE *f, const bf_session_info *in) {
   fprintf(f, "{\"id\":%lld,\"kind\":", (long long)in->id);
   bf_json_str(f, in->kind);
   fputs(",\"label\":", f);
