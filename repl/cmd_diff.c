@@ -100,10 +100,10 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
     bf_cli_warn("comparing anyway (--force): %s", why.msg);
   }
   bf_session_info *ia = NULL, *ib = NULL;
-  char interp[512];
+  bf_err interp = BF_ERR_INIT;
   if (bf_store_session_get(s, a, &ia) == 0 && bf_store_session_get(s, b, &ib) == 0 &&
-      bf_sessions_interp_differ(ia, ib, interp, sizeof interp))
-    bf_cli_warn("%s", interp);
+      bf_sessions_interp_differ(ia, ib, &interp))
+    bf_cli_warn("%.511s", interp.msg); /* as long as it always was */
   bf_session_info_free(ia);
   bf_session_info_free(ib);
   bf_out_file of;
