@@ -112,6 +112,8 @@ static int jw_value(bf_jw *w) {
     if (!in_obj && w->items[w->depth - 1]) fputc(',', w->f);
     w->items[w->depth - 1] = 1;
   }
+  if (w->pad) fputs(w->pad, w->f);
+  w->pad = NULL;
   w->keyed = 0;
   return 0;
 }
@@ -171,6 +173,7 @@ void bf_jw_null(bf_jw *w) {
 void bf_jw_raw(bf_jw *w, const char *json) {
   if (!jw_value(w)) fputs(json, w->f);
 }
+void bf_jw_pad(bf_jw *w, const char *ws) { w->pad = ws; }
 FILE *bf_jw_file(bf_jw *w) { return jw_value(w) ? NULL : w->f; }
 
 void bf_jw_kstr(bf_jw *w, const char *key, const char *s) {

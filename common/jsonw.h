@@ -43,6 +43,7 @@ typedef struct bf_jw {
   unsigned char items[BF_JW_DEPTH];   /* items written at that level (capped at 1) */
   int keyed;                          /* a key was written, its value is next */
   int err;                            /* misuse seen (-EINVAL) */
+  const char *pad;                    /* whitespace before the next value (bf_jw_pad) */
 } bf_jw;
 
 void bf_jw_init(bf_jw *w, FILE *f);
@@ -55,6 +56,9 @@ void bf_jw_int(bf_jw *w, long long v);
 void bf_jw_num(bf_jw *w, double v);      /* as bf_json_num */
 void bf_jw_bool(bf_jw *w, int v);
 void bf_jw_null(bf_jw *w);
+/* Whitespace (the caller's literal, e.g. "\n ") written before the next
+ * value, after its comma: for outputs laid out one item a line. */
+void bf_jw_pad(bf_jw *w, const char *ws);
 /* A value already in JSON (a stored object, a number formatted by the caller). */
 void bf_jw_raw(bf_jw *w, const char *json);
 /* The file to write one value to with a writer of JSON to FILE (such as

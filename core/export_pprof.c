@@ -4,7 +4,11 @@
  * module-qualified name, a "thread" label per sample (and a "task" label on
  * the samples of asyncio tasks, record --async); values samples/count
  * plus cpu or wall nanoseconds, the default being what `replay` shares by.
- * Samples without a Python frame keep a "[no Python frame]" location. */
+ * Samples without a Python frame keep a "[no Python frame]" location. The
+ * kernel lens's state (record --kernel) is two labels, not a leaf frame (so
+ * pprof's self figures stay the Python leaves'): "wait" = "recvfrom tcp
+ * 127.0.0.1:5432" or "waiting for CPU", "wait_class" = "network", "runq"...;
+ * samples on a CPU, or not read, carry neither. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +119,7 @@ typedef struct px {
   uint64_t *locids;
   int imported;
   int64_t thread_key, task_key;
+  int64_t wait_key, wait_class_key; /* label keys, interned at the first kernel leaf */
   int64_t *tnames, *ttasks; /* per thread: label string id; task name id (0: not a task) */
   char **tlabels;
 } px;
@@ -238,8 +243,9 @@ static uint64_t px_location(px *x, int64_t fid, int64_t line, int *rc) {
   return x->locn;
 }
 
-/* One Sample: x->sub2 holds its packed location ids; then values and labels. */
-static void px_sample(px *x, size_t thread, int64_t count, double weight) {
+/* One Sample: x->sub2 holds its packed location ids; then values and labels
+ * (kleaf: the kernel leaf of the row, 0 none). */
+static void px_sample(px *x, size_t thread, int64_t count, double weight, int64_t kleaf) {
   pb_bytes(&x->sub, 1, x->sub2.b, x->sub2.n);
   x->sub2.n = 0;
   pb_varint(&x->sub2, (uint64_t)count);
@@ -252,6 +258,29 @@ static void px_sample(px *x, size_t thread, int64_t count, double weight) {
   if (x->ttasks[thread]) {
     pb_uint(&x->sub2, 1, (uint64_t)x->task_key);
     pb_uint(&x->sub2, 2, (uint64_t)x->ttasks[thread]);
+    pb_msg(&x->sub, 3, &x->sub2);
+  }
+  bf_function_ref ref;
+  if (kleaf && bf_store_function_get(x->s, kleaf, &ref) == 0) {
+    unsigned cls = (unsigned)((-kleaf - 2000) & 15); /* bf_store_kleaf_id's encoding */
+    const char *name = ref.qualname; /* "[recvfrom tcp 127.0.0.1:5432]": the text inside */
+    size_t len = strlen(name);
+    char *text = len >= 2 && name[0] == '[' ? strndup(name + 1, len - 2) : strdup(name);
+    if (!text || bf_vec_grow((void **)&x->owned, &x->owncap, x->nowned + 1, sizeof *x->owned, 64)) {
+      free(text);
+      x->prof.oom = 1;
+      return;
+    }
+    x->owned[x->nowned++] = text;
+    if (!x->wait_key) {
+      x->wait_key = str_id(&x->st, "wait");
+      x->wait_class_key = str_id(&x->st, "wait_class");
+    }
+    pb_uint(&x->sub2, 1, (uint64_t)x->wait_key);
+    pb_uint(&x->sub2, 2, (uint64_t)str_id(&x->st, text));
+    pb_msg(&x->sub, 3, &x->sub2);
+    pb_uint(&x->sub2, 1, (uint64_t)x->wait_class_key);
+    pb_uint(&x->sub2, 2, (uint64_t)str_id(&x->st, cls >= BF_WAIT_CLASSES ? "runq" : bf_wait_class_name(cls)));
     pb_msg(&x->sub, 3, &x->sub2);
   }
   pb_msg(&x->prof, 2, &x->sub);
@@ -268,13 +297,16 @@ static int px_stacks(px *x) {
   for (size_t i = 0; i < w->n; i++) {
     const bf_wstack *sk = &w->v[i];
     int rc = 0;
-    for (uint32_t d = 0; d < sk->depth; d++) {
+    uint32_t depth = sk->depth;
+    int64_t kleaf = depth && w->fids[sk->off + depth - 1] <= -2000 ? w->fids[sk->off + depth - 1] : 0;
+    if (kleaf) depth--; /* the kernel leaf: labels, not a location */
+    for (uint32_t d = 0; d < depth; d++) {
       uint64_t id = px_location(x, w->fids[sk->off + d], w->lines[sk->off + d], &rc);
       if (rc) return rc;
-      x->locids[sk->depth - 1 - d] = id;
+      x->locids[depth - 1 - d] = id;
     }
-    for (uint32_t d = 0; d < sk->depth; d++) pb_varint(&x->sub2, x->locids[d]);
-    px_sample(x, (size_t)sk->thread, sk->count, sk->weight);
+    for (uint32_t d = 0; d < depth; d++) pb_varint(&x->sub2, x->locids[d]);
+    px_sample(x, (size_t)sk->thread, sk->count, sk->weight, kleaf);
   }
   return 0;
 }
@@ -299,7 +331,7 @@ static void px_no_frame(px *x, int64_t noframe_name, int64_t noframe_sys) {
   for (size_t t = 0; t < w->nthreads; t++) {
     if (w->threads[t].empty_count <= 0) continue;
     pb_varint(&x->sub2, loc0);
-    px_sample(x, t, w->threads[t].empty_count, w->threads[t].empty_weight);
+    px_sample(x, t, w->threads[t].empty_count, w->threads[t].empty_weight, 0);
   }
 }
 
@@ -380,7 +412,10 @@ out:
 
 int bf_export_pprof(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
   bf_wstacks *w = NULL;
-  int rc = bf_wstacks_load(s, session_id, f, &w);
+  bf_sample_filter fk = {0};
+  if (f) fk = *f;
+  fk.kernel_leaf = 1; /* as labels (px_sample); no-op unless recorded with --kernel */
+  int rc = bf_wstacks_load(s, session_id, &fk, &w);
   return rc ? rc : pprof_write(s, w, out);
 }
 

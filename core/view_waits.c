@@ -19,36 +19,33 @@ static const char *row_text(const bf_kw_target *t) {
   return t->text && *t->text ? t->text : "[unknown]";
 }
 
-static void json_rows(bf_store *s, const bf_kw *k, size_t limit, FILE *out) {
+static void json_rows(bf_store *s, const bf_kw *k, size_t limit, bf_jw *w) {
   for (size_t i = 0; i < limit; i++) {
     const bf_kw_target *t = &k->targets[i];
-    if (i) fputc(',', out);
-    fputs("{\"class\":", out);
-    bf_json_str(out, bf_kw_name(t->wait));
-    fputs(",\"target\":", out);
-    bf_json_str(out, row_text(t));
-    fputs(",\"samples\":", out);
-    bf_json_num(out, t->samples);
-    fputs(",\"wall_ns\":", out);
-    bf_json_num(out, t->units);
-    fputs(",\"share\":", out);
-    bf_json_num(out, t->share);
-    fputs(",\"ci\":[", out);
-    bf_json_num(out, t->lo);
-    fputc(',', out);
-    bf_json_num(out, t->hi);
-    fprintf(out, "],\"threads\":%lld,\"under\":", (long long)t->threads);
+    bf_jw_obj(w);
+    bf_jw_kstr(w, "class", bf_kw_name(t->wait));
+    bf_jw_kstr(w, "target", row_text(t));
+    bf_jw_knum(w, "samples", t->samples);
+    bf_jw_knum(w, "wall_ns", t->units);
+    bf_jw_knum(w, "share", t->share);
+    bf_jw_key(w, "ci");
+    bf_jw_arr(w);
+    bf_jw_num(w, t->lo);
+    bf_jw_num(w, t->hi);
+    bf_jw_end(w);
+    bf_jw_kint(w, "threads", (long long)t->threads);
+    bf_jw_key(w, "under");
     bf_function_ref ref;
     if (t->under_function_id && bf_store_function_get(s, t->under_function_id, &ref) == 0) {
-      fputs("{\"file\":", out);
-      bf_json_str(out, ref.file);
-      fputs(",\"qualname\":", out);
-      bf_json_str(out, ref.qualname);
-      fprintf(out, ",\"firstlineno\":%lld}", (long long)ref.firstlineno);
+      bf_jw_obj(w);
+      bf_jw_kstr(w, "file", ref.file);
+      bf_jw_kstr(w, "qualname", ref.qualname);
+      bf_jw_kint(w, "firstlineno", (long long)ref.firstlineno);
+      bf_jw_end(w);
     } else {
-      fputs("null", out);
+      bf_jw_null(w);
     }
-    fputc('}', out);
+    bf_jw_end(w);
   }
 }
 
@@ -93,20 +90,25 @@ int bf_view_waits(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   size_t limit = o->limit < 0 ? k->ntargets : (size_t)(o->limit ? o->limit : (o->json ? (int)k->ntargets : 25));
   if (limit > k->ntargets) limit = k->ntargets;
   if (o->json) {
-    fputs("{\"session\":", out);
-    bf_session_json(out, info);
-    fprintf(out, ",\"total_samples\":%lld,\"kernel_share\":", (long long)k->total_samples);
-    bf_json_num(out, k->total_weight > 0 ? k->kernel_units / k->total_weight : 0);
-    fputs(",\"split\":{", out);
-    for (unsigned c = 0; c < BF_KW_N; c++) {
-      if (c) fputc(',', out);
-      bf_json_str(out, bf_kw_name(c));
-      fputc(':', out);
-      bf_json_num(out, k->total_weight > 0 ? k->units[c] / k->total_weight : 0);
-    }
-    fputs("},\"waits\":[", out);
-    json_rows(s, k, limit, out);
-    fputs("]}\n", out);
+    bf_jw w;
+    bf_jw_init(&w, out);
+    bf_jw_obj(&w);
+    bf_jw_key(&w, "session");
+    FILE *sf = bf_jw_file(&w);
+    if (sf) bf_session_json(sf, info);
+    bf_jw_kint(&w, "total_samples", (long long)k->total_samples);
+    bf_jw_knum(&w, "kernel_share", k->total_weight > 0 ? k->kernel_units / k->total_weight : 0);
+    bf_jw_key(&w, "split");
+    bf_jw_obj(&w);
+    for (unsigned c = 0; c < BF_KW_N; c++)
+      bf_jw_knum(&w, bf_kw_name(c), k->total_weight > 0 ? k->units[c] / k->total_weight : 0);
+    bf_jw_end(&w);
+    bf_jw_key(&w, "waits");
+    bf_jw_arr(&w);
+    json_rows(s, k, limit, &w);
+    bf_jw_end(&w);
+    bf_jw_end(&w);
+    fputc('\n', out);
   } else {
     const char *b = o->color ? "\033[1m" : "", *rst = o->color ? "\033[0m" : "";
     char t1[64];

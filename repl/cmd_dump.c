@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "audit.h"
+#include "jsonw.h"
 #include "cli.h"
 #include "opts.h"
 #include "native.h"
@@ -17,47 +18,17 @@
 #include "sampler.h"
 #include "text.h"
 
-static void status_words(uint32_t f, char *buf, size_t len) {
+/* "holds GIL, on CPU", "idle: recvfrom tcp 127.0.0.1:5432 (network)" (the
+ * wait from the kernel lens; its text names the target's sockets and files:
+ * shown inert) */
+static void status_words(const bf_smp_thread *t, char *buf, size_t len) {
+  uint32_t f = t->flags;
+  const char *wait = bf_inspect_wait(t);
+  char wb[400] = "", ib[320];
+  if (wait) snprintf(wb, sizeof wb, ": %s (%s)", bf_inert(wait, ib, sizeof ib), bf_inspect_wait_class(t));
   snprintf(buf, len, "%s%s%s%s", (f & BF_SMP_GIL) ? "holds GIL, " : "",
-           (f & BF_SMP_ON_CPU) ? "on CPU" : (f & BF_SMP_IDLE) ? "idle" : "unknown",
-           (f & BF_SMP_GC) ? ", GC running" : "", "");
-}
-
-/* A JSON string of untrusted bytes: always valid UTF-8 (bad bytes → U+FFFD). */
-static void json_str(FILE *f, const char *s) {
-  if (!s) {
-    fputs("null", f);
-    return;
-  }
-  fputc('"', f);
-  const unsigned char *p = (const unsigned char *)s;
-  while (*p) {
-    unsigned c = *p;
-    if (c == '"' || c == '\\') {
-      fprintf(f, "\\%c", c);
-      p++;
-    } else if (c < 0x20 || c == 0x7f) {
-      fprintf(f, "\\u%04x", c);
-      p++;
-    } else if (c < 0x80) {
-      fputc((int)c, f);
-      p++;
-    } else {
-      int len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
-      int ok = len > 0;
-      for (int k = 1; ok && k < len; k++) ok = (p[k] & 0xc0) == 0x80;
-      if (ok && len == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0))) ok = 0;
-      if (ok && len == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90))) ok = 0;
-      if (ok) {
-        fwrite(p, 1, (size_t)len, f);
-        p += len;
-      } else {
-        fputs("\\ufffd", f);
-        p++;
-      }
-    }
-  }
-  fputc('"', f);
+           (f & BF_SMP_ON_CPU) ? "on CPU" : (f & BF_SMP_IDLE) ? "idle" : "unknown", wb,
+           (f & BF_SMP_GC) ? ", GC running" : "");
 }
 
 /* What a dump prints, per process. */
@@ -71,6 +42,7 @@ typedef struct dump_out {
   char err[512];
   int nproc; /* processes printed so far */
   FILE *f;   /* all of it, printed once complete */
+  bf_jw w;   /* the JSON of it (--json) */
 } dump_out;
 
 /* --locals of frame f: JSON ("locals": [...]) or text lines under the frame.
@@ -84,22 +56,23 @@ static int print_locals(dump_out *d, bf_smp *h, const bf_smp_frame *f) {
     return rc;
   }
   if (d->json) {
+    bf_jw *w = &d->w;
     if (rc < 0) {
-      fputs(",\"locals\":null,\"locals_error\":", d->f);
-      json_str(d->f, h ? bf_smp_errmsg(h) : "no locals with --native");
+      bf_jw_key(w, "locals");
+      bf_jw_null(w);
+      bf_jw_kstr(w, "locals_error", h ? bf_smp_errmsg(h) : "no locals with --native");
       return 0;
     }
-    fputs(",\"locals\":[", d->f);
+    bf_jw_key(w, "locals");
+    bf_jw_arr(w);
     for (size_t i = 0; i < nv; i++) {
-      fputs(i ? ",{\"name\":" : "{\"name\":", d->f);
-      json_str(d->f, v[i].name);
-      fputs(",\"type\":", d->f);
-      json_str(d->f, v[i].type);
-      fputs(",\"repr\":", d->f);
-      json_str(d->f, v[i].repr);
-      fputc('}', d->f);
+      bf_jw_obj(w);
+      bf_jw_kstr(w, "name", v[i].name);
+      bf_jw_kstr(w, "type", v[i].type);
+      bf_jw_kstr(w, "repr", v[i].repr);
+      bf_jw_end(w);
     }
-    fputc(']', d->f);
+    bf_jw_end(w);
   } else if (rc < 0) {
     fprintf(d->f, "      (locals not read: %s)\n", h ? bf_smp_errmsg(h) : "not with --native");
   } else {
@@ -121,43 +94,66 @@ static int print_process(void *ud, bf_smp *h, int pid, const char *version, cons
                          const bf_smp_thread *t, size_t n) {
   dump_out *d = ud;
   if (d->json) {
-    fputs(d->nproc++ ? ",\n{" : "{", d->f);
-    fprintf(d->f, "\"pid\":%d,\"python_version\":", pid);
-    json_str(d->f, version);
-    fputs(",\"python_build\":", d->f);
-    json_str(d->f, build);
-    fputs(",\"threads\":[", d->f);
+    bf_jw *w = &d->w;
+    if (d->nproc++) bf_jw_pad(w, "\n");
+    bf_jw_obj(w);
+    bf_jw_kint(w, "pid", pid);
+    bf_jw_kstr(w, "python_version", version);
+    bf_jw_kstr(w, "python_build", build);
+    bf_jw_key(w, "threads");
+    bf_jw_arr(w);
     for (size_t i = 0; i < n; i++) {
-      fprintf(d->f, "%s\n {\"native_tid\":%lld,\"thread_id\":%llu,\"name\":", i ? "," : "",
-              (long long)t[i].native_tid, (unsigned long long)t[i].thread_id);
-      json_str(d->f, t[i].py_name ? t[i].py_name : t[i].name);
-      fputs(",\"os_name\":", d->f);
-      json_str(d->f, t[i].name);
-      fprintf(d->f, ",\"holds_gil\":%s,\"on_cpu\":%s,\"idle\":%s,\"gc\":%s,\"frames\":[",
-              (t[i].flags & BF_SMP_GIL) ? "true" : "false", (t[i].flags & BF_SMP_ON_CPU) ? "true" : "false",
-              (t[i].flags & BF_SMP_IDLE) ? "true" : "false", (t[i].flags & BF_SMP_GC) ? "true" : "false");
+      bf_jw_pad(w, "\n ");
+      bf_jw_obj(w);
+      bf_jw_kint(w, "native_tid", (long long)t[i].native_tid);
+      char ident[24]; /* unsigned: all 64 bits */
+      snprintf(ident, sizeof ident, "%llu", (unsigned long long)t[i].thread_id);
+      bf_jw_key(w, "thread_id");
+      bf_jw_raw(w, ident);
+      bf_jw_kstr(w, "name", t[i].py_name ? t[i].py_name : t[i].name);
+      bf_jw_kstr(w, "os_name", t[i].name);
+      bf_jw_kbool(w, "holds_gil", !!(t[i].flags & BF_SMP_GIL));
+      bf_jw_kbool(w, "on_cpu", !!(t[i].flags & BF_SMP_ON_CPU));
+      bf_jw_kbool(w, "idle", !!(t[i].flags & BF_SMP_IDLE));
+      bf_jw_kbool(w, "gc", !!(t[i].flags & BF_SMP_GC));
+      bf_jw_key(w, "kernel"); /* the kernel lens: null when not read (--native) */
+      if (t[i].kclass) {
+        bf_jw_obj(w);
+        bf_jw_kstr(w, "class", bf_inspect_wait_class(&t[i]));
+        bf_jw_kstr(w, "wait", bf_inspect_wait(&t[i]));
+        bf_jw_kint(w, "run_delay_ns", (long long)t[i].run_delay_ns);
+        bf_jw_kint(w, "major_faults", (long long)t[i].majflt);
+        bf_jw_end(w);
+      } else {
+        bf_jw_null(w);
+      }
+      bf_jw_key(w, "frames");
+      bf_jw_arr(w);
       /* innermost first, as py-spy's dump --json */
       for (size_t k = 0; k < t[i].nframes; k++) {
         const bf_smp_frame *f = &t[i].frames[k];
-        fputs(k ? ",\n  {\"function\":" : "\n  {\"function\":", d->f);
-        json_str(d->f, f->code->qualname);
-        fputs(",\"file\":", d->f);
-        json_str(d->f, f->code->filename);
-        fprintf(d->f, ",\"line\":%d,\"firstlineno\":%lld,\"native\":%s", (int)f->line,
-                (long long)f->code->firstlineno, (f->flags & BF_SMP_FRAME_NATIVE) ? "true" : "false");
+        bf_jw_pad(w, "\n  ");
+        bf_jw_obj(w);
+        bf_jw_kstr(w, "function", f->code->qualname);
+        bf_jw_kstr(w, "file", f->code->filename);
+        bf_jw_kint(w, "line", (int)f->line);
+        bf_jw_kint(w, "firstlineno", (long long)f->code->firstlineno);
+        bf_jw_kbool(w, "native", !!(f->flags & BF_SMP_FRAME_NATIVE));
         if (d->locals && !(f->flags & BF_SMP_FRAME_NATIVE) && print_locals(d, h, f) < 0) return -ENOTSUP;
-        fputc('}', d->f);
+        bf_jw_end(w);
       }
-      fputs("]}", d->f);
+      bf_jw_end(w);
+      bf_jw_end(w);
     }
-    fputs("]}", d->f);
+    bf_jw_end(w);
+    bf_jw_end(w);
     return 0;
   }
   fprintf(d->f, "%sProcess %d: Python %s (%s), %zu thread%s\n", d->nproc++ ? "\n" : "", pid, version, build, n,
          n == 1 ? "" : "s");
   for (size_t i = 0; i < n; i++) {
-    char st[64];
-    status_words(t[i].flags, st, sizeof st);
+    char st[512];
+    status_words(&t[i], st, sizeof st);
     /* the Python name (threading) first; the OS name too when it differs */
     const char *pyn = t[i].py_name, *os = t[i].name;
     char osn[64] = "";
@@ -229,9 +225,18 @@ static int dump_run(bf_inspect *l, const bf_inspect_opts *lo, dump_out *d, int *
   size_t text_len = 0;
   d->f = open_memstream(&text, &text_len);
   if (!d->f) return -1;
-  if (d->json && lo->subprocesses) fputs("{\"processes\":[", d->f);
+  bf_jw_init(&d->w, d->f);
+  if (d->json && lo->subprocesses) {
+    bf_jw_obj(&d->w);
+    bf_jw_key(&d->w, "processes");
+    bf_jw_arr(&d->w);
+  }
   *rc = bf_inspect_sample(l, DUMP_TRIES, print_process, d, NULL);
-  if (d->json) fputs(lo->subprocesses ? "]}\n" : "\n", d->f);
+  if (d->json && lo->subprocesses) {
+    bf_jw_end(&d->w);
+    bf_jw_end(&d->w);
+  }
+  if (d->json) fputc('\n', d->f);
   fclose(d->f);
   if (*rc == 0) fwrite(text, 1, text_len, stdout);
   free(text);

@@ -35,7 +35,7 @@ const bf_cmd bf_cmds[] = {
     {"export", bf_cmd_export, "export ID --format @export -o FILE [--thread T] [--since S] [--until S] [--tree] [--memory] | export ID --format bifocal --encrypt-to PUBKEY -o FILE", "write a session in another tool's format, or sealed for one recipient", NULL},
     {"attach", bf_cmd_attach, "attach [record options] PID", "record an existing process (Tachyon's spelling of record -p PID)", NULL},
     {"record", bf_cmd_record, "record [-r HZ] [-d S] [-o FILE [-f FMT]] [--clock wall|cpu] [-g] [-i|--no-idle] [-n] [-s] [--async] [-m] [--label L] [--commit SHA] [--ttl T] [--push URL [--every 10s] [--push-spool-max 64MB]] (-p PID | -- CMD ...)", "sample a Python process into a new session; prints its id", NULL},
-    {"dump", bf_cmd_dump, "dump [-j] [-l] [-n] [-s] (-p PID | PID)", "current Python stack of every thread of a process, once", NULL},
+    {"dump", bf_cmd_dump, "dump [-j] [-l] [-n] [-s] (-p PID | PID)", "current Python stack of every thread of a process, once, and what each waits on", NULL},
     {"top", bf_cmd_top, "top [-d S] [-r HZ] [-g] [-i] [-n] [-s] [--limit N] (-p PID | PID)", "sample a process for a while and print its hottest functions", NULL},
     {"live", bf_cmd_live, "live [-r HZ] [-g] [-i] [-n] [-s] (-p PID | PID)", "refreshing top-like view of a process (q quit, s sort, t threads)", NULL},
     {"trace", bf_cmd_trace, "trace [--clock wall|cpu] [--focus GLOB] [--no-builtins] [--memory] [--tool-id N] [--label L] [--ttl T] [--records N] -- python[3.X] (script.py | -m module | -c cmd) [ARGS]", "exact call counts, edges and call times of a Python run (prints the session id)", NULL},

@@ -122,8 +122,9 @@ static const bf_opt_doc docs[] = {
     {"record", "--push-timeout S", NULL, "bound of each push request (default 10)"},
 
     {"dump", "-p, --pid PID", NULL, "the process (also accepted as the only argument)"},
-    {"dump", "-j, --json", NULL, "one JSON object: pid, python_version, threads with name and frames "
-                                 "(function, file, line; innermost first)"},
+    {"dump", "-j, --json", NULL, "one JSON object: pid, python_version, threads with name, kernel (what the thread "
+                                 "waits on: class, wait, run_delay_ns, major_faults) and frames (function, file, "
+                                 "line; innermost first)"},
     {"dump", "-l, --locals", NULL, "each Python frame's local variables: int, bool, float, str, bytes and None "
                                    "shown (capped), other objects by type (py-spy -l)"},
     {"dump", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},

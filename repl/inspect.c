@@ -144,13 +144,26 @@ void bf_inspect_free(bf_inspect *l) {
 }
 
 const char *bf_inspect_python_version(const bf_inspect *l) { return bf_smp_python_version(l->t[0].h); }
+const char *bf_inspect_wait(const bf_smp_thread *t) {
+  if (!t->kclass || t->kclass == BF_SMP_K_CPU) return NULL;
+  return t->ktarget && t->ktarget->text ? t->ktarget->text : "(unknown)";
+}
+
+const char *bf_inspect_wait_class(const bf_smp_thread *t) {
+  static const char *const names[] = {NULL, "cpu", "network", "disk", "lock", "gil", "sleep", "fault", "other"};
+  return t->kclass < sizeof names / sizeof *names ? names[t->kclass] : "other";
+}
+
 const char *bf_inspect_errmsg(const bf_inspect *l) { return l->err[0] ? l->err : "no error"; }
 size_t bf_inspect_count(const bf_inspect *l) { return l->n; }
 
 int bf_inspect_sample(bf_inspect *l, int tries, bf_inspect_fn fn, void *ud, int *invalid) {
   if (l->o.subprocesses && bf_mono_ns() - l->last_scan_ns > 1000000000) scan_children(l);
+  /* the kernel lens too (a few /proc reads per blocked thread; none for a
+   * thread that has not run since): not with --native, whose threads are
+   * stopped by it */
   unsigned want = BF_SMP_WANT_STATE | (l->o.gil_only ? BF_SMP_WANT_GIL_ONLY : 0) |
-                  (l->o.settled ? BF_SMP_WANT_SETTLED : 0);
+                  (l->o.settled ? BF_SMP_WANT_SETTLED : 0) | (l->o.native ? 0 : BF_SMP_WANT_KERNEL);
   int torn = 0, good = 0;
   for (size_t i = 0; i < l->n;) {
     target *t = &l->t[i];

@@ -43,6 +43,14 @@ typedef int (*bf_inspect_fn)(void *ud, bf_smp *h, int pid, const char *version, 
  * message in bf_inspect_errmsg. */
 int bf_inspect_sample(bf_inspect *l, int tries, bf_inspect_fn fn, void *ud, int *invalid);
 
+/* What the kernel says thread t waits on (the kernel lens, kstate.c), e.g.
+ * "recvfrom tcp 127.0.0.1:5432", "futex GIL", "read pipe", "clock_nanosleep";
+ * NULL when it is running, or when it was not read (--native). */
+const char *bf_inspect_wait(const bf_smp_thread *t);
+/* The wait class of t: "network", "disk", "lock", "gil", "sleep", "fault",
+ * "other", "cpu"; NULL when not read. */
+const char *bf_inspect_wait_class(const bf_smp_thread *t);
+
 /* Last error (never NULL). */
 const char *bf_inspect_errmsg(const bf_inspect *l);
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
+#include "inspect.h"
 #include "text.h"
 #include "top.h"
 #include "vec.h"
@@ -61,6 +63,20 @@ int bf_top_add_pid(bf_top *t, int pid, const bf_smp_thread *th, size_t n) {
     tt->idle += !!(th[i].flags & BF_SMP_IDLE);
     tt->gil += !!(th[i].flags & BF_SMP_GIL);
     tt->last_top = th[i].nframes ? th[i].frames[0].code : NULL;
+    const char *wait = bf_inspect_wait(&th[i]);
+    if (th[i].kclass) {
+      int64_t now = bf_mono_ns();
+      /* runnable, and waiting for a CPU most of the time since the last look */
+      int runq = th[i].kclass == BF_SMP_K_CPU && tt->ts_last && now > tt->ts_last &&
+                 2 * (th[i].run_delay_ns - tt->rd_last) > now - tt->ts_last;
+      if (!tt->ts_first) {
+        tt->ts_first = now;
+        tt->rd_first = th[i].run_delay_ns;
+      }
+      tt->ts_last = now;
+      tt->rd_last = th[i].run_delay_ns;
+      snprintf(tt->wait, sizeof tt->wait, "%s", runq ? "waiting for CPU" : wait ? wait : "");
+    }
     /* the table shows work, not waiting, unless --idle */
     if ((th[i].flags & BF_SMP_IDLE) && !t->with_idle) continue;
     if (!th[i].nframes) continue;
@@ -125,19 +141,24 @@ void bf_top_print(bf_top *t, FILE *f, int sort_total, int max_rows, int width, c
 
 void bf_top_print_threads(bf_top *t, FILE *f, int with_pid, int width, const char *eol) {
   char line[1024];
-  int n = snprintf(line, sizeof line, "%s%9s %-22s %9s %7s %7s %7s  %s", with_pid ? "      pid " : "", "tid",
-                   "name", "samples", "cpu%", "gil%", "idle%", "now in");
+  int n = snprintf(line, sizeof line, "%s%9s %-22s %9s %7s %7s %7s %7s  %-24s %s", with_pid ? "      pid " : "", "tid",
+                   "name", "samples", "cpu%", "gil%", "idle%", "runq%", "now in", "waits on");
   if (n > 0) cut(line, width);
   fprintf(f, "%s%s", line, eol);
   for (size_t i = 0; i < t->nth; i++) {
     bf_top_thread *x = &t->th[i];
     double s = x->samples ? (double)x->samples : 1;
-    char pidcol[16] = "", nb[128], qb[256]; /* names from the target: shown inert */
+    char pidcol[16] = "", nb[128], qb[256], wb[256]; /* names from the target: shown inert */
+    char runq[16] = "      -";
+    if (x->ts_last > x->ts_first)
+      snprintf(runq, sizeof runq, "%6.1f%%",
+               100.0 * (double)(x->rd_last - x->rd_first) / (double)(x->ts_last - x->ts_first));
     if (with_pid) snprintf(pidcol, sizeof pidcol, "%9d ", x->pid);
-    n = snprintf(line, sizeof line, "%s%9lld %-22s %9lld %6.1f%% %6.1f%% %6.1f%%  %s", pidcol,
+    n = snprintf(line, sizeof line, "%s%9lld %-22s %9lld %6.1f%% %6.1f%% %6.1f%% %s  %-24s %s", pidcol,
                  (long long)x->tid, bf_inert(x->name, nb, sizeof nb), (long long)x->samples,
-                 100.0 * (double)x->on_cpu / s, 100.0 * (double)x->gil / s, 100.0 * (double)x->idle / s,
-                 x->last_top ? bf_inert(x->last_top->qualname, qb, sizeof qb) : "-");
+                 100.0 * (double)x->on_cpu / s, 100.0 * (double)x->gil / s, 100.0 * (double)x->idle / s, runq,
+                 x->last_top ? bf_inert(x->last_top->qualname, qb, sizeof qb) : "-",
+                 x->wait[0] ? bf_inert(x->wait, wb, sizeof wb) : "");
     if (n > 0) cut(line, width);
     fprintf(f, "%s%s", line, eol);
   }

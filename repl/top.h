@@ -23,6 +23,11 @@ typedef struct bf_top_thread {
   int py_named; /* name is the Python thread name */
   int64_t samples, on_cpu, gil, idle;
   const bf_smp_code *last_top;
+  /* the kernel lens: what it waits on now ("recvfrom tcp 127.0.0.1:5432",
+   * "" when running or not read), and its run-queue delay (schedstat) over
+   * the window: the share of the time it was runnable but not running */
+  char wait[160];
+  int64_t rd_first, rd_last, ts_first, ts_last; /* ns; ts 0: none read yet */
 } bf_top_thread;
 
 typedef struct bf_top {

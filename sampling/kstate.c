@@ -42,6 +42,7 @@ struct smp_kcache {
   kc_table links, targets;
   kc_table net;      /* socket inode ("72195") → kc_link, from the last net tables read */
   int64_t net_ns;    /* when they were read (monotonic), 0 never */
+  unsigned long net_missed; /* the last socket inode not in them */
   bf_smp_ktarget *gil, *full; /* "futex GIL", and the target of every text past KC_MAX_TARGETS */
 };
 
@@ -261,7 +262,9 @@ static void net_reload(bf_smp *h) {
 }
 
 /* The peer of socket inode ino: 1 and link->desc, or 0. The tables are read
- * again on a miss at most once a second. */
+ * again on a miss at most once a second, or after 100 ms for a socket not
+ * missed just before (one made since the last read: a new connection is
+ * named within 0.1 s, at most ten walks a second however many come). */
 static int net_lookup(bf_smp *h, unsigned long ino, kc_link *link) {
   struct smp_kcache *kc = h->kc;
   char key[32];
@@ -273,7 +276,9 @@ static int net_lookup(bf_smp *h, unsigned long ino, kc_link *link) {
       *link = *(kc_link *)e->val;
       return 1;
     }
-    if (pass || (kc->net_ns && h->now_ns - kc->net_ns < 1000000000LL)) break;
+    int64_t since = h->now_ns - kc->net_ns;
+    if (pass || (kc->net_ns && since < 1000000000LL && (ino == kc->net_missed || since < 100000000LL))) break;
+    kc->net_missed = ino;
     net_reload(h);
   }
   return 0;
@@ -421,6 +426,18 @@ void smp_kstate_copy(const bf_smp *h, const smp_tslot *s, bf_smp_thread *t) {
   }
 }
 
+/* Three decimal fields of schedstat. 0 when they are all there. */
+static int sched_parse(const char *p, unsigned long long v[3]) {
+  for (int i = 0; i < 3; i++) {
+    char *end;
+    while (*p == ' ') p++;
+    if (*p < '0' || *p > '9') return -1;
+    v[i] = strtoull(p, &end, 10);
+    p = end;
+  }
+  return 0;
+}
+
 void smp_kstate_read(bf_smp *h, smp_tslot *s, const char *rest, bf_smp_thread *t) {
   char buf[512];
   if (!h->kc) {
@@ -431,10 +448,10 @@ void smp_kstate_read(bf_smp *h, smp_tslot *s, const char *rest, bf_smp_thread *t
   if (!st || st == 'Z' || st == 'X') return;
   const char *mf = stat_field(rest, 12);
   uint64_t majflt = mf ? strtoull(mf, NULL, 10) : s->k_majflt;
-  unsigned long long run = 0, wait = 0, pc = 0;
-  if (smp_proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) < 0 ||
-      sscanf(buf, "%llu %llu %llu", &run, &wait, &pc) != 3)
+  unsigned long long v[3];
+  if (smp_proc_pread(h, s, &s->sched_fd, "schedstat", buf, sizeof buf) < 0 || sched_parse(buf, v) < 0)
     return; /* gone: costs nothing more */
+  unsigned long long run = v[0], wait = v[1], pc = v[2];
   int again = s->k_state == st && s->k_pcount == pc && s->k_class;
   s->k_run_delay = (int64_t)wait;
   s->k_run = (int64_t)run;

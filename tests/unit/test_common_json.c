@@ -90,6 +90,21 @@ static void streaming_writer(void) {
   bf_jw_end(&w); /* a key without its value */
   CHECK_EQ_INT(w.err, -EINVAL);
   fclose(f);
+  /* bf_jw_pad: whitespace after the comma, before the next value only */
+  char pb[128] = "";
+  f = fmemopen(pb, sizeof pb - 1, "w");
+  bf_jw_init(&w, f);
+  bf_jw_arr(&w);
+  for (int i = 0; i < 2; i++) {
+    bf_jw_pad(&w, "\n ");
+    bf_jw_obj(&w);
+    bf_jw_kint(&w, "i", i);
+    bf_jw_end(&w);
+  }
+  bf_jw_end(&w);
+  fclose(f);
+  CHECK_EQ_INT(w.err, 0);
+  CHECK(strcmp(pb, "[\n {\"i\":0},\n {\"i\":1}]") == 0);
 }
 
 int main(void) {
