@@ -4,6 +4,7 @@
  * growth, and the resident-memory timeline. All read bf_store_memory_*. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,48 +317,76 @@ static void fmt_bytes(char *buf, size_t len, double v) {
   else snprintf(buf, len, "%.0f B", v);
 }
 
-static void json_fn(bf_store *s, const mload *l, const mfn *f, FILE *out) {
+/* A byte total as a whole number (the sums are whole; %.0f as ever). */
+static void jw_kbytes(bf_jw *w, const char *key, double v) {
+  char buf[48];
+  snprintf(buf, sizeof buf, "%.0f", v);
+  bf_jw_key(w, key);
+  bf_jw_raw(w, buf);
+}
+
+/* "session": the session's metadata object. */
+static void jw_session(bf_jw *w, const bf_session_info *in) {
+  bf_jw_key(w, "session");
+  FILE *f = bf_jw_file(w);
+  if (f) bf_session_json(f, in);
+}
+
+static void json_fn(bf_store *s, const mload *l, const mfn *f, bf_jw *w) {
   bf_function_ref fr = {0};
   bf_store_function_get(s, f->fid, &fr);
-  fputs("{\"qualname\":", out);
-  bf_json_str(out, fr.qualname ? fr.qualname : "?");
-  fputs(",\"file\":", out);
-  bf_json_str(out, fr.file ? fr.file : "?");
-  fprintf(out, ",\"firstlineno\":%lld", (long long)fr.firstlineno);
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "qualname", fr.qualname ? fr.qualname : "?");
+  bf_jw_kstr(w, "file", fr.file ? fr.file : "?");
+  bf_jw_kint(w, "firstlineno", (long long)fr.firstlineno);
   static const char *const part[2] = {"self", "total"};
   for (int k = 0; k < 2; k++) {
     double sh, lo, hi;
     growth_share(l, f->g[k], &sh, &lo, &hi);
-    fprintf(out,
-            ",\"%s\":{\"growth_bytes\":%.0f,\"shrink_bytes\":%.0f,\"net_bytes\":%.0f,\"growth_changes\":%lld,"
-            "\"growth_share\":",
-            part[k], f->g[k], f->sh[k], f->g[k] - f->sh[k], (long long)f->ng[k]);
-    bf_json_num(out, sh);
-    fputs(",\"growth_ci95\":[", out);
-    bf_json_num(out, lo);
-    fputc(',', out);
-    bf_json_num(out, hi);
-    fprintf(out, "],\"anon_growth_bytes\":%.0f,\"anon_shrink_bytes\":%.0f}", f->ag[k], f->ash[k]);
+    bf_jw_key(w, part[k]);
+    bf_jw_obj(w);
+    jw_kbytes(w, "growth_bytes", f->g[k]);
+    jw_kbytes(w, "shrink_bytes", f->sh[k]);
+    jw_kbytes(w, "net_bytes", f->g[k] - f->sh[k]);
+    bf_jw_kint(w, "growth_changes", (long long)f->ng[k]);
+    bf_jw_knum(w, "growth_share", sh);
+    bf_jw_key(w, "growth_ci95");
+    bf_jw_arr(w);
+    bf_jw_num(w, lo);
+    bf_jw_num(w, hi);
+    bf_jw_end(w);
+    jw_kbytes(w, "anon_growth_bytes", f->ag[k]);
+    jw_kbytes(w, "anon_shrink_bytes", f->ash[k]);
+    bf_jw_end(w);
   }
-  fputc('}', out);
+  bf_jw_end(w);
 }
 
 static void write_json(bf_store *s, const bf_session_info *in, const mload *l, const mtable *t, size_t limit,
                        FILE *out) {
-  fputs("{\"session\":", out);
-  bf_session_json(out, in);
-  fprintf(out,
-          ",\"memory\":{\"source\":\"statm\",\"changes\":%lld,\"growth_changes\":%lld,\"growth_bytes\":%.0f,"
-          "\"shrink_bytes\":%.0f,\"net_bytes\":%.0f,\"anon_growth_bytes\":%.0f,\"anon_shrink_bytes\":%.0f,"
-          "\"effective_changes\":",
-          (long long)l->rows, (long long)l->ng, l->g, l->sh, l->g - l->sh, l->ag, l->ash);
-  bf_json_num(out, l->g2 > 0 ? l->g * l->g / l->g2 : 0);
-  fputs("},\"functions\":[", out);
-  for (size_t i = 0; i < t->n && i < limit; i++) {
-    if (i) fputc(',', out);
-    json_fn(s, l, &t->v[i], out);
-  }
-  fprintf(out, "],\"more\":%zu}\n", t->n > limit ? t->n - limit : 0);
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_obj(&w);
+  jw_session(&w, in);
+  bf_jw_key(&w, "memory");
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "source", "statm");
+  bf_jw_kint(&w, "changes", (long long)l->rows);
+  bf_jw_kint(&w, "growth_changes", (long long)l->ng);
+  jw_kbytes(&w, "growth_bytes", l->g);
+  jw_kbytes(&w, "shrink_bytes", l->sh);
+  jw_kbytes(&w, "net_bytes", l->g - l->sh);
+  jw_kbytes(&w, "anon_growth_bytes", l->ag);
+  jw_kbytes(&w, "anon_shrink_bytes", l->ash);
+  bf_jw_knum(&w, "effective_changes", l->g2 > 0 ? l->g * l->g / l->g2 : 0);
+  bf_jw_end(&w);
+  bf_jw_key(&w, "functions");
+  bf_jw_arr(&w);
+  for (size_t i = 0; i < t->n && i < limit; i++) json_fn(s, l, &t->v[i], &w);
+  bf_jw_end(&w);
+  bf_jw_kint(&w, "more", (long long)(t->n > limit ? t->n - limit : 0));
+  bf_jw_end(&w);
+  fputc('\n', out);
 }
 
 static void write_text(bf_store *s, const bf_session_info *in, const mload *l, const mtable *t, size_t limit,
@@ -444,13 +473,27 @@ static int mtl_add(void *ud, const bf_memory_point *p) {
 
 static void timeline_json(const bf_session_info *in, const mtl *t, const double *rss, const double *anon, int nb,
                           double bucket_ns, FILE *out) {
-  fputs("{\"session\":", out);
-  bf_session_json(out, in);
-  fprintf(out, ",\"memory_timeline\":{\"points\":%zu,\"bucket_ns\":%.0f,\"buckets\":[", t->n, bucket_ns);
-  for (int b = 0; b < nb; b++)
-    fprintf(out, "%s{\"start_ns\":%.0f,\"rss_bytes\":%.0f,\"anon_bytes\":%.0f}", b ? "," : "", b * bucket_ns,
-            rss[b], anon[b]);
-  fputs("]}}\n", out);
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_obj(&w);
+  jw_session(&w, in);
+  bf_jw_key(&w, "memory_timeline");
+  bf_jw_obj(&w);
+  bf_jw_kint(&w, "points", (long long)t->n);
+  jw_kbytes(&w, "bucket_ns", bucket_ns);
+  bf_jw_key(&w, "buckets");
+  bf_jw_arr(&w);
+  for (int b = 0; b < nb; b++) {
+    bf_jw_obj(&w);
+    jw_kbytes(&w, "start_ns", b * bucket_ns);
+    jw_kbytes(&w, "rss_bytes", rss[b]);
+    jw_kbytes(&w, "anon_bytes", anon[b]);
+    bf_jw_end(&w);
+  }
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  fputc('\n', out);
 }
 
 static void timeline_text(const bf_session_info *in, const double *rss, const double *anon, int nb,

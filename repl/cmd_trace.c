@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "audit.h"
 #include "cli.h"
@@ -103,6 +104,35 @@ static int focus_report(bf_store *s, int64_t sid, const bf_trace_opts *o) {
   return 0;
 }
 
+static int trace_count_row(void *ud, const bf_audit_entry *e) {
+  (void)e;
+  ++*(size_t *)ud;
+  return 0;
+}
+
+/* A database this run made holding no session and at most this run's audit
+ * row (a program that could not start): removed, with its WAL/SHM, as record
+ * removes its own (repl/cmd_record.c). */
+static void trace_drop_new_db(bf_cli *cli) {
+  bf_store *s;
+  bf_session_info **ss = NULL;
+  size_t n = 1, audits = 0;
+  if (bf_cli_open_store(cli, BF_STORE_READONLY, &s)) return;
+  if (bf_store_session_list(s, &ss, &n) == 0) {
+    for (size_t i = 0; i < n; i++) bf_session_info_free(ss[i]);
+    free(ss);
+  }
+  int drop = n == 0 && bf_store_audit_foreach(s, trace_count_row, &audits) == 0 && audits <= 1;
+  bf_store_close(s);
+  if (!drop) return;
+  static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+  char f[4200];
+  for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
+    snprintf(f, sizeof f, "%s%s", cli->db_path, sfx[i]);
+    unlink(f);
+  }
+}
+
 int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   bf_trace_opts o = {.clock = "wall", .builtins = 1, .tool_id = -1, .records = 1L << 20, .db_path = cli->db_path};
   int rc = trace_parse(argc, argv, &o);
@@ -117,6 +147,7 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
    * program killed outright still leaves a trace of the attempt. */
   bf_audit *au = NULL; /* audited before the program starts */
   bf_store *s;
+  int created = access(cli->db_path, F_OK) != 0 && errno == ENOENT; /* dropped again if nothing ran */
   rc = bf_audit_begin(cli, NULL, "trace", 0, &au);
   if (rc || (rc = bf_cli_open_store(cli, BF_STORE_CREATE, &s))) {
     bf_audit_end(au, "cannot open the database", 0);
@@ -160,6 +191,7 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
            unmatched ? "focus matched nothing; program exited" : exists ? "program exited" : "program could not be started",
            exit_code);
   bf_audit_end(au, exit_code ? outcome : NULL, exists ? sid : 0);
+  if (!exists && created) trace_drop_new_db(cli);
   fflush(stderr);
   if (exists) printf("%lld\n", (long long)sid);
   fflush(stdout);

@@ -1,9 +1,15 @@
 /* memsample.c — record --memory: at each tick read the target's resident and
  * anonymous resident size from /proc/PID/statm (one pread of a kept-open fd,
  * no lock of the target's), and charge a change since the last tick to the
- * stack that ran in between: the GIL holder's, else a running thread's, else
- * the thread charged last. Rows and a bounded-rate timeline are buffered and
- * written about once a second. */
+ * stack that ran in between: the GIL holder's, else (no thread holds it at
+ * the tick) the last GIL holder's seen; a running thread's only where the
+ * GIL is not read. A change between two ticks that saw different functions,
+ * each with intervals of its own, is split by their own rates of change (a
+ * grower's last partial interval stays its own). A change charged to a stack
+ * seen at an earlier tick joins that observation's row (same signs only:
+ * growth and shrink stay apart).
+ * Rows and a bounded-rate timeline are buffered and written about once a
+ * second. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -12,6 +18,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "map.h"
 #include "memsample.h"
 #include "store.h"
 #include "vec.h"
@@ -25,7 +32,7 @@ struct rec_memory {
   int open_errno;
   long page;          /* bytes per page */
   int64_t rss, anon;  /* bytes at the last read; -1 before the first */
-  int64_t last_thread, last_stack; /* charged last (when no thread runs) */
+  int64_t last_thread, last_stack; /* seen running last: charged when none runs */
   int64_t last_point_ns, next_flush_ns;
   bf_memory_sample *rows;
   size_t nrows, cap_rows;
@@ -35,6 +42,15 @@ struct rec_memory {
   int64_t growth, shrink; /* resident bytes charged, for the session's summary */
   int64_t cur_rss, cur_anon; /* read by rec_memory_read, not charged yet */
   int fresh;                 /* cur_* hold a reading */
+  int gil_seen;              /* some tick saw a GIL holder */
+  long obs_row;              /* buffered row of the last stack seen, -1 when none */
+  /* the split of an interval whose two ticks saw different functions */
+  int prev_seen;             /* the last tick saw a GIL holder */
+  int64_t prev_fid;          /* its innermost function (store id; 0 = none) */
+  bf_map3 pure;              /* (fid, kind, 0): intervals both of whose ticks saw fid
+                              * (kind 0), their growth (1) and shrink (2) in bytes */
+  int64_t split;             /* changes split between two functions */
+  int64_t merged;            /* changes added to the row of the stack seen before */
 };
 
 /* Resident and anonymous resident bytes. 0, or -1 when the read failed. */
@@ -61,6 +77,7 @@ rec_memory *rec_memory_new(int pid) {
   if (m->page <= 0) m->page = 4096;
   m->rss = m->anon = -1;
   m->last_point_ns = -MEM_POINT_NS;
+  m->obs_row = -1;
   if (m->fd >= 0 && read_statm(m, &m->rss, &m->anon) < 0) m->rss = m->anon = -1;
   return m;
 }
@@ -70,18 +87,25 @@ void rec_memory_free(rec_memory *m) {
   if (m->fd >= 0) close(m->fd);
   free(m->rows);
   free(m->pts);
+  bf_map3_free(&m->pure);
   free(m);
 }
 
-/* The thread to charge among th[0..n): the GIL holder, else one on a CPU.
- * -1 when none is. */
-static long pick_thread(const bf_smp_thread *th, size_t n) {
+/* The thread to charge among th[0..n): the GIL holder; where no GIL holder
+ * was ever seen (the GIL is not read), one on a CPU. A thread on a CPU
+ * without the GIL in a GIL build is mostly one waiting for it (or for a CPU)
+ * after a sleep: it ran no Python since, so it is not charged. -1 when none
+ * is. */
+static long pick_thread(rec_memory *m, const bf_smp_thread *th, size_t n) {
   long on_cpu = -1;
   for (size_t i = 0; i < n; i++) {
-    if (th[i].flags & BF_SMP_GIL) return (long)i;
+    if (th[i].flags & BF_SMP_GIL) {
+      m->gil_seen = 1;
+      return (long)i;
+    }
     if (on_cpu < 0 && (th[i].flags & BF_SMP_ON_CPU)) on_cpu = (long)i;
   }
-  return on_cpu;
+  return m->gil_seen ? -1 : on_cpu;
 }
 
 /* Store thread and stack ids of th (interned as the time samples are).
@@ -101,11 +125,15 @@ static int charge_ids(bf_store *st, target *t, const bf_smp_thread *th, int64_t 
   return 0;
 }
 
+/* Both changes grow, or both shrink, or both are nil. */
+static int same_sign(int64_t a, int64_t b) { return (a > 0) == (b > 0) && (a < 0) == (b < 0); }
+
 static int write_buffered(bf_store *st, target *t) {
   rec_memory *m = t->mem;
   int rc = bf_store_memory_samples_add(st, t->session_id, m->rows, m->nrows);
   if (rc == 0) {
     m->nrows = 0;
+    m->obs_row = -1;
     rc = bf_store_memory_points_add(st, t->session_id, m->pts, m->npts);
     if (rc == 0) m->npts = 0;
   }
@@ -128,28 +156,106 @@ void rec_memory_read(rec_memory *m) {
   if (!m->fresh) m->read_fail++;
 }
 
+/* The innermost function of th with a store id (after charge_ids), 0 if none. */
+static int64_t leaf_fid(const bf_smp_thread *th) {
+  for (size_t i = 0; i < th->nframes; i++)
+    if (th->frames[i].code) return th->frames[i].code->user_id;
+  return 0;
+}
+
+static int pure_add(bf_map3 *mp, int64_t fid, int kind, int64_t v) {
+  int64_t *x = bf_map3_get(mp, fid, kind, 0);
+  if (x) {
+    *x += v;
+    return 0;
+  }
+  return bf_map3_put(mp, fid, kind, 0, v);
+}
+
+#define MEM_PURE_MIN 8 /* pure intervals of a function before its rate is used */
+
+/* Bytes per interval of fid's own changes of sign sgn (> 0 growth, < 0
+ * shrink), from the intervals whose two ticks both saw it; -1 while fewer
+ * than MEM_PURE_MIN were seen. */
+static double pure_rate(const bf_map3 *mp, int64_t fid, int sgn) {
+  const int64_t *n = bf_map3_get(mp, fid, 0, 0), *v = bf_map3_get(mp, fid, sgn > 0 ? 1 : 2, 0);
+  if (!n || *n < MEM_PURE_MIN) return -1;
+  return v ? (double)*v / (double)*n : 0;
+}
+
+/* Append one row (or add it to the observation's row, signs agreeing).
+ * obs: the row charged is the observation of this tick. */
+static int add_row(rec_memory *m, int64_t thread_id, int64_t stack_id, int64_t ts, int64_t dr, int64_t da, int obs) {
+  bf_memory_sample *prev = m->obs_row >= 0 && (size_t)m->obs_row + 1 == m->nrows ? &m->rows[m->obs_row] : NULL;
+  if (prev && prev->thread_id == thread_id && prev->stack_id == stack_id && same_sign(prev->rss_delta, dr) &&
+      same_sign(prev->anon_delta, da)) {
+    /* charged to the stack one tick saw, as the change before: one
+     * observation, one row (the intervals count observations) */
+    prev->rss_delta += dr;
+    prev->anon_delta += da;
+    prev->ts_ns = ts;
+    m->merged++;
+  } else if (m->nrows >= MEM_MAX_ROWS) {
+    m->dropped++;
+    return 0;
+  } else {
+    if (bf_vec_grow((void **)&m->rows, &m->cap_rows, m->nrows + 1, sizeof *m->rows, 256)) return -ENOMEM;
+    m->rows[m->nrows++] = (bf_memory_sample){thread_id, stack_id, ts, dr, da, 0};
+    m->rows_total++;
+    if (obs) m->obs_row = (long)m->nrows - 1;
+  }
+  if (dr > 0) m->growth += dr; /* what the rows hold */
+  else m->shrink -= dr;
+  return 0;
+}
+
 int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, int64_t ts) {
   rec_memory *m = t->mem;
   if (!m || !m->fresh) return 0;
   m->fresh = 0;
   int64_t rss = m->cur_rss, anon = m->cur_anon;
   int rc;
-  if (m->rss >= 0 && (rss != m->rss || anon != m->anon)) {
-    int64_t thread_id = m->last_thread, stack_id = m->last_stack;
-    long k = pick_thread(th, n);
-    if (k >= 0 && (rc = charge_ids(st, t, &th[k], &thread_id, &stack_id)) < 0 && rc != -EBUSY) return rc;
-    if (m->nrows >= MEM_MAX_ROWS) {
-      m->dropped++;
-    } else {
-      if (bf_vec_grow((void **)&m->rows, &m->cap_rows, m->nrows + 1, sizeof *m->rows, 256)) return -ENOMEM;
-      m->rows[m->nrows++] = (bf_memory_sample){thread_id, stack_id, ts, rss - m->rss, anon - m->anon, 0};
-      m->rows_total++;
-      if (rss > m->rss) m->growth += rss - m->rss;
-      else m->shrink += m->rss - rss;
+  /* a tick where no thread runs Python (all asleep or in C without the GIL)
+   * cannot have a stack that grew memory: the change since the last tick was
+   * made by what ran last, so that stack is kept at every tick */
+  long k = pick_thread(m, th, n);
+  int64_t prev_thread = m->last_thread, prev_stack = m->last_stack, fid = 0;
+  if (k >= 0 && (rc = charge_ids(st, t, &th[k], &m->last_thread, &m->last_stack)) < 0 && rc != -EBUSY) return rc;
+  if (k >= 0) fid = leaf_fid(&th[k]);
+  int64_t dr = m->rss >= 0 ? rss - m->rss : 0, da = m->rss >= 0 ? anon - m->anon : 0;
+  /* both ticks saw one function: an interval of its own (its rate below) */
+  int both = k >= 0 && m->prev_seen && m->rss >= 0;
+  if (both && fid && fid == m->prev_fid &&
+      ((rc = pure_add(&m->pure, fid, 0, 1)) < 0 || (rc = pure_add(&m->pure, fid, dr > 0 ? 1 : 2, dr > 0 ? dr : -dr)) < 0))
+    return rc;
+  if (dr || da) {
+    /* the two ticks saw different functions: the change was made by either,
+     * in proportion to what each changes in intervals of its own (a grower's
+     * last partial interval is its own, not its successor's) */
+    double ra = -1, rb = -1;
+    int sgn = dr > 0 ? 1 : -1;
+    if (both && fid != m->prev_fid && dr) {
+      ra = pure_rate(&m->pure, m->prev_fid, sgn);
+      rb = pure_rate(&m->pure, fid, sgn);
     }
-    m->last_thread = thread_id;
-    m->last_stack = stack_id;
+    if (ra >= 0 && rb >= 0 && ra + rb > 0) {
+      int64_t pa = (int64_t)((double)dr * ra / (ra + rb)), qa = (int64_t)((double)da * ra / (ra + rb));
+      pa -= pa % m->page;
+      qa -= qa % m->page;
+      if ((pa || qa) && (rc = add_row(m, prev_thread, prev_stack, ts, pa, qa, 0)) < 0) return rc;
+      m->obs_row = -1; /* this tick's look is a new observation */
+      if ((dr - pa || da - qa) && (rc = add_row(m, m->last_thread, m->last_stack, ts, dr - pa, da - qa, 1)) < 0)
+        return rc;
+      m->split++;
+    } else {
+      if (k >= 0) m->obs_row = -1;
+      if ((rc = add_row(m, m->last_thread, m->last_stack, ts, dr, da, 1)) < 0) return rc;
+    }
+  } else if (k >= 0) {
+    m->obs_row = -1;
   }
+  if (k >= 0) m->prev_fid = fid;
+  m->prev_seen = k >= 0;
   int first = m->rss < 0;
   m->rss = rss;
   m->anon = anon;
@@ -179,8 +285,8 @@ void rec_memory_json(const target *t, char *out, size_t len) {
   /* the Python allocator's total is not read from outside yet (see docs/memory.md) */
   snprintf(out, len,
            ",\"memory\":{\"source\":\"statm\",\"page_bytes\":%ld,\"reads\":%lld,\"read_failed\":%lld,"
-           "\"rows\":%lld,\"rows_dropped\":%lld,\"rss_growth_bytes\":%lld,\"rss_shrink_bytes\":%lld,"
-           "\"python_allocator\":\"not read\"}",
-           m->page, (long long)m->reads, (long long)m->read_fail, (long long)m->rows_total, (long long)m->dropped,
-           (long long)m->growth, (long long)m->shrink);
+           "\"rows\":%lld,\"changes_merged\":%lld,\"changes_split\":%lld,\"rows_dropped\":%lld,\"rss_growth_bytes\":%lld,"
+           "\"rss_shrink_bytes\":%lld,\"python_allocator\":\"not read\"}",
+           m->page, (long long)m->reads, (long long)m->read_fail, (long long)m->rows_total, (long long)m->merged, (long long)m->split,
+           (long long)m->dropped, (long long)m->growth, (long long)m->shrink);
 }

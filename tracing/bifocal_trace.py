@@ -132,6 +132,18 @@ def _set_path0(entry):
         _sys.path.insert(0, entry)
 
 
+def _compile(src, fname, what):
+    """The program's code; one line and exit 1 (python's status) when it does
+    not compile, before anything ran (its session is dropped)."""
+    try:
+        return compile(src, fname, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte before 3.12
+        msg = getattr(e, "msg", None) or str(e)
+        line = getattr(e, "lineno", None)
+        _fail("%s%s: %s: %s (not started: fix the program and trace again)" % (
+            what, " line %d" % line if line else "", type(e).__name__, msg), 1)
+
+
 def _prepare(target):
     """Build (code, globals) for the target the way `python` would run it, and
     install the fresh __main__ module; nothing of it runs yet."""
@@ -159,7 +171,7 @@ def _prepare(target):
             _fail("-c needs a command")
         _set_path0("")
         _sys.argv = ["-c"] + target[2:]
-        code = compile(target[1], "<string>", "exec")
+        code = _compile(target[1], "<string>", "-c")
         g.update(__name__="__main__", __doc__=None, __spec__=None, __loader__=None,
                  __package__=None)
     else:
@@ -173,7 +185,7 @@ def _prepare(target):
         fname = os.path.abspath(path) if _sys.version_info >= (3, 9) else path
         _set_path0(os.path.dirname(os.path.abspath(path)))
         _sys.argv = list(target)
-        code = compile(src, fname, "exec", dont_inherit=True)
+        code = _compile(src, fname, path)
         g.update(__name__="__main__", __file__=fname, __cached__=None, __doc__=None,
                  __loader__=None, __package__=None, __spec__=None)
     _sys.modules["__main__"] = main

@@ -19,9 +19,12 @@ void rec_memory_free(rec_memory *m); /* accepts NULL */
  * rec_memory_tick charges what changed. */
 void rec_memory_read(rec_memory *m);
 
-/* One tick: when the memory read by rec_memory_read changed since the last tick charge
- * the change to the GIL holder among th[0..n) (else a thread on a CPU, else
- * the thread charged last) at ts (ns since session start). Rows are buffered
+/* One tick: when the memory read by rec_memory_read changed since the last
+ * tick, charge the change at ts (ns since session start) to the GIL holder
+ * among th[0..n), else to the last GIL holder a tick saw (a thread on a CPU
+ * only where no GIL holder was ever seen), split with the function the tick
+ * before saw when both have rates of their own; a change charged to an earlier
+ * tick's stack joins that tick's row when the signs agree. Rows are buffered
  * and written about once a second. 0, or a fatal negative errno (a locked
  * database keeps rows in memory, bounded, the excess counted). */
 int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, int64_t ts);

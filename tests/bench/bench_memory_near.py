@@ -1,18 +1,20 @@
-"""trace --memory's cost against tracemalloc and memray on the same program.
+"""The memory lenses' cost on one program, in one run: trace --memory against
+tracemalloc and memray, and record --memory at 100 Hz and 1 kHz.
 
     /usr/bin/python3 tests/bench/bench_memory_near.py [--runs 7] [--python PATH ...]
 
 Fresh processes, interleaved run by run (order shuffled each run), on each
 interpreter: plain `python alloc.py`, `bifocal trace` (calls only),
-`bifocal trace --memory`, `python -X tracemalloc` (one frame, its default)
-and, where the interpreter has it (the Debian sid root's python3.14 with
-python3-memray), `python -m memray run`. alloc.py times its own work with
+`bifocal trace --memory`, `python -X tracemalloc` (one frame, its default),
+`bifocal record --memory -r 100` and `-r 1000` (the far lens, launched by the
+real command line as users do) and, where the interpreter has it (the Debian
+sid root's python3.14 with python3-memray), `python -m memray run`. alloc.py times its own work with
 perf_counter (start-up, tool set-up and writing results excluded) and
 allocates the way programs do: small objects (tuples, dicts, str), lists that
 grow, bytes of 1-64 KiB, most freed, some kept. Slowdown = median work time
 under the tool / median plain; process wall time (start-up and the tool's
-writing included) beside it. Goal: trace --memory under tracemalloc's
-slowdown. Not a pass/fail test: it prints figures.
+writing included) beside it. Goals: trace --memory under tracemalloc's
+slowdown; record --memory at 100 Hz within 1%. Not a pass/fail test: it prints figures.
 """
 import argparse
 import os
@@ -50,9 +52,9 @@ def work(rounds):
         small(20000)
         blobs(2000)
         grow(50000)
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 work(int(sys.argv[1]))
-sys.stderr.write("WORK_S %.6f\n" % (time.perf_counter() - t0))
+sys.stderr.write("WORK_S %.6f %.6f\n" % (time.perf_counter() - t0, time.process_time() - c0))
 '''
 
 
@@ -64,7 +66,10 @@ def modes(python, db, tmp):
     m = {"plain": [python],
          "trace": [BIFOCAL, "--db", db, "trace", "--", python],
          "trace --memory": [BIFOCAL, "--db", db, "trace", "--memory", "--", python],
-         "tracemalloc": [python, "-X", "tracemalloc"]}
+         "tracemalloc": [python, "-X", "tracemalloc"],
+         "record 100Hz": [BIFOCAL, "--db", db, "record", "-r", "100", "--", python],
+         "record -m 100Hz": [BIFOCAL, "--db", db, "record", "--memory", "-r", "100", "--", python],
+         "record -m 1kHz": [BIFOCAL, "--db", db, "record", "--memory", "-r", "1000", "--", python]}
     if has_memray(python):
         m["memray"] = [python, "-m", "memray", "run", "-q", "-f", "-o", os.path.join(tmp, "m.bin")]
     return m
@@ -74,10 +79,10 @@ def one(cmd, script, rounds):
     t0 = os.times().elapsed
     r = subprocess.run(cmd + [script, str(rounds)], capture_output=True, text=True, timeout=600)
     wall = os.times().elapsed - t0
-    work = [float(ln.split()[1]) for ln in r.stderr.splitlines() if ln.startswith("WORK_S ")]
+    work = [ln.split()[1:3] for ln in r.stderr.splitlines() if ln.startswith("WORK_S ")]
     if r.returncode != 0 or not work:
         raise SystemExit("bench: %s failed (%d): %s" % (" ".join(cmd), r.returncode, r.stderr[-400:]))
-    return work[0], wall
+    return float(work[0][0]), wall, float(work[0][1])
 
 
 def bench(python, runs, rounds):
@@ -87,29 +92,35 @@ def bench(python, runs, rounds):
             f.write(ALLOC)
         db = os.path.join(tmp, "b.db")
         ms = modes(python, db, tmp)
-        got = {k: ([], []) for k in ms}
+        got = {k: ([], [], []) for k in ms}
         for _ in range(runs):
             order = list(ms)
             random.shuffle(order)
             for k in order:
-                w, t = one(ms[k], script, rounds)
+                w, t, c = one(ms[k], script, rounds)
                 got[k][0].append(w)
                 got[k][1].append(t)
+                got[k][2].append(c)
                 if os.path.exists(db):
                     os.unlink(db)
     base_w = statistics.median(got["plain"][0])
     base_t = statistics.median(got["plain"][1])
     print("\n%s  (%d interleaved runs, medians; work = the program's own clock)" % (python, runs))
-    print("  %-15s %9s %9s %9s %9s" % ("MODE", "WORK s", "SLOWDOWN", "WALL s", "WALL x"))
-    for k, (w, t) in got.items():
-        mw, mt = statistics.median(w), statistics.median(t)
-        print("  %-15s %9.3f %8.2fx %9.3f %8.2fx" % (k, mw, mw / base_w, mt, mt / base_t))
+    base_c = statistics.median(got["plain"][2])
+    print("  %-15s %9s %9s %9s %9s %9s %9s" % ("MODE", "WORK s", "SLOWDOWN", "CPU s", "CPU x", "WALL s", "WALL x"))
+    for k, (w, t, c) in got.items():
+        mw, mt, mc = statistics.median(w), statistics.median(t), statistics.median(c)
+        print("  %-15s %9.3f %8.3fx %9.3f %8.3fx %9.3f %8.2fx" % (k, mw, mw / base_w, mc, mc / base_c, mt, mt / base_t))
     tm = statistics.median(got["tracemalloc"][0])
     bm = statistics.median(got["trace --memory"][0])
     print("  trace --memory / tracemalloc slowdown: %.2f (goal < 1)" % ((bm / base_w) / (tm / base_w)))
     if "memray" in got:
         mr = statistics.median(got["memray"][0])
         print("  trace --memory / memray slowdown:      %.2f" % ((bm / base_w) / (mr / base_w)))
+    for k in ("record 100Hz", "record -m 100Hz", "record -m 1kHz"):
+        print("  %-15s: %+.2f%% work time, %+.2f%% work CPU time (goal for record -m at 100 Hz: <= 1%%)"
+              % (k, (statistics.median(got[k][0]) / base_w - 1) * 100, (statistics.median(got[k][2]) / base_c - 1) * 100))
+    print("  load average after: %.2f %.2f %.2f" % os.getloadavg())
 
 
 def main():
@@ -126,6 +137,7 @@ def main():
         pyenv = sorted(glob.glob("/root/.pyenv/versions/3.1[0-9]*/bin/python3"))
         if pyenv:
             pys.append(pyenv[-1])
+    print("load average: %.2f %.2f %.2f" % os.getloadavg())
     os.nice(5)
     for p in pys:
         bench(p, a.runs, a.rounds)

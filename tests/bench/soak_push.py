@@ -4,7 +4,7 @@ while, then back; prints what arrived against what was recorded.
     /usr/bin/python3 tests/bench/soak_push.py [--minutes 10] [--outage 3] [--every 10s]
         [--rate 100] [--python PATH] [--outage-at 3] [--keep DIR]
 
-A loopback OTLP receiver (tests/integration/test_fleet.py's, which checks the
+A loopback OTLP receiver (tests/integration/fleet_helpers.py's, which checks the
 path, content type, gzip and the auth header) takes requests; at --outage-at
 minutes it closes its listening socket (connections are refused) and opens it
 again on the same port --outage minutes later. Meanwhile `bifocal record -r
@@ -35,44 +35,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import test_fleet as tf  # noqa: E402
-
-BUSY = r'''
-import sys, time
-def leaf(n):
-    s = 0
-    for i in range(n):
-        s += i
-    return s
-def mid():
-    return leaf(2000)
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
-    mid()
-'''
-
-
-class Switchable(tf.Receiver):
-    """The test receiver whose listening socket can be closed and reopened
-    on the same port (a backend that goes down and comes back)."""
-
-    def down(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def up(self):
-        cls = type(self.server)
-        handler = self.server.RequestHandlerClass
-        for _ in range(100):
-            try:
-                self.server = cls(("127.0.0.1", self.port), handler)
-                break
-            except OSError:
-                time.sleep(0.1)
-        self.server.daemon_threads = True
-        import threading
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
+from fleet_helpers import BUSY, SECRET, Receiver  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser()
@@ -95,8 +58,8 @@ def main():
             os.unlink(db + sfx)
     wl = os.path.join(work, "busy.py")
     open(wl, "w").write(BUSY)
-    rcv = Switchable(["ok"])
-    secret = tf.SECRET
+    rcv = Receiver(["ok"])
+    secret = SECRET
     env = dict(os.environ, OTEL_EXPORTER_OTLP_HEADERS="x-api-key=" + secret)
     env.pop("BIFOCAL_DB", None)
     seconds = a.minutes * 60

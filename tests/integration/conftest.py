@@ -119,6 +119,30 @@ def task_cpu_ns(pid):
     return total
 
 
+def pidns_start(args, timeout=10):
+    """Start args (an interpreter, then its arguments) as pid 1 of its own PID
+    namespace (`unshare --pid --fork --mount-proc`, root only); returns (the
+    unshare Popen, the interpreter's host pid). The caller kills and waits
+    for the Popen when done (also on failure)."""
+    u = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc"] + list(args))
+    pid, give_up = None, time.monotonic() + timeout
+    while pid is None and time.monotonic() < give_up:  # unshare's child is the interpreter
+        try:
+            with open("/proc/%d/task/%d/children" % (u.pid, u.pid)) as f:
+                kids = f.read().split()
+            if kids and "python" in os.readlink("/proc/%s/exe" % kids[0]):
+                pid = int(kids[0])
+        except OSError:
+            pass
+        if pid is None:
+            time.sleep(0.02)
+    if pid is None:
+        u.kill()
+        u.wait()
+        raise AssertionError("the workload never started under unshare: %s" % " ".join(args))
+    return u, pid
+
+
 def traced_or_stopped(pid):
     """[(tid, state, tracer pid)] of pid's threads that still have a tracer
     or stand stopped ('t'/'T'); [] when none."""
@@ -210,8 +234,41 @@ SERIAL_FILES = {
 LONGEST_FIRST = ("test_views_bench.py", "test_demo.py", "test_cli.py", "test_native.py")
 
 
+# A test whose path does not depend on the interpreter (a CPU clock, a /proc
+# read, a command line, a pusher reading the database: the interpreter only
+# through the sampler's or the tracer's per-version reads, which other tests
+# check on every interpreter) says so with @pytest.mark.few_pythons and runs
+# on figure_tags() only: the oldest interpreter (3.8-3.10's frames, a
+# thread's tid in glibc's pthread, the setprofile tracer), 3.12 (the last
+# vendored offset table, 3.11+'s frames, the first sys.monitoring tracer) and
+# the sid root's 3.14 and 3.15 (_Py_DebugOffsets, another root); the others
+# skip it and say why (suite time). A test that depends on a version's
+# offsets (asyncio task offsets, exception state, the torn-stack check's
+# opcode classes, function identity) stays on every interpreter.
+FIGURE_TAGS = ("3.12", "3.14", "3.15")
+
+
+def figure_tags():
+    """The tags few_pythons tests run on: FIGURE_TAGS and the oldest found."""
+    ps = pythons.discover()
+    return sorted({ps[0]["tag"]} | set(FIGURE_TAGS), key=lambda t: tuple(int(x) for x in t.split("."))) if ps \
+        else list(FIGURE_TAGS)
+
+
+def _figure_skipped(item):
+    """Is item a few_pythons test parametrized with an interpreter outside figure_tags()?"""
+    if not item.get_closest_marker("few_pythons"):
+        return False
+    spec = getattr(item, "callspec", None)
+    py = spec.params.get("python") if spec else None
+    tags = [p["tag"] for p in pythons.discover() if p["path"] == py]
+    return bool(tags) and tags[0] not in figure_tags()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "serial: timing-sensitive; runs alone after the parallel part")
+    config.addinivalue_line("markers", "few_pythons: the same path on every interpreter: runs on the oldest, "
+                            "3.12, 3.14 and 3.15 (conftest.figure_tags())")
     config.addinivalue_line("markers", "parallel: in a SERIAL_FILES file, but holds no timing figure: "
                             "runs in the parallel part")
 
@@ -244,6 +301,9 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("serial") and _second_311(item):
             item.add_marker(pytest.mark.skip(reason="timing figures on 3.11 are held by pyenv's 3.11; Debian's "
                                              "3.11 runs the parallel part (suite time)"))
+        elif _figure_skipped(item):
+            item.add_marker(pytest.mark.skip(reason="the same path on every interpreter: held by %s "
+                                             "(conftest.figure_tags(); suite time)" % ", ".join(figure_tags())))
         if _shares_a_wide_fixture(item):
             item.add_marker(pytest.mark.xdist_group(name))
     first = {n: i for i, n in enumerate(LONGEST_FIRST)}

@@ -1,6 +1,7 @@
 """Workload of test_memory_far.py and bench_memory_far.py: functions that grow
 memory at known relative rates, free it, grow in one thread while another only
-computes, leak through a generator and allocate through a C type (bytearray).
+computes, leak through a generator and allocate through a C type (bytearray)
+and, where it is installed, numpy.
 It reports its own truth: each function's resident growth and shrink, read
 from its own /proc/self/statm around each call (a concurrent phase from its
 start and end), and tracemalloc's count of the bytes the keeper keeps per call
@@ -19,7 +20,11 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 FD = os.open("/proc/self/statm", os.O_RDONLY)
 SPIN = 6000  # loop turns between two allocations: spreads a call's growth over its run
 GROWTH, SHRINK, CALLS = {}, {}, {}
-KEEP, CHURN, LEAK, CEXT, THREAD_KEEP = [], [], [], [], []
+KEEP, CHURN, LEAK, CEXT, THREAD_KEEP, NP = [], [], [], [], [], []
+try:
+    import numpy
+except ImportError:  # numpy where the interpreter has it (the sid root's 3.14/3.15)
+    numpy = None
 
 
 def rss():
@@ -68,6 +73,10 @@ def compute():  # allocates nothing
     return s
 
 
+def idle():  # sleeps: a tick here finds no GIL holder (the thread may be
+    time.sleep(0.003)  # runnable, waking), and the growth before it is keep_small's
+
+
 def build():
     for _ in range(8):
         CHURN.append(bytearray(256 * 1024))
@@ -94,6 +103,13 @@ def leaky():  # a generator that keeps what it makes
 def grow_c():  # through a C type: bytearray zero-fills its buffer
     for _ in range(20):
         CEXT.append(bytearray(32768))
+        for _ in range(SPIN * 2):
+            pass
+
+
+def grow_np():  # numpy's own allocator (np.ones writes its buffer)
+    for _ in range(20):
+        NP.append(numpy.ones(4096))
         for _ in range(SPIN * 2):
             pass
 
@@ -148,7 +164,7 @@ def main():
     sec = float(sys.argv[2]) if len(sys.argv) > 2 else 0.6
     kept = kept_per_call()
     t0 = time.monotonic()
-    phase(sec, keep_big, keep_small, compute)
+    phase(sec, keep_big, keep_small, idle, compute)
     phase(sec * 0.7, build, release)
     threads_phase(sec)
     gen = leaky()
@@ -159,6 +175,8 @@ def main():
         charge("leaky", rss() - r0)
         timed(compute)
     phase(sec * 0.7, grow_c, compute)
+    if numpy is not None:
+        phase(sec * 0.7, grow_np, compute)
     with open(out, "w") as f:
         json.dump({"growth": GROWTH, "shrink": SHRINK, "calls": CALLS, "kept_per_keep_big": kept,
                    "seconds": time.monotonic() - t0, "pid": os.getpid()}, f)

@@ -32,6 +32,7 @@ WORKLOAD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.few_pythons  # 3.8: the setprofile tracer; 3.12+: sys.monitoring
 def test_calibrate_json(tmp_path, db, python):
     w = tmp_path / "w.py"
     w.write_text(WORKLOAD)

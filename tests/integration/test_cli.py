@@ -87,6 +87,7 @@ def finish(p, timeout=60):
 
 
 @pytest.mark.serial  # a sampled share against the target's own clock
+@pytest.mark.few_pythons  # py-spy's command lines: the interpreter only through the sampler
 def test_py_spy_command_lines_from_a_read_only_directory(python, tmp_path):
     """record -p PID -r 200 -d 2 -o flame.html, top -p PID -d 1, dump -p PID --json,
     all at once against one target, from /proc, with no database named."""

@@ -20,8 +20,9 @@ times its own phases (a tight recursion, generators switching fast, a
 steady loop) and the sampled shares of those phases must be within
 TOL_POINTS (2) percentage points of the measured ones.
 
-Time: two 1 s recordings, 12 dumps, one share recording (1 s of the target's
-CPU) and two short deep-stack recordings per interpreter.
+Time: two 1 s recordings, 12 dumps and one share recording (1 s of the
+target's CPU) per interpreter, serial; the two short deep-stack recordings
+(depth and cut, no figure) run in the parallel part.
 """
 import ast
 import collections
@@ -420,6 +421,7 @@ down(int(sys.argv[2]), time.monotonic() + float(sys.argv[1]))
 '''
 
 
+@pytest.mark.parallel  # the deepest stack's depth and its cut, no rate or share
 @pytest.mark.parametrize("depth", [1000, 5000])
 def test_deep_stack_kept_or_marked(python, tmp_path, depth):
     """A 1000-deep stack is stored whole (<module> at its root); a 5000-deep

@@ -27,6 +27,19 @@ def main():
 main()
 """
 
+KEEPER = r"""
+import time
+KEEP = []
+def keep():  # 20 x 16 KiB kept per call, written (resident at once)
+    for _ in range(20):
+        KEEP.append(bytearray(b"x" * 16384))
+        for _ in range(2000): pass
+def compute():
+    return sum(i for i in range(20000))
+t = time.time()
+while time.time() - t < 0.8: keep(); compute()
+"""
+
 # Entries (cc, nc) and caller tuples (nc, cc) of every function of the script,
 # and of every C function it calls, restricted to callers in the script (the
 # import machinery differs between the two runs; generators are left out:
@@ -117,6 +130,9 @@ def lens(tmp_path_factory, request):
         "traced": last_line_id(run(["trace", "--", py, str(d / "app.py")], db=db, timeout=120)),
         "focus": last_line_id(run(["trace", "--focus", "*work*", "--", py, str(d / "app.py")], db=db, timeout=120)),
     }
+    (d / "keeper.py").write_text(KEEPER)
+    s["memory"] = last_line_id(run(["record", "--memory", "--rate", "400", "--", py, str(d / "keeper.py")], db=db,
+                                   timeout=120))
     return db, s, d
 
 
@@ -207,6 +223,28 @@ def test_pprof_traced_counts_calls_like_the_trace_view(lens):
     assert "app.fib\n" in traces and traces.count("app.fib") >= 2
 
 
+def test_pprof_memory_bytes_in_go_tool_pprof(lens):
+    """export --memory -f pprof: alloc_space/bytes is the default sample type;
+    go tool pprof's total is replay --memory's growth to the byte, and each
+    function's flat bytes its self growth (a parallel test: no shares)."""
+    db, s, d = lens
+    pb = d / "m.pb.gz"
+    run(["export", str(s["memory"]), "--memory", "--format", "pprof", "-o", str(pb)], db=db)
+    r = json.loads(run(["replay", str(s["memory"]), "--memory", "--json", "--limit", "100000"], db=db).stdout)
+    raw = go_pprof(d, "-raw", str(pb))
+    assert "samples/count alloc_space/bytes[dflt]" in raw, raw[:400]
+    body = raw.split("samples/count alloc_space/bytes[dflt]\n")[1].split("Locations")[0]
+    rows = [l.split() for l in body.splitlines() if l.strip() and ":" in l and not l.strip().startswith("thread")]
+    assert sum(int(p[1].rstrip(":")) for p in rows) == r["memory"]["growth_bytes"] > 1 << 20
+    assert sum(int(p[0]) for p in rows) == r["memory"]["growth_changes"]
+    out = go_pprof(d, "-top", "-sample_index=alloc_space", "-unit=bytes", "-nodecount=100000", "-nodefraction=0",
+                   "-edgefraction=0", str(pb))
+    assert "Type: alloc_space" in out and "Total samples = %dB" % r["memory"]["growth_bytes"] in out, out
+    top = {k: v[0] for k, v in top_rows(out).items()}
+    keep = [f for f in r["functions"] if f["qualname"] == "keep"][0]
+    assert top["keeper.keep"] == "%dB" % keep["self"]["growth_bytes"], (top, keep)
+
+
 # ---- speedscope: its own schema, from its npm package ---------------------------
 
 VALIDATE = r"""
@@ -243,9 +281,10 @@ def test_speedscope_validates_against_its_schema(lens):
     db, s, d = lens
     node, mods, schema = speedscope_schema()
     files = []
-    for kind in ("sampled", "traced", "focus"):
+    for kind in ("sampled", "traced", "focus", "memory"):
         p = d / ("%s.speedscope.json" % kind)
-        run(["export", str(s[kind]), "--format", "speedscope", "-o", str(p)], db=db)
+        run(["export", str(s[kind])] + (["--memory"] if kind == "memory" else []) +
+            ["--format", "speedscope", "-o", str(p)], db=db)
         files.append(str(p))
     js = d / "validate.js"
     js.write_text(VALIDATE)
@@ -264,6 +303,12 @@ def test_speedscope_validates_against_its_schema(lens):
     names = {frames_ev["name"] for frames_ev in ev["shared"]["frames"]}
     assert "work" in names
     assert frames and all("name" in f for f in frames)
+    # memory: weights in bytes, summing to the growth charged to Python stacks
+    mem = json.load(open(files[3]))
+    assert {(p["type"], p["unit"]) for p in mem["profiles"]} == {("sampled", "bytes")}
+    r = json.loads(run(["replay", str(s["memory"]), "--memory", "--json", "--limit", "100000"], db=db).stdout)
+    framed = sum(f["self"]["growth_bytes"] for f in r["functions"])
+    assert sum(sum(p["weights"]) for p in mem["profiles"]) == framed > 1 << 20
 
 
 # ---- Chrome trace: a strict structural check --------------------------------------

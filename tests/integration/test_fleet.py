@@ -412,121 +412,15 @@ def test_otlp_export_imported(db, tmp_path):
     assert o.attrs_of(p)["bifocal.session.kind"] == "imported"
 
 
-# ---- push: a loopback receiver ------------------------------------------------
+# ---- push: a loopback receiver (fleet_helpers.Receiver) ----------------------
 
 import base64  # noqa: E402
 import email.parser  # noqa: E402
 import gzip  # noqa: E402
-import http.server  # noqa: E402
 import shutil  # noqa: E402
-import socket  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
-import urllib.parse  # noqa: E402
 
-SECRET = "s3cr3t-Tok3n-5f0c1a"
-PASSWORD = "pa55-w0rd-9d2e"
-
-
-class Receiver:
-    """An HTTP server on 127.0.0.1 that records every request and answers
-    each with the next behaviour of its script (the last one repeats):
-    "ok", "500", "400", ("429", SECONDS), ("sleep", SECONDS), "huge", "cut",
-    ("redirect", URL)."""
-
-    def __init__(self, script):
-        self.script = list(script)
-        self.requests = []
-        rec = self
-
-        class H(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length", "0"))
-                body = self.rfile.read(n)
-                u = urllib.parse.urlsplit(self.path)
-                rec.requests.append({"path": u.path, "query": urllib.parse.parse_qs(u.query, keep_blank_values=True),
-                                     "raw_query": u.query, "headers": dict(self.headers.items()),
-                                     "body": body, "t": time.monotonic()})
-                b = rec.script.pop(0) if len(rec.script) > 1 else rec.script[0]
-                kind = b[0] if isinstance(b, tuple) else b
-                if kind == "down_until":  # 503 until a moment, then accepted
-                    kind = "ok" if time.monotonic() >= b[1] else "503"
-                if kind == "503":
-                    rec.requests[-1]["answer"] = kind
-                    self.reply(503, b"unavailable", "text/plain")
-                    return
-                rec.requests[-1]["answer"] = kind
-                if kind == "sleep":
-                    time.sleep(b[1])
-                    kind = "ok"
-                if kind == "ok":
-                    self.reply(200, b"", "application/x-protobuf")
-                elif kind in ("500", "400", "503"):
-                    self.reply(int(kind), b"backend says no", "text/plain")
-                elif kind == "429":
-                    self.reply(429, b"slow down", "text/plain", {"Retry-After": str(b[1])})
-                elif kind == "huge":
-                    self.reply(200, b"x" * (5 << 20), "application/x-protobuf")
-                elif kind == "body":
-                    self.reply(200, b[1], b[2])
-                elif kind == "redirect":
-                    self.reply(307, b"", "text/plain", {"Location": b[1]})
-                elif kind == "cut":
-                    self.send_response(200)
-                    self.send_header("Content-Length", "100000")
-                    self.end_headers()
-                    self.wfile.write(b"0123456789")
-                    self.wfile.flush()
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    self.close_connection = True
-
-            def reply(self, code, body, ctype, extra=None):
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (extra or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except OSError:
-                    pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver():
-    made = []
-
-    def make(*script):
-        r = Receiver(script or ("ok",))
-        made.append(r)
-        return r
-    yield make
-    for r in made:
-        r.close()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+from fleet_helpers import PASSWORD, SECRET, Receiver, free_port, receiver  # noqa: E402,F401
 
 
 def push(db, args, env=None, timeout=60):
@@ -913,6 +807,7 @@ def test_push_otlp_endpoint_from_the_environment(db, tmp_path, receiver):
     assert_no_secret(db, r.stdout, r.stderr)
 
 
+@pytest.mark.few_pythons  # the pusher reads the database; record is every interpreter's elsewhere
 def test_push_follow_delivers_every_window_once_in_order(python, db, tmp_path, receiver):
     """A recording pushed window by window while the backend refuses at first:
     every window arrives once, in order, and they add up to the session; the

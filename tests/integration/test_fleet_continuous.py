@@ -1,20 +1,20 @@
 """record --push URL --every 1s: each window of a recording pushed as it
 closes, spooled in the database while the backend misbehaves, retried with
 backoff, bounded on disk, and sent later by push --resume. The loopback
-receiver is test_fleet.py's (it checks path, content type, gzip and auth);
+receiver is fleet_helpers.py's (it checks path, content type, gzip and auth);
 what arrived is decoded by protoc against the official profiles.proto and
 checked against the session: every window once, in order, adding up to the
 session's samples. No secret appears in any output, the audit log or the
 database files. The push machinery does not depend on the interpreter, so
-these tests record one (the first host interpreter found); the soak is
-tests/bench/soak_push.py."""
+these tests record one (the newest host interpreter found), and each runs
+on its own parallel worker (no module fixture holds them together: 58 s in
+one worker before); the soak is tests/bench/soak_push.py."""
 import gzip
 import json
 import os
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -22,25 +22,10 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import pythons  # noqa: E402
 from conftest import run  # noqa: E402
-from test_fleet import (PASSWORD, SECRET, Otlp, assert_no_secret, decode, free_port, need_protoc,  # noqa: E402,F401
-                        one, otlp_to, profiles, receiver, session_json)
+from fleet_helpers import BUSY, PASSWORD, SECRET, free_port, receiver  # noqa: E402,F401
+from test_fleet import Otlp, assert_no_secret, decode, need_protoc, one, otlp_to, profiles, session_json  # noqa: E402
 
-BUSY = r'''
-import sys, time
-def leaf(n):
-    s = 0
-    for i in range(n):
-        s += i
-    return s
-def mid():
-    return leaf(2000)
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
-    mid()
-'''
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture  # not module-scoped: the file's tests spread over the parallel workers
 def interp():
     ps = [p for p in pythons.discover() if not p.get("container")]
     if not ps:
@@ -155,17 +140,7 @@ def test_dead_backend_keeps_everything_spooled_then_resume_sends_it(db, tmp_path
     assert "push --resume %s" % sid in r.stderr and "0 sent" in r.stderr
     assert took < 3.5 + 3 + 8, took  # the workload, --push-wait 3, start-up
     # the backend comes back on the same port: push --resume sends what waits, in order
-    rcv = receiver("ok")
-    rcv.server.shutdown()
-    rcv.server.server_close()
-    for _ in range(50):
-        try:
-            rcv.server = type(rcv.server)(("127.0.0.1", port), rcv.server.RequestHandlerClass)
-            break
-        except OSError:
-            time.sleep(0.1)
-    rcv.server.daemon_threads = True
-    threading.Thread(target=rcv.server.serve_forever, daemon=True).start()
+    rcv = receiver("ok", port=port)
     e = {"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=%s,x-team=prof" % SECRET}
     to = "otlp+http://127.0.0.1:%d" % port
     other = run(["push", "--resume", sid, "--to", "otlp+http://127.0.0.1:%d" % free_port()], db=db, check=False, env=e)

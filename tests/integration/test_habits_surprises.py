@@ -113,6 +113,34 @@ def test_failed_record_keeps_an_existing_database(tmp_path):
     assert r.returncode != 0 and os.path.exists(empty)
 
 
+@pytest.mark.parametrize("target", [["/nonexistent.py"], ["SRC/bad.py"], ["-c", "def f(:"]],
+                         ids=["missing-script", "syntax-error", "syntax-error-c"])
+def test_failed_trace_leaves_nothing(python, tmp_path, target):
+    """A traced program that cannot start (no such script, one that does not
+    compile) leaves no session and no ./bifocal.db it made, says why in one
+    line, and exits as python would (2, 1); a database that was there keeps
+    its sessions. The syntax errors once left an incomplete session and a
+    traceback through the runner."""
+    bad = script(tmp_path, "bad.py", "def f(:\n    pass\n")
+    target = [bad if a == "SRC/bad.py" else a for a in target]
+    work = tmp_path / "cwd"
+    work.mkdir()
+    r = subprocess.run([bifocal_bin(), "trace", "--", python] + target, cwd=str(work), capture_output=True,
+                       text=True, env=env_no_db(), timeout=60)
+    assert r.returncode == (2 if target == ["/nonexistent.py"] else 1), r.stderr
+    assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith("bifocal: "), r.stderr
+    assert ("/nonexistent.py" in r.stderr and "No such file" in r.stderr) if target == ["/nonexistent.py"] else \
+        ("SyntaxError" in r.stderr and "line 1" in r.stderr and "not started" in r.stderr), r.stderr
+    assert os.listdir(str(work)) == [], r.stderr
+    db = str(work / "bifocal.db")
+    sid = last_line_id(run(["trace", "--", python, "-c", "pass"], db=db))
+    r = run(["trace", "--", python] + target, db=db, check=False)
+    assert r.returncode != 0 and r.stdout == ""
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT id FROM sessions").fetchall() == [(sid,)]
+    con.close()
+
+
 APP = """
 import signal, sys, time
 if sys.argv[2] == "ignore":

@@ -32,7 +32,7 @@ import time
 
 import pytest
 
-from conftest import bifocal_bin, last_line_id, run
+from conftest import bifocal_bin, last_line_id, pidns_start, run
 
 TOL = 2.0
 DURATION = 3.0
@@ -265,19 +265,8 @@ def record_pidns(args, db, files):
     go = str(files / "go")
     if os.path.exists(go):
         os.unlink(go)
-    u = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc"] + args + [go])
+    u, pid = pidns_start(args + [go])
     try:
-        pid, give_up = None, time.monotonic() + 10
-        while pid is None and time.monotonic() < give_up:
-            try:
-                with open("/proc/%d/task/%d/children" % (u.pid, u.pid)) as f:
-                    kids = f.read().split()
-                if kids and "python" in os.readlink("/proc/%s/exe" % kids[0]):
-                    pid = int(kids[0])
-            except OSError:
-                pass
-            time.sleep(0.02)
-        assert pid, "the workload never started under unshare"
         e = dict(os.environ)
         e.pop("BIFOCAL_DB", None)
         rec = subprocess.Popen([bifocal_bin(), "--db", db, "record", "--kernel", "--pid", str(pid)],
@@ -306,6 +295,7 @@ def assert_close(label, capture):
         label, TOL, ", ".join("%s %.1f vs %.1f" % b for b in bad)))
 
 
+@pytest.mark.few_pythons  # /proc reads per thread, the same for every interpreter
 def test_kernel_blocked_threads(python, files, tmp_path):
     db = str(tmp_path / "k.db")
 
@@ -347,6 +337,7 @@ def two_hogs():
         h.wait()
 
 
+@pytest.mark.few_pythons  # /proc reads per thread, the same for every interpreter
 def test_kernel_run_queue_beside_hogs(python, files, tmp_path, two_hogs):
     db = str(tmp_path / "c.db")
     out = str(files / "cpu_truth.json")

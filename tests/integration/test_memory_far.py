@@ -58,12 +58,15 @@ def test_growth_shares_match_truth(python, recorded):
     """Every measured function's share of the growth (among the measured
     functions) is within 5 points of its share by the workload's own statm:
     keepers at a 2:1 rate, a builder, a thread that grows while another only
-    hashes, a leaking generator, bytearray through C; compute, hash_compute
-    and release grow nothing."""
+    hashes, a leaking generator, bytearray through C, numpy where installed
+    (the sid root's 3.14/3.15); compute, idle (asleep), hash_compute and
+    release grow nothing."""
     db, sid, truth = recorded(python)
     view = memory_json(db, sid)
     got = self_growth(view)
     names = list(truth["growth"])
+    if "/var/lib/bifocal/" in python:  # .ci/sid-root installs python3-numpy
+        assert "grow_np" in names, names
     true_total = sum(truth["growth"].values())
     got_total = sum(got.get(n, {}).get("growth_bytes", 0) for n in names)
     assert true_total > 5e6 and got_total > 0.7 * true_total, (true_total, got_total)
@@ -114,6 +117,63 @@ def test_thread_growth_goes_to_the_growing_thread(python, recorded):
     main = {r[0] for r in con.execute("SELECT DISTINCT m.thread_id FROM memory_samples m " + leaf, ("build",))}
     con.close()
     assert len(grower) == 1 and not grower & main, (grower, main)
+
+
+BURST = r"""
+import json, sys, time, tracemalloc
+KEEP = []
+def burst():  # 4 x 64 KiB kept per call, written: ~100 us of work
+    for _ in range(4):
+        KEEP.append(b"x" * 65536)
+def nap():  # asleep: the GIL released, the thread waking runnable
+    time.sleep(0.002)
+def loop(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        burst()
+        nap()
+kept = {"burst": 0, "nap": 0}  # tracemalloc's truth: what each keeps, 20 cycles
+tracemalloc.start()
+for _ in range(20):
+    for fn in (burst, nap):
+        a = tracemalloc.get_traced_memory()[0]
+        fn()
+        kept[fn.__name__] += tracemalloc.get_traced_memory()[0] - a
+tracemalloc.stop()
+loop(float(sys.argv[2]))
+json.dump(kept, open(sys.argv[1], "w"))
+"""
+
+
+def test_burst_then_sleep(python, tmp_path):
+    """A keeper whose growth comes in ~100 us bursts, each followed by a 2 ms
+    sleep (the "grow" case of calibrate --memory): tracemalloc says burst()
+    keeps all of it. A tick in the sleep finds no GIL holder (the thread may
+    be runnable, waking): the growth goes to the last GIL holder a tick saw,
+    not to the sleeper (before: burst 14-54% of the growth, nap 46-85%, on
+    3.8-3.15 (3.12: 54/46); now burst 85-98% in most runs)."""
+    if os.path.basename(python) not in ("python3.8", "python3.12", "python3.15"):
+        pytest.skip("held on one interpreter per GIL layout (3.8-3.11 vendored, 3.12, 3.13+ debug offsets: "
+                    "3.15) (suite time)")
+    src = tmp_path / "burst.py"
+    src.write_text(BURST)
+    db, out = str(tmp_path / "b.db"), str(tmp_path / "kept.json")
+    r = run(["record", "--memory", "-r", "1000", "--", python, str(src), out, "2.0"], db=db, env=ENV, timeout=120)
+    sid = int(r.stdout.strip().splitlines()[-1])
+    kept = json.load(open(out))
+    assert kept["burst"] >= 20 * 4 * 65536 and kept["nap"] < 0.01 * kept["burst"], kept
+    view = memory_json(db, sid)
+    if view["memory"]["changes"] < 30:  # each row is one look at a GIL holder (stale changes join it)
+        pytest.skip("the host let the sampler see the GIL holder %d times in 2 s (load %.0f): too few to "
+                    "share the growth" % (view["memory"]["changes"], os.getloadavg()[0]))
+    got = self_growth(view)
+    total = sum(f["growth_bytes"] for f in got.values())
+    share = {n: 100.0 * got.get(n, {}).get("growth_bytes", 0) / total for n in ("burst", "nap", "loop")}
+    # not within 5 points: a tick in the sleep is charged to whoever held the
+    # GIL last, and nap holds it around its sleep (longer when the host
+    # preempts the holder): 85-98% in most runs, 47% in one of five on 3.15 at
+    # load 25 (docs/memory.md, short bursts)
+    assert share["burst"] >= 45 and share["nap"] <= 50, share
 
 
 def test_kept_bytes_per_call(python, recorded):
