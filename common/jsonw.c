@@ -100,6 +100,24 @@ void bf_jw_init(bf_jw *w, FILE *f) {
   w->f = f;
 }
 
+int bf_jw_mem(bf_jw *w) {
+  bf_jw_init(w, NULL);
+  w->f = open_memstream(&w->mem, &w->mem_len);
+  return w->f ? 0 : -ENOMEM;
+}
+
+char *bf_jw_mem_done(bf_jw *w) {
+  int bad = fclose(w->f) != 0 || w->err || w->depth;
+  char *s = w->mem;
+  w->f = NULL;
+  w->mem = NULL;
+  if (bad) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
 /* Before a value: the comma, and the checks. 0 to go on. */
 static int jw_value(bf_jw *w) {
   if (w->err) return -1;
@@ -110,11 +128,13 @@ static int jw_value(bf_jw *w) {
       return -1;
     }
     if (!in_obj && w->items[w->depth - 1]) fputc(',', w->f);
+    if (!in_obj && w->nl) fputc('\n', w->f);
     w->items[w->depth - 1] = 1;
   }
   if (w->pad) fputs(w->pad, w->f);
   w->pad = NULL;
   w->keyed = 0;
+  w->nl = 0;
   return 0;
 }
 
@@ -149,6 +169,8 @@ void bf_jw_key(bf_jw *w, const char *key) {
     return;
   }
   if (w->items[w->depth - 1]) fputc(',', w->f);
+  if (w->nl) fputc('\n', w->f);
+  w->nl = 0;
   bf_json_str(w->f, key);
   fputc(':', w->f);
   w->items[w->depth - 1] = 1;
@@ -164,6 +186,16 @@ void bf_jw_int(bf_jw *w, long long v) {
 void bf_jw_num(bf_jw *w, double v) {
   if (!jw_value(w)) bf_json_num(w->f, v);
 }
+void bf_jw_numf(bf_jw *w, const char *fmt, double v) {
+  if (jw_value(w)) return;
+  if (isfinite(v))
+    fprintf(w->f, fmt, v);
+  else
+    fputs("null", w->f);
+}
+void bf_jw_newline(bf_jw *w) {
+  if (!w->err) w->nl = 1;
+}
 void bf_jw_bool(bf_jw *w, int v) {
   if (!jw_value(w)) fputs(v ? "true" : "false", w->f);
 }
@@ -172,6 +204,40 @@ void bf_jw_null(bf_jw *w) {
 }
 void bf_jw_raw(bf_jw *w, const char *json) {
   if (!jw_value(w)) fputs(json, w->f);
+}
+void bf_jw_ints(bf_jw *w, const long long *v, size_t n) {
+  if (w->err || !n) return;
+  if (!w->depth || w->open[w->depth - 1] != '[') {
+    w->err = -EINVAL; /* items of an array only */
+    return;
+  }
+  /* formatted here and written at once: a flame page writes millions */
+  char buf[512];
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (len > sizeof buf - 24) {
+      fwrite(buf, 1, len, w->f);
+      len = 0;
+    }
+    if (w->items[w->depth - 1]) buf[len++] = ',';
+    if (w->nl) buf[len++] = '\n';
+    w->nl = 0;
+    if (w->pad) { /* the caller's whitespace, as before any value */
+      fwrite(buf, 1, len, w->f);
+      len = 0;
+      fputs(w->pad, w->f);
+      w->pad = NULL;
+    }
+    w->items[w->depth - 1] = 1;
+    unsigned long long u = v[i] < 0 ? 0ULL - (unsigned long long)v[i] : (unsigned long long)v[i];
+    char tmp[24];
+    size_t t = 0;
+    do tmp[t++] = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v[i] < 0) tmp[t++] = '-';
+    while (t) buf[len++] = tmp[--t];
+  }
+  fwrite(buf, 1, len, w->f);
 }
 void bf_jw_pad(bf_jw *w, const char *ws) { w->pad = ws; }
 FILE *bf_jw_file(bf_jw *w) { return jw_value(w) ? NULL : w->f; }
@@ -191,6 +257,17 @@ void bf_jw_knum(bf_jw *w, const char *key, double v) {
 void bf_jw_kbool(bf_jw *w, const char *key, int v) {
   bf_jw_key(w, key);
   bf_jw_bool(w, v);
+}
+void bf_jw_knull(bf_jw *w, const char *key) {
+  bf_jw_key(w, key);
+  bf_jw_null(w);
+}
+void bf_jw_kpair(bf_jw *w, const char *key, double a, double b) {
+  bf_jw_key(w, key);
+  bf_jw_arr(w);
+  bf_jw_num(w, a);
+  bf_jw_num(w, b);
+  bf_jw_end(w);
 }
 
 /* ---- the checker ---------------------------------------------------------- */
@@ -449,4 +526,136 @@ int bf_json_check_object(const char *text, const char *const *reserved, bf_err *
 out:
   free(keys);
   return rc;
+}
+
+/* ---- the reader of stored metadata ---------------------------------------- */
+
+static const char *jws(const char *p) {
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+  return p;
+}
+
+const char *bf_json_string(const char *p, char *out, size_t len) {
+  size_t n = 0;
+  int full = 0; /* truncated: keep a prefix, never skip a character */
+  if (*p++ != '"') return NULL;
+  for (;;) {
+    unsigned c = (unsigned char)*p++, cp;
+    char tmp[4];
+    size_t tl = 0;
+    if (c == 0) return NULL;
+    if (c == '"') break;
+    if (c == '\\') {
+      c = (unsigned char)*p++;
+      if (c == 'u') {
+        if (hex4((const unsigned char *)p, &cp)) return NULL;
+        p += 4;
+        if (cp >= 0xd800 && cp < 0xdc00 && p[0] == '\\' && p[1] == 'u') {
+          unsigned lo;
+          if (hex4((const unsigned char *)p + 2, &lo) == 0 && lo >= 0xdc00 && lo < 0xe000) {
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            p += 6;
+          }
+        }
+        if (cp >= 0xd800 && cp < 0xe000) cp = 0xfffd;
+        if (cp < 0x20 || cp == 0x7f) tmp[tl++] = '?';
+        else if (cp < 0x80) tmp[tl++] = (char)cp;
+        else if (cp < 0x800) tmp[tl++] = (char)(0xc0 | cp >> 6), tmp[tl++] = (char)(0x80 | (cp & 0x3f));
+        else if (cp < 0x10000)
+          tmp[tl++] = (char)(0xe0 | cp >> 12), tmp[tl++] = (char)(0x80 | ((cp >> 6) & 0x3f)),
+          tmp[tl++] = (char)(0x80 | (cp & 0x3f));
+        else
+          tmp[tl++] = (char)(0xf0 | cp >> 18), tmp[tl++] = (char)(0x80 | ((cp >> 12) & 0x3f)),
+          tmp[tl++] = (char)(0x80 | ((cp >> 6) & 0x3f)), tmp[tl++] = (char)(0x80 | (cp & 0x3f));
+      } else if (c == '"' || c == '\\' || c == '/') {
+        tmp[tl++] = (char)c;
+      } else if (strchr("bfnrt", (int)c) && c) {
+        tmp[tl++] = '?';
+      } else {
+        return NULL;
+      }
+    } else {
+      tmp[tl++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    if (out && !full && n + tl < len) {
+      memcpy(out + n, tmp, tl);
+      n += tl;
+    } else {
+      full = 1;
+    }
+  }
+  if (out && len) out[n] = 0;
+  return p;
+}
+
+/* Skip one JSON value (bounded nesting); NULL when malformed. */
+static const char *jskip(const char *p, int depth) {
+  p = jws(p);
+  if (depth > 32) return NULL;
+  if (*p == '"') return bf_json_string(p, NULL, 0);
+  if (*p == '{' || *p == '[') {
+    char close = *p == '{' ? '}' : ']';
+    p = jws(p + 1);
+    if (*p == close) return p + 1;
+    for (;;) {
+      if (close == '}') {
+        if (!(p = bf_json_string(jws(p), NULL, 0))) return NULL;
+        p = jws(p);
+        if (*p++ != ':') return NULL;
+      }
+      if (!(p = jskip(p, depth + 1))) return NULL;
+      p = jws(p);
+      if (*p == ',') {
+        p++;
+        continue;
+      }
+      return *p == close ? p + 1 : NULL;
+    }
+  }
+  if (!*p) return NULL;
+  const char *s = p;
+  while (*p && strchr("+-.0123456789eEtruefalsn", *p)) p++;
+  return p > s ? p : NULL;
+}
+
+int bf_json_find(const char *p, const char *key, const char **val) {
+  char k[64];
+  p = jws(p);
+  if (*p++ != '{') return -1;
+  p = jws(p);
+  if (*p == '}') return -1;
+  for (;;) {
+    if (!(p = bf_json_string(jws(p), k, sizeof k))) return -1;
+    p = jws(p);
+    if (*p++ != ':') return -1;
+    p = jws(p);
+    if (strcmp(k, key) == 0) {
+      *val = p;
+      return 0;
+    }
+    if (!(p = jskip(p, 1))) return -1;
+    p = jws(p);
+    if (*p++ != ',') return -1;
+  }
+}
+
+int bf_json_find_num(const char *obj, const char *path, double *v) {
+  char key[64];
+  const char *p = obj, *dot;
+  for (;;) {
+    dot = strchr(path, '.');
+    size_t kl = dot ? (size_t)(dot - path) : strlen(path);
+    if (kl >= sizeof key) return -1;
+    memcpy(key, path, kl);
+    key[kl] = 0;
+    if (bf_json_find(p, key, &p)) return -1;
+    if (!dot) break;
+    path = dot + 1;
+  }
+  if (*p != '-' && (*p < '0' || *p > '9')) return -1; /* a number, not inf/nan/0x.. */
+  char *end;
+  double d = strtod(p, &end);
+  if (end == p) return -1;
+  *v = d;
+  return 0;
 }

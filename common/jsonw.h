@@ -42,11 +42,20 @@ typedef struct bf_jw {
   unsigned char open[BF_JW_DEPTH];    /* '{' or '[' per level */
   unsigned char items[BF_JW_DEPTH];   /* items written at that level (capped at 1) */
   int keyed;                          /* a key was written, its value is next */
+  int nl;                             /* the next item starts a line (bf_jw_newline) */
   int err;                            /* misuse seen (-EINVAL) */
+  char *mem;                          /* bf_jw_mem: the text so far */
+  size_t mem_len;
   const char *pad;                    /* whitespace before the next value (bf_jw_pad) */
 } bf_jw;
 
 void bf_jw_init(bf_jw *w, FILE *f);
+/* A writer into a malloc'd string (stored metadata): 0, or -ENOMEM and
+ * nothing to free. Finish it with bf_jw_mem_done. */
+int bf_jw_mem(bf_jw *w);
+/* Close a bf_jw_mem writer. Returns the text (caller frees); NULL on
+ * out-of-memory, misuse, or a container left open. */
+char *bf_jw_mem_done(bf_jw *w);
 void bf_jw_obj(bf_jw *w); /* { as the next value */
 void bf_jw_arr(bf_jw *w); /* [ as the next value */
 void bf_jw_end(bf_jw *w); /* close the innermost container */
@@ -54,13 +63,22 @@ void bf_jw_key(bf_jw *w, const char *key);
 void bf_jw_str(bf_jw *w, const char *s); /* NULL writes null */
 void bf_jw_int(bf_jw *w, long long v);
 void bf_jw_num(bf_jw *w, double v);      /* as bf_json_num */
+/* v with a printf format of one double ("%.3f": a fixed number of places,
+ * where a format's consumer expects them); non-finite → null. */
+void bf_jw_numf(bf_jw *w, const char *fmt, double v);
 void bf_jw_bool(bf_jw *w, int v);
 void bf_jw_null(bf_jw *w);
+/* n integers as the next items of the current array (misuse elsewhere);
+ * one write for them all, for long flat arrays. */
+void bf_jw_ints(bf_jw *w, const long long *v, size_t n);
 /* Whitespace (the caller's literal, e.g. "\n ") written before the next
  * value, after its comma: for outputs laid out one item a line. */
 void bf_jw_pad(bf_jw *w, const char *ws);
 /* A value already in JSON (a stored object, a number formatted by the caller). */
 void bf_jw_raw(bf_jw *w, const char *json);
+/* The next item (a key in an object, a value in an array) starts on a new
+ * line, after its comma: readable files of many rows (the gecko export). */
+void bf_jw_newline(bf_jw *w);
 /* The file to write one value to with a writer of JSON to FILE (such as
  * bf_session_json), its comma written; NULL after misuse (write nothing). */
 FILE *bf_jw_file(bf_jw *w);
@@ -69,6 +87,25 @@ void bf_jw_kstr(bf_jw *w, const char *key, const char *s);
 void bf_jw_kint(bf_jw *w, const char *key, long long v);
 void bf_jw_knum(bf_jw *w, const char *key, double v);
 void bf_jw_kbool(bf_jw *w, const char *key, int v);
+void bf_jw_knull(bf_jw *w, const char *key);
+/* key + [a,b], two numbers as bf_jw_num (an interval: "ci":[lo,hi]). */
+void bf_jw_kpair(bf_jw *w, const char *key, double a, double b);
+
+/* ---- reading stored metadata (extra_json): no allocation, bounded nesting ----
+ *
+ * Lenient where the checker is strict: meant for text already checked or
+ * written by bifocal, and safe (never past the NUL) on any text. */
+
+/* In the JSON object at obj, find the top-level key. OUT: *val at the first
+ * byte of its value text. 0, or -1 when absent or malformed before it. */
+int bf_json_find(const char *obj, const char *key, const char **val);
+/* The string literal at p (at its '"'). With out, decode it, truncated to
+ * len - 1 bytes, control characters as '?' (inert on a terminal). Returns
+ * the position after the closing quote, or NULL when malformed. */
+const char *bf_json_string(const char *p, char *out, size_t len);
+/* The number at a dotted path of nested objects ("kernel.runq_share").
+ * OUT: *v. 0, or -1 when a key is missing or the value is not a number. */
+int bf_json_find_num(const char *obj, const char *path, double *v);
 
 /* Invalid UTF-8 bytes replaced by U+FFFD in this process so far. */
 size_t bf_json_replaced(void);

@@ -76,142 +76,17 @@ static int cmp_join(const void *a, const void *b) {
 
 /* ---- the interpreter a session ran (extra.python) ------------------------- */
 
-/* Skip JSON whitespace. */
-static const char *jws(const char *p) {
-  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-  return p;
-}
-
-static int hex4(const char *p, unsigned *v) {
-  *v = 0;
-  for (int i = 0; i < 4; i++) {
-    char c = p[i];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-    if (d < 0) return -1;
-    *v = *v << 4 | (unsigned)d;
-  }
-  return 0;
-}
-
-/* Parse the string literal at p (at its '"'). With out, decode it (control
- * characters shown as '?', so it stays inert on a terminal). Returns the
- * position after the closing quote, or NULL when malformed. */
-static const char *jstring(const char *p, char *out, size_t len) {
-  size_t n = 0;
-  int full = 0; /* truncated: keep a prefix, never skip a character */
-  if (*p++ != '"') return NULL;
-  for (;;) {
-    unsigned c = (unsigned char)*p++, cp;
-    char tmp[4];
-    size_t tl = 0;
-    if (c == 0) return NULL;
-    if (c == '"') break;
-    if (c == '\\') {
-      c = (unsigned char)*p++;
-      if (c == 'u') {
-        if (hex4(p, &cp)) return NULL;
-        p += 4;
-        if (cp >= 0xd800 && cp < 0xdc00 && p[0] == '\\' && p[1] == 'u') {
-          unsigned lo;
-          if (hex4(p + 2, &lo) == 0 && lo >= 0xdc00 && lo < 0xe000) {
-            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            p += 6;
-          }
-        }
-        if (cp >= 0xd800 && cp < 0xe000) cp = 0xfffd;
-        if (cp < 0x20 || cp == 0x7f) tmp[tl++] = '?';
-        else if (cp < 0x80) tmp[tl++] = (char)cp;
-        else if (cp < 0x800) tmp[tl++] = (char)(0xc0 | cp >> 6), tmp[tl++] = (char)(0x80 | (cp & 0x3f));
-        else if (cp < 0x10000)
-          tmp[tl++] = (char)(0xe0 | cp >> 12), tmp[tl++] = (char)(0x80 | ((cp >> 6) & 0x3f)),
-          tmp[tl++] = (char)(0x80 | (cp & 0x3f));
-        else
-          tmp[tl++] = (char)(0xf0 | cp >> 18), tmp[tl++] = (char)(0x80 | ((cp >> 12) & 0x3f)),
-          tmp[tl++] = (char)(0x80 | ((cp >> 6) & 0x3f)), tmp[tl++] = (char)(0x80 | (cp & 0x3f));
-      } else if (c == '"' || c == '\\' || c == '/') {
-        tmp[tl++] = (char)c;
-      } else if (strchr("bfnrt", (int)c) && c) {
-        tmp[tl++] = '?';
-      } else {
-        return NULL;
-      }
-    } else {
-      tmp[tl++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
-    }
-    if (out && !full && n + tl < len) {
-      memcpy(out + n, tmp, tl);
-      n += tl;
-    } else {
-      full = 1;
-    }
-  }
-  if (out && len) out[n] = 0;
-  return p;
-}
-
-/* Skip one JSON value (bounded nesting); NULL when malformed. */
-static const char *jskip(const char *p, int depth) {
-  p = jws(p);
-  if (depth > 32) return NULL;
-  if (*p == '"') return jstring(p, NULL, 0);
-  if (*p == '{' || *p == '[') {
-    char close = *p == '{' ? '}' : ']';
-    p = jws(p + 1);
-    if (*p == close) return p + 1;
-    for (;;) {
-      if (close == '}') {
-        if (!(p = jstring(jws(p), NULL, 0))) return NULL;
-        p = jws(p);
-        if (*p++ != ':') return NULL;
-      }
-      if (!(p = jskip(p, depth + 1))) return NULL;
-      p = jws(p);
-      if (*p == ',') {
-        p++;
-        continue;
-      }
-      return *p == close ? p + 1 : NULL;
-    }
-  }
-  if (!*p) return NULL;
-  const char *s = p;
-  while (*p && strchr("+-.0123456789eEtruefalsn", *p)) p++;
-  return p > s ? p : NULL;
-}
-
-/* In the object at p, find key; OUT: *val at its value. 0 or -1. */
-static int jfind(const char *p, const char *key, const char **val) {
-  char k[64];
-  p = jws(p);
-  if (*p++ != '{') return -1;
-  p = jws(p);
-  if (*p == '}') return -1;
-  for (;;) {
-    if (!(p = jstring(jws(p), k, sizeof k))) return -1;
-    p = jws(p);
-    if (*p++ != ':') return -1;
-    p = jws(p);
-    if (strcmp(k, key) == 0) {
-      *val = p;
-      return 0;
-    }
-    if (!(p = jskip(p, 1))) return -1;
-    p = jws(p);
-    if (*p++ != ',') return -1;
-  }
-}
-
 void bf_session_interp(const bf_session_info *in, char *exe, size_t exe_len, char *ver, size_t ver_len) {
   const char *py, *v;
   exe[0] = ver[0] = 0;
-  if (in->extra_json && jfind(in->extra_json, "python", &py) == 0) {
-    if (jfind(py, "executable", &v) == 0 && *v == '"' && !jstring(v, exe, exe_len)) exe[0] = 0;
-    if (jfind(py, "version", &v) == 0 && *v == '"' && !jstring(v, ver, ver_len)) ver[0] = 0;
+  if (in->extra_json && bf_json_find(in->extra_json, "python", &py) == 0) {
+    if (bf_json_find(py, "executable", &v) == 0 && *v == '"' && !bf_json_string(v, exe, exe_len)) exe[0] = 0;
+    if (bf_json_find(py, "version", &v) == 0 && *v == '"' && !bf_json_string(v, ver, ver_len)) ver[0] = 0;
   }
   if (!ver[0] && in->python_version) {
     char q[80];
     snprintf(q, sizeof q, "\"%.64s\"", in->python_version);
-    if (!jstring(q, ver, ver_len)) ver[0] = 0;
+    if (!bf_json_string(q, ver, ver_len)) ver[0] = 0;
   }
 }
 

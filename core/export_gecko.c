@@ -30,10 +30,10 @@ typedef struct gthread {
   size_t nframes, fcap;
   int64_t *prefix, *frame; /* stack table */
   size_t nstacks, scap, scap2;
-  char *samples;           /* the samples' JSON rows */
+  char *samples;           /* the samples' JSON array */
   size_t samples_len;
   FILE *sf;
-  size_t nsamples;
+  bf_jw sw;                /* writing it on sf */
 } gthread;
 
 static void gthread_reset(gthread *t) {
@@ -74,35 +74,83 @@ static int stack_of(gthread *t, int64_t prefix, int64_t frame, int64_t *out) {
   return bf_map3_put(&t->sidx, prefix + 1, frame, 0, *out) ? -ENOMEM : 0;
 }
 
+/* An object {"schema":{names[i]:i,...},"data":[ left open for the rows. */
+static void table_open(bf_jw *w, const char *key, const char *const *names, size_t n) {
+  bf_jw_key(w, key);
+  bf_jw_obj(w);
+  bf_jw_key(w, "schema");
+  bf_jw_obj(w);
+  for (size_t i = 0; i < n; i++) bf_jw_kint(w, names[i], (long long)i);
+  bf_jw_end(w);
+  bf_jw_key(w, "data");
+  bf_jw_arr(w);
+}
+
+static const char *const marker_cols[] = {"name", "startTime", "endTime", "phase", "category", "data"};
+static const char *const sample_cols[] = {"stack", "time", "eventDelay"};
+static const char *const frame_cols[] = {"location", "relevantForJS", "innerWindowID", "implementation",
+                                         "line",     "column",        "category",      "subcategory"};
+static const char *const stack_cols[] = {"prefix", "frame"};
+#define NCOLS(a) (sizeof a / sizeof *a)
+
 /* One thread object; the string table holds each frame's location, in frame order. */
-static int write_thread(bf_store *s, gthread *t, const bf_thread_ref *th, int64_t pid, int first, FILE *out) {
+static int write_thread(bf_store *s, gthread *t, const bf_thread_ref *th, int64_t pid, bf_jw *w) {
+  bf_jw_end(&t->sw);
   fflush(t->sf);
   char tname[160];
   if (th && th->name) snprintf(tname, sizeof tname, "%s", th->name);
   else snprintf(tname, sizeof tname, "thread %lld", th ? (long long)th->native_tid : 0LL);
-  fputs(first ? "\n{\"name\":" : ",\n{\"name\":", out);
-  bf_json_str(out, tname);
-  fprintf(out,
-          ",\"registerTime\":0,\"unregisterTime\":null,\"processType\":\"default\",\"processName\":\"python\","
-          "\"tid\":%lld,\"pid\":%lld,"
-          "\"markers\":{\"schema\":{\"name\":0,\"startTime\":1,\"endTime\":2,\"phase\":3,\"category\":4,\"data\":5},"
-          "\"data\":[]},"
-          "\"samples\":{\"schema\":{\"stack\":0,\"time\":1,\"eventDelay\":2},\"data\":[",
-          th ? (long long)th->native_tid : 0LL, (long long)pid);
-  if (t->samples_len) fwrite(t->samples, 1, t->samples_len, out);
-  fputs("]},\n\"frameTable\":{\"schema\":{\"location\":0,\"relevantForJS\":1,\"innerWindowID\":2,"
-        "\"implementation\":3,\"line\":4,\"column\":5,\"category\":6,\"subcategory\":7},\"data\":[",
-        out);
-  for (size_t i = 0; i < t->nframes; i++)
-    fprintf(out, "%s[%zu,false,null,null,%lld,null,%d,0]", i ? "," : "", i,
-            t->frames[i].fid >= 0 && t->frames[i].line > 0 ? (long long)t->frames[i].line : 0LL,
-            t->frames[i].fid >= 0 ? 0 : 1);
-  fputs("]},\n\"stackTable\":{\"schema\":{\"prefix\":0,\"frame\":1},\"data\":[", out);
-  for (size_t i = 0; i < t->nstacks; i++) {
-    if (t->prefix[i] < 0) fprintf(out, "%s[null,%lld]", i ? "," : "", (long long)t->frame[i]);
-    else fprintf(out, "%s[%lld,%lld]", i ? "," : "", (long long)t->prefix[i], (long long)t->frame[i]);
+  bf_jw_newline(w);
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "name", tname);
+  bf_jw_kint(w, "registerTime", 0);
+  bf_jw_knull(w, "unregisterTime");
+  bf_jw_kstr(w, "processType", "default");
+  bf_jw_kstr(w, "processName", "python");
+  bf_jw_kint(w, "tid", th ? (long long)th->native_tid : 0LL);
+  bf_jw_kint(w, "pid", pid);
+  table_open(w, "markers", marker_cols, NCOLS(marker_cols));
+  bf_jw_end(w);
+  bf_jw_end(w);
+  bf_jw_key(w, "samples");
+  bf_jw_obj(w);
+  bf_jw_key(w, "schema");
+  bf_jw_obj(w);
+  for (size_t i = 0; i < NCOLS(sample_cols); i++) bf_jw_kint(w, sample_cols[i], (long long)i);
+  bf_jw_end(w);
+  bf_jw_key(w, "data");
+  bf_jw_raw(w, t->samples && !t->sw.err ? t->samples : "[]");
+  bf_jw_end(w);
+  bf_jw_newline(w);
+  table_open(w, "frameTable", frame_cols, NCOLS(frame_cols));
+  for (size_t i = 0; i < t->nframes; i++) {
+    bf_jw_arr(w);
+    bf_jw_int(w, (long long)i);
+    bf_jw_bool(w, 0);
+    bf_jw_null(w);
+    bf_jw_null(w);
+    bf_jw_int(w, t->frames[i].fid >= 0 && t->frames[i].line > 0 ? (long long)t->frames[i].line : 0LL);
+    bf_jw_null(w);
+    bf_jw_int(w, t->frames[i].fid >= 0 ? 0 : 1);
+    bf_jw_int(w, 0);
+    bf_jw_end(w);
   }
-  fputs("]},\n\"stringTable\":[", out);
+  bf_jw_end(w);
+  bf_jw_end(w);
+  bf_jw_newline(w);
+  table_open(w, "stackTable", stack_cols, NCOLS(stack_cols));
+  for (size_t i = 0; i < t->nstacks; i++) {
+    bf_jw_arr(w);
+    if (t->prefix[i] < 0) bf_jw_null(w);
+    else bf_jw_int(w, t->prefix[i]);
+    bf_jw_int(w, t->frame[i]);
+    bf_jw_end(w);
+  }
+  bf_jw_end(w);
+  bf_jw_end(w);
+  bf_jw_newline(w);
+  bf_jw_key(w, "stringTable");
+  bf_jw_arr(w);
   for (size_t i = 0; i < t->nframes; i++) {
     char loc[2048];
     if (t->frames[i].fid < 0) {
@@ -115,11 +163,62 @@ static int write_thread(bf_store *s, gthread *t, const bf_thread_ref *th, int64_
       if (bf_ident_is_unknown(ref.file, ref.firstlineno)) snprintf(loc, sizeof loc, "%s", ref.qualname);
       else snprintf(loc, sizeof loc, "%s (%s:%lld)", ref.qualname, ref.file, (long long)ref.firstlineno);
     }
-    if (i) fputc(',', out);
-    bf_json_str(out, loc);
+    bf_jw_str(w, loc);
   }
-  fputs("]}", out);
+  bf_jw_end(w);
+  bf_jw_end(w);
   return 0;
+}
+
+/* The profile's meta object (what the profiler asks of every profile). */
+static void write_meta(bf_jw *w, const bf_session_info *info, int64_t session_id) {
+  double interval_ms = info->rate_hz > 0 ? 1e3 / info->rate_hz : 1;
+  bf_jw_key(w, "meta");
+  bf_jw_obj(w);
+  bf_jw_kint(w, "version", GECKO_VERSION);
+  bf_jw_key(w, "startTime");
+  bf_jw_numf(w, "%.3f", (double)info->start_ns / 1e6);
+  bf_jw_knull(w, "shutdownTime");
+  bf_jw_key(w, "interval");
+  bf_jw_numf(w, "%.6g", interval_ms);
+  bf_jw_key(w, "categories");
+  bf_jw_arr(w);
+  static const char *const cats[][2] = {{"Python", "yellow"}, {"Other", "grey"}};
+  for (size_t i = 0; i < 2; i++) {
+    bf_jw_obj(w);
+    bf_jw_kstr(w, "name", cats[i][0]);
+    bf_jw_kstr(w, "color", cats[i][1]);
+    bf_jw_key(w, "subcategories");
+    bf_jw_arr(w);
+    bf_jw_str(w, "Other");
+    bf_jw_end(w);
+    bf_jw_end(w);
+  }
+  bf_jw_end(w);
+  bf_jw_key(w, "markerSchema");
+  bf_jw_arr(w);
+  bf_jw_end(w);
+  static const char *const zero[] = {"stackwalk", "debug", "gcpoison", "asyncstack", "processType"};
+  for (size_t i = 0; i < NCOLS(zero); i++) bf_jw_kint(w, zero[i], 0);
+  bf_jw_kstr(w, "platform", "Linux");
+  static const char *const blank[] = {"oscpu", "misc", "abi", "toolkit"};
+  for (size_t i = 0; i < NCOLS(blank); i++) bf_jw_kstr(w, blank[i], "");
+  char product[160];
+  snprintf(product, sizeof product, "bifocal session %lld (python %s, %s clock)", (long long)session_id,
+           info->python_version ? info->python_version : "?", info->clock ? info->clock : "?");
+  bf_jw_kstr(w, "product", product);
+  bf_jw_kstr(w, "appBuildID", "");
+  bf_jw_kstr(w, "sourceURL", "");
+  bf_jw_kint(w, "physicalCPUs", 0);
+  bf_jw_kint(w, "logicalCPUs", 0);
+  bf_jw_kbool(w, "symbolicated", 1);
+  bf_jw_end(w);
+  static const char *const none[] = {"libs", "pages", "pausedRanges", "processes"};
+  for (size_t i = 0; i < NCOLS(none); i++) {
+    bf_jw_key(w, none[i]);
+    bf_jw_arr(w);
+    bf_jw_end(w);
+  }
 }
 
 int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
@@ -139,24 +238,14 @@ int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   }
   if ((rc = bf_store_threads(s, session_id, &th, &nth))) goto out;
   if ((rc = bf_q_timeline_open(s, session_id, f, &c))) goto out;
-  double interval_ms = info->rate_hz > 0 ? 1e3 / info->rate_hz : 1;
-  fprintf(out, "{\"meta\":{\"version\":%d,\"startTime\":%.3f,\"shutdownTime\":null,\"interval\":%.6g,",
-          GECKO_VERSION, (double)info->start_ns / 1e6, interval_ms);
-  fputs("\"categories\":[{\"name\":\"Python\",\"color\":\"yellow\",\"subcategories\":[\"Other\"]},"
-        "{\"name\":\"Other\",\"color\":\"grey\",\"subcategories\":[\"Other\"]}],"
-        "\"markerSchema\":[],\"stackwalk\":0,\"debug\":0,\"gcpoison\":0,\"asyncstack\":0,\"processType\":0,"
-        "\"platform\":\"Linux\",\"oscpu\":\"\",\"misc\":\"\",\"abi\":\"\",\"toolkit\":\"\",\"product\":",
-        out);
-  char product[160];
-  snprintf(product, sizeof product, "bifocal session %lld (python %s, %s clock)", (long long)session_id,
-           info->python_version ? info->python_version : "?", info->clock ? info->clock : "?");
-  bf_json_str(out, product);
-  fputs(",\"appBuildID\":\"\",\"sourceURL\":\"\",\"physicalCPUs\":0,\"logicalCPUs\":0,\"symbolicated\":true},"
-        "\"libs\":[],\"pages\":[],\"pausedRanges\":[],\"processes\":[],\"threads\":[",
-        out);
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_obj(&w);
+  write_meta(&w, info, session_id);
+  bf_jw_key(&w, "threads");
+  bf_jw_arr(&w);
   const bf_sample *smp;
   int64_t thread = -1;
-  int nthreads_out = 0;
   long long pid = info->pid > 0 ? (long long)info->pid : 0;
   while ((rc = bf_q_timeline_next(c, &smp)) == 1) {
     if (smp->thread_id != thread) {
@@ -164,7 +253,7 @@ int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
         const bf_thread_ref *tr = NULL;
         for (size_t k = 0; k < nth; k++)
           if (th[k].id == thread) tr = &th[k];
-        if ((rc = write_thread(s, &t, tr, pid, nthreads_out++ == 0, out))) goto out;
+        if ((rc = write_thread(s, &t, tr, pid, &w))) goto out;
         gthread_reset(&t);
       }
       thread = smp->thread_id;
@@ -172,6 +261,8 @@ int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
         rc = -ENOMEM;
         goto out;
       }
+      bf_jw_init(&t.sw, t.sf);
+      bf_jw_arr(&t.sw);
     }
     const int64_t *fids, *lines;
     size_t nf;
@@ -184,8 +275,13 @@ int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
       if ((rc = frame_of(&t, fids[d], lines[d], &fr)) || (rc = stack_of(&t, stack, fr, &stack))) goto out;
     uint32_t n = smp->count ? smp->count : 1;
     if (n > GECKO_MAX_REPEAT) n = GECKO_MAX_REPEAT;
-    for (uint32_t k = 0; k < n; k++)
-      fprintf(t.sf, "%s[%lld,%.3f,0]", t.nsamples++ ? "," : "", (long long)stack, (double)smp->ts_ns / 1e6);
+    for (uint32_t k = 0; k < n; k++) {
+      bf_jw_arr(&t.sw);
+      bf_jw_int(&t.sw, stack);
+      bf_jw_numf(&t.sw, "%.3f", (double)smp->ts_ns / 1e6);
+      bf_jw_int(&t.sw, 0);
+      bf_jw_end(&t.sw);
+    }
   }
   if (rc < 0) goto out;
   rc = 0;
@@ -193,9 +289,11 @@ int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
     const bf_thread_ref *tr = NULL;
     for (size_t k = 0; k < nth; k++)
       if (th[k].id == thread) tr = &th[k];
-    if ((rc = write_thread(s, &t, tr, pid, nthreads_out++ == 0, out))) goto out;
+    if ((rc = write_thread(s, &t, tr, pid, &w))) goto out;
   }
-  fputs("]}\n", out);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  fputc('\n', out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   gthread_reset(&t);

@@ -10,51 +10,49 @@ const char *const bf_session_reserved_extra_keys[] = {
     "id", "kind", "label", "host", "pid", "command", "commit", "status", "redacted", "created", "created_ns",
     "start_ns", "parent_id", "expires_at_ns", "profiler_version", "extra", NULL};
 
-void bf_session_json(FILE *f, const bf_session_info *in) {
-  fprintf(f, "{\"id\":%lld,\"kind\":", (long long)in->id);
-  bf_json_str(f, in->kind);
-  fputs(",\"label\":", f);
-  bf_json_str(f, in->label);
-  fputs(",\"clock\":", f);
-  bf_json_str(f, in->clock);
-  fputs(",\"mode\":", f);
-  bf_json_str(f, in->mode);
-  fputs(",\"rate_hz\":", f);
-  bf_json_num(f, in->rate_hz);
-  fputs(",\"achieved_rate_hz\":", f);
-  bf_json_num(f, in->achieved_rate_hz);
-  fprintf(f, ",\"samples\":%lld,\"missed\":%lld,\"invalid\":%lld,\"duration_s\":", (long long)in->samples,
-          (long long)in->missed, (long long)in->invalid);
-  bf_json_num(f, (double)in->duration_ns / 1e9);
-  fputs(",\"python\":", f);
-  bf_json_str(f, in->python_version);
-  fputs(",\"python_build\":", f);
-  bf_json_str(f, in->python_build);
-  fputs(",\"status\":", f);
-  bf_json_str(f, in->status);
+void bf_session_json_jw(bf_jw *w, const bf_session_info *in) {
   char buf[64];
   bf_fmt_time(in->created_ns, buf, sizeof buf);
-  fputs(",\"created\":", f);
-  bf_json_str(f, buf);
-  fprintf(f, ",\"created_ns\":%lld,\"start_ns\":%lld,\"duration_ns\":%lld,\"host\":", (long long)in->created_ns,
-          (long long)in->start_ns, (long long)in->duration_ns);
-  bf_json_str(f, in->host);
-  fprintf(f, ",\"pid\":%lld,\"command\":", (long long)in->pid);
-  bf_json_str(f, in->command);
-  fputs(",\"profiler_version\":", f);
-  bf_json_str(f, in->profiler_version);
-  fputs(",\"commit\":", f);
-  bf_json_str(f, in->commit);
-  fputs(",\"profiler_cpu_s\":", f);
-  bf_json_num(f, (double)in->profiler_cpu_ns / 1e9);
-  fprintf(f, ",\"expires_at_ns\":%lld,\"parent_id\":%lld,\"redacted\":%s", (long long)in->expires_at_ns,
-          (long long)in->parent_id, in->redacted ? "true" : "false");
-  fputs(",\"extra\":", f);
+  bf_jw_obj(w);
+  bf_jw_kint(w, "id", in->id);
+  bf_jw_kstr(w, "kind", in->kind);
+  bf_jw_kstr(w, "label", in->label);
+  bf_jw_kstr(w, "clock", in->clock);
+  bf_jw_kstr(w, "mode", in->mode);
+  bf_jw_knum(w, "rate_hz", in->rate_hz);
+  bf_jw_knum(w, "achieved_rate_hz", in->achieved_rate_hz);
+  bf_jw_kint(w, "samples", in->samples);
+  bf_jw_kint(w, "missed", in->missed);
+  bf_jw_kint(w, "invalid", in->invalid);
+  bf_jw_knum(w, "duration_s", (double)in->duration_ns / 1e9);
+  bf_jw_kstr(w, "python", in->python_version);
+  bf_jw_kstr(w, "python_build", in->python_build);
+  bf_jw_kstr(w, "status", in->status);
+  bf_jw_kstr(w, "created", buf);
+  bf_jw_kint(w, "created_ns", in->created_ns);
+  bf_jw_kint(w, "start_ns", in->start_ns);
+  bf_jw_kint(w, "duration_ns", in->duration_ns);
+  bf_jw_kstr(w, "host", in->host);
+  bf_jw_kint(w, "pid", in->pid);
+  bf_jw_kstr(w, "command", in->command);
+  bf_jw_kstr(w, "profiler_version", in->profiler_version);
+  bf_jw_kstr(w, "commit", in->commit);
+  bf_jw_knum(w, "profiler_cpu_s", (double)in->profiler_cpu_ns / 1e9);
+  bf_jw_kint(w, "expires_at_ns", in->expires_at_ns);
+  bf_jw_kint(w, "parent_id", in->parent_id);
+  bf_jw_kbool(w, "redacted", in->redacted);
+  bf_jw_key(w, "extra");
   /* stored metadata is written only when it is one well-formed object: a
    * damaged or forged value must not break or extend the document */
   if (in->extra_json && bf_json_check_object(in->extra_json, NULL, NULL) == 0)
-    fputs(in->extra_json, f);
+    bf_jw_raw(w, in->extra_json);
   else
-    fputs("null", f);
-  fputc('}', f);
+    bf_jw_null(w);
+  bf_jw_end(w);
+}
+
+void bf_session_json(FILE *f, const bf_session_info *in) {
+  bf_jw w;
+  bf_jw_init(&w, f);
+  bf_session_json_jw(&w, in);
 }

@@ -430,22 +430,19 @@ int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
 /* Until the runner writes what it saw inside, say which interpreter was
  * started, so a program killed outright still leaves that (malloc'd). */
 static char *probe_extra(const bf_trace_plan *p) {
-  char *pre_extra = NULL;
-  size_t pre_len = 0;
-  FILE *pf = open_memstream(&pre_extra, &pre_len);
-  if (!pf) return NULL;
-  fputs("{\"python\":{\"implementation\":\"cpython\",\"version\":", pf);
-  bf_json_str(pf, p->version);
-  fputs(",\"executable\":", pf);
-  bf_json_str(pf, p->exe[0] ? p->exe : NULL);
-  fputs(",\"ext_suffix\":", pf);
-  bf_json_str(pf, p->suffix);
-  fputs(p->from_files ? ",\"source\":\"files\"}}" : ",\"source\":\"probe\"}}", pf);
-  if (fclose(pf) != 0) {
-    free(pre_extra);
-    return NULL;
-  }
-  return pre_extra;
+  bf_jw w;
+  if (bf_jw_mem(&w)) return NULL;
+  bf_jw_obj(&w);
+  bf_jw_key(&w, "python");
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "implementation", "cpython");
+  bf_jw_kstr(&w, "version", p->version);
+  bf_jw_kstr(&w, "executable", p->exe[0] ? p->exe : NULL);
+  bf_jw_kstr(&w, "ext_suffix", p->suffix);
+  bf_jw_kstr(&w, "source", p->from_files ? "files" : "probe");
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  return bf_jw_mem_done(&w);
 }
 
 int bf_trace_begin(bf_store *s, const bf_trace_opts *o, bf_trace_plan *p) {

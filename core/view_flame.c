@@ -218,15 +218,14 @@ static void flame_fold(flame *f, int with_base) {
 /* The page's header fields: title, subtitle, kind, mode, unit, stride, note
  * and the thread list. */
 static void flame_write_meta(const flame *f, const bf_wstacks *b, const bf_wstacks *base, const char *title,
-                             const char *subtitle, int stride, FILE *out) {
-  fputs("const BF_DATA = {\"title\":", out);
-  bf_json_str(out, title);
-  fputs(",\"subtitle\":", out);
-  bf_json_str(out, subtitle);
-  fputs(",\"kind\":", out);
-  bf_json_str(out, b->info->kind);
-  fprintf(out, ",\"mode\":\"%s\",\"unit\":\"%s\",\"stride\":%d", base ? "diff" : "flame",
-          b->unit ? b->unit : b->by_weight && !(bf_q_kind_of(b->info) == BF_Q_IMPORTED) ? "ns" : "samples", stride);
+                             const char *subtitle, int stride, bf_jw *w) {
+  bf_jw_kstr(w, "title", title);
+  bf_jw_kstr(w, "subtitle", subtitle);
+  bf_jw_kstr(w, "kind", b->info->kind);
+  bf_jw_kstr(w, "mode", base ? "diff" : "flame");
+  bf_jw_kstr(w, "unit",
+             b->unit ? b->unit : b->by_weight && !(bf_q_kind_of(b->info) == BF_Q_IMPORTED) ? "ns" : "samples");
+  bf_jw_kint(w, "stride", stride);
   char note[256] = "";
   if (b->traced)
     snprintf(note, sizeof note, "traced session: paths rebuilt from caller→callee edges (approximate)");
@@ -237,23 +236,25 @@ static void flame_write_meta(const flame *f, const bf_wstacks *b, const bf_wstac
     snprintf(note + n, sizeof note - n, "%s%zu frame paths under %.3g%% of samples folded into their callers",
              n ? "; " : "", f->folded, FOLD_SHARE * 100);
   }
-  fputs(",\"note\":", out);
-  bf_json_str(out, note);
-  fputs(",\"threads\":[", out);
+  bf_jw_kstr(w, "note", note);
+  bf_jw_key(w, "threads");
+  bf_jw_arr(w);
   for (size_t i = 0; !base && i < b->nthreads; i++) {
     char lb[256];
     bf_wthread_label(&b->threads[i], lb, sizeof lb);
-    if (i) fputc(',', out);
-    fputc('[', out);
-    bf_json_str(out, lb);
-    fprintf(out, ",%lld]", (long long)b->threads[i].count);
+    bf_jw_arr(w);
+    bf_jw_str(w, lb);
+    bf_jw_int(w, b->threads[i].count);
+    bf_jw_end(w);
   }
+  bf_jw_end(w);
 }
 
 /* funcs: qualname, file, first line of every function in the trie */
-static int flame_write_funcs(bf_store *s, const flame *f, const char *python_version, FILE *out) {
+static int flame_write_funcs(bf_store *s, const flame *f, const char *python_version, bf_jw *w) {
   int rc;
-  fputs("],\"funcs\":[", out);
+  bf_jw_key(w, "funcs");
+  bf_jw_arr(w);
   for (size_t i = 0; i < f->t.nfn; i++) {
     bf_function_ref ref;
     int op = BF_WSTACK_OP_OF(f->t.fids[i]);
@@ -264,31 +265,32 @@ static int flame_write_funcs(bf_store *s, const flame *f, const char *python_ver
         snprintf(nb, sizeof nb, "[%s]", name);
       else
         snprintf(nb, sizeof nb, "[opcode %d]", op);
-      fputs(i ? ",[" : "[", out);
-      bf_json_str(out, nb);
-      fputs(",\"\",0]", out);
+      bf_jw_arr(w);
+      bf_jw_str(w, nb);
+      bf_jw_str(w, "");
+      bf_jw_int(w, 0);
+      bf_jw_end(w);
       continue;
     }
     if ((rc = bf_store_function_get(s, f->t.fids[i], &ref))) return rc;
-    if (i) fputc(',', out);
-    fputc('[', out);
-    bf_json_str(out, ref.qualname);
-    fputc(',', out);
-    bf_json_str(out, ref.file);
-    fprintf(out, ",%lld]", (long long)ref.firstlineno);
+    bf_jw_arr(w);
+    bf_jw_str(w, ref.qualname);
+    bf_jw_str(w, ref.file);
+    bf_jw_int(w, ref.firstlineno);
+    bf_jw_end(w);
   }
+  bf_jw_end(w);
   return 0;
 }
 
 /* Depth-first order with each node's depth instead of its parent index:
  * the parent is the last node one level up, and depths are short numbers.
  * Fills f->dfs with each written node's place in that order. */
-static int flame_write_nodes(flame *f, int stride, FILE *out) {
+static int flame_write_nodes(flame *f, int stride, bf_jw *w) {
   const trie *t = &f->t;
   size_t nn = f->nn;
   const int64_t *keep = f->keep;
   int64_t *dfs = f->dfs;
-  fputs("],\"nodes\":[", out);
   int64_t *first_child = malloc(nn * sizeof *first_child), *next = malloc(nn * sizeof *next);
   int64_t *stk = malloc(nn * sizeof *stk), *dep = malloc(nn * sizeof *dep);
   if (!first_child || !next || !stk || !dep) {
@@ -308,7 +310,8 @@ static int flame_write_nodes(flame *f, int stride, FILE *out) {
     *head = (int64_t)i;
   }
   size_t sp = 0, seq = 0;
-  int first = 1;
+  bf_jw_key(w, "nodes");
+  bf_jw_arr(w);
   for (int64_t r = roots; r >= 0; r = next[r]) {
     stk[sp] = r;
     dep[sp++] = 0;
@@ -316,10 +319,9 @@ static int flame_write_nodes(flame *f, int stride, FILE *out) {
       sp--;
       int64_t i = stk[sp], d = dep[sp];
       const double *v = &t->v[i * STRIDE];
-      fprintf(out, "%s%lld,%.0f,%.0f", first ? "" : ",", (long long)d, v[1], v[3]);
-      if (stride >= 4) fprintf(out, ",%.0f", v[4]);
-      if (stride >= 5) fprintf(out, ",%.0f", v[5]);
-      first = 0;
+      /* the figures are sums of counts and integer weights: written whole */
+      long long row[5] = {d, llrint(v[1]), llrint(v[3]), llrint(v[4]), llrint(v[5])};
+      bf_jw_ints(w, row, stride >= 5 ? 5 : stride >= 4 ? 4 : 3);
       dfs[i] = (int64_t)seq++;
       /* push children reversed so the first child is written first */
       size_t mark = sp;
@@ -338,13 +340,13 @@ static int flame_write_nodes(flame *f, int stride, FILE *out) {
   free(next);
   free(stk);
   free(dep);
-  fputs("]", out);
+  bf_jw_end(w);
   return 0;
 }
 
 /* per-thread self figures of the written nodes (folded ones go to their owner):
  * node, thread, samples, [value] */
-static int flame_write_tself(flame *f, int by_value, FILE *out) {
+static int flame_write_tself(flame *f, int by_value, bf_jw *w) {
   trie *t = &f->t;
   const int64_t *owner = f->owner, *dfs = f->dfs;
   bf_map3 tsum = {0};
@@ -364,26 +366,25 @@ static int flame_write_tself(flame *f, int by_value, FILE *out) {
       nagg++;
     }
   }
-  fputs(",\"tself\":[", out);
+  bf_jw_key(w, "tself");
+  bf_jw_arr(w);
   for (size_t k = 0; k < nagg; k++) {
-    fprintf(out, "%s%lld,%d,%lld", k ? "," : "", (long long)dfs[t->ts[k].node], (int)t->ts[k].thread,
-            (long long)t->ts[k].count);
-    if (by_value) fprintf(out, ",%.0f", t->ts[k].value);
+    long long row[4] = {dfs[t->ts[k].node], (int)t->ts[k].thread, t->ts[k].count, llrint(t->ts[k].value)};
+    bf_jw_ints(w, row, by_value ? 4 : 3);
   }
-  fputs("]", out);
+  bf_jw_end(w);
   bf_map3_free(&tsum);
   return 0;
 }
 
 /* largest change of a node's total share sets the colour scale */
-static void flame_write_max_delta(const flame *f, FILE *out) {
+static void flame_write_max_delta(const flame *f, bf_jw *w) {
   double maxd = 0;
   for (size_t i = 0; i < f->t.n; i++) {
     double d = fabs((f->all_v > 0 ? f->tv[i] / f->all_v : 0) - (f->all_a > 0 ? f->ta[i] / f->all_a : 0));
     if (d > maxd) maxd = d;
   }
-  fputs(",\"maxDelta\":", out);
-  bf_json_num(out, maxd > 0 ? maxd : 0.01);
+  bf_jw_knum(w, "maxDelta", maxd > 0 ? maxd : 0.01);
 }
 
 int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, const char *title,
@@ -400,12 +401,17 @@ int bf_flame_write(bf_store *s, const bf_wstacks *b, const bf_wstacks *base, con
   int stride = base ? 5 : by_value ? 4 : 3;
   const char *marker = strstr(bf_flame_html, "/*BF_DATA*/");
   fwrite(bf_flame_html, 1, (size_t)(marker - bf_flame_html), out);
-  flame_write_meta(&f, b, base, title, subtitle, stride, out);
-  if ((rc = flame_write_funcs(s, &f, b->info ? b->info->python_version : NULL, out))) goto out;
-  if ((rc = flame_write_nodes(&f, stride, out))) goto out;
-  if (per_thread && (rc = flame_write_tself(&f, by_value, out))) goto out;
-  if (base) flame_write_max_delta(&f, out);
-  fputs("};\n", out);
+  fputs("const BF_DATA = ", out);
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_obj(&w);
+  flame_write_meta(&f, b, base, title, subtitle, stride, &w);
+  if ((rc = flame_write_funcs(s, &f, b->info ? b->info->python_version : NULL, &w))) goto out;
+  if ((rc = flame_write_nodes(&f, stride, &w))) goto out;
+  if (per_thread && (rc = flame_write_tself(&f, by_value, &w))) goto out;
+  if (base) flame_write_max_delta(&f, &w);
+  bf_jw_end(&w);
+  fputs(";\n", out);
   fputs(marker + strlen("/*BF_DATA*/"), out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");

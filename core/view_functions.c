@@ -32,26 +32,21 @@ static void bar(FILE *out, double share, int width) {
 
 /* The kernel split of one function: each part's share of the session's
  * wall time with its interval ("kernel":{"cpu":{"share":..,"ci":[..]},..}). */
-static void json_split(FILE *out, const bf_kw *k, int64_t function_id) {
+static void json_split(bf_jw *w, const bf_kw *k, int64_t function_id) {
   const bf_kw_func *f = bf_kw_func_find(k, function_id);
   double n = (double)k->total_samples, tw = k->total_weight;
-  fputs(",\"kernel\":{", out);
-  int first = 1;
+  bf_jw_key(w, "kernel");
+  bf_jw_obj(w);
   for (unsigned c = 1; c < BF_KW_N; c++) {
     double share = f && tw > 0 ? f->units[c] / tw : 0, lo, hi;
     bf_wilson(share * n, n, &lo, &hi);
-    if (!first) fputc(',', out);
-    first = 0;
-    bf_json_str(out, bf_kw_name(c));
-    fputs(":{\"share\":", out);
-    bf_json_num(out, share);
-    fputs(",\"ci\":[", out);
-    bf_json_num(out, lo);
-    fputc(',', out);
-    bf_json_num(out, hi);
-    fputs("]}", out);
+    bf_jw_key(w, bf_kw_name(c));
+    bf_jw_obj(w);
+    bf_jw_knum(w, "share", share);
+    bf_jw_kpair(w, "ci", lo, hi);
+    bf_jw_end(w);
   }
-  fputc('}', out);
+  bf_jw_end(w);
 }
 
 /* Terminal: the largest parts of a function's wall time, "network 41.0 cpu 2.1". */
@@ -70,49 +65,46 @@ static void text_split(FILE *out, const bf_kw *k, int64_t function_id) {
   }
 }
 
-static void json_row(FILE *out, const bf_func_row *r, int traced, const bf_kw *k) {
-  fputs("{\"file\":", out);
-  bf_json_str(out, r->file);
-  fputs(",\"qualname\":", out);
-  bf_json_str(out, r->qualname);
-  fprintf(out, ",\"firstlineno\":%lld", (long long)r->firstlineno);
+static void json_row(bf_jw *w, const bf_func_row *r, int traced, const bf_kw *k) {
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "file", r->file);
+  bf_jw_kstr(w, "qualname", r->qualname);
+  bf_jw_kint(w, "firstlineno", r->firstlineno);
   if (!traced) {
-    fprintf(out, ",\"self_samples\":%lld,\"total_samples\":%lld,\"self_share\":", (long long)r->self_samples,
-            (long long)r->total_samples);
-    bf_json_num(out, r->self_share);
-    fputs(",\"total_share\":", out);
-    bf_json_num(out, r->total_share);
-    fputs(",\"self_ci\":[", out);
-    bf_json_num(out, r->self_lo);
-    fputc(',', out);
-    bf_json_num(out, r->self_hi);
-    fputs("],\"total_ci\":[", out);
-    bf_json_num(out, r->total_lo);
-    fputc(',', out);
-    bf_json_num(out, r->total_hi);
-    fputs("],\"calls\":null,\"primitive_calls\":null,\"resumes\":null,\"self_ns\":null,\"total_ns\":null",
-          out);
-    if (k) json_split(out, k, r->function_id);
+    bf_jw_kint(w, "self_samples", r->self_samples);
+    bf_jw_kint(w, "total_samples", r->total_samples);
+    bf_jw_knum(w, "self_share", r->self_share);
+    bf_jw_knum(w, "total_share", r->total_share);
+    bf_jw_kpair(w, "self_ci", r->self_lo, r->self_hi);
+    bf_jw_kpair(w, "total_ci", r->total_lo, r->total_hi);
+    static const char *const tracer_only[] = {"calls", "primitive_calls", "resumes", "self_ns", "total_ns"};
+    for (size_t i = 0; i < sizeof tracer_only / sizeof *tracer_only; i++) bf_jw_knull(w, tracer_only[i]);
+    if (k) json_split(w, k, r->function_id);
   } else {
-    fputs(",\"self_samples\":null,\"total_samples\":null,\"self_share\":", out);
-    bf_json_num(out, r->self_share);
-    fputs(",\"total_share\":", out);
-    bf_json_num(out, r->total_share);
-    fprintf(out,
-            ",\"self_ci\":null,\"total_ci\":null,\"calls\":%lld,\"primitive_calls\":%lld,\"resumes\":%lld,"
-            "\"self_ns\":%lld,\"total_ns\":%lld",
-            (long long)r->calls, (long long)r->primitive_calls, (long long)r->resumes, (long long)r->self_ns,
-            (long long)r->total_ns);
-    fputs(",\"per_call_ns\":", out);
-    bf_json_num(out, r->calls > 0 ? (double)r->total_ns / (double)r->calls : NAN);
-    if (r->max_ns >= 0)
-      fprintf(out, ",\"p50_ns\":%lld,\"p90_ns\":%lld,\"p99_ns\":%lld,\"max_ns\":%lld", (long long)r->p50_ns,
-              (long long)r->p90_ns, (long long)r->p99_ns, (long long)r->max_ns);
-    if (r->records_kept >= 0 && (r->records_kept > 0 || r->records_dropped > 0))
-      fprintf(out, ",\"records_kept\":%lld,\"records_dropped\":%lld", (long long)r->records_kept,
-              (long long)r->records_dropped);
+    bf_jw_knull(w, "self_samples");
+    bf_jw_knull(w, "total_samples");
+    bf_jw_knum(w, "self_share", r->self_share);
+    bf_jw_knum(w, "total_share", r->total_share);
+    bf_jw_knull(w, "self_ci");
+    bf_jw_knull(w, "total_ci");
+    bf_jw_kint(w, "calls", r->calls);
+    bf_jw_kint(w, "primitive_calls", r->primitive_calls);
+    bf_jw_kint(w, "resumes", r->resumes);
+    bf_jw_kint(w, "self_ns", r->self_ns);
+    bf_jw_kint(w, "total_ns", r->total_ns);
+    bf_jw_knum(w, "per_call_ns", r->calls > 0 ? (double)r->total_ns / (double)r->calls : NAN);
+    if (r->max_ns >= 0) {
+      bf_jw_kint(w, "p50_ns", r->p50_ns);
+      bf_jw_kint(w, "p90_ns", r->p90_ns);
+      bf_jw_kint(w, "p99_ns", r->p99_ns);
+      bf_jw_kint(w, "max_ns", r->max_ns);
+    }
+    if (r->records_kept >= 0 && (r->records_kept > 0 || r->records_dropped > 0)) {
+      bf_jw_kint(w, "records_kept", r->records_kept);
+      bf_jw_kint(w, "records_dropped", r->records_dropped);
+    }
   }
-  fputc('}', out);
+  bf_jw_end(w);
 }
 
 /* Focus mode: how many call records the ring kept and how many calls it
@@ -157,18 +149,25 @@ int bf_view_functions(bf_store *s, int64_t session_id, const bf_view_opts *o, FI
   size_t limit = o->limit < 0 ? p->n : (size_t)(o->limit ? o->limit : (o->json ? (int)p->n : 25));
   if (limit > p->n) limit = p->n;
   if (o->json) {
-    fputs("{\"session\":", out);
-    bf_session_json(out, info);
-    fprintf(out, ",\"total_samples\":%lld", (long long)(p->traced ? -1 : p->total_samples));
-    if (p->records_kept >= 0) /* focus mode: the calls the ring could not keep */
-      fprintf(out, ",\"focus_records\":{\"kept\":%lld,\"dropped\":%lld}", (long long)p->records_kept,
-              (long long)p->records_dropped);
-    fputs(",\"functions\":[", out);
-    for (size_t i = 0; i < limit; i++) {
-      if (i) fputc(',', out);
-      json_row(out, &p->rows[i], p->traced, k);
+    bf_jw w;
+    bf_jw_init(&w, out);
+    bf_jw_obj(&w);
+    bf_jw_key(&w, "session");
+    bf_session_json_jw(&w, info);
+    bf_jw_kint(&w, "total_samples", p->traced ? -1 : p->total_samples);
+    if (p->records_kept >= 0) { /* focus mode: the calls the ring could not keep */
+      bf_jw_key(&w, "focus_records");
+      bf_jw_obj(&w);
+      bf_jw_kint(&w, "kept", p->records_kept);
+      bf_jw_kint(&w, "dropped", p->records_dropped);
+      bf_jw_end(&w);
     }
-    fputs("]}\n", out);
+    bf_jw_key(&w, "functions");
+    bf_jw_arr(&w);
+    for (size_t i = 0; i < limit; i++) json_row(&w, &p->rows[i], p->traced, k);
+    bf_jw_end(&w);
+    bf_jw_end(&w);
+    fputc('\n', out);
   } else {
     const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
     int width = o->width > 40 ? o->width : 80;

@@ -117,32 +117,38 @@ static void shade(FILE *out, double x, int color) {
 
 static int hm_json(hm *h, const bf_session_info *info, FILE *out) {
   int rc = 0;
-  fputs("{\"session\":", out);
-  bf_session_json(out, info);
-  fprintf(out, ",\"value\":\"%s\",\"start_s\":", h->by_weight ? "weight" : "samples");
-  bf_json_num(out, h->t0_s);
-  fputs(",\"bucket_s\":", out);
-  bf_json_num(out, h->bucket_s);
-  fputs(",\"bucket_samples\":[", out);
-  for (int b = 0; b < h->nb; b++) fprintf(out, b ? ",%lld" : "%lld", (long long)h->bcount[b]);
-  fputs("],\"functions\":[", out);
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_obj(&w);
+  bf_jw_key(&w, "session");
+  bf_session_json_jw(&w, info);
+  bf_jw_kstr(&w, "value", h->by_weight ? "weight" : "samples");
+  bf_jw_knum(&w, "start_s", h->t0_s);
+  bf_jw_knum(&w, "bucket_s", h->bucket_s);
+  bf_jw_key(&w, "bucket_samples");
+  bf_jw_arr(&w);
+  for (int b = 0; b < h->nb; b++) bf_jw_int(&w, h->bcount[b]);
+  bf_jw_end(&w);
+  bf_jw_key(&w, "functions");
+  bf_jw_arr(&w);
   for (size_t r = 0; r < h->top; r++) {
     bf_function_ref ref;
     if ((rc = bf_store_function_get(h->s, h->fids[h->rk[r].idx], &ref))) return rc;
-    fputs(r ? ",{\"qualname\":" : "{\"qualname\":", out);
-    bf_json_str(out, ref.qualname);
-    fputs(",\"file\":", out);
-    bf_json_str(out, ref.file);
-    fprintf(out, ",\"firstlineno\":%lld,\"self_share\":", (long long)ref.firstlineno);
-    bf_json_num(out, h->all > 0 ? h->rk[r].sum / h->all : 0);
-    fputs(",\"cells\":[", out);
-    for (int b = 0; b < h->nb; b++) {
-      if (b) fputc(',', out);
-      bf_json_num(out, h->btot[b] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)b] / h->btot[b] : 0);
-    }
-    fputs("]}", out);
+    bf_jw_obj(&w);
+    bf_jw_kstr(&w, "qualname", ref.qualname);
+    bf_jw_kstr(&w, "file", ref.file);
+    bf_jw_kint(&w, "firstlineno", ref.firstlineno);
+    bf_jw_knum(&w, "self_share", h->all > 0 ? h->rk[r].sum / h->all : 0);
+    bf_jw_key(&w, "cells");
+    bf_jw_arr(&w);
+    for (int b = 0; b < h->nb; b++)
+      bf_jw_num(&w, h->btot[b] > 0 ? h->cells[h->rk[r].idx * (size_t)h->nb + (size_t)b] / h->btot[b] : 0);
+    bf_jw_end(&w);
+    bf_jw_end(&w);
   }
-  fputs("]}\n", out);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  fputc('\n', out);
   return rc;
 }
 

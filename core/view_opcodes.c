@@ -72,30 +72,36 @@ static int row_where(bf_store *s, const op_row *r, bf_function_ref *ref, int64_t
 }
 
 static int ops_json(ops *g, size_t top, const bf_session_info *info, FILE *out) {
-  fputs("{\"session\":", out);
-  bf_session_json(out, info);
-  fprintf(out, ",\"samples\":%lld,\"samples_with_opcode\":%lld,\"rows\":[", (long long)g->total,
-          (long long)g->with_op);
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_obj(&w);
+  bf_jw_key(&w, "session");
+  bf_session_json_jw(&w, info);
+  bf_jw_kint(&w, "samples", g->total);
+  bf_jw_kint(&w, "samples_with_opcode", g->with_op);
+  bf_jw_key(&w, "rows");
+  bf_jw_arr(&w);
   for (size_t i = 0; i < top; i++) {
     bf_function_ref ref;
     int64_t line;
     int rc = row_where(g->s, &g->rows[i], &ref, &line);
     if (rc) return rc;
     const char *base, *name = bf_opname(info->python_version, g->rows[i].opcode, &base);
-    fputs(i ? ",{\"qualname\":" : "{\"qualname\":", out);
-    bf_json_str(out, ref.qualname);
-    fputs(",\"file\":", out);
-    bf_json_str(out, ref.file);
-    fprintf(out, ",\"firstlineno\":%lld,\"line\":%lld,\"opcode\":%d,\"opname\":", (long long)ref.firstlineno,
-            (long long)line, g->rows[i].opcode);
-    bf_json_str(out, name);
-    fputs(",\"base\":", out);
-    bf_json_str(out, base);
-    fprintf(out, ",\"samples\":%lld,\"share\":", (long long)g->rows[i].samples);
-    bf_json_num(out, g->total ? (double)g->rows[i].samples / (double)g->total : 0);
-    fputc('}', out);
+    bf_jw_obj(&w);
+    bf_jw_kstr(&w, "qualname", ref.qualname);
+    bf_jw_kstr(&w, "file", ref.file);
+    bf_jw_kint(&w, "firstlineno", ref.firstlineno);
+    bf_jw_kint(&w, "line", line);
+    bf_jw_kint(&w, "opcode", g->rows[i].opcode);
+    bf_jw_kstr(&w, "opname", name);
+    bf_jw_kstr(&w, "base", base);
+    bf_jw_kint(&w, "samples", g->rows[i].samples);
+    bf_jw_knum(&w, "share", g->total ? (double)g->rows[i].samples / (double)g->total : 0);
+    bf_jw_end(&w);
   }
-  fputs("]}\n", out);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  fputc('\n', out);
   return 0;
 }
 

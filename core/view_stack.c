@@ -39,19 +39,20 @@ static int last_sample(void *ud, const bf_sample *smp) {
   return 0;
 }
 
-static int print_frames(bf_store *s, FILE *out, const int64_t *fids, const int64_t *lines, size_t n, int json,
+/* The frames innermost first: as a JSON array on jw, else as text lines. */
+static int print_frames(bf_store *s, FILE *out, bf_jw *jw, const int64_t *fids, const int64_t *lines, size_t n,
                         int width) {
-  if (json) fputc('[', out);
+  if (jw) bf_jw_arr(jw);
   for (size_t k = n; k-- > 0;) {
     bf_function_ref ref;
     int rc = bf_store_function_get(s, fids[k], &ref);
     if (rc) return rc;
-    if (json) {
-      fputs(k + 1 == n ? "{\"qualname\":" : ",{\"qualname\":", out);
-      bf_json_str(out, ref.qualname);
-      fputs(",\"file\":", out);
-      bf_json_str(out, ref.file);
-      fprintf(out, ",\"line\":%lld}", (long long)lines[k]);
+    if (jw) {
+      bf_jw_obj(jw);
+      bf_jw_kstr(jw, "qualname", ref.qualname);
+      bf_jw_kstr(jw, "file", ref.file);
+      bf_jw_kint(jw, "line", lines[k]);
+      bf_jw_end(jw);
       continue;
     }
     /* recursion: one line for a run of identical frames */
@@ -64,7 +65,7 @@ static int print_frames(bf_store *s, FILE *out, const int64_t *fids, const int64
     fputc('\n', out);
     k -= run - 1;
   }
-  if (json) fputc(']', out);
+  if (jw) bf_jw_end(jw);
   return 0;
 }
 
@@ -81,8 +82,10 @@ static int cmp_count(const void *a, const void *b, void *w) {
   return x->count < y->count ? 1 : x->count > y->count ? -1 : 0;
 }
 
-/* Thread t's most frequent stacks, up to top (w->v sorted by count). */
-static int stack_top(bf_store *s, const bf_wstacks *w, int32_t t, size_t top, const bf_view_opts *o, FILE *out) {
+/* Thread t's most frequent stacks, up to top (w->v sorted by count); JSON
+ * on jw when it is not NULL. */
+static int stack_top(bf_store *s, const bf_wstacks *w, int32_t t, size_t top, const bf_view_opts *o, bf_jw *jw,
+                     FILE *out) {
   int64_t n = w->threads[t].count;
   size_t shown = 0;
   for (size_t i = 0; i < w->n && shown < top; i++) {
@@ -90,37 +93,36 @@ static int stack_top(bf_store *s, const bf_wstacks *w, int32_t t, size_t top, co
     if (st->thread != t) continue;
     double lo, hi;
     bf_wilson((double)st->count, (double)n, &lo, &hi);
-    if (o->json) {
-      fprintf(out, "%s{\"samples\":%lld,\"share\":", shown ? "," : "", (long long)st->count);
-      bf_json_num(out, (double)st->count / (double)n);
-      fputs(",\"ci\":[", out);
-      bf_json_num(out, lo);
-      fputc(',', out);
-      bf_json_num(out, hi);
-      fputs("],\"frames\":", out);
+    if (jw) {
+      bf_jw_obj(jw);
+      bf_jw_kint(jw, "samples", st->count);
+      bf_jw_knum(jw, "share", (double)st->count / (double)n);
+      bf_jw_kpair(jw, "ci", lo, hi);
+      bf_jw_key(jw, "frames");
     } else {
       fprintf(out, "  #%zu  %5.1f%% [%.1f-%.1f] · %lld samples\n", shown + 1, 100.0 * (double)st->count / (double)n,
               lo * 100, hi * 100, (long long)st->count);
     }
-    int rc = print_frames(s, out, w->fids + st->off, w->lines + st->off, st->depth, o->json,
+    int rc = print_frames(s, out, jw, w->fids + st->off, w->lines + st->off, st->depth,
                           o->width > 40 ? o->width : 80);
     if (rc) return rc;
-    if (o->json) fputc('}', out);
+    if (jw) bf_jw_end(jw);
     shown++;
   }
   return 0;
 }
 
-/* The last stack a thread was seen in, with its state flags. */
-static int stack_last(bf_store *s, const last *l, const bf_view_opts *o, FILE *out) {
+/* The last stack a thread was seen in, with its state flags; JSON on jw
+ * (the "last" object, left open for the caller to end) when not NULL. */
+static int stack_last(bf_store *s, const last *l, const bf_view_opts *o, bf_jw *jw, FILE *out) {
   char fl[64];
   flag_names(l->flags, fl, sizeof fl);
-  if (o->json) {
-    fputs("],\"last\":{\"ts_s\":", out);
-    bf_json_num(out, (double)l->ts_ns / 1e9);
-    fputs(",\"state\":", out);
-    bf_json_str(out, fl);
-    fputs(",\"frames\":", out);
+  if (jw) {
+    bf_jw_key(jw, "last");
+    bf_jw_obj(jw);
+    bf_jw_knum(jw, "ts_s", (double)l->ts_ns / 1e9);
+    bf_jw_kstr(jw, "state", fl);
+    bf_jw_key(jw, "frames");
   } else {
     fprintf(out, "  last seen at %.3f s%s%s%s\n", (double)l->ts_ns / 1e9, *fl ? " [" : "", fl, *fl ? "]" : "");
   }
@@ -133,8 +135,8 @@ static int stack_last(bf_store *s, const last *l, const bf_view_opts *o, FILE *o
   if (!fids || !lines) rc = -ENOMEM;
   for (size_t k = 0; !rc && k < nf; k++) rc = bf_store_frame_get(s, frames[k], &fids[k], &lines[k]);
   if (!rc) {
-    if (!o->json && nf == 0) fputs("      (empty stack)\n", out);
-    rc = print_frames(s, out, fids, lines, nf, o->json, o->width > 40 ? o->width : 80);
+    if (!jw && nf == 0) fputs("      (empty stack)\n", out);
+    rc = print_frames(s, out, jw, fids, lines, nf, o->width > 40 ? o->width : 80);
   }
   free(frames);
   free(fids);
@@ -166,10 +168,14 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
   if (w->n) qsort_r(w->v, w->n, sizeof *w->v, cmp_count, NULL);
   size_t top = o->limit > 0 ? (size_t)o->limit : 3;
   const char *b = o->color ? "\033[1m" : "", *dim = o->color ? "\033[2m" : "", *rst = o->color ? "\033[0m" : "";
-  if (o->json) {
-    fputs("{\"session\":", out);
-    bf_session_json(out, w->info);
-    fputs(",\"threads\":[", out);
+  bf_jw jws, *jw = o->json ? &jws : NULL;
+  if (jw) {
+    bf_jw_init(jw, out);
+    bf_jw_obj(jw);
+    bf_jw_key(jw, "session");
+    bf_session_json_jw(jw, w->info);
+    bf_jw_key(jw, "threads");
+    bf_jw_arr(jw);
   } else {
     char sub[1024];
     bf_session_line(w->info, 0, sub, sizeof sub);
@@ -179,25 +185,34 @@ int bf_view_stack(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *
     bf_put_fit(out, head, o->width > 40 ? o->width : 80);
     fprintf(out, "%s\n%s%lld samples%s\n", rst, dim, (long long)w->total_count, rst);
   }
-  int firstt = 1;
   for (size_t t = 0; t < w->nthreads; t++) {
     if (!w->threads[t].count) continue;
     char lb[256];
     bf_wthread_label(&w->threads[t], lb, sizeof lb);
     int64_t n = w->threads[t].count;
-    if (o->json) {
-      fputs(firstt ? "{\"thread\":" : ",{\"thread\":", out);
-      bf_json_str(out, lb);
-      fprintf(out, ",\"native_tid\":%lld,\"samples\":%lld,\"top\":[", (long long)w->threads[t].native_tid,
-              (long long)n);
+    if (jw) {
+      bf_jw_obj(jw);
+      bf_jw_kstr(jw, "thread", lb);
+      bf_jw_kint(jw, "native_tid", w->threads[t].native_tid);
+      bf_jw_kint(jw, "samples", n);
+      bf_jw_key(jw, "top");
+      bf_jw_arr(jw);
     } else {
       fprintf(out, "\n%s%s%s · %lld samples\n", b, lb, rst, (long long)n);
     }
-    firstt = 0;
-    if ((rc = stack_top(s, w, (int32_t)t, top, o, out)) || (rc = stack_last(s, &ls.v[t], o, out))) goto out;
-    if (o->json) fputs("}}", out);
+    if ((rc = stack_top(s, w, (int32_t)t, top, o, jw, out))) goto out;
+    if (jw) bf_jw_end(jw); /* top */
+    if ((rc = stack_last(s, &ls.v[t], o, jw, out))) goto out;
+    if (jw) {
+      bf_jw_end(jw); /* last */
+      bf_jw_end(jw); /* the thread */
+    }
   }
-  if (o->json) fputs("]}\n", out);
+  if (jw) {
+    bf_jw_end(jw);
+    bf_jw_end(jw);
+    fputc('\n', out);
+  }
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   free(ls.v);

@@ -4,6 +4,7 @@
  * thread the split of its time into running task code, loop overhead and
  * waiting for I/O. Shares are of samples, with 95% Wilson intervals. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,16 +198,16 @@ static int cmp_ap(const void *a, const void *b) {
 
 /* share k/n of wall time; the interval treats it as a share of the
  * samples behind n */
-static void json_share(FILE *out, const char *key, double k, double n, int64_t samples) {
+static void json_share(bf_jw *w, const char *key, double k, double n, int64_t samples) {
   double lo, hi, sh = n > 0 ? k / n : 0;
   bf_wilson(sh * (double)samples, (double)samples, &lo, &hi);
-  fprintf(out, ",\"%s\":{\"samples\":%.0f,\"share\":", key, sh * (double)samples);
-  bf_json_num(out, sh);
-  fputs(",\"lo\":", out);
-  bf_json_num(out, lo);
-  fputs(",\"hi\":", out);
-  bf_json_num(out, hi);
-  fputc('}', out);
+  bf_jw_key(w, key);
+  bf_jw_obj(w);
+  bf_jw_kint(w, "samples", llrint(sh * (double)samples)); /* as printf's %.0f: to nearest, ties to even */
+  bf_jw_knum(w, "share", sh);
+  bf_jw_knum(w, "lo", lo);
+  bf_jw_knum(w, "hi", hi);
+  bf_jw_end(w);
 }
 
 static double pc(double k, double n) { return n > 0 ? 100.0 * k / n : 0; }
@@ -222,57 +223,69 @@ static size_t tasks_limit(const bf_view_opts *o) {
 }
 
 /* One task's await points as JSON. */
-static int task_awaits_json(const tv *v, const tstat *t, FILE *out) {
+static int task_awaits_json(const tv *v, const tstat *t, bf_jw *w) {
   int rc;
-  fputs(",\"await_points\":[", out);
+  bf_jw_key(w, "await_points");
+  bf_jw_arr(w);
   for (size_t k = 0; k < t->nap; k++) {
     bf_function_ref f = {0, "", "(await point not read)", 0};
     if (t->ap[k].fid && (rc = bf_store_function_get(v->s, t->ap[k].fid, &f))) return rc;
-    fputs(k ? ",{\"qualname\":" : "{\"qualname\":", out);
-    bf_json_str(out, f.qualname);
-    fputs(",\"file\":", out);
-    bf_json_str(out, f.file);
-    fprintf(out, ",\"firstlineno\":%lld,\"line\":%lld", (long long)f.firstlineno, (long long)t->ap[k].line);
-    json_share(out, "wall", t->ap[k].n, t->n, t->samples);
-    fputc('}', out);
+    bf_jw_obj(w);
+    bf_jw_kstr(w, "qualname", f.qualname);
+    bf_jw_kstr(w, "file", f.file);
+    bf_jw_kint(w, "firstlineno", f.firstlineno);
+    bf_jw_kint(w, "line", t->ap[k].line);
+    json_share(w, "wall", t->ap[k].n, t->n, t->samples);
+    bf_jw_end(w);
   }
-  fputs("]}", out);
+  bf_jw_end(w);
   return 0;
 }
 
 static int tasks_json(const tv *v, const bf_session_info *info, const bf_view_opts *o, size_t ntask, FILE *out) {
   int rc;
   size_t limit = tasks_limit(o);
-  fputs("{\"session\":", out);
-  bf_session_json(out, info);
-  fprintf(out, ",\"task_count\":%zu,\"tasks\":[", ntask);
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_obj(&w);
+  bf_jw_key(&w, "session");
+  bf_session_json_jw(&w, info);
+  bf_jw_kint(&w, "task_count", (long long)ntask);
+  bf_jw_key(&w, "tasks");
+  bf_jw_arr(&w);
   size_t shown = 0;
   for (size_t i = 0; i < v->nt && shown < limit; i++) {
     const tstat *t = &v->t[i];
     if (!t->is_task || !t->samples) continue;
-    fputs(shown++ ? ",{\"name\":" : "{\"name\":", out);
-    bf_json_str(out, t->name + 5);
-    fprintf(out, ",\"id\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->samples);
-    json_share(out, "running", t->running, t->n, t->samples);
-    json_share(out, "ready", t->ready, t->n, t->samples);
-    json_share(out, "waiting", t->waiting, t->n, t->samples);
-    if ((rc = task_awaits_json(v, t, out))) return rc;
+    shown++;
+    bf_jw_obj(&w);
+    bf_jw_kstr(&w, "name", t->name + 5);
+    bf_jw_kint(&w, "id", t->native_tid);
+    bf_jw_kint(&w, "samples", t->samples);
+    json_share(&w, "running", t->running, t->n, t->samples);
+    json_share(&w, "ready", t->ready, t->n, t->samples);
+    json_share(&w, "waiting", t->waiting, t->n, t->samples);
+    if ((rc = task_awaits_json(v, t, &w))) return rc;
+    bf_jw_end(&w);
   }
-  fputs("],\"loops\":[", out);
-  int first = 1;
+  bf_jw_end(&w);
+  bf_jw_key(&w, "loops");
+  bf_jw_arr(&w);
   for (size_t i = 0; i < v->nt; i++) {
     const tstat *t = &v->t[i];
     if (t->is_task || !t->loop_samples) continue;
-    fputs(first ? "{\"thread\":" : ",{\"thread\":", out);
-    first = 0;
-    bf_json_str(out, t->name);
-    fprintf(out, ",\"native_tid\":%lld,\"samples\":%lld", (long long)t->native_tid, (long long)t->loop_samples);
-    json_share(out, "running_task_code", t->loop_run, t->loop_n, t->loop_samples);
-    json_share(out, "loop_overhead", t->loop_other, t->loop_n, t->loop_samples);
-    json_share(out, "waiting_for_io", t->loop_io, t->loop_n, t->loop_samples);
-    fputc('}', out);
+    bf_jw_obj(&w);
+    bf_jw_kstr(&w, "thread", t->name);
+    bf_jw_kint(&w, "native_tid", t->native_tid);
+    bf_jw_kint(&w, "samples", t->loop_samples);
+    json_share(&w, "running_task_code", t->loop_run, t->loop_n, t->loop_samples);
+    json_share(&w, "loop_overhead", t->loop_other, t->loop_n, t->loop_samples);
+    json_share(&w, "waiting_for_io", t->loop_io, t->loop_n, t->loop_samples);
+    bf_jw_end(&w);
   }
-  fputs("]}\n", out);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  fputc('\n', out);
   return 0;
 }
 

@@ -5,23 +5,24 @@
 #include "jsonw.h"
 #include "util.h"
 
+/* One entry as an object of the array open on ud (a bf_jw). */
 static int print_json(void *ud, const bf_audit_entry *e) {
-  int *first = ud;
+  bf_jw *w = ud;
   char t[32];
   bf_fmt_time(e->time_ns, t, sizeof t);
-  printf("%s{\"id\":%lld,\"time_ns\":%lld,\"time\":", *first ? "" : ",", (long long)e->id, (long long)e->time_ns);
-  bf_json_str(stdout, t);
-  fputs(",\"user\":", stdout);
-  bf_json_str(stdout, e->user);
-  printf(",\"uid\":%lld,\"target_pid\":%lld,\"target_uid\":%lld,\"command\":", (long long)e->uid,
-         (long long)e->target_pid, (long long)e->target_uid);
-  bf_json_str(stdout, e->command);
-  fputs(",\"argv\":", stdout);
-  bf_json_str(stdout, e->argv);
-  fputs(",\"outcome\":", stdout);
-  bf_json_str(stdout, e->outcome);
-  printf(",\"session_id\":%lld}", (long long)e->session_id);
-  *first = 0;
+  bf_jw_obj(w);
+  bf_jw_kint(w, "id", e->id);
+  bf_jw_kint(w, "time_ns", e->time_ns);
+  bf_jw_kstr(w, "time", t);
+  bf_jw_kstr(w, "user", e->user);
+  bf_jw_kint(w, "uid", e->uid);
+  bf_jw_kint(w, "target_pid", e->target_pid);
+  bf_jw_kint(w, "target_uid", e->target_uid);
+  bf_jw_kstr(w, "command", e->command);
+  bf_jw_kstr(w, "argv", e->argv);
+  bf_jw_kstr(w, "outcome", e->outcome);
+  bf_jw_kint(w, "session_id", e->session_id);
+  bf_jw_end(w);
   return 0;
 }
 
@@ -59,18 +60,25 @@ int bf_cmd_audit(bf_cli *cli, int argc, char **argv) {
   bf_store *s;
   int rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s);
   if (rc) return rc;
-  int first = 1;
-  if (json) fputc('[', stdout);
+  bf_jw w;
+  bf_jw_init(&w, stdout);
+  if (json) bf_jw_arr(&w);
   else
     printf("%-5s %-19s  %-16s %-6s %-8s %-18s %-7s %s\n", "ID", "TIME (UTC)", "USER", "UID", "COMMAND",
            "TARGET", "SESSION", "OUTCOME");
-  if (bf_store_audit_foreach(s, json ? print_json : print_row, &first) < 0) {
-    if (json) fputs("]\n", stdout);
+  if (bf_store_audit_foreach(s, json ? print_json : print_row, &w) < 0) {
+    if (json) {
+      bf_jw_end(&w);
+      fputc('\n', stdout);
+    }
     bf_cli_error("%s", bf_store_errmsg(s));
     bf_store_close(s);
     return 1;
   }
-  if (json) fputs("]\n", stdout);
+  if (json) {
+    bf_jw_end(&w);
+    fputc('\n', stdout);
+  }
   bf_store_close(s);
   return 0;
 }

@@ -54,22 +54,16 @@ static int parse_time(const char *what, const char *t, int64_t *ms) {
 
 /* What the session keeps of the query (no credential is in any of it). */
 static char *query_json(const dest *d, const char *type, const char *sel, int64_t from, int64_t until) {
-  char *buf = NULL;
-  size_t n = 0;
-  FILE *m = open_memstream(&buf, &n);
-  if (!m) return NULL;
-  fputs("{\"url\":", m);
-  bf_json_str(m, d->shown);
-  fputs(",\"profile_type\":", m);
-  bf_json_str(m, type);
-  fputs(",\"query\":", m);
-  bf_json_str(m, sel);
-  fprintf(m, ",\"since_ms\":%lld,\"until_ms\":%lld}", (long long)from, (long long)until);
-  if (fclose(m)) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
+  bf_jw w;
+  if (bf_jw_mem(&w)) return NULL;
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "url", d->shown);
+  bf_jw_kstr(&w, "profile_type", type);
+  bf_jw_kstr(&w, "query", sel);
+  bf_jw_kint(&w, "since_ms", from);
+  bf_jw_kint(&w, "until_ms", until);
+  bf_jw_end(&w);
+  return bf_jw_mem_done(&w);
 }
 
 typedef struct iq {

@@ -16,6 +16,7 @@
 #include "opts.h"
 #include "correlate.h"
 #include "fleet.h"
+#include "jsonw.h"
 #include "native.h"
 #include "sampler.h"
 #include "util.h"
@@ -212,6 +213,13 @@ static int scratch_make(const bf_cli *cli, const char *outp, char *scratch, size
   return 0;
 }
 
+/* The number at a dotted path of the session's extra (record.c writes
+ * them), or dflt when it has none. */
+static double extra_num(const bf_session_info *in, const char *path, double dflt) {
+  double v;
+  return in->extra_json && bf_json_find_num(in->extra_json, path, &v) == 0 ? v : dflt;
+}
+
 /* What the capture cost and met, on stderr: native intrusion (always),
  * samples lost to another writer's lock (always), the summary line (tty). */
 static void record_report(bf_store *st, int64_t sid, int native, int tty) {
@@ -226,35 +234,31 @@ static void record_report(bf_store *st, int64_t sid, int native, int tty) {
   }
   if (sid > 0) { /* said once, terminal or not: samples lost to another process's lock */
     bf_session_info *in = NULL;
-    const char *ld;
-    if (bf_store_session_get(st, sid, &in) == 0 && in->extra_json &&
-        (ld = strstr(in->extra_json, "\"lock_dropped\":")) && strtoll(ld + 15, NULL, 10) > 0)
+    double dropped;
+    if (bf_store_session_get(st, sid, &in) == 0 && (dropped = extra_num(in, "lock_dropped", 0)) > 0)
       bf_cli_warn("session %lld: %lld samples dropped while another process held the database's write lock "
                   "(extra.lock_dropped); keep other writers' transactions short",
-                  (long long)sid, strtoll(ld + 15, NULL, 10));
+                  (long long)sid, (long long)dropped);
     bf_session_info_free(in);
   }
   if (sid > 0) { /* said once, terminal or not: a CPU-saturated host (record --kernel) */
     bf_session_info *in = NULL;
-    const char *k;
-    if (bf_store_session_get(st, sid, &in) == 0 && in->extra_json &&
-        (k = strstr(in->extra_json, "\"runq_share\":")) && strtod(k + 13, NULL) > 0.05)
+    double runq;
+    if (bf_store_session_get(st, sid, &in) == 0 && (runq = extra_num(in, "kernel.runq_share", 0)) > 0.05)
       bf_cli_warn("session %lld: the target's threads spent %.1f%% of their time waiting for a CPU (run "
                   "queue): the host is CPU-saturated; see `replay %lld --view waits`",
-                  (long long)sid, strtod(k + 13, NULL) * 100.0, (long long)sid);
+                  (long long)sid, runq * 100.0, (long long)sid);
     bf_session_info_free(in);
   }
   if (sid > 0) {
     bf_session_info *in = NULL;
     if (tty && bf_store_session_get(st, sid, &in) == 0) {
       /* ticks sampled late while catching up (extra.late_ticks / max_late_ms) */
-      const char *lt = in->extra_json ? strstr(in->extra_json, "\"late_ticks\":") : NULL;
-      const char *lm = in->extra_json ? strstr(in->extra_json, "\"max_late_ms\":") : NULL;
-      long long late = lt ? strtoll(lt + 13, NULL, 10) : 0;
+      long long late = (long long)extra_num(in, "late_ticks", 0);
       char late_s[96] = "";
       if (late > 0)
         snprintf(late_s, sizeof late_s, ", %lld taken late (caught up; at most %.1f ms late)", late,
-                 lm ? strtod(lm + 14, NULL) : 0.0);
+                 extra_num(in, "max_late_ms", 0));
       char exe[1024], ver[64]; /* which interpreter was sampled (extra.python) */
       bf_session_interp(in, exe, sizeof exe, ver, sizeof ver);
       fprintf(stderr,

@@ -7,6 +7,7 @@
  * what lies outside it). Eval-loop C frames are replaced by the Python frames
  * they run, other C frames are symbolised once per address.
  */
+#include "jsonw.h"
 #include "native_int.h"
 
 static int prime(bf_smp_native *n);
@@ -407,12 +408,13 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
   return 0;
 }
 
+/* extra.native.<key> as an integer (bf_smp_native_stats_json wrote it). */
 static int json_num(const char *js, const char *key, long long *v) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = strstr(js, pat);
-  if (!p) return -ENOENT;
-  *v = strtoll(p + strlen(pat), NULL, 10);
+  char path[64];
+  double d;
+  snprintf(path, sizeof path, "native.%s", key);
+  if (bf_json_find_num(js, path, &d)) return -ENOENT;
+  *v = (long long)d;
   return 0;
 }
 
@@ -427,7 +429,7 @@ static void fmt_ns(char *b, size_t len, long long ns) {
 
 int bf_smp_native_summary(const char *extra_json, char *buf, size_t len) {
   long long stops, total, p50, p99, mx;
-  if (!extra_json || !strstr(extra_json, "\"native\"") ||
+  if (!extra_json ||
       json_num(extra_json, "stops", &stops) < 0 || json_num(extra_json, "stopped_ns", &total) < 0 ||
       json_num(extra_json, "stop_p50_ns", &p50) < 0 ||
       json_num(extra_json, "stop_p99_ns", &p99) < 0 || json_num(extra_json, "stop_max_ns", &mx) < 0 ||

@@ -7,7 +7,9 @@
 #
 #   tests/tools/outputs_diff.sh --make-db BIN DB [PYTHON]
 #       record one session of every kind into DB (wall, cpu, --native,
-#       --async, a subprocess tree, traced, traced --focus, imported) with BIN
+#       --async, a subprocess tree, --kernel, --opcodes when PYTHON is 3.11+,
+#       traced, traced --focus, imported, and an import whose names and label
+#       hold quotes, <>&, U+2028, controls and invalid UTF-8) with BIN
 #   tests/tools/outputs_diff.sh OLD_BIN NEW_BIN DB [WORKDIR]
 #       write and compare; prints "identical N files" or the differing
 #       files; exit 0 when all are identical, 1 otherwise
@@ -43,15 +45,20 @@ import subprocess, sys
 p = subprocess.Popen([sys.executable, sys.argv[1], "1.0"]); p.wait()
 EOF
   printf 'main;mid;leaf 30\nmain;mid 5\nmain;other;leaf 12\n' >"$w/imp.txt"
+  printf 'main;mi"d\\x;le<a>f&\342\200\250 30\nmain;\377\376bad 5\nmain;ctl\001\033[31m;leaf 12\n' >"$w/odd.txt"
   set -e
   "$bin" -D "$db" record -r 500 --label wall -- "$py" "$w/work.py" >/dev/null
   "$bin" -D "$db" record -r 500 --clock cpu --label cpu -- "$py" "$w/work.py" >/dev/null
   "$bin" -D "$db" record -r 100 --native --label native -- "$py" "$w/work.py" 1.0 >/dev/null
   "$bin" -D "$db" record -r 500 --async --label async -- "$py" "$w/aio.py" >/dev/null
   "$bin" -D "$db" record -r 500 -s --label tree -- "$py" "$w/tree.py" "$w/work.py" >/dev/null
+  "$bin" -D "$db" record -r 300 --kernel --label kernel -- "$py" "$w/work.py" 1.0 >/dev/null
+  "$bin" -D "$db" record -r 300 --opcodes --label opcodes -- "$py" "$w/work.py" 1.0 >/dev/null ||
+    echo "outputs_diff: no --opcodes session ($py is older than 3.11)" >&2
   "$bin" -D "$db" trace --label traced -- "$py" "$w/work.py" 0.5 >/dev/null
   "$bin" -D "$db" trace --focus '*:leaf' --records 200 --label focus -- "$py" "$w/work.py" 0.5 >/dev/null
   "$bin" -D "$db" import "$w/imp.txt" --label imported >/dev/null
+  "$bin" -D "$db" import "$w/odd.txt" --label 'odd "names" </script>' >/dev/null
   rm -rf "$w"
   exit 0
 fi

@@ -2,9 +2,12 @@
  * against the Unicode table of well-formed sequences, the JSON writer's
  * escapes (quotes, controls, HTML-unsafe <>&, U+2028/9, invalid bytes as
  * U+FFFD and counted), numbers, the strict checker (RFC 8259 cases, duplicate
- * and reserved keys, depth), and a property: anything the writer escapes,
- * the checker accepts. */
+ * and reserved keys, depth), the writer's row helpers (knull, kpair, ints,
+ * numf, newline, mem), the reader of stored metadata (bf_json_find, _string,
+ * _find_num, on nested, escaped and malformed text), and a property:
+ * anything the writer escapes, the checker accepts. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -107,9 +110,127 @@ static void streaming_writer(void) {
   CHECK(strcmp(pb, "[\n {\"i\":0},\n {\"i\":1}]") == 0);
 }
 
+/* The row helpers: null and pair values, integer runs, formatted numbers,
+ * newlines after commas; and their misuse. */
+static void writer_rows(void) {
+  char buf[512] = "";
+  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+  bf_jw w;
+  bf_jw_init(&w, f);
+  bf_jw_obj(&w);
+  bf_jw_knull(&w, "a");
+  bf_jw_kpair(&w, "ci", 0.25, NAN);
+  bf_jw_key(&w, "n");
+  bf_jw_arr(&w);
+  const long long v[] = {0, -1, 42, LLONG_MIN, LLONG_MAX};
+  bf_jw_int(&w, 7);
+  bf_jw_ints(&w, v, 5);
+  bf_jw_ints(&w, v, 0);
+  bf_jw_arr(&w);
+  bf_jw_ints(&w, v + 2, 1);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  bf_jw_key(&w, "t");
+  bf_jw_numf(&w, "%.3f", 1.5);
+  bf_jw_key(&w, "u");
+  bf_jw_numf(&w, "%.6g", 1.0 / 0.0);
+  bf_jw_newline(&w);
+  bf_jw_key(&w, "rows");
+  bf_jw_arr(&w);
+  bf_jw_newline(&w);
+  bf_jw_int(&w, 1);
+  bf_jw_newline(&w);
+  bf_jw_ints(&w, v + 2, 1);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  fclose(f);
+  CHECK_EQ_INT(w.err, 0);
+  const char *want = "{\"a\":null,\"ci\":[0.25,null],\"n\":[7,0,-1,42,-9223372036854775808,9223372036854775807,[42]],"
+                     "\"t\":1.500,\"u\":null,\n\"rows\":[\n1,\n42]}";
+  if (strcmp(buf, want) != 0) fprintf(stderr, "jw wrote %s\nwant     %s\n", buf, want);
+  CHECK(strcmp(buf, want) == 0);
+  CHECK_EQ_INT(bf_json_check_object(buf, NULL, NULL), 0);
+  /* a long run is flushed in pieces and stays whole */
+  long long many[300];
+  for (int i = 0; i < 300; i++) many[i] = (long long)i * 1000003;
+  char *big = NULL;
+  size_t bl = 0;
+  f = open_memstream(&big, &bl);
+  bf_jw_init(&w, f);
+  bf_jw_arr(&w);
+  bf_jw_ints(&w, many, 300);
+  bf_jw_end(&w);
+  fclose(f);
+  long long sum = 0, k = 0;
+  for (char *p = big + 1; *p && *p != ']'; k++) {
+    sum += strtoll(p, &p, 10);
+    if (*p == ',') p++;
+  }
+  CHECK_EQ_INT(k, 300);
+  CHECK(sum == 299LL * 300 / 2 * 1000003);
+  free(big);
+  /* into memory: the text, or NULL when left open */
+  CHECK_EQ_INT(bf_jw_mem(&w), 0);
+  bf_jw_obj(&w);
+  bf_jw_kint(&w, "a", 1);
+  bf_jw_end(&w);
+  char *m = bf_jw_mem_done(&w);
+  CHECK(m && strcmp(m, "{\"a\":1}") == 0);
+  free(m);
+  CHECK_EQ_INT(bf_jw_mem(&w), 0);
+  bf_jw_arr(&w);
+  CHECK(bf_jw_mem_done(&w) == NULL);
+  /* a pad before a run of ints goes after the comma, before the first */
+  char pb[64] = "";
+  f = fmemopen(pb, sizeof pb - 1, "w");
+  bf_jw_init(&w, f);
+  bf_jw_arr(&w);
+  bf_jw_int(&w, 1);
+  bf_jw_pad(&w, "\n ");
+  bf_jw_ints(&w, v + 1, 2);
+  bf_jw_end(&w);
+  fclose(f);
+  CHECK(strcmp(pb, "[1,\n -1,42]") == 0);
+  /* ints outside an array is misuse */
+  f = fopen("/dev/null", "w");
+  bf_jw_init(&w, f);
+  bf_jw_obj(&w);
+  bf_jw_ints(&w, v, 1);
+  CHECK_EQ_INT(w.err, -EINVAL);
+  fclose(f);
+}
+
+/* The reader: top-level and nested keys past other values, escapes, numbers
+ * only as numbers, malformed text. */
+static void reader(void) {
+  const char *doc = " {\"s\":\"a\\\"b\",\"arr\":[1,{\"late_ticks\":9}],\"late_ticks\":3,"
+                    "\"kernel\":{\"threads\":[{\"runq_share\":0.9}],\"runq_share\":0.0625},\"x\":\"7\"}";
+  const char *v;
+  char s[16];
+  double d = -1;
+  CHECK_EQ_INT(bf_json_find(doc, "s", &v), 0);
+  CHECK(bf_json_string(v, s, sizeof s) != NULL && strcmp(s, "a\"b") == 0);
+  CHECK_EQ_INT(bf_json_find_num(doc, "late_ticks", &d), 0);
+  CHECK(d == 3); /* the top-level key, not the one inside arr */
+  CHECK_EQ_INT(bf_json_find_num(doc, "kernel.runq_share", &d), 0);
+  CHECK(d == 0.0625); /* not the thread's */
+  CHECK_EQ_INT(bf_json_find_num(doc, "x", &d), -1);          /* a string is not a number */
+  CHECK_EQ_INT(bf_json_find_num(doc, "kernel.none", &d), -1); /* absent */
+  CHECK_EQ_INT(bf_json_find_num(doc, "s.t", &d), -1);        /* not an object */
+  CHECK_EQ_INT(bf_json_find_num("{\"a\":nan}", "a", &d), -1);
+  CHECK_EQ_INT(bf_json_find_num("{\"a\":[1,", "b", &d), -1); /* malformed before the key */
+  CHECK_EQ_INT(bf_json_find_num("not json", "a", &d), -1);
+  CHECK_EQ_INT(bf_json_find_num("{\"a\":-2e3}", "a", &d), 0);
+  CHECK(d == -2000);
+  /* a key forged inside a string value is not a key */
+  CHECK_EQ_INT(bf_json_find_num("{\"cmd\":\"x\\\",\\\"lock_dropped\\\":5\"}", "lock_dropped", &d), -1);
+}
+
 int main(void) {
   uint32_t cp = 0;
   streaming_writer();
+  writer_rows();
+  reader();
   const unsigned char ok2[] = {0xc3, 0xa9}, ok4[] = {0xf0, 0x9f, 0x98, 0x80};
   const unsigned char overlong[] = {0xc0, 0xaf}, surrogate[] = {0xed, 0xa0, 0x80}, big[] = {0xf4, 0x90, 0x80, 0x80};
   CHECK_EQ_INT(bf_utf8_seq(ok2, 2, &cp), 2);
