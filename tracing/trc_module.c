@@ -861,7 +861,7 @@ static PyObject *trc_discard_session(PyObject *self, PyObject *args) {
   trc_db_at at = {dir_fd, shown_as ? shown_as : db, -1};
   if (trc_db_enter(&at) < 0) return NULL;
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int rc;
   if (dir_fd >= 0) {
     rc = bf_store_open(db, 0, &s, &msg);
@@ -874,7 +874,7 @@ static PyObject *trc_discard_session(PyObject *self, PyObject *args) {
   }
   if (rc < 0)
     PyErr_Format(PyExc_OSError, "could not discard session %lld in %s: %s", id, at.shown,
-                 s ? bf_store_errmsg(s) : (msg ? msg : strerror(-rc)));
+                 s ? bf_store_errmsg(s) : bf_err_msg(&msg, strerror(-rc)));
   bf_store_close(s);
   if (trc_db_leave(&at) < 0 || rc < 0) return NULL;
   Py_RETURN_NONE;
