@@ -269,8 +269,7 @@ void bf_jw_kpair(bf_jw *w, const char *key, double a, double b) {
 
 typedef struct jp {
   const unsigned char *s, *p, *end;
-  char *why;
-  size_t why_len;
+  bf_err *why;
   int failed;
 } jp;
 
@@ -282,7 +281,7 @@ static int jfail(jp *j, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(m, sizeof m, fmt, ap);
   va_end(ap);
-  snprintf(j->why, j->why_len, "not JSON at byte %zu: %s", (size_t)(j->p - j->s), m);
+  bf_err_set(j->why, -EINVAL, "not JSON at byte %zu: %s", (size_t)(j->p - j->s), m);
   return -1;
 }
 
@@ -479,16 +478,11 @@ static int key_eq(const keyspan *x, const keyspan *y) {
   return x->b - x->a == y->b - y->a && memcmp(x->a, y->a, (size_t)(x->b - x->a)) == 0;
 }
 
-int bf_json_check_object(const char *text, const char *const *reserved, char *why, size_t why_len) {
-  char dummy[4];
-  if (!why || !why_len) why = dummy, why_len = sizeof dummy;
-  why[0] = 0;
-  if (!text) {
-    snprintf(why, why_len, "no value");
-    return -EINVAL;
-  }
+int bf_json_check_object(const char *text, const char *const *reserved, bf_err *why) {
+  bf_err_clear(why);
+  if (!text) return bf_err_set(why, -EINVAL, "no value");
   jp j = {(const unsigned char *)text, (const unsigned char *)text, (const unsigned char *)text + strlen(text),
-          why, why_len, 0};
+          why, 0};
   keyspan *keys = NULL;
   size_t nkeys = 0;
   int rc = 0;
@@ -511,13 +505,13 @@ int bf_json_check_object(const char *text, const char *const *reserved, char *wh
   for (size_t i = 0; i < nkeys && !rc; i++) {
     for (size_t k = 0; reserved && reserved[k]; k++)
       if (key_is(&keys[i], reserved[k])) {
-        snprintf(why, why_len, "key \"%s\" is one of bifocal's own session fields", reserved[k]);
+        bf_err_set(why, -EINVAL, "key \"%s\" is one of bifocal's own session fields", reserved[k]);
         rc = -EINVAL;
         break;
       }
     for (size_t k = 0; k < i && !rc; k++)
       if (key_eq(&keys[i], &keys[k])) {
-        snprintf(why, why_len, "key \"%.*s\" appears twice", (int)(keys[i].b - keys[i].a > 40 ? 40 : keys[i].b - keys[i].a),
+        bf_err_set(why, -EINVAL, "key \"%.*s\" appears twice", (int)(keys[i].b - keys[i].a > 40 ? 40 : keys[i].b - keys[i].a),
                  (const char *)keys[i].a);
         rc = -EINVAL;
       }

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "err.h"
+
 /* Write s as a JSON string literal (with quotes); NULL writes null. */
 void bf_json_str(FILE *f, const char *s);
 /* Write a double as JSON (non-finite → null). */
@@ -109,9 +111,9 @@ size_t bf_json_replaced(void);
 /* 0 when text is exactly one JSON object (RFC 8259: valid UTF-8, no
  * controls in strings, nesting at most 64 deep, nothing after it) whose
  * top-level keys are all distinct and none is in reserved (a NULL-terminated
- * list; may be NULL). Else -EINVAL and a one-line reason in why (e.g.
- * "not JSON at byte 3: expected a string key", "key \"id\" is bifocal's own").
- */
-int bf_json_check_object(const char *text, const char *const *reserved, char *why, size_t why_len);
+ * list; may be NULL). Else -EINVAL, also in why (may be NULL) with a
+ * one-line reason (e.g. "not JSON at byte 3: expected a string key",
+ * "key \"id\" is bifocal's own"). */
+int bf_json_check_object(const char *text, const char *const *reserved, bf_err *why);
 
 #endif

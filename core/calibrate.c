@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,88 +27,16 @@
 
 /* ---- the run ------------------------------------------------------------- */
 
-/* The child of pid running the traced program: bifocal trace may first run
- * short probes of the interpreter, so pick the child whose command line carries
- * the tracer's bootstrap arguments. 0 if none yet. */
-static int traced_child(int pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
-  fclose(f);
-  for (char *p = buf; *p;) {
-    char *end;
-    long c = strtol(p, &end, 10);
-    if (end == p) break;
-    p = end;
-    char cpath[64], cmd[8192];
-    snprintf(cpath, sizeof cpath, "/proc/%ld/cmdline", c);
-    FILE *cf = fopen(cpath, "r");
-    if (!cf) continue;
-    size_t n = fread(cmd, 1, sizeof cmd - 1, cf);
-    fclose(cf);
-    for (size_t i = 0; i + 9 <= n; i++)
-      if (memcmp(cmd + i, "--session", 9) == 0) return (int)c;
-  }
-  return 0;
-}
-
-/* Start `self --db DB trace --no-builtins --clock C --label L -- argv...` with
- * its stdout on a pipe. OUT: *pid, *rfd. */
+/* Start the trace (no builtins, the "-traced" label) through the caller. */
 static int start_trace(const bf_cal_opts *o, pid_t *pid, int *rfd, char *err, size_t errlen) {
   char tlabel[256];
   snprintf(tlabel, sizeof tlabel, "%s-traced", o->label ? o->label : "calibrate");
-  size_t ncmd = 0;
-  while (o->argv[ncmd]) ncmd++;
-  char **targv = calloc(ncmd + 16, sizeof *targv);
-  if (!targv) return -ENOMEM;
-  int k = 0;
-  targv[k++] = (char *)o->self_exe;
-  targv[k++] = "--db";
-  targv[k++] = (char *)o->db_path;
-  targv[k++] = "trace";
-  targv[k++] = "--no-builtins";
-  targv[k++] = "--clock";
-  targv[k++] = (char *)o->clock;
-  targv[k++] = "--label";
-  targv[k++] = tlabel;
-  if (o->memory) targv[k++] = "--memory";
-  targv[k++] = "--";
-  for (size_t i = 0; i < ncmd; i++) targv[k++] = o->argv[i];
-  targv[k] = NULL;
-  int pfd[2];
-  if (pipe(pfd) < 0) {
-    snprintf(err, errlen, "pipe: %s", strerror(errno));
-    free(targv);
-    return -errno;
-  }
-  fflush(stdout);
-  fflush(stderr);
-  pid_t parent = getpid();
-  pid_t tp = fork();
-  if (tp < 0) {
-    int e = errno;
-    snprintf(err, errlen, "fork: %s", strerror(e));
-    close(pfd[0]);
-    close(pfd[1]);
-    free(targv);
-    return -e;
-  }
-  if (tp == 0) {
-    /* calibrate killed outright: the trace ends its program, which writes */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(128 + SIGTERM);
-    dup2(pfd[1], 1);
-    close(pfd[0]);
-    close(pfd[1]);
-    execv(o->self_exe, targv);
-    _exit(127);
-  }
-  free(targv);
-  close(pfd[1]);
-  *pid = tp;
-  *rfd = pfd[0];
+  bf_cal_trace_req req = {.argv = o->argv, .clock = o->clock, .label = tlabel, .builtins = 0, .memory = o->memory};
+  int p = 0, fd = -1;
+  int rc = o->start(o->start_ud, &req, &p, &fd, err, errlen);
+  if (rc < 0) return rc;
+  *pid = p;
+  *rfd = fd;
   return 0;
 }
 
@@ -123,7 +50,7 @@ static void sample_traced(const bf_cal_opts *o, pid_t *tp, bf_cal_run_result *ou
       *tp = 0;
       break;
     }
-    if (!py) py = traced_child(*tp);
+    if (!py) py = o->target(o->start_ud, *tp);
     if (py && (rc = o->sample(o->sample_ud, py, &out->sampled_id, out->err, sizeof out->err)) != -EAGAIN) break;
     struct timespec ts = {0, 200000};
     nanosleep(&ts, NULL);

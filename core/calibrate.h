@@ -3,8 +3,9 @@
  * estimate, its 95% interval, whether the interval covered the exact share,
  * the functions never sampled, and the rate that would have sized them.
  *
- * The run (bf_cal_run) starts `bifocal trace --no-builtins` on the command and
- * hands the traced Python process to a sampler the caller supplies (core/
+ * The run (bf_cal_run) asks the caller to start the traced run (core/ does
+ * not launch the CLI: repl/ runs `bifocal trace`), traced without builtins,
+ * and hands the traced Python process to a sampler the caller supplies (core/
  * does not sample); the report (bf_cal_report_build) reads both sessions.
  * Neither prints.
  */
@@ -22,12 +23,35 @@
  * errno with a one-line message in err, or 0 and *sampled_id. */
 typedef int (*bf_cal_sample_fn)(void *ud, int pid, int64_t *sampled_id, char *err, size_t errlen);
 
+/* What the traced run must record, into the caller's database. */
+typedef struct bf_cal_trace_req {
+  char **argv;       /* the command to reproduce, NULL-terminated */
+  const char *clock; /* "wall" | "cpu" */
+  const char *label; /* the traced session's label */
+  int builtins;      /* 0 (always, here): C time stays in the calling Python function,
+                      * as the sampler (Python frames only) sees it */
+  int memory;        /* trace the allocations too */
+} bf_cal_trace_req;
+
+/* Start the traced run of req with its stdout on a pipe; the last line it
+ * writes there is the traced session's id, the rest is the program's own
+ * output. OUT: *pid (the process the run waits for and forwards signals to),
+ * *out_fd (the pipe's read end, closed by the run). 0, or a negative errno
+ * with a one-line message in err. */
+typedef int (*bf_cal_start_fn)(void *ud, const bf_cal_trace_req *req, int *pid, int *out_fd, char *err,
+                               size_t errlen);
+
+/* The traced Python process of the run started as pid (which may first run
+ * other processes), or 0 while there is none yet. */
+typedef int (*bf_cal_target_fn)(void *ud, int pid);
+
 typedef struct bf_cal_opts {
-  const char *self_exe;  /* the bifocal executable that runs the trace */
-  const char *db_path;
   const char *clock;     /* "wall" | "cpu" */
   const char *label;     /* NULL: "calibrate" (sessions get -traced / -sampled) */
   char **argv;           /* the command to reproduce, NULL-terminated */
+  bf_cal_start_fn start; /* runs the trace (repl/: `bifocal trace`) */
+  bf_cal_target_fn target;
+  void *start_ud;        /* for start and target */
   bf_cal_sample_fn sample;
   void *sample_ud;
   volatile int *stop;   /* set (e.g. by a signal) to stop waiting */

@@ -312,11 +312,11 @@ int bf_session_extract(bf_store *src, int64_t session_id, const char *out_path, 
   if (asprintf(&tmp, "%s.tmp.%d", out_path, (int)getpid()) < 0) return bf_store_fail(src, -ENOMEM, "out of memory");
   unlink_db(tmp);
   bf_store *dst = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int64_t id = 0;
   int rc = bf_store_open(tmp, BF_STORE_CREATE, &dst, &msg);
   if (rc) {
-    bf_store_fail(src, rc, "cannot create '%s': %s", out_path, msg ? msg : strerror(-rc));
+    bf_store_fail(src, rc, "cannot create '%s': %s", out_path, bf_err_msg(&msg, strerror(-rc)));
     goto out;
   }
   /* secure_delete: pages freed by rollbacks or VACUUM are zeroed, so no byte of

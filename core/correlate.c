@@ -90,23 +90,22 @@ void bf_session_interp(const bf_session_info *in, char *exe, size_t exe_len, cha
   }
 }
 
-int bf_sessions_interp_differ(const bf_session_info *a, const bf_session_info *b, char *why, size_t len) {
+int bf_sessions_interp_differ(const bf_session_info *a, const bf_session_info *b, bf_err *why) {
   char ea[512], eb[512], va[64], vb[64];
   bf_session_interp(a, ea, sizeof ea, va, sizeof va);
   bf_session_interp(b, eb, sizeof eb, vb, sizeof vb);
   int differ = (va[0] && vb[0] && strcmp(va, vb) != 0) || (ea[0] && eb[0] && strcmp(ea, eb) != 0);
+  bf_err_clear(why);
   if (differ)
-    snprintf(why, len, "sessions %lld and %lld ran different interpreters: Python %s (%s) vs Python %s (%s)",
+    bf_err_set(why, 1, "sessions %lld and %lld ran different interpreters: Python %s (%s) vs Python %s (%s)",
              (long long)a->id, (long long)b->id, va[0] ? va : "?", ea[0] ? ea : "executable unknown",
              vb[0] ? vb : "?", eb[0] ? eb : "executable unknown");
-  else if (len)
-    why[0] = 0;
   return differ;
 }
 
 void bf_session_line_add_exe(const bf_session_info *in, const bf_session_info *other, char *buf, size_t len) {
-  char why[8], exe[1024], ver[64];
-  if (!bf_sessions_interp_differ(in, other, why, sizeof why)) return;
+  char exe[1024], ver[64];
+  if (!bf_sessions_interp_differ(in, other, NULL)) return;
   bf_session_interp(in, exe, sizeof exe, ver, sizeof ver);
   /* a header line is fitted to the terminal: keep the path's end, which tells most */
   const char *e = exe;
@@ -222,7 +221,9 @@ int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join
   }
   j->sampled_id = sampled_id;
   j->traced_id = traced_id;
-  bf_sessions_interp_differ(si, ti, j->interp_warning, sizeof j->interp_warning);
+  bf_err iw = BF_ERR_INIT;
+  bf_sessions_interp_differ(si, ti, &iw);
+  snprintf(j->interp_warning, sizeof j->interp_warning, "%s", iw.msg);
   j->sampled_samples = sp->total_samples;
   j->sampled_duration_ns = si->duration_ns > 0 ? si->duration_ns : 0;
   j->sampled_threads = (int64_t)nth;

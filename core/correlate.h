@@ -71,8 +71,8 @@ void bf_session_interp(const bf_session_info *in, char *exe, size_t exe_len, cha
 
 /* 1 when a and b ran different interpreters (version or executable differ;
  * what one side did not record never differs), with a one-line reason in
- * why; else 0 and why = "". */
-int bf_sessions_interp_differ(const bf_session_info *a, const bf_session_info *b, char *why, size_t len);
+ * why (may be NULL); else 0 and why->msg "". */
+int bf_sessions_interp_differ(const bf_session_info *a, const bf_session_info *b, bf_err *why);
 
 /* Append " · EXECUTABLE" of in (its last 40 bytes or so, "…" before) to the
  * NUL-terminated line in buf (size len) when in and other ran different

@@ -18,17 +18,18 @@ static int same_str(const char *a, const char *b) {
   return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
-int bf_diff_compatible(bf_store *s, int64_t a, int64_t b, char *why, size_t why_len) {
+int bf_diff_compatible(bf_store *s, int64_t a, int64_t b, bf_err *why) {
   bf_session_info *ia = NULL, *ib = NULL;
+  bf_err_clear(why);
   int rc = bf_store_session_get(s, a, &ia);
   if (!rc) rc = bf_store_session_get(s, b, &ib);
   if (rc) goto out;
-  why[0] = 0;
+  char w[512] = ""; /* every field that differs, "; "-separated */
   size_t n = 0;
-#define WHY(...)                                                                  \
-  do {                                                                            \
-    if (n < why_len) n += (size_t)snprintf(why + n, why_len - n, n ? "; " : ""); \
-    if (n < why_len) n += (size_t)snprintf(why + n, why_len - n, __VA_ARGS__);   \
+#define WHY(...)                                                        \
+  do {                                                                  \
+    if (n < sizeof w) n += (size_t)snprintf(w + n, sizeof w - n, n ? "; " : ""); \
+    if (n < sizeof w) n += (size_t)snprintf(w + n, sizeof w - n, __VA_ARGS__);   \
   } while (0)
   if (bf_q_kind_of(ia) != bf_q_kind_of(ib) || !same_str(ia->kind, ib->kind))
     WHY("kind differs (%s vs %s)", ia->kind, ib->kind);
@@ -39,7 +40,7 @@ int bf_diff_compatible(bf_store *s, int64_t a, int64_t b, char *why, size_t why_
   double ra = ia->rate_hz, rb = ib->rate_hz;
   if (fabs(ra - rb) > 0.01 * (ra > rb ? ra : rb)) WHY("rate differs (%g Hz vs %g Hz)", ra, rb);
 #undef WHY
-  rc = why[0] ? 1 : 0;
+  rc = w[0] ? bf_err_set(why, BF_DIFF_NOT_COMPARABLE, "%s", w) : BF_DIFF_COMPARABLE;
 out:
   bf_session_info_free(ia);
   bf_session_info_free(ib);
@@ -283,8 +284,8 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
   bf_session_info *ia = NULL, *ib = NULL;
   drow *rows = NULL;
   size_t n = 0;
-  char why[512];
-  int incompatible = bf_diff_compatible(s, a, b, why, sizeof why);
+  bf_err why = BF_ERR_INIT;
+  int incompatible = bf_diff_compatible(s, a, b, &why);
   int rc = incompatible < 0 ? incompatible : 0;
   if (!rc) rc = bf_profile_functions(s, a, &o->filter_a, BF_SORT_SELF, &pa);
   if (!rc) rc = bf_profile_functions(s, b, &o->filter_b, BF_SORT_SELF, &pb);
@@ -292,7 +293,7 @@ int bf_diff_functions(bf_store *s, int64_t a, int64_t b, const bf_diff_opts *o, 
   if (!rc) rc = bf_store_session_get(s, b, &ib);
   if (!rc) rc = diff_rows(pa, pb, &rows, &n);
   if (rc) goto out;
-  diff_head h = {ia, ib, pa, pb, incompatible, !pa->traced && !pb->traced, why};
+  diff_head h = {ia, ib, pa, pb, incompatible, !pa->traced && !pb->traced, why.msg};
   bf_jw jw;
   bf_jw_init(&jw, out);
   if (o->json)

@@ -18,9 +18,15 @@ typedef struct bf_diff_opts {
   bf_sample_filter filter_a, filter_b;
 } bf_diff_opts;
 
-/* Are sessions a and b comparable (same clock, mode and rate)? Returns 0 when
- * they are, 1 when not (why says which field differs), or a negative errno. */
-int bf_diff_compatible(bf_store *s, int64_t a, int64_t b, char *why, size_t why_len);
+typedef enum {
+  BF_DIFF_COMPARABLE = 0,
+  BF_DIFF_NOT_COMPARABLE = 1, /* kind, clock, mode or rate differ */
+} bf_diff_verdict;
+
+/* Are sessions a and b comparable (same kind, clock, mode and rate)? Returns
+ * a bf_diff_verdict (on BF_DIFF_NOT_COMPARABLE why, which may be NULL, says
+ * which fields differ), or a negative errno with the message on s. */
+int bf_diff_compatible(bf_store *s, int64_t a, int64_t b, bf_err *why);
 
 /* Per-function change of self and total share from a to b with a
  * two-proportion z-test (p-value, significant at 0.05). Terminal or JSON. */

@@ -151,13 +151,13 @@ static CURLcode attempt(CURL *h, const bf_http_req *rq, const char *url, struct 
   return curl_easy_perform(h);
 }
 
-bf_http_result bf_http_send(const bf_http_req *rq, bf_http_resp *resp, char *err, size_t errlen) {
+bf_http_result bf_http_send(const bf_http_req *rq, bf_http_resp *resp, bf_err *err) {
   memset(resp, 0, sizeof *resp);
   resp->retry_after_s = -1;
   char pub[512], org0[512], orgn[512], ebuf[CURL_ERROR_SIZE], url[4096];
   bf_http_url_public(rq->url, pub, sizeof pub);
   if (origin(rq->url, org0, sizeof org0) || strlen(rq->url) >= sizeof url) {
-    snprintf(err, errlen, "'%s' is not a URL bifocal can send to (expected http://HOST:PORT/...)", pub);
+    bf_err_set(err, BF_HTTP_USAGE, "'%s' is not a URL bifocal can send to (expected http://HOST:PORT/...)", pub);
     return BF_HTTP_USAGE;
   }
   snprintf(url, sizeof url, "%s", rq->url);
@@ -171,7 +171,7 @@ bf_http_result bf_http_send(const bf_http_req *rq, bf_http_resp *resp, char *err
   if (!h || !hdrs) {
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(h);
-    snprintf(err, errlen, "cannot set up libcurl (out of memory)");
+    bf_err_set(err, BF_HTTP_USAGE, "cannot set up libcurl (out of memory)");
     return BF_HTTP_USAGE;
   }
   long timeout = rq->timeout_ms > 0 ? rq->timeout_ms : 10000, deadline = now_ms() + timeout;
@@ -184,9 +184,9 @@ bf_http_result bf_http_send(const bf_http_req *rq, bf_http_resp *resp, char *err
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
     if ((res = classify(c, k.too_big)) != BF_HTTP_OK) {
       if (res == BF_HTTP_TOO_BIG)
-        snprintf(err, errlen, "%s: the response is larger than %zu bytes: %s", pub, k.max, fix_of(res));
+        bf_err_set(err, res, "%s: the response is larger than %zu bytes: %s", pub, k.max, fix_of(res));
       else
-        snprintf(err, errlen, "%s: %s: %s", pub, ebuf[0] ? ebuf : curl_easy_strerror(c), fix_of(res));
+        bf_err_set(err, res, "%s: %s: %s", pub, ebuf[0] ? ebuf : curl_easy_strerror(c), fix_of(res));
       break;
     }
     char *ctype = NULL, *loc = NULL;
@@ -198,13 +198,13 @@ bf_http_result bf_http_send(const bf_http_req *rq, bf_http_resp *resp, char *err
     char lpub[512];
     bf_http_url_public(loc, lpub, sizeof lpub);
     if (origin(loc, orgn, sizeof orgn) || strcmp(orgn, org0) != 0 || strlen(loc) >= sizeof url) {
-      snprintf(err, errlen, "%s redirects to another origin (%s): not followed, so the request's headers stay with "
+      bf_err_set(err, BF_HTTP_REDIRECT, "%s redirects to another origin (%s): not followed, so the request's headers stay with "
                "%s; send to the new address directly", pub, lpub, org0);
       res = BF_HTTP_REDIRECT;
       break;
     }
     if (hop >= rq->max_redirects) {
-      snprintf(err, errlen, "%s: more than %d redirects: send to the final address directly", pub, rq->max_redirects);
+      bf_err_set(err, BF_HTTP_REDIRECT, "%s: more than %d redirects: send to the final address directly", pub, rq->max_redirects);
       res = BF_HTTP_REDIRECT;
       break;
     }

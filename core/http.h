@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
+
 typedef struct bf_http_req {
   const char *method;               /* "POST" (default when NULL) or "GET" */
   const char *url;                  /* http:// or https:// */
@@ -43,9 +45,10 @@ typedef enum {
 } bf_http_result;
 
 /* Send rq. OUT: *resp (zeroed first; body set whenever a response came, also
- * on BF_HTTP_TOO_BIG: the part kept); err gets one line naming the host, the
- * cause and the fix when the result is not BF_HTTP_OK. */
-bf_http_result bf_http_send(const bf_http_req *rq, bf_http_resp *resp, char *err, size_t errlen);
+ * on BF_HTTP_TOO_BIG: the part kept); when the result is not BF_HTTP_OK, err
+ * (may be NULL) gets it as code and one line naming the host, the cause and
+ * the fix. */
+bf_http_result bf_http_send(const bf_http_req *rq, bf_http_resp *resp, bf_err *err);
 
 /* Accepts a zeroed response. */
 void bf_http_resp_free(bf_http_resp *resp);

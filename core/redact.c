@@ -150,8 +150,7 @@ static char *map_qualname(void *ud, const char *q) {
  * scrubbed reliably. */
 static char *map_json(void *ud, const char *json) {
   redactor *r = ud;
-  char why[8];
-  if (bf_json_check_object(json, NULL, why, sizeof why) != 0) return strdup("null");
+  if (bf_json_check_object(json, NULL, NULL) != 0) return strdup("null");
   size_t n = strlen(json);
   /* a risky string is >= 3 bytes and becomes a 26-byte token */
   char *out = malloc(n * 10 + 64);
@@ -250,12 +249,12 @@ static int extract(bf_store *src, int64_t session_id, const char *out_path, cons
   if (lstat(out_path, &st) == 0)
     return bf_store_fail(src, -EEXIST, "'%s' already exists; remove it or choose another output file", out_path);
   bf_store *mem = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   unsigned char *img = NULL;
   size_t len = 0;
   int64_t id = 0;
   int rc = bf_store_open_memory(&mem, &msg);
-  if (rc) return bf_store_fail(src, rc, "cannot open a database in memory: %s", msg ? msg : strerror(-rc));
+  if (rc) return bf_store_fail(src, rc, "cannot open a database in memory: %s", bf_err_msg(&msg, strerror(-rc)));
   if ((rc = bf_session_copy(src, session_id, mem, co, &id)) || (rc = bf_store_mark_redacted(mem)) ||
       (rc = bf_store_flush(mem)) || (rc = bf_store_image(mem, (size_t)1 << 40, &img, &len))) {
     /* a copy failure may be src's (then src holds the message) */

@@ -166,10 +166,9 @@ static int parse_key(const char *text, const char *prefix, int bare_ok, unsigned
   return 0;
 }
 
-int bf_share_keygen(const char *name, char fpr[17], char *err, size_t errlen) {
+int bf_share_keygen(const char *name, char fpr[17], bf_err *err) {
   if (sodium_init() < 0) {
-    snprintf(err, errlen, "cannot initialise libsodium");
-    return -EIO;
+    return bf_err_set(err, -EIO, "cannot initialise libsodium");
   }
   unsigned char pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES];
   crypto_box_keypair(pk, sk);
@@ -178,24 +177,24 @@ int bf_share_keygen(const char *name, char fpr[17], char *err, size_t errlen) {
   char *pub_path = NULL, *key_path = NULL;
   int rc = -ENOMEM;
   if (asprintf(&pub_path, "%s.pub", name) < 0 || asprintf(&key_path, "%s.key", name) < 0) {
-    snprintf(err, errlen, "out of memory");
+    bf_err_set(err, rc, "out of memory");
     goto out;
   }
   if (access(pub_path, F_OK) == 0 || access(key_path, F_OK) == 0) {
     rc = -EEXIST;
-    snprintf(err, errlen, "'%s' or '%s' already exists; choose another name", pub_path, key_path);
+    bf_err_set(err, rc, "'%s' or '%s' already exists; choose another name", pub_path, key_path);
     goto out;
   }
   sodium_bin2base64(b64, sizeof b64, sk, sizeof sk, sodium_base64_VARIANT_ORIGINAL);
   int n = snprintf(line, sizeof line, KEY_PREFIX "%s\n", b64);
   if ((rc = write_file(key_path, 0600, 1, (unsigned char *)line, (size_t)n, NULL))) {
-    snprintf(err, errlen, "cannot write '%s': %s", key_path, strerror(-rc));
+    bf_err_set(err, rc, "cannot write '%s': %s", key_path, strerror(-rc));
     goto out;
   }
   sodium_bin2base64(b64, sizeof b64, pk, sizeof pk, sodium_base64_VARIANT_ORIGINAL);
   n = snprintf(line, sizeof line, PUB_PREFIX "%s\n", b64);
   if ((rc = write_file(pub_path, 0644, 1, (unsigned char *)line, (size_t)n, NULL))) {
-    snprintf(err, errlen, "cannot write '%s': %s", pub_path, strerror(-rc));
+    bf_err_set(err, rc, "cannot write '%s': %s", pub_path, strerror(-rc));
     unlink(key_path);
     goto out;
   }
@@ -240,10 +239,10 @@ int bf_share_export(bf_store *src, int64_t session_id, const char *pub, const ch
   /* the one-session copy is made in memory: no plaintext ever on disk, so a
    * kill leaves nothing behind */
   bf_store *mem = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int64_t new_id = 0;
   if ((rc = bf_store_open_memory(&mem, &msg))) {
-    bf_store_fail(src, rc, "%s", msg ? msg : "cannot open a database in memory");
+    bf_store_fail(src, rc, "%s", bf_err_msg(&msg, "cannot open a database in memory"));
     goto out;
   }
   if ((rc = bf_session_copy(src, session_id, mem, NULL, &new_id)) || (rc = bf_store_flush(mem))) {
@@ -329,20 +328,20 @@ static int verify_db(bf_store *dst, bf_store *in, const char *path, int64_t *ses
   size_t n = 0;
   if (bf_store_session_list(in, &list, &n))
     return bf_store_fail(dst, -EBADMSG, "'%s': %s; nothing imported", path, bf_store_errmsg(in));
-  char why[160] = "";
+  bf_err why = BF_ERR_INIT;
   int bad_meta = 0;
   if (n == 1) {
     *session_id = list[0]->id;
     /* its metadata ends up inside our JSON: one well-formed object that does
      * not pose as our own fields, or nothing is imported */
     bad_meta = list[0]->extra_json &&
-               bf_json_check_object(list[0]->extra_json, bf_session_reserved_extra_keys, why, sizeof why) != 0;
+               bf_json_check_object(list[0]->extra_json, bf_session_reserved_extra_keys, &why) != 0;
   }
   for (size_t i = 0; i < n; i++) bf_session_info_free(list[i]);
   free(list);
   if (bad_meta)
     return bf_store_fail(dst, -EBADMSG, "'%s': the session's metadata (extra) is refused: %s; nothing imported", path,
-                         why);
+                         why.msg);
   if (n != 1)
     return bf_store_fail(dst, -EBADMSG, "'%s' holds %zu sessions, expected exactly one; nothing imported", path, n);
   return 0;
@@ -414,11 +413,11 @@ int bf_share_import(bf_store *dst, const char *path, const char *key_path, const
     goto out;
   }
   db_len = (size_t)got;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   rc = bf_store_open_image(db, db_len, path, &in, &msg);
   db = NULL; /* owned by the store now */
   if (rc) {
-    rc = bf_store_fail(dst, -EBADMSG, "'%s': enclosed database: %s; nothing imported", path, msg ? msg : "unreadable");
+    rc = bf_store_fail(dst, -EBADMSG, "'%s': enclosed database: %s; nothing imported", path, bf_err_msg(&msg, "unreadable"));
     goto out;
   }
   int64_t sid = 0;

@@ -19,9 +19,9 @@
 
 /* Make a key pair: name.pub (mode 0644, "bifocal-pub-1 BASE64") and name.key
  * (mode 0600, "bifocal-key-1 BASE64"). Refuses to overwrite either.
- * OUT: fpr (17 bytes) gets the public key's fingerprint in hex; on failure err
- * gets a one-line message. */
-int bf_share_keygen(const char *name, char fpr[17], char *err, size_t errlen);
+ * OUT: fpr (17 bytes) gets the public key's fingerprint in hex. Returns 0 or
+ * a negative errno, also in err (may be NULL) with a one-line message. */
+int bf_share_keygen(const char *name, char fpr[17], bf_err *err);
 
 /* Seal session_id of src for the public key pub (a .pub file, or its text, or
  * bare base64) into out_path (mode 0600, written via a temporary and rename;

@@ -3,13 +3,16 @@
  * Sessions, interned strings/functions/frames/stacks/threads, compact sample
  * chunks, traced functions and edges, per-call records and the audit trail.
  * Every fallible function returns 0 or a negative errno; the detailed message
- * is on the handle (bf_store_errmsg). The library never prints.
+ * is on the handle (bf_store_errmsg), or, for the opens (no handle yet), in
+ * their bf_err. The library never prints.
  */
 #ifndef BF_STORE_H
 #define BF_STORE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "err.h"
 
 typedef struct bf_store bf_store;
 
@@ -21,23 +24,23 @@ typedef struct bf_store bf_store;
 
 /* Open (and migrate) the database at path.
  * OUT: *out, a handle the caller closes with bf_store_close.
- * On failure *out is set to NULL and, when errmsg is not NULL, *errmsg points to a
- * static-or-thread-local one-line message valid until the next open call.
+ * On failure *out is set to NULL and err (when not NULL) holds the code and a
+ * one-line message.
  * Errors: -ENOENT missing file, -EINVAL not a SQLite file / not a bifocal
  * database, -EPROTO schema newer than this build, -EACCES permission. */
-int bf_store_open(const char *path, int flags, bf_store **out, const char **errmsg);
+int bf_store_open(const char *path, int flags, bf_store **out, bf_err *err);
 
 /* Open a read-only database from an image in memory (nothing touches the
  * disk: e.g. a decrypted sealed export). Takes ownership of image, which must
  * come from bf_store_image_buf_alloc. name is used in messages only.
  * OUT and errors: as bf_store_open. */
 int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_store **out,
-                        const char **errmsg);
+                        bf_err *err);
 
 /* Open a new, empty bifocal database in memory only (e.g. the plaintext of a
  * sealed export, which must never touch the disk). OUT and errors: as
  * bf_store_open. */
-int bf_store_open_memory(bf_store **out, const char **errmsg);
+int bf_store_open_memory(bf_store **out, bf_err *err);
 
 /* Close; flushes pending samples. Accepts NULL. */
 void bf_store_close(bf_store *s);

@@ -211,7 +211,7 @@ static int probe_interpreter(const bf_trace_opts *o, bf_trace_plan *p) {
   char *pargv[] = {o->cmd[0], "-c", (char *)trc_probe, NULL};
   if (bf_meta_capture(pargv, NULL, probe, sizeof probe) != 0) {
     snprintf(p->err, sizeof p->err, "cannot run '%s' as a Python interpreter (is it on PATH?)", o->cmd[0]);
-    return 127;
+    return BF_TRACE_NOT_RUNNABLE;
   }
   char impl[64] = "";
   const char *exe_line = probe; /* 4th line: the executable (may hold spaces) */
@@ -219,16 +219,16 @@ static int probe_interpreter(const bf_trace_opts *o, bf_trace_plan *p) {
   if (exe_line) snprintf(p->exe, sizeof p->exe, "%.*s", (int)strcspn(exe_line, "\n"), exe_line);
   if (sscanf(probe, "%63s %63s %127s", impl, p->version, p->suffix) != 3 || strcmp(impl, "cpython")) {
     snprintf(p->err, sizeof p->err, "'%s' is not a CPython interpreter bifocal can trace", o->cmd[0]);
-    return 2;
+    return BF_TRACE_UNTRACEABLE;
   }
   int major = 0, minor = 0;
   sscanf(p->version, "%d.%d", &major, &minor);
   if (major < 3 || (major == 3 && minor < 8)) {
     snprintf(p->err, sizeof p->err, "Python %s (%s) is too old to trace: bifocal supports CPython 3.8 and newer",
              p->version, o->cmd[0]);
-    return 2;
+    return BF_TRACE_UNTRACEABLE;
   }
-  return 0;
+  return BF_TRACE_READY;
 }
 
 /* cmd as execvp would find it (PATH searched when it has no '/'), resolved
@@ -369,7 +369,7 @@ int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
   if (first >= o->ncmd) {
     snprintf(p->err, sizeof p->err, "nothing to run: give a script, -m MODULE or -c CMD after '%s'",
              o->cmd[interp]);
-    return 2;
+    return BF_TRACE_UNTRACEABLE;
   }
   p->first = first;
   int rc = 0;
@@ -377,7 +377,7 @@ int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
   if (interp > 0 && trc_which(o->cmd[0], found) < 0) {
     snprintf(p->err, sizeof p->err, "cannot run '%s' (the launcher before %s): not found (is it on PATH?)",
              o->cmd[0], o->cmd[interp]);
-    return 127;
+    return BF_TRACE_NOT_RUNNABLE;
   }
   /* behind a launcher the interpreter's files are not the host's to read */
   if (interp > 0 || trc_files_probe(o, p) < 0) {
@@ -391,13 +391,13 @@ int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
                  "bifocal's tracing module (bifocal_trace.py) is not installed: looked in %s; rebuild "
                  "(meson compile -C build) or set BIFOCAL_TRACING_DIR",
                  tried[0] ? tried : "(nowhere)");
-        return 2;
+        return BF_TRACE_UNTRACEABLE;
       }
       if (!(p->command = bf_meta_join_argv(o->ncmd, o->cmd))) {
         snprintf(p->err, sizeof p->err, "out of memory");
-        return 1;
+        return BF_TRACE_NO_MEMORY;
       }
-      return 0;
+      return BF_TRACE_READY;
     }
     rc = probe_interpreter(o, p); /* not found: says so */
     if (rc) return rc;
@@ -408,7 +408,7 @@ int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
       snprintf(p->err, sizeof p->err,
                "Python %s (%s) is too old to trace: bifocal supports CPython 3.8 and newer", p->version,
                o->cmd[0]);
-      return 2;
+      return BF_TRACE_UNTRACEABLE;
     }
   }
   char tried[4 * PATH_MAX];
@@ -418,13 +418,13 @@ int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p) {
              "_bifocal_trace%s in %s; install that Python's headers and rebuild "
              "(meson setup --reconfigure build), or set BIFOCAL_TRACING_DIR",
              p->version, o->cmd[0], p->suffix, tried[0] ? tried : "(nowhere)");
-    return 2;
+    return BF_TRACE_UNTRACEABLE;
   }
   if (!(p->command = bf_meta_join_argv(o->ncmd, o->cmd))) {
     snprintf(p->err, sizeof p->err, "out of memory");
-    return 1;
+    return BF_TRACE_NO_MEMORY;
   }
-  return 0;
+  return BF_TRACE_READY;
 }
 
 /* Until the runner writes what it saw inside, say which interpreter was
@@ -728,7 +728,7 @@ int bf_trace_outcome(bf_store *s, int64_t session_id) {
   }
   bf_session_info *got = NULL;
   int rc = bf_store_session_get(s, session_id, &got);
-  if (rc == 0) rc = !(got->status && strcmp(got->status, "incomplete") == 0);
+  if (rc == 0) rc = got->status && strcmp(got->status, "incomplete") == 0 ? BF_TRACE_INCOMPLETE : BF_TRACE_WRITTEN;
   bf_session_info_free(got);
   return rc;
 }

@@ -43,10 +43,18 @@ typedef struct bf_trace_plan {
   char err[4 * PATH_MAX + 512]; /* why a step failed */
 } bf_trace_plan;
 
+/* What bf_trace_prepare found; not READY is also the exit status to use. */
+typedef enum {
+  BF_TRACE_READY = 0,
+  BF_TRACE_NO_MEMORY = 1,
+  BF_TRACE_UNTRACEABLE = 2,    /* not a command or an interpreter bifocal can trace */
+  BF_TRACE_NOT_RUNNABLE = 127, /* the interpreter (or its launcher) does not run */
+} bf_trace_prep;
+
 /* Check the command and its interpreter, find the extension, note the commit.
- * Returns 0, or the exit status to use (2: not a command or interpreter we can
- * trace, 127: the interpreter does not run, 1: out of memory) with p->err.
- * Free with bf_trace_plan_free in every case. */
+ * Returns a bf_trace_prep, with p->err when not BF_TRACE_READY (the plan
+ * carries its message, like a handle). Free with bf_trace_plan_free in every
+ * case. */
 int bf_trace_prepare(const bf_trace_opts *o, bf_trace_plan *p);
 
 /* Create the traced session (status "incomplete") so a program killed
@@ -64,9 +72,14 @@ int bf_trace_begin(bf_store *s, const bf_trace_opts *o, bf_trace_plan *p);
  * writes the database through them where the host paths do not exist. */
 int bf_trace_exec(const bf_trace_opts *o, bf_trace_plan *p);
 
-/* What became of session_id: 1 written, 0 still "incomplete" (the program
- * ended before its trace was written), -ENOENT dropped by the runner (the
- * program could not be started), other negative errno on the handle. */
+/* What became of a traced session (bf_trace_outcome). */
+typedef enum {
+  BF_TRACE_INCOMPLETE = 0, /* the program ended before its trace was written */
+  BF_TRACE_WRITTEN = 1,
+} bf_trace_fate;
+
+/* What became of session_id: a bf_trace_fate, -ENOENT dropped by the runner
+ * (the program could not be started), other negative errno on the handle. */
 int bf_trace_outcome(bf_store *s, int64_t session_id);
 
 void bf_trace_plan_free(bf_trace_plan *p);

@@ -138,7 +138,7 @@ int bf_audit_begin_look(bf_cli *cli, const char *command, long long target_pid, 
     make_parent(path);
   }
   if (!why) {
-    const char *msg = NULL;
+    bf_err msg = BF_ERR_INIT;
     int orc = -1;
     /* a look-only command may start beside others on a fresh audit store: the
      * first open of a new file can race with another one creating it */
@@ -147,7 +147,7 @@ int bf_audit_begin_look(bf_cli *cli, const char *command, long long target_pid, 
       orc = bf_store_open(path, BF_STORE_CREATE, &a->s, &msg);
     }
     if (orc < 0) {
-      snprintf(whybuf, sizeof whybuf, "%s", msg ? msg : "cannot open it");
+      snprintf(whybuf, sizeof whybuf, "%s", bf_err_msg(&msg, "cannot open it"));
       why = whybuf;
       a->s = NULL;
     } else if (add_row(cli, a, command, target_pid) < 0) {

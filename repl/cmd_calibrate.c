@@ -1,6 +1,7 @@
 /* cmd_calibrate.c — `bifocal calibrate [--rate HZ] [--clock C] [--json] [--memory] -- python ...`:
  * parse the options, run the reproduction traced and sampled at once
- * (core/calibrate.c, with the sampler plugged in here), and print the report:
+ * (core/calibrate.c, with the trace's launch and the sampler plugged in
+ * here), and print the report:
  * per function how far the sampled estimate is from the exact traced share,
  * whether its 95% interval covered it, which short functions were never
  * sampled, and which rate would have sized them. With --memory: the sampled
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "audit.h"
@@ -38,6 +40,98 @@ static void cal_signal(int sig, siginfo_t *si, void *uc) {
   cal_stop = 1;
 }
 static const int cal_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+/* How the traced run is launched: this executable's `trace` command. */
+typedef struct cal_tracer {
+  const char *self_exe;
+  const char *db_path;
+} cal_tracer;
+
+/* bf_cal_start_fn: `self --db DB trace [--no-builtins] --clock C --label L
+ * [--memory] -- argv...` with its stdout on a pipe. */
+static int cal_start_trace(void *ud, const bf_cal_trace_req *req, int *pid, int *out_fd, char *err, size_t errlen) {
+  const cal_tracer *ct = ud;
+  size_t ncmd = 0;
+  while (req->argv[ncmd]) ncmd++;
+  char **targv = calloc(ncmd + 16, sizeof *targv);
+  if (!targv) return -ENOMEM;
+  int k = 0;
+  targv[k++] = (char *)ct->self_exe;
+  targv[k++] = "--db";
+  targv[k++] = (char *)ct->db_path;
+  targv[k++] = "trace";
+  if (!req->builtins) targv[k++] = "--no-builtins";
+  targv[k++] = "--clock";
+  targv[k++] = (char *)req->clock;
+  targv[k++] = "--label";
+  targv[k++] = (char *)req->label;
+  if (req->memory) targv[k++] = "--memory";
+  targv[k++] = "--";
+  for (size_t i = 0; i < ncmd; i++) targv[k++] = req->argv[i];
+  targv[k] = NULL;
+  int pfd[2];
+  if (pipe(pfd) < 0) {
+    int e = errno;
+    snprintf(err, errlen, "pipe: %s", strerror(e));
+    free(targv);
+    return -e;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t parent = getpid();
+  pid_t tp = fork();
+  if (tp < 0) {
+    int e = errno;
+    snprintf(err, errlen, "fork: %s", strerror(e));
+    close(pfd[0]);
+    close(pfd[1]);
+    free(targv);
+    return -e;
+  }
+  if (tp == 0) {
+    /* calibrate killed outright: the trace ends its program, which writes */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);
+    dup2(pfd[1], 1);
+    close(pfd[0]);
+    close(pfd[1]);
+    execv(ct->self_exe, targv);
+    _exit(127);
+  }
+  free(targv);
+  close(pfd[1]);
+  *pid = tp;
+  *out_fd = pfd[0];
+  return 0;
+}
+
+/* bf_cal_target_fn: the child of pid running the traced program. bifocal
+ * trace may first run short probes of the interpreter, so pick the child
+ * whose command line carries the tracer's bootstrap arguments. */
+static int cal_traced_child(void *ud, int pid) {
+  (void)ud;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+  fclose(f);
+  for (char *p = buf; *p;) {
+    char *end;
+    long c = strtol(p, &end, 10);
+    if (end == p) break;
+    p = end;
+    char cpath[64], cmd[8192];
+    snprintf(cpath, sizeof cpath, "/proc/%ld/cmdline", c);
+    FILE *cf = fopen(cpath, "r");
+    if (!cf) continue;
+    size_t n = fread(cmd, 1, sizeof cmd - 1, cf);
+    fclose(cf);
+    for (size_t i = 0; i + 9 <= n; i++)
+      if (memcmp(cmd + i, "--session", 9) == 0) return (int)c;
+  }
+  return 0;
+}
 
 typedef struct cal_sampler {
   bf_cli *cli;
@@ -310,9 +404,10 @@ static int calibrate_main(bf_cli *cli, int argc, char **argv) {
   char slabel[256];
   snprintf(slabel, sizeof slabel, "%s-sampled", label ? label : "calibrate");
   cal_sampler cs = {cli, strcmp(clock, "cpu") == 0, rate, slabel, memory};
-  bf_cal_opts o = {.self_exe = self, .db_path = cli->db_path, .clock = clock, .label = label, .argv = argv + optind,
-                   .sample = cal_sample, .sample_ud = &cs, .stop = &cal_stop, .child = &cal_child,
-                   .memory = memory};
+  cal_tracer ct = {self, cli->db_path};
+  bf_cal_opts o = {.clock = clock, .label = label, .argv = argv + optind, .start = cal_start_trace,
+                   .target = cal_traced_child, .start_ud = &ct, .sample = cal_sample, .sample_ud = &cs,
+                   .stop = &cal_stop, .child = &cal_child, .memory = memory};
   bf_cal_run_result run;
   bf_audit_capture_hold(cli->db_path); /* gc --force keeps out meanwhile */
   int ran = bf_cal_run(&o, &run);

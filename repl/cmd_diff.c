@@ -83,26 +83,27 @@ int bf_cmd_diff(bf_cli *cli, int argc, char **argv) {
     bf_store_close(s);
     return rc;
   }
-  char why[512];
-  int cmp = bf_diff_compatible(s, a, b, why, sizeof why);
+  bf_err why = BF_ERR_INIT;
+  int cmp = bf_diff_compatible(s, a, b, &why);
   if (cmp < 0) {
     bf_cli_error("%s", bf_store_errmsg(s));
     bf_store_close(s);
     return 1;
   }
-  if (cmp > 0) {
+  if (cmp == BF_DIFF_NOT_COMPARABLE) {
     if (!d.force) {
       bf_cli_error("sessions %lld and %lld are not comparable: %s (use --force to compare anyway)", (long long)a,
-                   (long long)b, why);
+                   (long long)b, why.msg);
       bf_store_close(s);
       return 1;
     }
-    bf_cli_warn("comparing anyway (--force): %s", why);
+    bf_cli_warn("comparing anyway (--force): %s", why.msg);
   }
   bf_session_info *ia = NULL, *ib = NULL;
+  bf_err interp = BF_ERR_INIT;
   if (bf_store_session_get(s, a, &ia) == 0 && bf_store_session_get(s, b, &ib) == 0 &&
-      bf_sessions_interp_differ(ia, ib, why, sizeof why))
-    bf_cli_warn("%s", why);
+      bf_sessions_interp_differ(ia, ib, &interp))
+    bf_cli_warn("%.511s", interp.msg); /* as long as it always was */
   bf_session_info_free(ia);
   bf_session_info_free(ib);
   bf_out_file of;

@@ -87,16 +87,17 @@ static int fetch_and_store(bf_cli *cli, dest *d, const iq *q) {
   rq.body = req;
   rq.body_len = reqn;
   bf_http_resp r;
-  char err[1024], msg[1200];
-  bf_http_result res = bf_http_send(&rq, &r, err, sizeof err);
+  bf_err err = BF_ERR_INIT;
+  char msg[1200];
+  bf_http_result res = bf_http_send(&rq, &r, &err);
   free(req);
   if (res == BF_HTTP_OK && r.status != 200) {
-    snprintf(err, sizeof err, "%s answered HTTP %ld: %.*s", d->shown, r.status, (int)(r.len < 160 ? r.len : 160),
+    bf_err_set(&err, BF_HTTP_USAGE, "%s answered HTTP %ld: %.*s", d->shown, r.status, (int)(r.len < 160 ? r.len : 160),
              r.body ? (const char *)r.body : "");
     res = BF_HTTP_USAGE;
   }
   if (res != BF_HTTP_OK) {
-    bf_fleet_redact(d, err, msg, sizeof msg);
+    bf_fleet_redact(d, err.msg, msg, sizeof msg);
     bf_cli_error("import --from pyroscope: %s", msg);
     bf_http_resp_free(&r);
     return 1;

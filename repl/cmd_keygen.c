@@ -25,9 +25,10 @@ int bf_cmd_keygen(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("keygen takes no arguments ('%s'); use -o NAME", argv[optind]);
     return 2;
   }
-  char fpr[17], err[512];
-  if (bf_share_keygen(name, fpr, err, sizeof err) < 0) {
-    bf_cli_error("%s", err);
+  char fpr[17];
+  bf_err err = BF_ERR_INIT;
+  if (bf_share_keygen(name, fpr, &err) < 0) {
+    bf_cli_error("%s", err.msg);
     return 1;
   }
   printf("%s.pub  public key (give it to whoever sends you profiles)\n"

@@ -245,8 +245,8 @@ void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out)
   long backoff = 500;
   for (int a = 0; a <= d->retries; a++) {
     bf_http_resp r;
-    char err[1024] = "";
-    bf_http_result res = bf_http_send(&rq, &r, err, sizeof err);
+    bf_err err = BF_ERR_INIT;
+    bf_http_result res = bf_http_send(&rq, &r, &err);
     out->attempts = a + 1;
     out->status = r.status;
     if (res == BF_HTTP_OK && r.status >= 200 && r.status < 300) {
@@ -256,7 +256,7 @@ void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out)
         char m2[1024];
         snprintf(m2, sizeof m2, "%s accepted the request but rejected %lld profile(s): %s", d->shown, (long long)rej,
                  msg);
-        bf_fleet_redact(d, m2, out->error, sizeof out->error);
+        bf_fleet_redact(d, m2, out->error.msg, sizeof out->error.msg);
       } else {
         out->ok = 1;
       }
@@ -268,7 +268,7 @@ void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out)
       snprintf(body, sizeof body, "%.*s", (int)(r.len < 160 ? r.len : 160), r.body ? (const char *)r.body : "");
       for (char *c = body; *c; c++)
         if (*c == '\n' || *c == '\r') *c = ' ';
-      snprintf(err, sizeof err, "%s answered HTTP %ld%s%s", d->shown, r.status, *body ? ": " : "", body);
+      snprintf(err.msg, sizeof err.msg, "%s answered HTTP %ld%s%s", d->shown, r.status, *body ? ": " : "", body);
     }
     long wait = backoff;
     if (res == BF_HTTP_OK && r.retry_after_s >= 0) wait = r.retry_after_s * 1000;
@@ -276,16 +276,16 @@ void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out)
     bf_http_resp_free(&r);
     out->retryable = retryable(res, out->status);
     if (!retryable(res, out->status) || a == d->retries) {
-      snprintf(err + strlen(err), sizeof err - strlen(err), "%s",
+      snprintf(err.msg + strlen(err.msg), sizeof err.msg - strlen(err.msg), "%s",
                retryable(res, out->status) && d->retries > 0
                    ? " (gave up after the last retry; the session stays in the database)" : "");
-      bf_fleet_redact(d, err, out->error, sizeof out->error);
+      bf_fleet_redact(d, err.msg, out->error.msg, sizeof out->error.msg);
       return;
     }
     if (wait > RETRY_AFTER_MAX_S * 1000L) {
-      snprintf(err + strlen(err), sizeof err - strlen(err), " and asks to wait %ld s, more than the %d s bound: try later",
+      snprintf(err.msg + strlen(err.msg), sizeof err.msg - strlen(err.msg), " and asks to wait %ld s, more than the %d s bound: try later",
                wait / 1000, RETRY_AFTER_MAX_S);
-      bf_fleet_redact(d, err, out->error, sizeof out->error);
+      bf_fleet_redact(d, err.msg, out->error.msg, sizeof out->error.msg);
       return;
     }
     nap_ms(wait);
@@ -304,7 +304,7 @@ static void report(const bf_cli *cli, const dest *d, int64_t id, const bf_push_o
     bf_jw_kint(jw, "status", (long long)o->status);
     bf_jw_kint(jw, "attempts", o->attempts);
     bf_jw_kint(jw, "bytes", (long long)o->bytes);
-    bf_jw_kstr(jw, "error", o->ok ? NULL : o->error);
+    bf_jw_kstr(jw, "error", o->ok ? NULL : o->error.msg);
     bf_jw_end(jw);
     return;
   }
@@ -313,7 +313,7 @@ static void report(const bf_cli *cli, const dest *d, int64_t id, const bf_push_o
     printf("session %lld pushed to %s (HTTP %ld, %zu bytes, %d attempt%s)\n", (long long)id, d->shown, o->status,
            o->bytes, o->attempts, o->attempts == 1 ? "" : "s");
   else
-    bf_cli_error("session %lld not pushed: %s", (long long)id, o->error);
+    bf_cli_error("session %lld not pushed: %s", (long long)id, o->error.msg);
 }
 
 static int push_one(bf_cli *cli, const dest *d, bf_store *s, const char *arg, bf_jw *jw) {
@@ -325,8 +325,8 @@ static int push_one(bf_cli *cli, const dest *d, bf_store *s, const char *arg, bf
   bf_push_outcome o = {0};
   if ((rc = bf_store_session_get(s, id, &in)) ||
       (rc = bf_push_encode(d, s, id, in, &p))) {
-    snprintf(o.error, sizeof o.error, "cannot encode it: %s", bf_store_errmsg(s));
-    if (rc == -ENOMEM) snprintf(o.error, sizeof o.error, "out of memory encoding it");
+    bf_err_set(&o.error, rc, "cannot encode it: %s", bf_store_errmsg(s));
+    if (rc == -ENOMEM) bf_err_set(&o.error, rc, "out of memory encoding it");
   } else {
     bf_push_send(d, &p, &o);
   }
@@ -377,11 +377,11 @@ static int follow_window(const bf_cli *cli, dest *d, bf_store *s, int64_t id, in
       return 0;
     }
     if (rc || !o.retryable) {
-      if (!rc) bf_cli_error("session %lld window %lld not pushed: %s", (long long)id, (long long)k, o.error);
+      if (!rc) bf_cli_error("session %lld window %lld not pushed: %s", (long long)id, (long long)k, o.error.msg);
       return 1;
     }
     bf_cli_warn("session %lld window %lld waits for the backend (%s); next try in %ld s", (long long)id,
-                (long long)k, o.error, pause / 1000);
+                (long long)k, o.error.msg, pause / 1000);
     nap_ms(pause);
   }
   (void)cli;

@@ -86,21 +86,19 @@ int bf_cmd_run(bf_cli *cli, int argc, char **argv) {
     bf_cli_error("cannot read script '%s': %s", argv[optind], strerror(errno));
     return 2;
   }
-  char err[PATH_MAX + 128];
-  lua_State *L = bf_lua_new(&lo, err, sizeof err);
+  bf_err err = BF_ERR_INIT;
+  lua_State *L = bf_lua_new(&lo, &err);
   if (!L) {
-    bf_cli_error("%s", err);
+    bf_cli_error("%s", err.msg);
     return 2;
   }
-  char *msg = NULL;
-  int rc = bf_lua_run_main(L, script, argc - optind - 1, argv + optind + 1, &msg); /* closes L */
+  int rc = bf_lua_run_main(L, script, argc - optind - 1, argv + optind + 1, &err); /* closes L */
   fflush(stdout);
-  if (rc == 2) {
+  if (rc == BF_LUA_ERROR) {
     /* the message may quote names from profiles: controls escaped, the line
      * breaks of multi-line messages (usage texts) kept */
-    bf_fputs_inert_lines(stderr, msg ? msg : "script error");
+    bf_fputs_inert_lines(stderr, err.msg); /* "script error" when out of memory */
     fputc('\n', stderr);
   }
-  free(msg);
   return rc;
 }

@@ -138,7 +138,7 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   int rc = trace_parse(argc, argv, &o);
   if (rc >= 0) return rc;
   bf_trace_plan p;
-  if ((rc = bf_trace_prepare(&o, &p))) {
+  if ((rc = bf_trace_prepare(&o, &p)) != BF_TRACE_READY) {
     bf_cli_error("%s", p.err);
     bf_trace_plan_free(&p);
     return rc;
@@ -176,11 +176,11 @@ int bf_cmd_trace(bf_cli *cli, int argc, char **argv) {
   if (bf_cli_open_store(cli, BF_STORE_CREATE, &s) == 0) {
     int out = bf_trace_outcome(s, sid);
     exists = out != -ENOENT; /* the runner could not start the program, said why and dropped it */
-    if (out == 0)
+    if (out == BF_TRACE_INCOMPLETE)
       bf_cli_warn("the traced program ended before its trace was written (exit status %d); "
                   "session %lld stays incomplete",
                   exit_code, (long long)sid);
-    else if (out > 0)
+    else if (out == BF_TRACE_WRITTEN)
       unmatched = focus_report(s, sid, &o);
     bf_store_close(s);
   }

@@ -62,7 +62,8 @@ typedef struct bf_push_payload {
   char ctype[128];
 } bf_push_payload;
 
-/* How sending went. error is redacted (bf_fleet_redact). */
+/* How sending went. error (code 0: the message alone) is redacted
+ * (bf_fleet_redact). */
 typedef struct bf_push_outcome {
   int ok;
   long status;
@@ -70,7 +71,7 @@ typedef struct bf_push_outcome {
   size_t bytes;
   int retryable;       /* the last failure may pass (refused, timeout, 5xx, 429) */
   long retry_after_ms; /* the last answer's Retry-After; -1 when none */
-  char error[1024];
+  bf_err error;
 } bf_push_outcome;
 
 /* Session id (its info in) encoded for d, d->filter's window of it

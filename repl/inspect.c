@@ -50,8 +50,9 @@ static int target_open(bf_inspect *l, int pid, target *t) {
     return rc;
   }
   if (l->o.native) {
-    rc = bf_smp_native_new(t->h, l->o.native_threads, &t->nat, l->err, sizeof l->err);
+    rc = bf_smp_native_new(t->h, l->o.native_threads, &t->nat);
     if (rc < 0) {
+      snprintf(l->err, sizeof l->err, "%s", bf_smp_errmsg(t->h));
       target_free(t);
       return rc;
     }

@@ -573,16 +573,16 @@ static void show_verdict(lua_State *L) {
   print_verdict(L, stdout);
 }
 
-lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
+lua_State *bf_lua_new(const bf_lua_opts *o, bf_err *err) {
   lua_State *L = luaL_newstate();
   if (!L) {
-    snprintf(err, errlen, "not enough memory for the Lua interpreter");
+    bf_err_set(err, -ENOMEM, "not enough memory for the Lua interpreter");
     return NULL;
   }
   lua_mem *m = calloc(1, sizeof *m);
   if (!m) {
     lua_close(L);
-    snprintf(err, errlen, "not enough memory for the Lua interpreter");
+    bf_err_set(err, -ENOMEM, "not enough memory for the Lua interpreter");
     return NULL;
   }
   /* count from what the state already holds, so used returns to exactly 0
@@ -598,7 +598,7 @@ lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen) {
   if (o && o->out_dir) {
     struct stat st;
     if (!realpath(o->out_dir, c->out_real) || stat(c->out_real, &st) != 0 || !S_ISDIR(st.st_mode)) {
-      snprintf(err, errlen, "--out '%s' is not a directory (create it first)", o->out_dir);
+      bf_err_set(err, -ENOTDIR, "--out '%s' is not a directory (create it first)", o->out_dir);
       lua_close(L);
       return NULL;
     }
@@ -748,8 +748,16 @@ static char *full_path_msg(char *msg, const char *path) {
   return r;
 }
 
-int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg) {
-  *errmsg = NULL;
+/* A script error into err: msg (malloc'd, freed here; NULL when out of
+ * memory: then err says "script error"). Returns BF_LUA_ERROR. */
+static int set_msg(bf_err *err, char *msg) {
+  bf_err_set(err, BF_LUA_ERROR, "%s", msg ? msg : "script error");
+  free(msg);
+  return BF_LUA_ERROR;
+}
+
+int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, bf_err *err) {
+  bf_err_clear(err);
   arm(L);
   getctx(L)->script = path;
   lua_createtable(L, argc, 1);
@@ -763,25 +771,22 @@ int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char 
   int st = luaL_loadfilex(L, path, "t");
   if (st != LUA_OK) {
     disarm(L);
-    *errmsg = full_path_msg(fail_msg(L, st), path);
-    return 2;
+    return set_msg(err, full_path_msg(fail_msg(L, st), path));
   }
   if (!lua_checkstack(L, argc + 4)) {
     disarm(L);
-    *errmsg = strdup("too many script arguments");
-    return 2;
+    return bf_err_set(err, BF_LUA_ERROR, "too many script arguments");
   }
   for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]);
   st = docall(L, argc, 0);
   disarm(L);
   fflush(stdout);
   if (st != LUA_OK) {
-    *errmsg = full_path_msg(fail_msg(L, st), path);
-    return 2;
+    return set_msg(err, full_path_msg(fail_msg(L, st), path));
   }
   int n_failed = 0, n_checks = bf_lua_checks(L, &n_failed);
   if (n_checks > getctx(L)->printed) print_verdict(L, stdout);
-  return n_failed ? 1 : 0;
+  return n_failed ? BF_LUA_CHECK_FAILED : BF_LUA_OK;
 }
 
 static void on_sigint(int sig) {
@@ -838,7 +843,7 @@ static void *watchdog_main(void *ud) {
   return NULL;
 }
 
-int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, char **errmsg) {
+int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, bf_err *err) {
   /* no SA_RESTART: Ctrl-C or the deadline also ends a read that blocks */
   struct sigaction sa = {0}, old, old_term, sa_alrm = {0}, old_alrm;
   sa.sa_handler = on_sigint;
@@ -856,7 +861,7 @@ int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, char 
   pthread_sigmask(SIG_SETMASK, &all, &prev);
   int have_dog = pthread_create(&th, NULL, watchdog_main, &w) == 0;
   pthread_sigmask(SIG_SETMASK, &prev, NULL);
-  int rc = bf_lua_run_file(L, path, argc, argv, errmsg);
+  int rc = bf_lua_run_file(L, path, argc, argv, err);
   /* the finalizers run at close: under the same deadline, Ctrl-C and grace
    * (no hooks run in a finalizer: the allocator and the grace stop them) */
   closing = 1;
@@ -905,8 +910,8 @@ static int incomplete(lua_State *L, int st) {
   return m && l >= sizeof eof - 1 && strcmp(m + l - (sizeof eof - 1), eof) == 0;
 }
 
-int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, char **errmsg) {
-  *errmsg = NULL;
+int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, bf_err *err) {
+  bf_err_clear(err);
   int top = lua_gettop(L);
   int st = LUA_ERRSYNTAX;
   if (print_results) {
@@ -918,23 +923,23 @@ int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int prin
   if (st != LUA_OK) st = luaL_loadbufferx(L, chunk, strlen(chunk), chunkname, "t");
   if (incomplete(L, st)) {
     lua_settop(L, top);
-    return 1;
+    return BF_LUA_INCOMPLETE;
   }
   if (st != LUA_OK) {
-    *errmsg = take_msg(L);
+    set_msg(err, take_msg(L));
     lua_settop(L, top);
-    return 2;
+    return BF_LUA_ERROR;
   }
   arm(L);
   st = docall(L, 0, LUA_MULTRET);
   disarm(L);
   fflush(stdout);
   if (st != LUA_OK) {
-    *errmsg = fail_msg(L, st);
+    set_msg(err, fail_msg(L, st));
     lua_settop(L, top);
-    return 2;
+    return BF_LUA_ERROR;
   }
   print_values(L, lua_gettop(L) - top);
   lua_settop(L, top);
-  return 0;
+  return BF_LUA_OK;
 }

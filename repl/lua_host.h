@@ -11,6 +11,8 @@
 
 #include <lua.h>
 
+#include "err.h"
+
 typedef struct bf_lua_opts {
   const char *db_path; /* database of bifocal.open() with no argument; borrowed, must outlive the state */
   int sandbox;         /* 1: no os.execute/io.popen/package.loadlib/C modules/debug hooks, no
@@ -26,16 +28,25 @@ typedef struct bf_lua_opts {
 /* A fresh interpreter with the standard libraries, `bifocal` as a global and
  * the sandbox applied as o says. Whatever the sandbox, the string matcher,
  * string.rep, table.sort and table.move check the deadline and Ctrl-C while
- * a chunk runs, and the state's memory is capped (o->memory_bytes). Returns NULL and writes a one-line reason to
- * err on failure (out of memory, --out not a directory). Caller closes with
- * lua_close. */
-lua_State *bf_lua_new(const bf_lua_opts *o, char *err, size_t errlen);
+ * a chunk runs, and the state's memory is capped (o->memory_bytes). Returns
+ * NULL on failure with err (may be NULL) set: -ENOMEM, or -ENOTDIR when
+ * --out is not a directory. Caller closes with lua_close. */
+lua_State *bf_lua_new(const bf_lua_opts *o, bf_err *err);
+
+/* What running a script or a chunk came to. bf_lua_run_file's value is also
+ * `bifocal run`'s exit status. */
+typedef enum {
+  BF_LUA_OK = 0,           /* ran (run_file: and every check held) */
+  BF_LUA_CHECK_FAILED = 1, /* bf_lua_run_file: a check failed */
+  BF_LUA_INCOMPLETE = 1,   /* bf_lua_exec: the chunk ends early (<eof>): read more and call again */
+  BF_LUA_ERROR = 2,        /* a script error: err->msg says it (cut at BF_ERR_MSG_MAX) */
+} bf_lua_status;
 
 /* Run a script file with arg[0] = path and arg[1..argc] = argv (also passed as
  * `...`), then print the verdict table when checks were made and not printed.
- * Returns 0 when every check held, 1 when one failed, 2 on a script error.
- * OUT: *errmsg on 2, one line "file:line: message" (caller frees). */
-int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char **errmsg);
+ * Returns BF_LUA_OK, BF_LUA_CHECK_FAILED or BF_LUA_ERROR, with err (may be
+ * NULL) then holding "file:line: message". */
+int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, bf_err *err);
 
 /* bf_lua_run_file as the main program (`bifocal run`), then lua_close(L):
  * L is closed on return. A watchdog thread holds the budget outside the
@@ -46,13 +57,13 @@ int bf_lua_run_file(lua_State *L, const char *path, int argc, char **argv, char 
  * no hooks there), the process exits with a message; a second Ctrl-C exits
  * at once. The previous handlers are restored after. Same results as
  * bf_lua_run_file. */
-int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, char **errmsg);
+int bf_lua_run_main(lua_State *L, const char *path, int argc, char **argv, bf_err *err);
 
 /* Load and run one chunk of source (chunkname e.g. "=repl"); when print_results
  * is set, the chunk is first tried as "return CHUNK" and its values printed.
- * Returns 0 ok, 1 incomplete chunk (ends at <eof>: read more and call again),
- * 2 error. OUT: *errmsg on 2 (caller frees). */
-int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, char **errmsg);
+ * Returns BF_LUA_OK, BF_LUA_INCOMPLETE (ends at <eof>: read more and call
+ * again) or BF_LUA_ERROR with err (may be NULL) set. */
+int bf_lua_exec(lua_State *L, const char *chunk, const char *chunkname, int print_results, bf_err *err);
 
 /* Where `bifocal run NAME` finds a script: NAME itself when readable or when it
  * has a '/', else $BIFOCAL_SCRIPTS/NAME, then the installed scripts directory

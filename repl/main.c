@@ -61,11 +61,11 @@ void bf_cli_warn(const char *fmt, ...) {
 }
 
 int bf_cli_open_store(bf_cli *cli, int flags, bf_store **out) {
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   bf_out_protect(cli->db_path); /* -o must never land on it */
   int rc = bf_store_open(cli->db_path, flags, out, &msg);
   if (rc < 0) {
-    bf_cli_error("%s", msg ? msg : strerror(-rc));
+    bf_cli_error("%s", bf_err_msg(&msg, strerror(-rc)));
     return 1;
   }
   struct stat st; /* profiles reveal code layout: say so (once) when others may write */

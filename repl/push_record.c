@@ -219,12 +219,12 @@ static int send_due(bf_push_rec *p, bf_store *s, int finishing) {
     if (o.retry_after_ms >= 0) wait = o.retry_after_ms < RETRY_AFTER_CAP_MS ? o.retry_after_ms : RETRY_AFTER_CAP_MS;
     bf_spool_failed(s, r.id, o.status, 0, now + (int64_t)wait * 1000000);
     if (!p->down)
-      bf_cli_warn("record --push: window %" PRId64 " waits in the spool: %s; retrying with backoff", r.seq, o.error);
+      bf_cli_warn("record --push: window %" PRId64 " waits in the spool: %s; retrying with backoff", r.seq, o.error.msg);
     p->down = 1;
   } else {
     bf_spool_failed(s, r.id, o.status, 1, 0);
     bf_cli_warn("record --push: window %" PRId64 " refused: %s; it stays in the spool (push --resume sends it again)",
-                r.seq, o.error);
+                r.seq, o.error.msg);
   }
   bf_spool_row_clear(&r);
   return 1;
@@ -262,10 +262,10 @@ static int round_once(bf_push_rec *p, bf_store *s, int finishing, int *sent) {
  * in the time left is sent. */
 static void pusher(bf_push_rec *p) {
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open(p->db_path, 0, &s, &msg)) {
     bf_cli_error("record --push: cannot open '%s' for the spool: %s (the samples are recorded; push them later)",
-                 p->db_path, msg ? msg : "?");
+                 p->db_path, bf_err_msg(&msg, "?"));
     return;
   }
   bf_store_set_busy_timeout(s, 2000);
@@ -443,7 +443,7 @@ static int resume_session(const dest *d, bf_store *s, int64_t sid, int *any) {
              o.bytes);
     else
       bf_cli_error("session %" PRId64 " window %" PRId64 " not pushed: %s (it stays in the spool)", r.session_id, r.seq,
-                   o.error);
+                   o.error.msg);
     fflush(stdout);
     bf_spool_row_clear(&r);
     if (rc) bf_cli_error("%s", bf_store_errmsg(s));

@@ -151,21 +151,20 @@ static void set_lua_session(repl *r) {
     snprintf(code, sizeof code, "session = bifocal.session(%lld)", r->cli->current_session);
   else
     snprintf(code, sizeof code, "session = nil");
-  char *err = NULL;
-  if (bf_lua_exec(r->L, code, "=use", 0, &err) == 2) {
-    bf_fputs_inert_lines(stderr, err); /* Lua errors may quote names */
+  bf_err err = BF_ERR_INIT;
+  if (bf_lua_exec(r->L, code, "=use", 0, &err) == BF_LUA_ERROR) {
+    bf_fputs_inert_lines(stderr, err.msg); /* Lua errors may quote names */
     fputc('\n', stderr);
   }
-  free(err);
 }
 
 static lua_State *get_lua(repl *r) {
   if (r->L) return r->L;
-  char err[256];
+  bf_err err = BF_ERR_INIT;
   bf_lua_opts o = {.db_path = r->cli->db_path, .sandbox = 0};
-  r->L = bf_lua_new(&o, err, sizeof err);
+  r->L = bf_lua_new(&o, &err);
   if (!r->L) {
-    bf_cli_error("%s", err);
+    bf_cli_error("%s", err.msg);
     return NULL;
   }
   set_lua_session(r);
@@ -179,13 +178,12 @@ static int run_lua(repl *r, const char *code, int print) {
   char *chunk = strdup(code);
   if (!chunk) return 1;
   for (;;) {
-    char *err = NULL;
+    bf_err err = BF_ERR_INIT;
     int st = bf_lua_exec(L, chunk, "=lua", print, &err);
-    if (st == 0) break;
-    if (st == 2) {
-      bf_fputs_inert_lines(stderr, err); /* Lua errors may quote names */
+    if (st == BF_LUA_OK) break;
+    if (st == BF_LUA_ERROR) {
+      bf_fputs_inert_lines(stderr, err.msg); /* Lua errors may quote names */
       fputc('\n', stderr);
-      free(err);
       free(chunk);
       return 1;
     }

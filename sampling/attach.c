@@ -262,7 +262,7 @@ static void calibrate_pthread(bf_smp *h, uint64_t pthread_addr) {
 
 /* A re-attach (e.g. the process exec'd) starts from a clean slate. */
 static void attach_reset(bf_smp *h, int pid) {
-  if (h->code_tab) smp_code_cache_clear(h);
+  smp_code_cache_clear(h);
   for (size_t i = 0; i < h->nslots; i++) smp_slot_close(&h->slots[i]);
   h->nslots = 0;
   h->interp_head = 0;

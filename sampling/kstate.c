@@ -23,15 +23,12 @@
 #define KC_NET_MAX_LINES 200000 /* lines of one /proc/PID/net table scanned at most */
 
 typedef struct kc_ent {
-  uint64_t hash;
-  char *key;
+  uint64_t key; /* the bf_pmap key: bf_pmap_hkey of the text's hash, or its chain */
+  char *text;
   void *val; /* links: kc_link; targets: bf_smp_ktarget */
 } kc_ent;
 
-typedef struct kc_table {
-  kc_ent *v;
-  size_t cap, n; /* cap a power of two (or 0) */
-} kc_table;
+typedef bf_pmap kc_table; /* of kc_ent; BF_PMAP_INIT(kc_ent) or zeroed */
 
 typedef struct kc_link {
   uint8_t cls;   /* BF_SMP_K_* of a wait on it */
@@ -46,40 +43,38 @@ struct smp_kcache {
   bf_smp_ktarget *gil, *full; /* "futex GIL", and the target of every text past KC_MAX_TARGETS */
 };
 
-static kc_ent *kc_find(kc_table *t, const char *key, uint64_t hash) {
-  if (!t->cap) return NULL;
-  for (size_t i = hash & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
-    kc_ent *e = &t->v[i];
-    if (!e->key) return e;
-    if (e->hash == hash && strcmp(e->key, key) == 0) return e;
+/* The value cached under text (whose bf_hash_str is hash), or NULL. */
+static void *kc_find(const kc_table *t, const char *text, uint64_t hash) {
+  for (uint64_t k = bf_pmap_hkey(hash);; k = bf_pmap_hnext(k)) {
+    const kc_ent *e = bf_pmap_get(t, k);
+    if (!e) return NULL;
+    if (strcmp(e->text, text) == 0) return e->val;
   }
 }
 
-/* The slot for key (found or empty, to be filled); NULL when out of memory. */
-static kc_ent *kc_slot(kc_table *t, const char *key, uint64_t hash) {
-  if ((t->n + 1) * 2 > t->cap) {
-    size_t ncap = t->cap ? t->cap * 2 : 64;
-    kc_ent *nv = calloc(ncap, sizeof *nv);
-    if (!nv) return NULL;
-    kc_table nt = {nv, ncap, t->n};
-    for (size_t i = 0; i < t->cap; i++)
-      if (t->v[i].key) *kc_find(&nt, t->v[i].key, t->v[i].hash) = t->v[i];
-    free(t->v);
-    *t = nt;
+/* Cache val under text (both owned by the table from now on; text is not
+ * there yet). Returns 0 or -ENOMEM (nothing taken). */
+static int kc_add(kc_table *t, char *text, uint64_t hash, void *val) {
+  t->slot_size = sizeof(kc_ent);
+  for (uint64_t k = bf_pmap_hkey(hash);; k = bf_pmap_hnext(k)) {
+    int added;
+    kc_ent *e = bf_pmap_put(t, k, &added);
+    if (!e) return -ENOMEM;
+    if (!added) continue; /* another text with this hash */
+    e->text = text;
+    e->val = val;
+    return 0;
   }
-  return kc_find(t, key, hash);
 }
 
 static void kc_clear(kc_table *t, int free_vals_text) {
-  for (size_t i = 0; i < t->cap; i++) {
-    if (!t->v[i].key) continue;
-    free(t->v[i].key);
-    if (free_vals_text) free((char *)((bf_smp_ktarget *)t->v[i].val)->text);
-    free(t->v[i].val);
+  size_t it = 0;
+  for (kc_ent *e; (e = bf_pmap_next(t, &it));) {
+    free(e->text);
+    if (free_vals_text) free((char *)((bf_smp_ktarget *)e->val)->text);
+    free(e->val);
   }
-  free(t->v);
-  t->v = NULL;
-  t->cap = t->n = 0;
+  bf_pmap_free(t);
 }
 
 void smp_kcache_free(bf_smp *h) {
@@ -96,27 +91,24 @@ void smp_kcache_free(bf_smp *h) {
 /* The one target of text; NULL when out of memory. */
 static bf_smp_ktarget *kc_target(struct smp_kcache *kc, const char *text) {
   uint64_t hash = bf_hash_str(text, strlen(text));
-  kc_ent *e = kc_find(&kc->targets, text, hash);
-  if (e && e->key) return e->val;
-  if (kc->targets.n >= KC_MAX_TARGETS) {
+  bf_smp_ktarget *t = kc_find(&kc->targets, text, hash);
+  if (t) return t;
+  if (kc->targets.len >= KC_MAX_TARGETS) {
     if (!kc->full && (kc->full = calloc(1, sizeof *kc->full)) && !(kc->full->text = strdup("(more targets)"))) {
       free(kc->full);
       kc->full = NULL;
     }
     return kc->full;
   }
-  if (!(e = kc_slot(&kc->targets, text, hash))) return NULL;
-  bf_smp_ktarget *t = calloc(1, sizeof *t);
+  t = calloc(1, sizeof *t);
   char *key = strdup(text), *txt = strdup(text);
-  if (!t || !key || !txt) {
+  if (!t || !key || !txt || kc_add(&kc->targets, key, hash, t) < 0) {
     free(t);
     free(key);
     free(txt);
     return NULL;
   }
   t->text = txt;
-  *e = (kc_ent){hash, key, t};
-  kc->targets.n++;
   return t;
 }
 
@@ -225,18 +217,15 @@ static void net_add(struct smp_kcache *kc, int k, const char *line) {
   char key[32];
   snprintf(key, sizeof key, "%lu", ino);
   uint64_t hash = bf_hash_str(key, strlen(key));
-  kc_ent *e = kc_find(&kc->net, key, hash);
-  if (e && e->key) return;
+  if (kc_find(&kc->net, key, hash)) return;
   kc_link *v = malloc(sizeof *v);
   char *kd = strdup(key);
-  if (!v || !kd || !(e = kc_slot(&kc->net, key, hash))) {
+  if (!v || !kd || kc_add(&kc->net, kd, hash, v) < 0) {
     free(v);
     free(kd);
     return;
   }
   *v = l;
-  *e = (kc_ent){hash, kd, v};
-  kc->net.n++;
 }
 
 /* Read the target's net tables (its network namespace) into the map: every
@@ -271,9 +260,9 @@ static int net_lookup(bf_smp *h, unsigned long ino, kc_link *link) {
   snprintf(key, sizeof key, "%lu", ino);
   uint64_t hash = bf_hash_str(key, strlen(key));
   for (int pass = 0; pass < 2; pass++) {
-    kc_ent *e = kc_find(&kc->net, key, hash);
-    if (e && e->key) {
-      *link = *(kc_link *)e->val;
+    const kc_link *hit = kc_find(&kc->net, key, hash);
+    if (hit) {
+      *link = *hit;
       return 1;
     }
     int64_t since = h->now_ns - kc->net_ns;
@@ -295,16 +284,11 @@ static const kc_link *fd_link(bf_smp *h, long fd) {
   text[n] = 0;
   struct smp_kcache *kc = h->kc;
   uint64_t hash = bf_hash_str(text, (size_t)n);
-  kc_ent *e = kc_find(&kc->links, text, hash);
-  if (e && e->key) return e->val;
-  if (kc->links.n >= KC_MAX_LINKS) kc_clear(&kc->links, 0);
+  const kc_link *hit = kc_find(&kc->links, text, hash);
+  if (hit) return hit;
+  if (kc->links.len >= KC_MAX_LINKS) kc_clear(&kc->links, 0);
   kc_link *l = calloc(1, sizeof *l);
-  char *key = strdup(text);
-  if (!l || !key || !(e = kc_slot(&kc->links, text, hash))) {
-    free(l);
-    free(key);
-    return NULL;
-  }
+  if (!l) return NULL;
   unsigned long ino = 0;
   l->cls = BF_SMP_K_OTHER;
   if (sscanf(text, "socket:[%lu]", &ino) == 1) {
@@ -312,7 +296,6 @@ static const kc_link *fd_link(bf_smp *h, long fd) {
     if (!net_lookup(h, ino, l)) { /* newer than the tables read: not cached, looked up again */
       static kc_link unknown = {BF_SMP_K_NET, "socket"};
       free(l);
-      free(key);
       return &unknown;
     }
   } else if (strncmp(text, "pipe:", 5) == 0) {
@@ -326,8 +309,12 @@ static const kc_link *fd_link(bf_smp *h, long fd) {
   } else {
     snprintf(l->desc, sizeof l->desc, "%s", text);
   }
-  *e = (kc_ent){hash, key, l};
-  kc->links.n++;
+  char *key = strdup(text);
+  if (!key || kc_add(&kc->links, key, hash, l) < 0) {
+    free(l);
+    free(key);
+    return NULL;
+  }
   return l;
 }
 

@@ -31,9 +31,8 @@ typedef struct bf_smp_native bf_smp_native;
  * ("1234,worker-*") choosing which threads are stopped and unwound; the
  * others are sampled with Python frames only.
  * OUT: *out. Errors: -EINVAL bad filter, -ENOTSUP not x86-64 or libunwind
- * refuses, -ENOMEM. The message goes to errbuf (len bytes) on failure. */
-int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char *errbuf,
-                      size_t len);
+ * refuses, -ENOMEM, with the message on h (bf_smp_errmsg). */
+int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out);
 
 /* Resume and detach every seized thread (bounded wait), then free. Accepts NULL. */
 void bf_smp_native_free(bf_smp_native *n);

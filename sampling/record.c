@@ -463,9 +463,12 @@ static int suspend_native(bf_smp *h, target *tg, size_t ntg, const bf_smp_record
   sigaction(SIGTSTP, &old, NULL);
   for (size_t i = 0; i < ntg; i++) {
     if (tg[i].exited) continue;
-    char msg[256];
-    int rc = bf_smp_native_new(tg[i].h, o->native_threads, &tg[i].nat, msg, sizeof msg);
-    if (rc < 0) return seterr(h, rc, "after a suspend: %s", msg);
+    int rc = bf_smp_native_new(tg[i].h, o->native_threads, &tg[i].nat);
+    if (rc < 0) {
+      char msg[256]; /* tg[i].h may be h: copied before h's message is written */
+      snprintf(msg, sizeof msg, "%s", bf_smp_errmsg(tg[i].h));
+      return seterr(h, rc, "after a suspend: %s", msg);
+    }
   }
   return 0;
 }
@@ -859,9 +862,10 @@ int bf_smp_record(bf_smp *h, bf_store *st, const bf_smp_record_opts *o, int64_t 
     return rc;
   }
   if (o->native) {
-    char msg[256];
-    rc = bf_smp_native_new(h, o->native_threads, &tg[0].nat, msg, sizeof msg);
+    rc = bf_smp_native_new(h, o->native_threads, &tg[0].nat);
     if (rc < 0) {
+      char msg[256]; /* as long as it always was */
+      snprintf(msg, sizeof msg, "%s", bf_smp_errmsg(h));
       seterr(h, rc, "%s", msg);
       if (r->launched) wait_launched(r->pid, o, exit_status);
       return rc;

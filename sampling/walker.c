@@ -46,27 +46,23 @@ static uint64_t code_fp(const smp_layout *l, const unsigned char *w) {
   return (h ^ fl) * 0x94D049BB133111EBull;
 }
 
+/* Retire c: callers may still hold its strings. */
+static void code_retire(bf_smp *h, smp_code *c) {
+  c->next = h->retired;
+  h->retired = c;
+  h->nretired++;
+}
+
 void smp_code_cache_clear(bf_smp *h) {
-  for (size_t i = 0; i < h->code_cap; i++) {
-    smp_code *c = h->code_tab[i];
-    while (c) {
-      smp_code *n = c->next;
-      c->next = h->retired;
-      h->retired = c;
-      h->nretired++;
-      c = n;
-    }
-    h->code_tab[i] = NULL;
-  }
-  h->ncode = 0;
+  size_t it = 0;
+  for (smp_code_slot *e; (e = bf_pmap_next(&h->codes, &it));) code_retire(h, e->code);
+  bf_pmap_clear(&h->codes);
 }
 
 void smp_code_cache_free(bf_smp *h) {
   smp_code_cache_clear(h);
   retired_clear(h);
-  free(h->code_tab);
-  h->code_tab = NULL;
-  h->code_cap = 0;
+  bf_pmap_free(&h->codes);
 }
 
 /* ---- code objects ----------------------------------------------------- */
@@ -249,50 +245,30 @@ static void torn_root(bf_smp *h, const char *why) {
   h->torn_root = 1;
 }
 
-static size_t code_hash(uint64_t a, size_t cap) {
-  return (size_t)((a >> 4) * 0x9E3779B97F4A7C15ull >> 24) & (cap - 1);
-}
-
 /* Cached code object at addr, or NULL. */
 static smp_code *code_find(bf_smp *h, uint64_t addr) {
-  if (!h->code_tab) return NULL;
-  for (smp_code *c = h->code_tab[code_hash(addr, h->code_cap)]; c; c = c->next)
-    if (c->addr == addr) return c;
-  return NULL;
+  const smp_code_slot *e = bf_pmap_get(&h->codes, addr);
+  return e ? e->code : NULL;
 }
 
 /* Cached code object at addr, reading it on a miss or when fp (the identity
  * fingerprint read this sample; 0 = not checked) no longer matches: freed code
  * objects' addresses get reused by new ones. NULL + *err on garbage. */
 static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
-  if (!h->code_tab) {
-    h->code_cap = 4096;
-    h->code_tab = calloc(h->code_cap, sizeof *h->code_tab);
-    if (!h->code_tab) {
-      *err = -ENOMEM;
-      return NULL;
-    }
-  }
-  size_t b = code_hash(addr, h->code_cap);
-  for (smp_code **pc = &h->code_tab[b]; *pc; pc = &(*pc)->next) {
-    smp_code *c = *pc;
-    if (c->addr != addr) continue;
-    if (!fp || c->fp == fp) return c;
+  smp_code_slot *e = bf_pmap_get(&h->codes, addr);
+  if (e) {
+    if (!fp || e->code->fp == fp) return e->code;
     /* another code object now lives at this address (the old one was
      * freed): retire the entry, callers may still hold its strings */
-    *pc = c->next;
-    h->ncode--;
-    c->next = h->retired;
-    h->retired = c;
-    h->nretired++;
-    break;
+    code_retire(h, e->code);
+    bf_pmap_del(&h->codes, addr);
   }
   if (++h->code_misses > SMP_MAX_CODE_MISSES) {
     *err = -EIO; /* this many new code objects in one sample: garbage */
     return NULL;
   }
   /* a bound on distinct code objects: past it start over */
-  if (h->ncode > 200000) smp_code_cache_clear(h);
+  if (h->codes.len > 200000) smp_code_cache_clear(h);
   const smp_layout *l = &h->lay;
   unsigned char co[512];
   size_t cl = (size_t)l->co_size;
@@ -341,9 +317,13 @@ static smp_code *code_get(bf_smp *h, uint64_t addr, uint64_t fp, int *err) {
   /* CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR */
   if (l->co_flags && l->co_flags + 4 <= cl) c->is_gen = (rd32(co + l->co_flags) & 0x3a0) != 0;
   code_calls(h, c, co, cl);
-  c->next = h->code_tab[b];
-  h->code_tab[b] = c;
-  h->ncode++;
+  if (!h->codes.slot_size) h->codes = (bf_pmap)BF_PMAP_INIT(smp_code_slot);
+  if (!(e = bf_pmap_put(&h->codes, addr, NULL))) { /* the reserved keys 0 and ~0 are never read fine */
+    *err = -ENOMEM;
+    code_free(c);
+    return NULL;
+  }
+  e->code = c;
   return c;
 }
 

@@ -1,9 +1,9 @@
-/* trc_map.h — the collector's hash map: a nonzero 64-bit key to a 32-bit value.
- *
- * Open addressing, linear probing, a power-of-two capacity kept at most half
- * full. The collector keys it by code object / PyMethodDef address (→ function
- * index), by caller<<32|callee (→ edge index) and by CALL site. Plain C; the
- * lookup is inline because every traced event may do one.
+/* trc_map.h — the collector's map from a 64-bit key to a 32-bit value: a
+ * typed front of common/pmap.h (the project's one hash map: open addressing,
+ * linear probing, Fibonacci hashing, kept at most half full). The collector
+ * keys it by code object / PyMethodDef address (→ function index), by
+ * caller<<32|callee (→ edge index) and by CALL site. The lookup is inline
+ * because every traced event may do one.
  */
 #ifndef BF_TRC_MAP_H
 #define BF_TRC_MAP_H
@@ -11,16 +11,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pmap.h"
+
 #pragma GCC visibility push(hidden)
 
+typedef struct trc_map_slot {
+  uint64_t key; /* first: bf_pmap's key */
+  uint32_t val;
+  uint32_t unused;
+} trc_map_slot;
+
+/* A zeroed trc_map is empty and valid. Keys are neither 0 nor UINT64_MAX
+ * (pmap's empty and tombstone marks). */
 typedef struct trc_map {
-  uint64_t *keys; /* 0 = empty slot */
-  uint32_t *vals;
-  size_t cap, n;  /* cap is 0 or a power of two */
+  bf_pmap m; /* of trc_map_slot (slot_size set at the first put) */
 } trc_map;
 
-/* A zeroed trc_map is empty and valid. */
-
+/* Murmur3's 64-bit finaliser, for callers' own hashes (trc_memory.c). */
 static inline uint64_t trc_mix(uint64_t k) {
   k ^= k >> 33;
   k *= 0xff51afd7ed558ccdULL;
@@ -28,23 +35,20 @@ static inline uint64_t trc_mix(uint64_t k) {
   return k;
 }
 
-/* The value stored under key (nonzero), else 0. */
+/* The value stored under key, else 0. */
 static inline uint32_t trc_map_get(const trc_map *m, uint64_t key) {
-  if (!m->cap) return 0;
-  size_t mask = m->cap - 1, i = (size_t)trc_mix(key) & mask;
-  for (;;) {
-    uint64_t k = m->keys[i];
-    if (k == key) return m->vals[i];
-    if (k == 0) return 0;
-    i = (i + 1) & mask;
-  }
+  const trc_map_slot *s = (const trc_map_slot *)bf_pmap_get(&m->m, key);
+  return s ? s->val : 0;
 }
 
-/* Store val under key (nonzero), replacing any value there. Returns 0, or
- * -ENOMEM with the map unchanged. */
+/* Store val under key, replacing any value there. Returns 0, -EINVAL for a
+ * reserved key, or -ENOMEM with the map unchanged. */
 int trc_map_put(trc_map *m, uint64_t key, uint32_t val);
 
-/* Free the map's memory; it is empty (zeroed) afterwards. */
+/* Keys stored. */
+static inline size_t trc_map_len(const trc_map *m) { return m->m.len; }
+
+/* Free the map's memory; it is empty afterwards (and valid, as a zeroed one). */
 void trc_map_free(trc_map *m);
 
 #pragma GCC visibility pop

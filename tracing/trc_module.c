@@ -24,16 +24,21 @@
 #include "store.h"
 #include "trace_run.h"
 
-ProfileObject *trc_active;
-static uint64_t trc_next_gen = 1;
+/* The collector's state (trc_module.h; read through trc_state_root); the
+ * tasks' tables get their slot sizes when the module first loads. */
+trc_state trc_root = {
+    .next_gen = 1,
+    .code_extra = -2,
+    .tsc_usable = -1,
+    .mon = {.sites_off = -1, .watcher_id = -1},
+};
+
 _Thread_local __attribute__((tls_model("initial-exec"))) trc_tls_state trc_tls;
-Py_ssize_t trc_extra = -2;
 
 /* The wall clock is CLOCK_MONOTONIC; where the CPU has an invariant TSC
  * (constant_tsc + nonstop_tsc) it is read with rdtsc (about a third of the
  * cost of clock_gettime here) and scaled to ns against CLOCK_MONOTONIC over
  * the enabled intervals. BIFOCAL_TRACE_NO_TSC=1 forces clock_gettime. */
-static int trc_tsc_usable = -1;
 
 static int trc_detect_tsc(void) {
 #if TRC_HAVE_TSC
@@ -310,6 +315,8 @@ static int Profile_init(ProfileObject *p, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_RuntimeError, "Profile is enabled; disable it first");
     return -1;
   }
+  p->st = trc_state_root();
+  p->code_extra = -1; /* until enabled */
   if (strcmp(clock, "wall") == 0) {
     p->clock_id = CLOCK_MONOTONIC;
     p->acct.clock_cpu = 0;
@@ -353,7 +360,7 @@ static void Profile_dealloc(ProfileObject *p) {
     p->running = 0;
     trc_mem_stop(p);
     trc_backend_stop(p);
-    if (trc_active == p) trc_active = NULL;
+    if (p->st->active == p) p->st->active = NULL;
   }
   trc_reset(p);
   trc_acct_free(&p->acct);
@@ -368,26 +375,28 @@ static int64_t trc_wall_ns(void) { return trc_clock(CLOCK_REALTIME); }
 static PyObject *Profile_enable(ProfileObject *p, PyObject *noargs) {
   (void)noargs;
   if (p->running) Py_RETURN_NONE;
-  if (trc_active) {
-    PyErr_SetString(PyExc_RuntimeError, "another bifocal Profile is already enabled");
-    return NULL;
-  }
-  if (!p->acct.funcs) {
+  trc_state *st = p->st;
+  if (!p->acct.funcs || !st) {
     PyErr_SetString(PyExc_RuntimeError, "Profile was not initialised");
     return NULL;
   }
-  p->gen = trc_next_gen++;
-  trc_active = p;
+  if (st->active) {
+    PyErr_SetString(PyExc_RuntimeError, "another bifocal Profile is already enabled");
+    return NULL;
+  }
+  p->gen = st->next_gen++;
+  st->active = p;
   if (p->start_wall_ns == 0) p->start_wall_ns = trc_wall_ns();
-  if (trc_tsc_usable < 0) trc_tsc_usable = trc_detect_tsc();
-  if (trc_extra == -2) {
-    trc_extra = trc_request_extra(NULL);
-    if (trc_extra < 0) {
+  if (st->tsc_usable < 0) st->tsc_usable = trc_detect_tsc();
+  if (st->code_extra == -2) {
+    st->code_extra = trc_request_extra(NULL);
+    if (st->code_extra < 0) {
       PyErr_Clear();
-      trc_extra = -1;
+      st->code_extra = -1;
     }
   }
-  p->use_tsc = !p->acct.clock_cpu && trc_tsc_usable;
+  p->code_extra = st->code_extra;
+  p->use_tsc = !p->acct.clock_cpu && st->tsc_usable;
   p->cpu_start_ns = trc_clock(CLOCK_PROCESS_CPUTIME_ID);
   p->iv_mono0 = trc_clock(CLOCK_MONOTONIC);
   p->iv_tsc0 = trc_rdtsc();
@@ -396,12 +405,12 @@ static PyObject *Profile_enable(ProfileObject *p, PyObject *noargs) {
     p->acct.start_raw = trc_now(p);
   }
   if (trc_backend_start(p) < 0) {
-    trc_active = NULL;
+    st->active = NULL;
     return NULL;
   }
   if (p->memory && trc_mem_start(p) < 0) {
     trc_backend_stop(p);
-    trc_active = NULL;
+    st->active = NULL;
     return NULL;
   }
   p->running = 1;
@@ -418,7 +427,7 @@ static void trc_stop(ProfileObject *p) {
   p->tsc_ns += mono - p->iv_mono0;
   p->cpu_total_ns += trc_clock(CLOCK_PROCESS_CPUTIME_ID) - p->cpu_start_ns;
   p->elapsed_ns = mono - p->acct.start_mono_ns;
-  if (trc_active == p) trc_active = NULL;
+  if (p->st->active == p) p->st->active = NULL;
 }
 
 /* Where a database is: db is a path, or (dir_fd >= 0) a file name in the
@@ -852,7 +861,7 @@ static PyObject *trc_discard_session(PyObject *self, PyObject *args) {
   trc_db_at at = {dir_fd, shown_as ? shown_as : db, -1};
   if (trc_db_enter(&at) < 0) return NULL;
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int rc;
   if (dir_fd >= 0) {
     rc = bf_store_open(db, 0, &s, &msg);
@@ -865,19 +874,17 @@ static PyObject *trc_discard_session(PyObject *self, PyObject *args) {
   }
   if (rc < 0)
     PyErr_Format(PyExc_OSError, "could not discard session %lld in %s: %s", id, at.shown,
-                 s ? bf_store_errmsg(s) : (msg ? msg : strerror(-rc)));
+                 s ? bf_store_errmsg(s) : bf_err_msg(&msg, strerror(-rc)));
   bf_store_close(s);
   if (trc_db_leave(&at) < 0 || rc < 0) return NULL;
   Py_RETURN_NONE;
 }
 
-static int trc_terminated;
-
 /* SIGTERM handler for the runner: a C function so no frame is traced. */
 static PyObject *trc_sigterm(PyObject *self, PyObject *args) {
   (void)self;
   (void)args;
-  trc_terminated = 1;
+  trc_state_root()->terminated = 1;
   PyObject *code = PyLong_FromLong(128 + 15);
   if (code) PyErr_SetObject(PyExc_SystemExit, code);
   Py_XDECREF(code);
@@ -887,15 +894,28 @@ static PyObject *trc_sigterm(PyObject *self, PyObject *args) {
 static PyObject *trc_was_terminated(PyObject *self, PyObject *noargs) {
   (void)self;
   (void)noargs;
-  return PyBool_FromLong(trc_terminated);
+  return PyBool_FromLong(trc_state_root()->terminated);
+}
+
+/* _await_sites() and _task_lifetimes(): the asyncio tables (trc_tasks.h). */
+static PyObject *trc_await_sites(PyObject *self, PyObject *noargs) {
+  (void)self;
+  (void)noargs;
+  return trc_tasks_await_sites(&trc_state_root()->tasks);
+}
+
+static PyObject *trc_task_lifetimes(PyObject *self, PyObject *noargs) {
+  (void)self;
+  (void)noargs;
+  return trc_tasks_lifetimes(&trc_state_root()->tasks);
 }
 
 static PyMethodDef module_methods[] = {
     {"_sigterm", trc_sigterm, METH_VARARGS, NULL},
     {"_terminated", trc_was_terminated, METH_NOARGS, NULL},
     {"_discard_session", trc_discard_session, METH_VARARGS, NULL},
-    {"_await_sites", trc_tasks_await_sites, METH_NOARGS, NULL},
-    {"_task_lifetimes", trc_tasks_lifetimes, METH_NOARGS, NULL},
+    {"_await_sites", trc_await_sites, METH_NOARGS, NULL},
+    {"_task_lifetimes", trc_task_lifetimes, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -906,6 +926,7 @@ static struct PyModuleDef trc_module = {
 
 PyMODINIT_FUNC PyInit__bifocal_trace(void) {
   if (PyType_Ready(&ProfileType) < 0) return NULL;
+  if (!trc_root.tasks.codes.slot_size) trc_tasks_init(&trc_root.tasks); /* once: they live as long as the process */
   PyObject *m = PyModule_Create(&trc_module);
   if (!m) return NULL;
   Py_INCREF(&ProfileType);

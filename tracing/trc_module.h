@@ -1,6 +1,7 @@
-/* trc_module.h — what the collector's Python-facing files share: the Profile
- * object, the per-thread state lookup, function identity (code objects and
- * builtins to function indexes), and the backend interface that
+/* trc_module.h — what the collector's Python-facing files share: the
+ * collector's state (trc_state, one instance, passed as a pointer), the
+ * Profile object, the per-thread state lookup, function identity (code
+ * objects and builtins to function indexes), and the backend interface that
  * trc_monitoring.c (3.12+) or trc_setprofile.c (3.8–3.11) implements.
  * Everything here runs with the GIL held.
  */
@@ -20,6 +21,7 @@
 #endif
 
 #include "trc_stack.h"
+#include "trc_tasks.h"
 
 #if PY_VERSION_HEX >= 0x030C0000
 #define BF_TRC_MONITORING 1
@@ -37,11 +39,71 @@
 
 #pragma GCC visibility push(hidden)
 
-typedef struct ProfileObject {
+/* ---- the collector's state ------------------------------------------------
+ *
+ * Everything the collector keeps for the whole process, in one struct: the
+ * root instance belongs to trc_module.c (trc_state_root), every Profile
+ * points at it (p->st), and every function that needs it takes it as a
+ * pointer. Left outside: the per-thread cache trc_tls below (thread-local by
+ * nature) and the allocator hooks' own struct in trc_memory.c. */
+
+typedef struct ProfileObject ProfileObject;
+
+/* 3.12+: opcode numbers of the headers the extension is built against, -1
+ * where that version has no such opcode (trc_monitoring.c's CALL-site walk). */
+typedef struct trc_opcodes {
+  int cache, ext, call, call_kw, kw_names, load_global, load_fast2, load_fast_borrow2, load_attr,
+      binary_op, binary_subscr, compare_op, build_tuple, build_list;
+  unsigned char push1[256]; /* opcodes that push one value and pop none */
+} trc_opcodes;
+
+/* 3.12+: the sys.monitoring backend (trc_monitoring.c). */
+typedef struct trc_mon_state {
+  PyObject *mon;     /* sys.monitoring (strong), NULL before the first enable */
+  PyObject *disable; /* sys.monitoring.DISABLE (strong) */
+  int ev_py_start, ev_py_resume, ev_py_return, ev_py_yield, ev_py_unwind, ev_py_throw, ev_call,
+      ev_c_return, ev_c_raise; /* sys.monitoring.events bits */
+  int sites_off;              /* BIFOCAL_TRACE_ALL_CALLS (or opcodes unknown): no DISABLEd sites; -1 unread */
+  trc_opcodes op;
+  int watcher_id;             /* dict watcher: -1 none yet, -2 none available */
+  PyObject *watched_names;    /* set: names whose sites are DISABLEd */
+  int site_restarts;          /* restart_events() calls since enable */
+} trc_mon_state;
+
+/* 3.8-3.11: the PyEval_SetProfile backend (trc_setprofile.c). */
+typedef struct trc_sp_state {
+  int frame_direct;           /* 3.11: its frame layout matched the running interpreter */
+  PyObject *start_new_thread; /* _thread.start_new_thread (strong) */
+  PyObject *thread_hook;      /* the threading._profile_hook we set (strong) */
+} trc_sp_state;
+
+typedef struct trc_state {
+  ProfileObject *active;  /* at most one enabled profiler per process */
+  uint64_t next_gen;      /* the next Profile generation (trc_tls, code extra slots) */
+  Py_ssize_t code_extra;  /* code extra slot index: -2 not requested, -1 none free */
+  int tsc_usable;         /* invariant TSC: -1 not checked yet */
+  int terminated;         /* the runner's SIGTERM handler ran */
+  trc_mon_state mon;
+  trc_sp_state sp;
+  trc_tasks tasks;        /* asyncio await sites and task lifetimes (trc_tasks.h) */
+} trc_state;
+
+/* The root instance, defined in trc_module.c. Only entry points CPython
+ * calls without a context pointer (the setprofile function, the dict watcher,
+ * module functions) and new Profiles reach for it, through trc_state_root
+ * (inline: the setprofile function asks on every event); everything else is
+ * handed a pointer. */
+extern trc_state trc_root;
+static inline trc_state *trc_state_root(void) { return &trc_root; }
+
+struct ProfileObject {
   PyObject_HEAD
   trc_acct acct;     /* functions, edges, records (plain C, trc_stack.h) */
   int running;
+  int site_calls;         /* 3.12+: CALLs of non-builtins may DISABLE their site (full trace, sites on) */
   uint64_t gen;
+  Py_ssize_t code_extra;  /* st->code_extra while enabled (read on every start) */
+  trc_state *st;          /* the collector's state (the root) */
   clockid_t clock_id;
   int builtins;
   int tool_id;       /* 3.12+: the tool id in use (-1 when not registered) */
@@ -68,10 +130,9 @@ typedef struct ProfileObject {
   long long session_id; /* last session written, 0 = none */
   int memory;           /* trace --memory: hook the allocators while enabled (trc_memory.c) */
   struct trc_mem_res *mem; /* memory results of the last enabled interval, NULL = none */
-} ProfileObject;
+};
 
 extern PyTypeObject ProfileType;
-extern ProfileObject *trc_active; /* at most one enabled profiler per process */
 
 /* initial-exec: one TLS read per event instead of a __tls_get_addr call */
 typedef struct trc_tls_state {
@@ -110,15 +171,14 @@ static inline trc_thread *trc_thread_get(ProfileObject *p) {
 #define trc_code_set_extra _PyCode_SetExtra
 #define trc_request_extra _PyEval_RequestCodeExtraIndex
 #endif
-extern Py_ssize_t trc_extra; /* extra slot index: -2 not requested, -1 none free */
 
 /* in the slot's function index: this code has DISABLEd CALL sites, so a start
  * or resume checks it runs under the globals they were decided for */
 #define TRC_FI_SITES 0x80000000u
 
 static inline void trc_code_remember(ProfileObject *p, PyCodeObject *co, uint32_t fi) {
-  if (trc_extra >= 0 && fi &&
-      trc_code_set_extra((PyObject *)co, trc_extra,
+  if (p->code_extra >= 0 && fi &&
+      trc_code_set_extra((PyObject *)co, p->code_extra,
                          (void *)(((uintptr_t)(uint32_t)p->gen << 32) | fi)) < 0)
     PyErr_Clear();
 }
@@ -133,8 +193,9 @@ typedef struct {
 /* Known function index of code co (maybe with TRC_FI_SITES), else 0. */
 static inline uint32_t trc_code_lookup(ProfileObject *p, PyCodeObject *co) {
   const trc_code_extra *ex = (const trc_code_extra *)co->co_extra;
-  if (ex && trc_extra >= 0 && trc_extra < ex->ce_size) {
-    uintptr_t v = (uintptr_t)ex->ce_extras[trc_extra];
+  Py_ssize_t slot = p->code_extra;
+  if (ex && slot >= 0 && slot < ex->ce_size) {
+    uintptr_t v = (uintptr_t)ex->ce_extras[slot];
     if ((uint32_t)(v >> 32) == (uint32_t)p->gen && (uint32_t)v) return (uint32_t)v;
   }
   return 0;

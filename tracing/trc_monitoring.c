@@ -15,16 +15,13 @@
 #include <string.h>
 
 
-static PyObject *trc_mon;       /* sys.monitoring */
-static PyObject *trc_disable;   /* sys.monitoring.DISABLE */
-static int trc_ev_py_start, trc_ev_py_resume, trc_ev_py_return, trc_ev_py_yield,
-    trc_ev_py_unwind, trc_ev_py_throw, trc_ev_call, trc_ev_c_return, trc_ev_c_raise;
+/* Everything here keeps its state in the collector's trc_mon_state
+ * (trc_module.h): p->st->mon, or the pointer a function is handed. */
 
-static int trc_sites_off = -1; /* BIFOCAL_TRACE_ALL_CALLS, read once (see trc_site_call) */
-static int trc_opcodes_init(void);
+static int trc_opcodes_init(trc_opcodes *o);
 
-static int trc_mon_init(void) {
-  if (trc_mon) return 0;
+static int trc_mon_init(trc_mon_state *m) {
+  if (m->mon) return 0;
   PyObject *sys = PyImport_ImportModule("sys");
   if (!sys) return -1;
   PyObject *mon = PyObject_GetAttrString(sys, "monitoring");
@@ -38,11 +35,11 @@ static int trc_mon_init(void) {
   struct {
     const char *name;
     int *dst;
-  } ev[] = {{"PY_START", &trc_ev_py_start},   {"PY_RESUME", &trc_ev_py_resume},
-            {"PY_RETURN", &trc_ev_py_return}, {"PY_YIELD", &trc_ev_py_yield},
-            {"PY_UNWIND", &trc_ev_py_unwind}, {"PY_THROW", &trc_ev_py_throw},
-            {"CALL", &trc_ev_call},           {"C_RETURN", &trc_ev_c_return},
-            {"C_RAISE", &trc_ev_c_raise}};
+  } ev[] = {{"PY_START", &m->ev_py_start},   {"PY_RESUME", &m->ev_py_resume},
+            {"PY_RETURN", &m->ev_py_return}, {"PY_YIELD", &m->ev_py_yield},
+            {"PY_UNWIND", &m->ev_py_unwind}, {"PY_THROW", &m->ev_py_throw},
+            {"CALL", &m->ev_call},           {"C_RETURN", &m->ev_c_return},
+            {"C_RAISE", &m->ev_c_raise}};
   for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++) {
     PyObject *v = PyObject_GetAttrString(events, ev[i].name);
     if (!v) {
@@ -54,15 +51,15 @@ static int trc_mon_init(void) {
     Py_DECREF(v);
   }
   Py_DECREF(events);
-  trc_disable = PyObject_GetAttrString(mon, "DISABLE");
-  if (!trc_disable) {
+  m->disable = PyObject_GetAttrString(mon, "DISABLE");
+  if (!m->disable) {
     Py_DECREF(mon);
     return -1;
   }
-  trc_mon = mon;
-  if (trc_sites_off < 0) {
+  m->mon = mon;
+  if (m->sites_off < 0) {
     const char *all = getenv("BIFOCAL_TRACE_ALL_CALLS");
-    trc_sites_off = (all && *all && strcmp(all, "0")) || trc_opcodes_init() < 0;
+    m->sites_off = (all && *all && strcmp(all, "0")) || trc_opcodes_init(&m->op) < 0;
   }
   return 0;
 }
@@ -84,30 +81,21 @@ static int trc_mon_init(void) {
 #define TRC_SITE_NAME 2u /* 2 + index into co_names */
 #define TRC_SITE_MAX_RESTARTS 64 /* names rebound this often: stop disabling */
 
-static int op_cache = -1, op_ext = -1, op_call = -1, op_call_kw = -1, op_kw_names = -1,
-           op_load_global = -1, op_load_fast2 = -1, op_load_fast_borrow2 = -1, op_load_attr = -1,
-           op_binary_op = -1, op_binary_subscr = -1, op_compare_op = -1, op_build_tuple = -1,
-           op_build_list = -1;
-/* opcodes that push one value and pop none (LOAD_FAST, LOAD_CONST, ...; 3.14's
- * LOAD_FAST_BORROW, LOAD_SMALL_INT, LOAD_COMMON_CONSTANT) */
-static unsigned char op_push1[256];
-static int trc_watcher_id = -1;      /* -2: no dict watcher available */
-static PyObject *trc_watched_names;  /* set: names whose sites are DISABLEd */
-static int trc_site_restarts;
-
 /* Opcode numbers from the headers this extension is built against (fixed
  * within a minor version). Not from the opcode module: importing it at enable
  * would fill import caches the traced program would otherwise fill itself. */
-static int trc_opcodes_init(void) {
-  op_cache = CACHE;
-  op_ext = EXTENDED_ARG;
-  op_call = CALL;
-  op_load_global = LOAD_GLOBAL;
-  op_load_attr = LOAD_ATTR;
-  op_binary_op = BINARY_OP;
-  op_compare_op = COMPARE_OP;
-  op_build_tuple = BUILD_TUPLE;
-  op_build_list = BUILD_LIST;
+static int trc_opcodes_init(trc_opcodes *o) {
+  /* -1: no such opcode in this version */
+  o->call_kw = o->kw_names = o->load_fast2 = o->load_fast_borrow2 = o->binary_subscr = -1;
+  o->cache = CACHE;
+  o->ext = EXTENDED_ARG;
+  o->call = CALL;
+  o->load_global = LOAD_GLOBAL;
+  o->load_attr = LOAD_ATTR;
+  o->binary_op = BINARY_OP;
+  o->compare_op = COMPARE_OP;
+  o->build_tuple = BUILD_TUPLE;
+  o->build_list = BUILD_LIST;
   const int push1[] = {LOAD_FAST, LOAD_FAST_CHECK, LOAD_CONST, LOAD_DEREF,
 #ifdef LOAD_FAST_BORROW /* 3.14+ */
                        LOAD_FAST_BORROW,
@@ -119,44 +107,44 @@ static int trc_opcodes_init(void) {
                        LOAD_COMMON_CONSTANT,
 #endif
   };
-  memset(op_push1, 0, sizeof op_push1);
+  memset(o->push1, 0, sizeof o->push1);
   for (size_t i = 0; i < sizeof push1 / sizeof push1[0]; i++)
-    if (push1[i] > 0 && push1[i] < 256 && push1[i] != op_cache) op_push1[push1[i]] = 1;
+    if (push1[i] > 0 && push1[i] < 256 && push1[i] != o->cache) o->push1[push1[i]] = 1;
 #ifdef BINARY_SUBSCR /* 3.14 folded it into BINARY_OP (NB_SUBSCR) */
-  op_binary_subscr = BINARY_SUBSCR;
+  o->binary_subscr = BINARY_SUBSCR;
 #endif
 #ifdef CALL_KW
-  op_call_kw = CALL_KW;
+  o->call_kw = CALL_KW;
 #endif
 #ifdef KW_NAMES
-  op_kw_names = KW_NAMES;
+  o->kw_names = KW_NAMES;
 #endif
 #ifdef LOAD_FAST_LOAD_FAST
-  op_load_fast2 = LOAD_FAST_LOAD_FAST;
+  o->load_fast2 = LOAD_FAST_LOAD_FAST;
 #endif
 #ifdef LOAD_FAST_BORROW_LOAD_FAST_BORROW
-  op_load_fast_borrow2 = LOAD_FAST_BORROW_LOAD_FAST_BORROW;
+  o->load_fast_borrow2 = LOAD_FAST_BORROW_LOAD_FAST_BORROW;
 #endif
   /* without these the walk below cannot be trusted */
-  return op_cache == 0 && op_ext > 0 && op_call > 0 && op_load_global > 0 ? 0 : -1;
+  return o->cache == 0 && o->ext > 0 && o->call > 0 && o->load_global > 0 ? 0 : -1;
 }
 
 /* The instruction that ends just before unit i of deoptimised bytecode c
  * (CACHE units skipped, EXTENDED_ARG folded in): its start, or -1. */
-static Py_ssize_t trc_prev_instr(const uint8_t *c, Py_ssize_t i, int *op, int *arg) {
+static Py_ssize_t trc_prev_instr(const trc_opcodes *o, const uint8_t *c, Py_ssize_t i, int *op, int *arg) {
   Py_ssize_t j = i - 1;
-  while (j >= 0 && c[2 * j] == op_cache) j--;
+  while (j >= 0 && c[2 * j] == o->cache) j--;
   if (j < 0) return -1;
   *op = c[2 * j];
   int a = c[2 * j + 1], shift = 8;
   Py_ssize_t k = j - 1;
-  for (; k >= 0 && c[2 * k] == op_ext && shift <= 24; k--, shift += 8) a |= c[2 * k + 1] << shift;
+  for (; k >= 0 && c[2 * k] == o->ext && shift <= 24; k--, shift += 8) a |= c[2 * k + 1] << shift;
   *arg = a;
   return k + 1;
 }
 
 /* Site kind of the CALL at byte offset off of co (see TRC_SITE_*). */
-static uint32_t trc_site_analyse(PyCodeObject *co, Py_ssize_t off) {
+static uint32_t trc_site_analyse(const trc_opcodes *o, PyCodeObject *co, Py_ssize_t off) {
   PyObject *bytes = PyCode_GetCode(co);
   if (!bytes) {
     PyErr_Clear();
@@ -168,29 +156,29 @@ static uint32_t trc_site_analyse(PyCodeObject *co, Py_ssize_t off) {
   if (off % 2 || u >= n) goto done;
   int op = c[2 * u], arg = c[2 * u + 1];
   Py_ssize_t i = u;
-  for (int shift = 8; i > 0 && c[2 * (i - 1)] == op_ext && shift <= 24; i--, shift += 8)
+  for (int shift = 8; i > 0 && c[2 * (i - 1)] == o->ext && shift <= 24; i--, shift += 8)
     arg |= c[2 * (i - 1) + 1] << shift;
   long need; /* stack items still to account for above the callable */
-  if (op == op_call) need = arg;
-  else if (op == op_call_kw) need = (long)arg + 1; /* 3.13: kwnames on top */
+  if (op == o->call) need = arg;
+  else if (op == o->call_kw) need = (long)arg + 1; /* 3.13: kwnames on top */
   else goto done;
   for (int steps = 0; steps < 64; steps++) {
-    Py_ssize_t start = trc_prev_instr(c, i, &op, &arg);
+    Py_ssize_t start = trc_prev_instr(o, c, i, &op, &arg);
     if (start < 0) goto done;
     if (need == 0) {
-      if (op == op_load_global && (arg & 1)) out = TRC_SITE_NAME + (uint32_t)(arg >> 1);
+      if (op == o->load_global && (arg & 1)) out = TRC_SITE_NAME + (uint32_t)(arg >> 1);
       goto done;
     }
     long pop, push;
-    if (op_push1[op & 0xff]) pop = 0, push = 1;
-    else if (op == op_load_fast2 || op == op_load_fast_borrow2) pop = 0, push = 2;
-    else if (op == op_load_global) pop = 0, push = 1 + (arg & 1);
-    else if (op == op_load_attr) pop = 1, push = 1 + (arg & 1);
-    else if (op == op_kw_names) pop = 0, push = 0;
-    else if (op == op_binary_op || op == op_binary_subscr || op == op_compare_op) pop = 2, push = 1;
-    else if (op == op_build_tuple || op == op_build_list) pop = arg, push = 1;
-    else if (op == op_call) pop = (long)arg + 2, push = 1;
-    else if (op == op_call_kw) pop = (long)arg + 3, push = 1;
+    if (o->push1[op & 0xff]) pop = 0, push = 1;
+    else if (op == o->load_fast2 || op == o->load_fast_borrow2) pop = 0, push = 2;
+    else if (op == o->load_global) pop = 0, push = 1 + (arg & 1);
+    else if (op == o->load_attr) pop = 1, push = 1 + (arg & 1);
+    else if (op == o->kw_names) pop = 0, push = 0;
+    else if (op == o->binary_op || op == o->binary_subscr || op == o->compare_op) pop = 2, push = 1;
+    else if (op == o->build_tuple || op == o->build_list) pop = arg, push = 1;
+    else if (op == o->call) pop = (long)arg + 2, push = 1;
+    else if (op == o->call_kw) pop = (long)arg + 3, push = 1;
     else goto done;
     need -= push;
     if (need < 0) goto done; /* the callable's slot is written by something else */
@@ -202,12 +190,12 @@ done:
   return out;
 }
 
-static void trc_restart_sites(void) {
+static void trc_restart_sites(trc_mon_state *m) {
   PyObject *exc_type, *exc_val, *exc_tb;
   PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
-  if (trc_watched_names) PySet_Clear(trc_watched_names);
-  trc_site_restarts++;
-  PyObject *r = PyObject_CallMethod(trc_mon, "restart_events", NULL);
+  if (m->watched_names) PySet_Clear(m->watched_names);
+  m->site_restarts++;
+  PyObject *r = PyObject_CallMethod(m->mon, "restart_events", NULL);
   Py_XDECREF(r);
   PyErr_Clear();
   PyErr_Restore(exc_type, exc_val, exc_tb);
@@ -217,36 +205,38 @@ static void trc_restart_sites(void) {
 static int trc_dict_watch_cb(PyDict_WatchEvent ev, PyObject *d, PyObject *key, PyObject *nv) {
   (void)d;
   (void)nv;
-  if (!trc_active || !trc_watched_names || PySet_GET_SIZE(trc_watched_names) == 0) return 0;
+  trc_state *st = trc_state_root(); /* CPython passes no context */
+  trc_mon_state *m = &st->mon;
+  if (!st->active || !m->watched_names || PySet_GET_SIZE(m->watched_names) == 0) return 0;
   if (ev == PyDict_EVENT_DEALLOCATED) return 0;
   if (key) {
     if (!PyUnicode_Check(key)) return 0;
-    int r = PySet_Contains(trc_watched_names, key);
+    int r = PySet_Contains(m->watched_names, key);
     if (r < 0) PyErr_Clear();
     if (r <= 0) return 0;
   } else if (ev != PyDict_EVENT_CLEARED && ev != PyDict_EVENT_CLONED) {
     return 0;
   }
-  trc_restart_sites();
+  trc_restart_sites(m);
   return 0;
 }
 
-static int trc_watch(PyObject *g, PyObject *b, PyObject *name) {
-  if (trc_watcher_id == -2) return -1;
-  if (trc_watcher_id < 0) {
-    trc_watcher_id = PyDict_AddWatcher(trc_dict_watch_cb);
-    if (trc_watcher_id < 0) {
-      trc_watcher_id = -2;
+static int trc_watch(trc_mon_state *m, PyObject *g, PyObject *b, PyObject *name) {
+  if (m->watcher_id == -2) return -1;
+  if (m->watcher_id < 0) {
+    m->watcher_id = PyDict_AddWatcher(trc_dict_watch_cb);
+    if (m->watcher_id < 0) {
+      m->watcher_id = -2;
       PyErr_Clear();
       return -1;
     }
   }
-  if (!trc_watched_names && !(trc_watched_names = PySet_New(NULL))) {
+  if (!m->watched_names && !(m->watched_names = PySet_New(NULL))) {
     PyErr_Clear();
     return -1;
   }
-  if (PyDict_Watch(trc_watcher_id, g) < 0 || PyDict_Watch(trc_watcher_id, b) < 0 ||
-      PySet_Add(trc_watched_names, name) < 0) {
+  if (PyDict_Watch(m->watcher_id, g) < 0 || PyDict_Watch(m->watcher_id, b) < 0 ||
+      PySet_Add(m->watched_names, name) < 0) {
     PyErr_Clear();
     return -1;
   }
@@ -261,7 +251,7 @@ static void trc_sites_mixed(ProfileObject *p, PyCodeObject *co, uint32_t fi) {
   Py_INCREF(Py_None);
   p->site_globals[fi] = Py_None;
   trc_code_remember(p, co, fi);
-  trc_restart_sites();
+  trc_restart_sites(&p->st->mon);
 }
 
 /* A start or resume of code fi whose sites were DISABLEd: under their globals? */
@@ -274,6 +264,7 @@ static uint32_t trc_sites_globals_check(ProfileObject *p, PyCodeObject *co, uint
 
 /* CALL of a non-builtin: DISABLE the site when it can only call this callable. */
 static PyObject *trc_site_call(ProfileObject *p, PyObject *const *args) {
+  trc_mon_state *m = &p->st->mon;
   PyCodeObject *co = (PyCodeObject *)args[0];
   PyLongObject *lo = (PyLongObject *)args[1];
   if (!PyLong_CheckExact(lo) || !PyUnstable_Long_IsCompact(lo)) Py_RETURN_NONE;
@@ -289,10 +280,10 @@ static PyObject *trc_site_call(ProfileObject *p, PyObject *const *args) {
   if (!kind) {
     /* only code the profile holds a reference to: its address is not reused */
     if (!trc_func_find(&p->acct, co)) Py_RETURN_NONE;
-    kind = trc_site_analyse(co, off);
+    kind = trc_site_analyse(&m->op, co, off);
     if (trc_map_put(&p->site_map, key, kind) < 0 || kind == TRC_SITE_NO) Py_RETURN_NONE;
   }
-  if (trc_site_restarts >= TRC_SITE_MAX_RESTARTS) Py_RETURN_NONE;
+  if (m->site_restarts >= TRC_SITE_MAX_RESTARTS) Py_RETURN_NONE;
   Py_ssize_t ni = (Py_ssize_t)(kind - TRC_SITE_NAME);
   if (!PyTuple_Check(co->co_names) || ni >= PyTuple_GET_SIZE(co->co_names)) Py_RETURN_NONE;
   PyObject *name = PyTuple_GET_ITEM(co->co_names, ni);
@@ -326,11 +317,11 @@ static PyObject *trc_site_call(ProfileObject *p, PyObject *const *args) {
     trc_sites_mixed(p, co, fi);
     Py_RETURN_NONE;
   }
-  if (trc_watch(g, b, name) < 0) Py_RETURN_NONE;
+  if (trc_watch(m, g, b, name) < 0) Py_RETURN_NONE;
   trc_code_remember(p, co, fi | TRC_FI_SITES);
   p->sites_disabled = 1;
-  Py_INCREF(trc_disable);
-  return trc_disable;
+  Py_INCREF(m->disable);
+  return m->disable;
 }
 
 #define TRC_CB_PROLOGUE()                                         \
@@ -351,7 +342,7 @@ static PyObject *cb_start(PyObject *self, PyObject *const *args, Py_ssize_t narg
   if (fi & TRC_FI_SITES) fi = trc_sites_globals_check(p, co, fi & ~TRC_FI_SITES);
   if (!fi) fi = trc_code_func(p, co, PyEval_GetGlobals());
   trc_push(&p->acct, t, fi, co, 0, now);
-  if (co->co_flags & CO_COROUTINE) trc_tasks_coro_start(co, NULL); /* a task's start? (trc_tasks.c) */
+  if (co->co_flags & CO_COROUTINE) trc_tasks_coro_start(&p->st->tasks, co, NULL); /* a task's start? (trc_tasks.c) */
   Py_RETURN_NONE;
 }
 
@@ -371,7 +362,7 @@ static PyObject *cb_resume(PyObject *self, PyObject *const *args, Py_ssize_t nar
 static PyObject *cb_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)nargs;
   TRC_CB_PROLOGUE();
-  if (((PyCodeObject *)args[0])->co_flags & CO_COROUTINE) trc_tasks_coro_end((PyCodeObject *)args[0]);
+  if (((PyCodeObject *)args[0])->co_flags & CO_COROUTINE) trc_tasks_coro_end(&p->st->tasks, (PyCodeObject *)args[0]);
   if (t->depth == 0) Py_RETURN_NONE;
   trc_leave(&p->acct, t, args[0], trc_now(p));
   Py_RETURN_NONE;
@@ -383,7 +374,7 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
   if (!p->running) Py_RETURN_NONE;
   PyMethodDef *def = trc_builtin_def(args[2]);
   if (!def) { /* no frame to push; whether the site can be DISABLEd is per-thread free */
-    if (!p->focus_glob && !trc_sites_off) return trc_site_call(p, args);
+    if (p->site_calls) return trc_site_call(p, args);
     Py_RETURN_NONE;
   }
   trc_thread *t = trc_thread_get(p);
@@ -412,7 +403,7 @@ static PyObject *cb_yield(PyObject *self, PyObject *const *args, Py_ssize_t narg
   (void)nargs;
   TRC_CB_PROLOGUE();
   if (t->depth) trc_leave(&p->acct, t, args[0], trc_now(p));
-  trc_tasks_yield((PyCodeObject *)args[0], args[1]); /* an await's hit (trc_tasks.c) */
+  trc_tasks_yield(&p->st->tasks, (PyCodeObject *)args[0], args[1]); /* an await's hit (trc_tasks.c) */
   Py_RETURN_NONE;
 }
 
@@ -422,26 +413,27 @@ static PyObject *cb_focus_start(PyObject *self, PyObject *const *args, Py_ssize_
   (void)nargs;
   ProfileObject *p = (ProfileObject *)self;
   if (!p->running) Py_RETURN_NONE;
+  trc_mon_state *m = &p->st->mon;
   PyCodeObject *co = (PyCodeObject *)args[0];
   uint32_t fi = trc_func_find(&p->acct, co);
   if (!fi) {
     PyObject *g = PyEval_GetGlobals();
     if (!trc_focus_match(p, g, trc_code_qualname(co), PyUnicode_AsUTF8(co->co_filename))) {
       PyErr_Clear();
-      Py_INCREF(trc_disable);
-      return trc_disable;
+      Py_INCREF(m->disable);
+      return m->disable;
     }
     fi = trc_code_func(p, co, g);
     if (fi && (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR))) {
-      PyObject *r = PyObject_CallMethod(trc_mon, "set_local_events", "iOi", p->tool_id,
-                                        (PyObject *)co, trc_ev_py_start | trc_ev_py_resume);
+      PyObject *r = PyObject_CallMethod(m->mon, "set_local_events", "iOi", p->tool_id,
+                                        (PyObject *)co, m->ev_py_start | m->ev_py_resume);
       Py_XDECREF(r);
       PyErr_Clear();
     }
   }
   if (!fi || !p->acct.funcs[fi].focus) {
-    Py_INCREF(trc_disable);
-    return trc_disable;
+    Py_INCREF(m->disable);
+    return m->disable;
   }
   trc_thread *t = trc_thread_get(p);
   if (!t || t->paused || t->focus_depth > 0) Py_RETURN_NONE; /* the subtree tool sees it */
@@ -502,13 +494,13 @@ static PyTypeObject trc_cb_type = {
     .tp_doc = "a bifocal tracer callback",
 };
 
-static PyObject *trc_mon_call(const char *meth, const char *fmt, ...) {
+static PyObject *trc_mon_call(const trc_mon_state *m, const char *meth, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   PyObject *args = Py_VaBuildValue(fmt, ap);
   va_end(ap);
   if (!args) return NULL;
-  PyObject *f = PyObject_GetAttrString(trc_mon, meth);
+  PyObject *f = PyObject_GetAttrString(m->mon, meth);
   PyObject *r = f ? PyObject_Call(f, args, NULL) : NULL;
   Py_XDECREF(f);
   Py_DECREF(args);
@@ -516,6 +508,7 @@ static PyObject *trc_mon_call(const char *meth, const char *fmt, ...) {
 }
 
 static int trc_register(ProfileObject *p, int tool, int event, int def) {
+  const trc_mon_state *m = &p->st->mon;
   if (!(trc_cb_type.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&trc_cb_type) < 0) return -1;
   trc_cb_obj *o = PyObject_New(trc_cb_obj, &trc_cb_type);
   if (!o) return -1;
@@ -527,15 +520,15 @@ static int trc_register(ProfileObject *p, int tool, int event, int def) {
     Py_DECREF(cb);
     return -1;
   }
-  PyObject *r = trc_mon_call("register_callback", "(iiO)", tool, event, cb);
+  PyObject *r = trc_mon_call(m, "register_callback", "(iiO)", tool, event, cb);
   Py_DECREF(cb);
   Py_XDECREF(r);
   return r ? 0 : -1;
 }
 
 /* Claim tool id; error names the current holder, never evicts it. */
-static int trc_claim_tool(int tool) {
-  PyObject *holder = trc_mon_call("get_tool", "(i)", tool);
+static int trc_claim_tool(const trc_mon_state *m, int tool) {
+  PyObject *holder = trc_mon_call(m, "get_tool", "(i)", tool);
   if (!holder) return -1;
   if (holder != Py_None) {
     PyErr_Format(PyExc_RuntimeError,
@@ -546,48 +539,50 @@ static int trc_claim_tool(int tool) {
     return -1;
   }
   Py_DECREF(holder);
-  PyObject *r = trc_mon_call("use_tool_id", "(is)", tool, "bifocal");
+  PyObject *r = trc_mon_call(m, "use_tool_id", "(is)", tool, "bifocal");
   Py_XDECREF(r);
   return r ? 0 : -1;
 }
 
-static void trc_release_tool(int tool) {
+static void trc_release_tool(const trc_mon_state *m, int tool) {
   PyObject *exc_type, *exc_val, *exc_tb;
   PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
-  PyObject *r = trc_mon_call("set_events", "(ii)", tool, 0);
+  PyObject *r = trc_mon_call(m, "set_events", "(ii)", tool, 0);
   Py_XDECREF(r);
-  int evs[] = {trc_ev_py_start, trc_ev_py_resume, trc_ev_py_return, trc_ev_py_yield,
-               trc_ev_py_unwind, trc_ev_py_throw, trc_ev_call, trc_ev_c_return,
-               trc_ev_c_raise};
+  int evs[] = {m->ev_py_start, m->ev_py_resume, m->ev_py_return, m->ev_py_yield,
+               m->ev_py_unwind, m->ev_py_throw, m->ev_call, m->ev_c_return,
+               m->ev_c_raise};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
-    r = trc_mon_call("register_callback", "(iiO)", tool, evs[i], Py_None);
+    r = trc_mon_call(m, "register_callback", "(iiO)", tool, evs[i], Py_None);
     Py_XDECREF(r);
   }
-  r = trc_mon_call("free_tool_id", "(i)", tool);
+  r = trc_mon_call(m, "free_tool_id", "(i)", tool);
   Py_XDECREF(r);
   PyErr_Clear();
   PyErr_Restore(exc_type, exc_val, exc_tb);
 }
 
 static int trc_full_events(ProfileObject *p) {
-  int ev = trc_ev_py_start | trc_ev_py_resume | trc_ev_py_return | trc_ev_py_yield |
-           trc_ev_py_unwind | trc_ev_py_throw;
-  if (p->builtins) ev |= trc_ev_call | trc_ev_c_return | trc_ev_c_raise;
+  const trc_mon_state *m = &p->st->mon;
+  int ev = m->ev_py_start | m->ev_py_resume | m->ev_py_return | m->ev_py_yield |
+           m->ev_py_unwind | m->ev_py_throw;
+  if (p->builtins) ev |= m->ev_call | m->ev_c_return | m->ev_c_raise;
   return ev;
 }
 
 /* Register the full callback set on tool. */
 static int trc_register_full(ProfileObject *p, int tool) {
-  if (trc_register(p, tool, trc_ev_py_start, 0) < 0 ||
-      trc_register(p, tool, trc_ev_py_resume, 1) < 0 ||
-      trc_register(p, tool, trc_ev_py_throw, 1) < 0 ||
-      trc_register(p, tool, trc_ev_py_return, 2) < 0 ||
-      trc_register(p, tool, trc_ev_py_yield, 7) < 0 ||
-      trc_register(p, tool, trc_ev_py_unwind, 2) < 0)
+  const trc_mon_state *m = &p->st->mon;
+  if (trc_register(p, tool, m->ev_py_start, 0) < 0 ||
+      trc_register(p, tool, m->ev_py_resume, 1) < 0 ||
+      trc_register(p, tool, m->ev_py_throw, 1) < 0 ||
+      trc_register(p, tool, m->ev_py_return, 2) < 0 ||
+      trc_register(p, tool, m->ev_py_yield, 7) < 0 ||
+      trc_register(p, tool, m->ev_py_unwind, 2) < 0)
     return -1;
   if (p->builtins &&
-      (trc_register(p, tool, trc_ev_call, 3) < 0 || trc_register(p, tool, trc_ev_c_return, 4) < 0 ||
-       trc_register(p, tool, trc_ev_c_raise, 4) < 0))
+      (trc_register(p, tool, m->ev_call, 3) < 0 || trc_register(p, tool, m->ev_c_return, 4) < 0 ||
+       trc_register(p, tool, m->ev_c_raise, 4) < 0))
     return -1;
   return 0;
 }
@@ -596,9 +591,10 @@ static int trc_register_full(ProfileObject *p, int tool) {
 void trc_backend_on_focus(void *ctx, int on) {
   ProfileObject *p = ctx;
   if (p->focus_tool_id < 0 || p->focus_tool_on == on) return;
+  const trc_mon_state *m = &p->st->mon;
   PyObject *exc_type, *exc_val, *exc_tb;
   PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
-  PyObject *r = trc_mon_call("set_events", "(ii)", p->focus_tool_id, on ? trc_full_events(p) : 0);
+  PyObject *r = trc_mon_call(m, "set_events", "(ii)", p->focus_tool_id, on ? trc_full_events(p) : 0);
   if (r) p->focus_tool_on = on;
   else p->acct.error = 1;
   Py_XDECREF(r);
@@ -607,16 +603,18 @@ void trc_backend_on_focus(void *ctx, int on) {
 }
 
 int trc_backend_start(ProfileObject *p) {
-  if (trc_mon_init() < 0) return -1;
-  trc_site_restarts = 0;
+  trc_mon_state *m = &p->st->mon;
+  if (trc_mon_init(m) < 0) return -1;
+  m->site_restarts = 0;
+  p->site_calls = !p->focus_glob && !m->sites_off; /* read by every CALL of a non-builtin */
   int tool = p->req_tool_id >= 0 ? p->req_tool_id : 2; /* sys.monitoring.PROFILER_ID */
-  if (trc_claim_tool(tool) < 0) return -1;
+  if (trc_claim_tool(m, tool) < 0) return -1;
   p->tool_id = tool;
   p->callbacks = PyList_New(0);
   if (!p->callbacks) goto fail;
   if (!p->focus_glob) {
     if (trc_register_full(p, tool) < 0) goto fail;
-    PyObject *r = trc_mon_call("set_events", "(ii)", tool, trc_full_events(p));
+    PyObject *r = trc_mon_call(m, "set_events", "(ii)", tool, trc_full_events(p));
     if (!r) goto fail;
     Py_DECREF(r);
     return 0;
@@ -625,11 +623,11 @@ int trc_backend_start(ProfileObject *p) {
   for (int cand = 3; cand < 3 + 6 && p->focus_tool_id < 0; cand++) {
     int id = cand % 6;
     if (id == tool) continue;
-    PyObject *holder = trc_mon_call("get_tool", "(i)", id);
+    PyObject *holder = trc_mon_call(m, "get_tool", "(i)", id);
     if (!holder) goto fail;
     int free_id = holder == Py_None;
     Py_DECREF(holder);
-    if (free_id && trc_claim_tool(id) == 0) p->focus_tool_id = id;
+    if (free_id && trc_claim_tool(m, id) == 0) p->focus_tool_id = id;
     PyErr_Clear();
   }
   if (p->focus_tool_id < 0) {
@@ -638,36 +636,37 @@ int trc_backend_start(ProfileObject *p) {
     goto fail;
   }
   if (trc_register_full(p, p->focus_tool_id) < 0 ||
-      trc_register(p, tool, trc_ev_py_start, 5) < 0 ||
-      trc_register(p, tool, trc_ev_py_resume, 6) < 0)
+      trc_register(p, tool, m->ev_py_start, 5) < 0 ||
+      trc_register(p, tool, m->ev_py_resume, 6) < 0)
     goto fail;
-  PyObject *r = trc_mon_call("set_events", "(ii)", tool, trc_ev_py_start);
+  PyObject *r = trc_mon_call(m, "set_events", "(ii)", tool, m->ev_py_start);
   if (!r) goto fail;
   Py_DECREF(r);
   return 0;
 fail:
-  if (p->focus_tool_id >= 0) trc_release_tool(p->focus_tool_id);
+  if (p->focus_tool_id >= 0) trc_release_tool(m, p->focus_tool_id);
   p->focus_tool_id = -1;
-  trc_release_tool(tool);
+  trc_release_tool(m, tool);
   p->tool_id = -1;
   Py_CLEAR(p->callbacks);
   return -1;
 }
 
 void trc_backend_stop(ProfileObject *p) {
-  if (p->tool_id >= 0) trc_release_tool(p->tool_id);
-  if (p->focus_tool_id >= 0) trc_release_tool(p->focus_tool_id);
+  trc_mon_state *m = &p->st->mon;
+  if (p->tool_id >= 0) trc_release_tool(m, p->tool_id);
+  if (p->focus_tool_id >= 0) trc_release_tool(m, p->focus_tool_id);
   p->tool_id = p->focus_tool_id = -1;
   p->focus_tool_on = 0;
   if (p->focus_glob || p->sites_disabled) {
     /* focus mode DISABLEd PY_START on unfocused code, full trace DISABLEd
      * single-callable CALL sites; those locations would stay disabled for
      * the next user of the tool id */
-    if (trc_watched_names) PySet_Clear(trc_watched_names);
+    if (m->watched_names) PySet_Clear(m->watched_names);
     p->sites_disabled = 0;
     PyObject *exc_type, *exc_val, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
-    PyObject *r = trc_mon_call("restart_events", "()");
+    PyObject *r = trc_mon_call(m, "restart_events", "()");
     Py_XDECREF(r);
     PyErr_Clear();
     PyErr_Restore(exc_type, exc_val, exc_tb);

@@ -38,7 +38,6 @@ typedef struct {
   PyFrameObject *f_back;
   trc_iframe311 *f_frame;
 } trc_frame311;
-static int trc_frame_direct; /* the layout above matched the running interpreter */
 
 /* PyFrame_GetLasti from the layout above: bytes into the code, -1 before the
  * first instruction. */
@@ -47,14 +46,15 @@ static inline int trc_iframe_lasti(const trc_iframe311 *i) {
   return u < 0 ? -1 : (int)(u * 2);
 }
 
-static void trc_frame_layout_check(void) {
+/* Does the layout above match the running interpreter (sp->frame_direct)? */
+static void trc_frame_layout_check(trc_sp_state *sp) {
   PyFrameObject *f = PyEval_GetFrame(); /* borrowed; NULL when no Python frame runs */
-  trc_frame_direct = 0;
+  sp->frame_direct = 0;
   if (!f) return;
   PyCodeObject *co = PyFrame_GetCode(f);
   PyObject *g = PyFrame_GetGlobals(f);
   const trc_iframe311 *i = ((const trc_frame311 *)f)->f_frame;
-  trc_frame_direct = i && i->f_code == co && i->f_globals == g &&
+  sp->frame_direct = i && i->f_code == co && i->f_globals == g &&
                      trc_iframe_lasti(i) == PyFrame_GetLasti(f);
   Py_XDECREF(co);
   Py_XDECREF(g);
@@ -62,33 +62,36 @@ static void trc_frame_layout_check(void) {
 }
 #endif
 
-static inline PyCodeObject *trc_frame_code(PyFrameObject *f) {
+static inline PyCodeObject *trc_frame_code(const trc_sp_state *sp, PyFrameObject *f) {
 #if PY_VERSION_HEX >= 0x030B0000
-  if (trc_frame_direct) return ((const trc_frame311 *)f)->f_frame->f_code;
+  if (sp->frame_direct) return ((const trc_frame311 *)f)->f_frame->f_code;
   PyCodeObject *co = PyFrame_GetCode(f);
   Py_DECREF(co); /* the frame keeps it alive for this event */
   return co;
 #else
+  (void)sp;
   return f->f_code;
 #endif
 }
 
-static inline PyObject *trc_frame_globals(PyFrameObject *f) {
+static inline PyObject *trc_frame_globals(const trc_sp_state *sp, PyFrameObject *f) {
 #if PY_VERSION_HEX >= 0x030B0000
-  if (trc_frame_direct) return ((const trc_frame311 *)f)->f_frame->f_globals;
+  if (sp->frame_direct) return ((const trc_frame311 *)f)->f_frame->f_globals;
   PyObject *g = PyFrame_GetGlobals(f);
   Py_XDECREF(g); /* borrowed from the frame for this event */
   return g;
 #else
+  (void)sp;
   return f->f_globals;
 #endif
 }
 
-static inline int trc_frame_lasti(PyFrameObject *f) {
+static inline int trc_frame_lasti(const trc_sp_state *sp, PyFrameObject *f) {
 #if PY_VERSION_HEX >= 0x030B0000
-  if (trc_frame_direct) return trc_iframe_lasti(((const trc_frame311 *)f)->f_frame);
+  if (sp->frame_direct) return trc_iframe_lasti(((const trc_frame311 *)f)->f_frame);
   return PyFrame_GetLasti(f);
 #else
+  (void)sp;
   return f->f_lasti;
 #endif
 }
@@ -106,42 +109,43 @@ static inline int trc_gen_resumed(PyCodeObject *co, int lasti) {
 #endif
 }
 
-static PyObject *trc_start_new_thread; /* _thread.start_new_thread (strong) */
-static void trc_thread_starting(void);
+static void trc_thread_starting(trc_sp_state *sp);
 
 static int trc_profile_fn(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
   (void)obj;
-  ProfileObject *p = trc_active;
+  trc_state *st = trc_state_root(); /* obj is NULL: sys.getprofile() stays None */
+  ProfileObject *p = st->active;
   if (!p || !p->running) return 0;
+  trc_sp_state *sp = &st->sp;
   trc_thread *t = trc_thread_get(p);
   if (!t || t->paused) return 0;
   int64_t now;
   switch (what) {
   case PyTrace_CALL: {
-    PyCodeObject *co = trc_frame_code(frame);
+    PyCodeObject *co = trc_frame_code(sp, frame);
     now = trc_now(p);
     uint32_t flags = 0;
     /* a generator/coroutine frame that already ran is being resumed */
     if ((co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) &&
-        trc_gen_resumed(co, trc_frame_lasti(frame)))
+        trc_gen_resumed(co, trc_frame_lasti(sp, frame)))
       flags = TRC_FR_RESUME;
     else if (co->co_flags & CO_COROUTINE)
-      trc_tasks_coro_start(co, frame); /* a task's start, if it is one (trc_tasks.c) */
+      trc_tasks_coro_start(&st->tasks, co, frame); /* a task's start, if it is one (trc_tasks.c) */
     uint32_t fi = trc_code_lookup(p, co) & ~TRC_FI_SITES;
-    if (!fi) fi = trc_code_func(p, co, trc_frame_globals(frame));
+    if (!fi) fi = trc_code_func(p, co, trc_frame_globals(sp, frame));
     trc_push(&p->acct, t, fi, co, flags, now);
     break;
   }
   case PyTrace_RETURN: {
-    PyCodeObject *co = trc_frame_code(frame);
+    PyCodeObject *co = trc_frame_code(sp, frame);
     if (co->co_flags & CO_COROUTINE) /* an await's hit, or a task's end (trc_tasks.c) */
-      trc_tasks_frame_return(co, frame, arg != NULL);
+      trc_tasks_frame_return(&st->tasks, co, frame, arg != NULL);
     if (t->depth == 0) break;
     trc_leave(&p->acct, t, co, trc_now(p));
     break;
   }
   case PyTrace_C_CALL: {
-    if (arg == trc_start_new_thread) trc_thread_starting();
+    if (arg == sp->start_new_thread) trc_thread_starting(sp);
     if (!p->builtins) break;
     PyMethodDef *def = trc_builtin_def(arg);
     if (!def) break;
@@ -198,7 +202,6 @@ static PyObject *trc_thread_hook(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef trc_hook_def = {"_thread_hook", trc_thread_hook, METH_VARARGS, NULL};
-static PyObject *trc_thread_hook_obj;
 
 /* New threads. Thread._bootstrap_inner installs threading._profile_hook (what
  * threading.setprofile sets) in every thread it starts, so the hook is set
@@ -208,13 +211,13 @@ static PyObject *trc_thread_hook_obj;
  * hook is set as a traced thread calls _thread.start_new_thread (a c_call
  * event), before the new thread runs. Threads started with _thread directly
  * are not followed (as with threading.setprofile). */
-static int trc_threading_hook_set(PyObject *hook, int only_if_ours) {
+static int trc_threading_hook_set(const trc_sp_state *sp, PyObject *hook, int only_if_ours) {
   PyObject *mods = PyImport_GetModuleDict();
   PyObject *threading = mods ? PyDict_GetItemString(mods, "threading") : NULL;
   if (!threading) return 0;
   if (only_if_ours) {
     PyObject *cur = PyObject_GetAttrString(threading, "_profile_hook");
-    int ours = cur == trc_thread_hook_obj;
+    int ours = cur == sp->thread_hook;
     Py_XDECREF(cur);
     PyErr_Clear();
     if (!ours) return 0;
@@ -223,51 +226,50 @@ static int trc_threading_hook_set(PyObject *hook, int only_if_ours) {
 }
 
 /* A traced thread is about to start a thread. */
-static __attribute__((noinline, cold)) void trc_thread_starting(void) {
+static __attribute__((noinline, cold)) void trc_thread_starting(trc_sp_state *sp) {
   PyObject *exc_type, *exc_val, *exc_tb;
   PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
-  if (trc_thread_hook_obj && trc_threading_hook_set(trc_thread_hook_obj, 0) < 0) PyErr_Clear();
+  if (sp->thread_hook && trc_threading_hook_set(sp, sp->thread_hook, 0) < 0) PyErr_Clear();
   PyErr_Restore(exc_type, exc_val, exc_tb);
 }
 
-static int trc_find_start_new_thread(void) {
-  if (trc_start_new_thread) return 0;
+static int trc_find_start_new_thread(trc_sp_state *sp) {
+  if (sp->start_new_thread) return 0;
   PyObject *mods = PyImport_GetModuleDict();
   PyObject *thread = mods ? PyDict_GetItemString(mods, "_thread") : NULL;
   if (!thread) return 0; /* not loaded: nothing can start a thread through it yet */
-  trc_start_new_thread = PyObject_GetAttrString(thread, "start_new_thread");
-  if (!trc_start_new_thread) PyErr_Clear();
+  sp->start_new_thread = PyObject_GetAttrString(thread, "start_new_thread");
+  if (!sp->start_new_thread) PyErr_Clear();
   return 0;
 }
 
 int trc_backend_start(ProfileObject *p) {
+  trc_sp_state *sp = &p->st->sp;
 #if PY_VERSION_HEX >= 0x030B0000
-  trc_frame_layout_check();
+  trc_frame_layout_check(sp);
 #endif
-  if (!trc_thread_hook_obj) {
-    trc_thread_hook_obj = PyCFunction_NewEx(&trc_hook_def, NULL, NULL);
-    if (!trc_thread_hook_obj) return -1;
+  if (!sp->thread_hook) {
+    sp->thread_hook = PyCFunction_NewEx(&trc_hook_def, NULL, NULL);
+    if (!sp->thread_hook) return -1;
   }
-  trc_find_start_new_thread();
-  if (trc_threading_hook_set(trc_thread_hook_obj, 0) < 0) return -1;
+  trc_find_start_new_thread(sp);
+  if (trc_threading_hook_set(sp, sp->thread_hook, 0) < 0) return -1;
   PyThreadState *me = PyThreadState_Get();
   for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts;
        ts = PyThreadState_Next(ts)) {
     if (trc_set_profile(ts, trc_profile_fn) < 0) return -1;
   }
-  (void)p;
   return 0;
 }
 
 void trc_backend_stop(ProfileObject *p) {
-  (void)p;
   PyObject *exc_type, *exc_val, *exc_tb;
   PyErr_Fetch(&exc_type, &exc_val, &exc_tb);
   PyThreadState *me = PyThreadState_Get();
   for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts;
        ts = PyThreadState_Next(ts))
     trc_set_profile(ts, NULL);
-  trc_threading_hook_set(Py_None, 1);
+  trc_threading_hook_set(&p->st->sp, Py_None, 1);
   PyErr_Clear();
   PyErr_Restore(exc_type, exc_val, exc_tb);
 }

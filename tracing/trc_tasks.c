@@ -3,8 +3,8 @@
  * events, turned into (function identity, line, hits) rows for the session;
  * and the wall time of every task, from the first step of its outermost
  * coroutine (one not started by another coroutine) to that coroutine's end,
- * per outermost coroutine function. The tables hold a reference to each code
- * object they key on.
+ * per outermost coroutine function. The tables (trc_tasks.h) are bf_pmaps;
+ * the code table holds a reference to each code object the others key on.
  */
 #include "trc_tasks.h"
 
@@ -17,91 +17,73 @@
 #include <opcode.h>
 #endif
 
-#define TK_SLOTS (1u << 16) /* await sites kept (open addressing; full: not counted) */
+#define TK_SITES (1u << 15) /* await sites kept (more: not counted) */
+#define TK_LIVE (1u << 15)  /* live outermost coroutines kept (more: the newest go uncounted) */
+#define TK_FUNCS 4096       /* outermost coroutine functions kept */
+
+typedef struct tk_code {
+  uint64_t key;  /* PyCodeObject * (strong reference) */
+  uint32_t id;   /* 1, 2, ...: the high half of its sites' keys */
+  uint32_t life; /* 1 + index into lifes, 0 = none yet */
+} tk_code;
 
 typedef struct tk_site {
-  PyCodeObject *co; /* strong reference; NULL = free */
-  int offset;       /* bytes into co_code */
+  uint64_t key;     /* code id << 32 | offset */
+  PyCodeObject *co; /* the code table's reference */
+  int32_t offset;   /* bytes into co_code */
+  int32_t unused;
   int64_t hits;
 } tk_site;
 
-static tk_site *tk_sites;
-static size_t tk_used;
-
-/* Live outermost coroutines: coroutine object address -> start (open
- * addressing; a finished one leaves a tombstone; rebuilt when half full). */
-#define TK_LIVE (1u << 16)
-#define TK_GONE ((uintptr_t)1)
 typedef struct tk_live {
-  uintptr_t coro;
+  uint64_t key;     /* the coroutine object's address */
   PyCodeObject *co; /* borrowed: the coroutine keeps it alive while it runs */
   int64_t start_ns;
 } tk_live;
-static tk_live *tk_lives;
-static size_t tk_nlive; /* slots taken, tombstones included */
 
-/* Finished tasks per outermost coroutine function (code: strong reference). */
-#define TK_FUNCS 4096
-typedef struct tk_life {
-  PyCodeObject *co;
-  int64_t n, total_ns, max_ns;
-} tk_life;
-static tk_life *tk_lifes;
-static size_t tk_nlifes;
+void trc_tasks_init(trc_tasks *tk) {
+  *tk = (trc_tasks){.codes = BF_PMAP_INIT(tk_code), .sites = BF_PMAP_INIT(tk_site), .lives = BF_PMAP_INIT(tk_live)};
+}
 
-static size_t tk_live_slot(uintptr_t coro) { return (size_t)((coro >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (TK_LIVE - 1); }
-
-static void tk_live_put(uintptr_t coro, PyCodeObject *co, int64_t start) {
-  if (!tk_lives && !(tk_lives = calloc(TK_LIVE, sizeof *tk_lives))) return;
-  if (tk_nlive >= TK_LIVE / 2) { /* drop the tombstones */
-    tk_live *old = tk_lives;
-    if (!(tk_lives = calloc(TK_LIVE, sizeof *tk_lives))) {
-      tk_lives = old;
-      return;
-    }
-    tk_nlive = 0;
-    for (size_t i = 0; i < TK_LIVE; i++)
-      if (old[i].coro > TK_GONE) {
-        size_t j = tk_live_slot(old[i].coro);
-        while (tk_lives[j].coro) j = (j + 1) & (TK_LIVE - 1);
-        tk_lives[j] = old[i];
-        tk_nlive++;
-      }
-    free(old);
-    if (tk_nlive >= TK_LIVE / 2) return; /* that many live tasks: the newest go uncounted */
+/* co's row in the code table, added (with a new reference) when absent; NULL
+ * when out of memory. */
+static tk_code *tk_code_row(trc_tasks *tk, PyCodeObject *co) {
+  int added;
+  tk_code *c = bf_pmap_put(&tk->codes, (uint64_t)(uintptr_t)co, &added);
+  if (c && added) {
+    Py_INCREF(co);
+    c->id = ++tk->ncodes;
   }
-  size_t j = tk_live_slot(coro);
-  while (tk_lives[j].coro > TK_GONE && tk_lives[j].coro != coro) j = (j + 1) & (TK_LIVE - 1);
-  if (!tk_lives[j].coro) tk_nlive++;
-  tk_lives[j] = (tk_live){coro, co, start};
+  return c;
 }
 
 /* The coroutine frame is the outermost of a task (its caller is no
  * coroutine): note when it starts. */
-static void tk_start(uintptr_t coro, PyCodeObject *co, PyCodeObject *caller) {
+static void tk_start(trc_tasks *tk, uintptr_t coro, PyCodeObject *co, PyCodeObject *caller) {
   if (!coro || (caller && (caller->co_flags & CO_COROUTINE))) return;
-  tk_live_put(coro, co, bf_mono_ns());
+  tk_live *l = bf_pmap_get(&tk->lives, (uint64_t)coro);
+  if (!l && (tk->lives.len >= TK_LIVE || !(l = bf_pmap_put(&tk->lives, (uint64_t)coro, NULL)))) return;
+  l->co = co;
+  l->start_ns = bf_mono_ns();
 }
 
-static void tk_end(uintptr_t coro) {
-  if (!tk_lives || !coro) return;
-  for (size_t j = tk_live_slot(coro), n = 0; tk_lives[j].coro && n < TK_LIVE; j = (j + 1) & (TK_LIVE - 1), n++) {
-    if (tk_lives[j].coro != coro) continue;
-    int64_t d = bf_mono_ns() - tk_lives[j].start_ns;
-    PyCodeObject *co = tk_lives[j].co;
-    tk_lives[j].coro = TK_GONE;
-    size_t k = 0;
-    while (k < tk_nlifes && tk_lifes[k].co != co) k++;
-    if (k == tk_nlifes) {
-      if (tk_nlifes == TK_FUNCS || (!tk_lifes && !(tk_lifes = calloc(TK_FUNCS, sizeof *tk_lifes)))) return;
-      Py_INCREF(co);
-      tk_lifes[tk_nlifes++] = (tk_life){co, 0, 0, 0};
-    }
-    tk_lifes[k].n++;
-    tk_lifes[k].total_ns += d;
-    if (d > tk_lifes[k].max_ns) tk_lifes[k].max_ns = d;
-    return;
+static void tk_end(trc_tasks *tk, uintptr_t coro) {
+  tk_live *l = coro ? bf_pmap_get(&tk->lives, (uint64_t)coro) : NULL;
+  if (!l) return;
+  int64_t d = bf_mono_ns() - l->start_ns;
+  PyCodeObject *co = l->co;
+  bf_pmap_del(&tk->lives, (uint64_t)coro);
+  tk_code *c = bf_pmap_get(&tk->codes, (uint64_t)(uintptr_t)co);
+  if (!c || !c->life) {
+    if (tk->nlifes == TK_FUNCS || (!tk->lifes && !(tk->lifes = calloc(TK_FUNCS, sizeof *tk->lifes)))) return;
+    if (!(c = tk_code_row(tk, co))) return;
+    tk->lifes[tk->nlifes] = (trc_task_life){co, 0, 0, 0};
+    c->life = (uint32_t)++tk->nlifes;
   }
+  trc_task_life *f = &tk->lifes[c->life - 1];
+  f->n++;
+  f->total_ns += d;
+  if (d > f->max_ns) f->max_ns = d;
 }
 
 #if PY_VERSION_HEX >= 0x030B0000
@@ -127,47 +109,43 @@ static uintptr_t tk_frame_coro(PyFrameObject *f) { return (uintptr_t)f->f_gen; }
 static PyCodeObject *tk_caller_code(PyFrameObject *f) { return f->f_back ? f->f_back->f_code : NULL; }
 #endif
 
-void trc_tasks_coro_start(PyCodeObject *co, PyFrameObject *frame) {
+void trc_tasks_coro_start(trc_tasks *tk, PyCodeObject *co, PyFrameObject *frame) {
   if (!(co->co_flags & CO_COROUTINE)) return;
   if (!frame) frame = PyEval_GetFrame(); /* 3.12+: the coroutine's own frame, at its PY_START */
-  if (frame) tk_start(tk_frame_coro(frame), co, tk_caller_code(frame));
+  if (frame) tk_start(tk, tk_frame_coro(frame), co, tk_caller_code(frame));
 }
 
-void trc_tasks_coro_end(PyCodeObject *co) {
-  if (!(co->co_flags & CO_COROUTINE) || !tk_nlive) return;
+void trc_tasks_coro_end(trc_tasks *tk, PyCodeObject *co) {
+  if (!(co->co_flags & CO_COROUTINE) || !tk->lives.len) return;
   PyFrameObject *frame = PyEval_GetFrame();
-  if (frame) tk_end(tk_frame_coro(frame));
+  if (frame) tk_end(tk, tk_frame_coro(frame));
 }
 
-static void tk_hit(PyCodeObject *co, int offset) {
-  if (!tk_sites && !(tk_sites = calloc(TK_SLOTS, sizeof *tk_sites))) return;
-  uintptr_t h = ((uintptr_t)co >> 4) * 0x9E3779B97F4A7C15ull ^ (uintptr_t)offset * 0x85EBCA6Bu;
-  for (size_t i = (h >> 16) & (TK_SLOTS - 1), n = 0; n < TK_SLOTS; n++, i = (i + 1) & (TK_SLOTS - 1)) {
-    tk_site *s = &tk_sites[i];
-    if (s->co == co && s->offset == offset) {
-      s->hits++;
-      return;
-    }
-    if (s->co) continue;
-    if (tk_used >= TK_SLOTS / 2) return;
-    Py_INCREF(co);
-    *s = (tk_site){co, offset, 1};
-    tk_used++;
+static void tk_hit(trc_tasks *tk, PyCodeObject *co, int offset) {
+  tk_code *c = bf_pmap_get(&tk->codes, (uint64_t)(uintptr_t)co);
+  tk_site *s = c ? bf_pmap_get(&tk->sites, (uint64_t)c->id << 32 | (uint32_t)offset) : NULL;
+  if (s) {
+    s->hits++;
     return;
   }
+  if (tk->sites.len >= TK_SITES || (!c && !(c = tk_code_row(tk, co)))) return;
+  if (!(s = bf_pmap_put(&tk->sites, (uint64_t)c->id << 32 | (uint32_t)offset, NULL))) return;
+  s->co = co;
+  s->offset = offset;
+  s->hits = 1;
 }
 
-void trc_tasks_yield(PyCodeObject *co, PyObject *offset) {
+void trc_tasks_yield(trc_tasks *tk, PyCodeObject *co, PyObject *offset) {
   if (!(co->co_flags & CO_COROUTINE)) return; /* generators' yields are no awaits */
   long off = PyLong_AsLong(offset);
-  if (off < 0) {
+  if (off < 0 || off > INT32_MAX) {
     PyErr_Clear();
     return;
   }
-  tk_hit(co, (int)off);
+  tk_hit(tk, co, (int)off);
 }
 
-void trc_tasks_frame_return(PyCodeObject *co, PyFrameObject *frame, int has_value) {
+void trc_tasks_frame_return(trc_tasks *tk, PyCodeObject *co, PyFrameObject *frame, int has_value) {
 #if PY_VERSION_HEX < 0x030C0000
   if (!(co->co_flags & CO_COROUTINE)) return;
   /* a suspension always passes a value up; an exception never does */
@@ -182,23 +160,22 @@ void trc_tasks_frame_return(PyCodeObject *co, PyFrameObject *frame, int has_valu
   int suspended = frame->f_stacktop != NULL; /* only a suspended frame keeps its value stack */
 #endif
   if (has_value && suspended) {
-    tk_hit(co, off);
-  } else if (tk_nlive) { /* its end (a return, or an exception): a task's, if it is one */
-    tk_end(tk_frame_coro(frame));
+    tk_hit(tk, co, off);
+  } else if (tk->lives.len) { /* its end (a return, or an exception): a task's, if it is one */
+    tk_end(tk, tk_frame_coro(frame));
   }
 #else
+  (void)tk;
   (void)co;
   (void)frame;
   (void)has_value;
 #endif
 }
 
-PyObject *trc_tasks_lifetimes(PyObject *self, PyObject *noargs) {
-  (void)self;
-  (void)noargs;
+PyObject *trc_tasks_lifetimes(const trc_tasks *tk) {
   PyObject *out = PyList_New(0);
-  for (size_t k = 0; out && k < tk_nlifes; k++) {
-    const tk_life *l = &tk_lifes[k];
+  for (size_t k = 0; out && k < tk->nlifes; k++) {
+    const trc_task_life *l = &tk->lifes[k];
     PyObject *row = Py_BuildValue("(OsiLLL)", l->co->co_filename, trc_code_qualname(l->co), l->co->co_firstlineno,
                                   (long long)l->n, (long long)l->total_ns, (long long)l->max_ns);
     if (!row || PyList_Append(out, row) < 0) {
@@ -216,19 +193,16 @@ static int cmp_site(const void *a, const void *b) {
   return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-PyObject *trc_tasks_await_sites(PyObject *self, PyObject *noargs) {
-  (void)self;
-  (void)noargs;
+PyObject *trc_tasks_await_sites(const trc_tasks *tk) {
   PyObject *out = PyList_New(0);
-  if (!out || !tk_used) return out;
-  tk_site *v = malloc(tk_used * sizeof *v);
+  if (!out || !tk->sites.len) return out;
+  tk_site *v = malloc(tk->sites.len * sizeof *v);
   if (!v) {
     Py_DECREF(out);
     return PyErr_NoMemory();
   }
-  size_t n = 0;
-  for (size_t i = 0; i < TK_SLOTS; i++)
-    if (tk_sites[i].co) v[n++] = tk_sites[i];
+  size_t n = 0, it = 0;
+  for (const tk_site *s; n < tk->sites.len && (s = bf_pmap_next(&tk->sites, &it));) v[n++] = *s;
   qsort(v, n, sizeof *v, cmp_site);
   /* one row per (code, line): a line may hold several suspension points */
   for (size_t i = 0; i < n;) {

@@ -344,12 +344,12 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
   trc_wr w = {0};
   w.res = res;
   w.sid = meta->session_id;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int began = 0;
   char host[256] = "";
   int rc = bf_store_open(path, BF_STORE_CREATE, &w.s, &msg);
   if (rc < 0) {
-    set_err(errbuf, errlen, path, msg ? msg : strerror(-rc));
+    set_err(errbuf, errlen, path, bf_err_msg(&msg, strerror(-rc)));
     return rc;
   }
   gethostname(host, sizeof host - 1);

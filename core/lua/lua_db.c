@@ -31,12 +31,12 @@ int bf_lua_open(lua_State *L) {
   bf_lua_ctx *c = bf_lua_getctx(L);
   const char *path = luaL_optstring(L, 1, c->db_path);
   bf_lua_db *d = newdb(L);
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int rc = bf_store_open(path, BF_STORE_READONLY, &d->s, &msg);
   if (rc < 0) {
     d->s = NULL;
     luaL_pushfail(L);
-    lua_pushfstring(L, "%s", msg ? msg : strerror(-rc));
+    lua_pushfstring(L, "%s", bf_err_msg(&msg, strerror(-rc)));
     return 2;
   }
   return 1;

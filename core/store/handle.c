@@ -41,8 +41,6 @@ const char *const bfs_stmt_sql[ST__N] = {
                   "duration_ns,depth,parent_function_id) VALUES(?1,?2,?3,?4,?5,?6,?7)",
 };
 
-__thread char bfs_open_err[512];
-
 void bfs_bind_text(sqlite3_stmt *st, int i, const char *v) {
   if (v)
     sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
@@ -74,7 +72,7 @@ int bfs_fail_sql(bf_store *s, const char *what) {
   return bf_store_fail(s, rc, "database '%s': %s: %s", s->path, what, sqlite3_errmsg(s->db));
 }
 
-const char *bf_store_errmsg(const bf_store *s) { return s ? s->err : bfs_open_err; }
+const char *bf_store_errmsg(const bf_store *s) { return s ? s->err : "no database handle"; }
 const char *bf_store_path(const bf_store *s) { return s->path; }
 
 sqlite3_stmt *bfs_stmt(bf_store *s, int which) {
@@ -105,23 +103,23 @@ int bfs_exec(bf_store *s, const char *sql) {
 
 /* Check the file before SQLite sees it: a directory, a missing file (created
  * mode 0600 when allowed), or something not SQLite. 0 or a negative errno
- * with bfs_open_err set. */
-static int check_path(const char *path, int flags, int readonly) {
+ * with err set. */
+static int check_path(const char *path, int flags, int readonly, bf_err *err) {
   struct stat stbuf;
   int exists = stat(path, &stbuf) == 0;
   if (exists && S_ISDIR(stbuf.st_mode)) {
-    snprintf(bfs_open_err, sizeof bfs_open_err, "'%s' is a directory, not a database file", path);
+    bf_err_set(err, -EISDIR, "'%s' is a directory, not a database file", path);
     return -EISDIR;
   }
   if (!exists) {
     if (readonly || !(flags & BF_STORE_CREATE)) {
-      snprintf(bfs_open_err, sizeof bfs_open_err, "database '%s' does not exist yet", path);
+      bf_err_set(err, -ENOENT, "database '%s' does not exist yet", path);
       return -ENOENT;
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 && errno != EEXIST) {
       int e = errno;
-      snprintf(bfs_open_err, sizeof bfs_open_err, "cannot create database '%s': %s", path, strerror(e));
+      bf_err_set(err, -e, "cannot create database '%s': %s", path, strerror(e));
       return -e;
     }
     if (fd >= 0) close(fd);
@@ -130,34 +128,33 @@ static int check_path(const char *path, int flags, int readonly) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       int e = errno;
-      snprintf(bfs_open_err, sizeof bfs_open_err, "cannot open database '%s': %s", path, strerror(e));
+      bf_err_set(err, -e, "cannot open database '%s': %s", path, strerror(e));
       return -e;
     }
     char hdr[16] = {0};
     ssize_t n = read(fd, hdr, sizeof hdr);
     close(fd);
     if (n != 16 || memcmp(hdr, "SQLite format 3\0", 16) != 0) {
-      snprintf(bfs_open_err, sizeof bfs_open_err, "'%s' is not a SQLite database (not a bifocal file)", path);
+      bf_err_set(err, -EINVAL, "'%s' is not a SQLite database (not a bifocal file)", path);
       return -EINVAL;
     }
   } else if (readonly) {
-    snprintf(bfs_open_err, sizeof bfs_open_err, "database '%s' is empty (record or import something first)", path);
+    bf_err_set(err, -ENOENT, "database '%s' is empty (record or import something first)", path);
     return -ENOENT;
   }
 
   return 0;
 }
 
-int bf_store_open(const char *path, int flags, bf_store **out, const char **errmsg) {
+int bf_store_open(const char *path, int flags, bf_store **out, bf_err *err) {
   *out = NULL;
-  if (errmsg) *errmsg = bfs_open_err;
-  bfs_open_err[0] = 0;
+  bf_err_clear(err);
   if (!path || !*path) {
-    snprintf(bfs_open_err, sizeof bfs_open_err, "no database path given");
+    bf_err_set(err, -EINVAL, "no database path given");
     return -EINVAL;
   }
   int readonly = (flags & BF_STORE_READONLY) != 0;
-  int rc = check_path(path, flags, readonly);
+  int rc = check_path(path, flags, readonly, err);
   if (rc) return rc;
 
   /* SQLite keeps -wal/-shm files beside the database: its directory must be
@@ -170,14 +167,14 @@ int bf_store_open(const char *path, int flags, bf_store **out, const char **errm
   snprintf(side, sizeof side, "%s-wal", path);
   int wal_exists = access(side, F_OK) == 0;
   if (!dir_w && !readonly) {
-    snprintf(bfs_open_err, sizeof bfs_open_err,
+    bf_err_set(err, -dir_errno,
              "cannot write database '%.150s': its directory '%.150s' is not writable (%s) and SQLite keeps "
              "its '-wal' journal there; move the database to a writable directory",
              path, dir, strerror(dir_errno));
     return -dir_errno;
   }
   bf_store *s = calloc(1, sizeof *s);
-  if (!s) return -ENOMEM;
+  if (!s) return bf_err_set(err, -ENOMEM, "out of memory");
   s->path = strdup(path);
   s->readonly = readonly;
   /* A reader opens read-write when it may (bifocal never writes through it):
@@ -206,7 +203,7 @@ int bf_store_open(const char *path, int flags, bf_store **out, const char **errm
   free(uri);
   if (orc != SQLITE_OK) {
     rc = -EIO;
-    snprintf(bfs_open_err, sizeof bfs_open_err, "cannot open database '%s': %s", path,
+    bf_err_set(err, rc, "cannot open database '%s': %s", path,
              s->db ? sqlite3_errmsg(s->db) : "out of memory");
     goto fail;
   }
@@ -216,12 +213,12 @@ int bf_store_open(const char *path, int flags, bf_store **out, const char **errm
   rc = bfs_harden(s);
   if (!rc) rc = bfs_check_and_migrate(s);
   if (rc) {
-    snprintf(bfs_open_err, sizeof bfs_open_err, "%s", s->err);
+    bf_err_set(err, rc, "%s", s->err);
     goto fail;
   }
   if (!readonly) {
     if ((rc = bfs_exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF"))) {
-      snprintf(bfs_open_err, sizeof bfs_open_err, "%s", s->err);
+      bf_err_set(err, rc, "%s", s->err);
       goto fail;
     }
   }
@@ -250,12 +247,12 @@ static bf_store *memory_handle(const char *name, int readonly) {
 
 /* The common end of opening a memory database or an image: check and
  * migrate, then hand the handle out (or close it). */
-static int finish_open(bf_store *s, bf_store **out) {
+static int finish_open(bf_store *s, bf_store **out, bf_err *err) {
   sqlite3_extended_result_codes(s->db, 0);
   int rc = bfs_harden(s);
   if (!rc) rc = bfs_check_and_migrate(s);
   if (rc) {
-    snprintf(bfs_open_err, sizeof bfs_open_err, "%s", s->err);
+    bf_err_set(err, rc, "%s", s->err);
     bf_store_close(s);
     return rc;
   }
@@ -263,39 +260,37 @@ static int finish_open(bf_store *s, bf_store **out) {
   return 0;
 }
 
-int bf_store_open_memory(bf_store **out, const char **errmsg) {
+int bf_store_open_memory(bf_store **out, bf_err *err) {
   *out = NULL;
-  if (errmsg) *errmsg = bfs_open_err;
-  bfs_open_err[0] = 0;
+  bf_err_clear(err);
   bf_store *s = memory_handle("(memory)", 0);
-  if (!s) return -ENOMEM;
+  if (!s) return bf_err_set(err, -ENOMEM, "out of memory");
   int rc;
   if (!s->db) {
     rc = -ENOMEM;
-    snprintf(bfs_open_err, sizeof bfs_open_err, "cannot open a database in memory: %.400s", s->err);
+    bf_err_set(err, rc, "cannot open a database in memory: %.400s", s->err);
     goto fail;
   }
-  return finish_open(s, out);
+  return finish_open(s, out, err);
 fail:
   bf_store_close(s);
   return rc;
 }
 
 int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_store **out,
-                        const char **errmsg) {
+                        bf_err *err) {
   *out = NULL;
-  if (errmsg) *errmsg = bfs_open_err;
-  bfs_open_err[0] = 0;
+  bf_err_clear(err);
   if (len < 100 || memcmp(image, "SQLite format 3\0", 16) != 0) {
     sqlite3_free(image);
-    snprintf(bfs_open_err, sizeof bfs_open_err, "'%s' is not a SQLite database (not a bifocal file)", name);
+    bf_err_set(err, -EINVAL, "'%s' is not a SQLite database (not a bifocal file)", name);
     return -EINVAL;
   }
   image[18] = image[19] = 1; /* a WAL-mode header cannot be read from memory; nothing is pending */
   bf_store *s = memory_handle(name, 1);
   if (!s) {
     sqlite3_free(image);
-    return -ENOMEM;
+    return bf_err_set(err, -ENOMEM, "out of memory");
   }
   int rc;
   if (!s->db ||
@@ -303,11 +298,11 @@ int bf_store_open_image(unsigned char *image, size_t len, const char *name, bf_s
                           SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_READONLY) != SQLITE_OK) {
     if (!s->db) sqlite3_free(image);
     rc = -EIO;
-    snprintf(bfs_open_err, sizeof bfs_open_err, "cannot open '%s': %.400s", name,
+    bf_err_set(err, rc, "cannot open '%s': %.400s", name,
              s->db ? sqlite3_errmsg(s->db) : s->err);
     goto fail;
   }
-  return finish_open(s, out);
+  return finish_open(s, out, err);
 fail:
   bf_store_close(s);
   return rc;

@@ -180,7 +180,7 @@ int bf_store_intern_thread(bf_store *s, int64_t session_id, int64_t native_tid, 
   }
   /* thread churn: the cache of thread ids is bounded (a miss is one indexed
    * lookup) */
-  if (s->th_map.len >= 8192) bf_map3_free(&s->th_map);
+  if (bf_map3_len(&s->th_map) >= 8192) bf_map3_free(&s->th_map);
   if (bf_map3_put(&s->th_map, session_id, native_tid, 0, v)) return bf_store_fail(s, -ENOMEM, "out of memory");
   if (named && bf_map3_put(&s->th_map, session_id, native_tid, 1, v))
     return bf_store_fail(s, -ENOMEM, "out of memory");

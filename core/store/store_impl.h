@@ -100,9 +100,6 @@ struct bf_store {
 /* Default budget of one read without progress (BF_STORE_STMT_BUDGET_NS). */
 #define BF_STORE_STMT_BUDGET_NS (30LL * 1000000000LL)
 
-/* Message of the last failed open on this thread (bf_store_errmsg(NULL)). */
-extern __thread char bfs_open_err[512];
-
 /* ---- shared helpers (handle.c unless noted) ---- */
 
 /* Map the connection's last SQLite error to an errno and a message naming the

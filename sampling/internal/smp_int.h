@@ -197,7 +197,7 @@ typedef struct smp_code {
   uint64_t line_instr; /* walker: the instruction value line was looked up for */
   int32_t line;
   int line_known;
-  struct smp_code *next; /* hash chain (or the retired list) */
+  struct smp_code *next; /* the retired list */
 } smp_code;
 
 /* Per-thread state kept between samples. */
@@ -237,6 +237,12 @@ typedef struct smp_pref {
   uint8_t used;      /* served a read in this sample */
   uint8_t age;       /* samples since a read last asked for it */
 } smp_pref;
+
+/* A slot of bf_smp.codes. */
+typedef struct smp_code_slot {
+  uint64_t addr; /* the bf_pmap key */
+  smp_code *code;
+} smp_code_slot;
 
 /* A slot of bf_smp.pref_hash. */
 typedef struct smp_pref_slot {
@@ -292,8 +298,7 @@ struct bf_smp {
   bf_pmap pref_hash;       /* of smp_pref_slot: address -> index in pref */
   unsigned char scratch[4096];
   /* code cache */
-  smp_code **code_tab;
-  size_t code_cap, ncode;
+  bf_pmap codes;     /* of smp_code_slot: code object address -> entry */
   smp_code *retired; /* replaced entries: callers may still hold their pub */
   size_t nretired;
   /* output */

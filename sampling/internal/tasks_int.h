@@ -111,7 +111,7 @@ void tk_use_314(bf_smp_tasks *tk, const tk314 *o);
 /* ---- the reader's state: tasks.c, with the registry (tasks_registry.c)
  * and task names (tasks_names.c) ---- */
 #define TK_MAX_CHAIN 16             /* coroutines followed per task */
-#define TK_MAX_NAMES 65536          /* distinct task names kept */
+#define TK_MAX_NAMES 32768          /* distinct task names kept (a table of 65536 slots) */
 
 /* Offsets of the C _asyncio Task and of coroutines, per 3.minor. Measured in
  * each interpreter by tests/tools/probe_asyncio_offsets.py (known pointers
@@ -141,7 +141,7 @@ typedef struct tk_layout {
  * when the text at an address changed, the slot gets a new entry (a new
  * serial, so a new task id); the old one is freed TK_DEAD_NS later. */
 typedef struct tk_name {
-  uint64_t obj;       /* the name object (0: free slot) */
+  uint64_t obj;       /* the name object: the bf_pmap key */
   uint64_t serial;    /* unique per entry: part of the task's id */
   int64_t retired_ns; /* in tk->dead: when it left its slot */
   char *thread_name;  /* "task:NAME" */
@@ -206,8 +206,7 @@ struct bf_smp_tasks {
   size_t naddrs, cap_addrs;
   tk_task *tasks;
   size_t ntasks, cap_tasks;
-  tk_name *names;     /* open addressing, TK_MAX_NAMES slots */
-  size_t nnames;
+  bf_pmap names;      /* of tk_name, by name object; growing bumps name_gen */
   uint64_t serials;
   tk_name *dead;      /* entries replaced in their slot, oldest first, kept TK_DEAD_NS */
   size_t ndead, cap_dead;
@@ -229,7 +228,7 @@ struct bf_smp_tasks {
   size_t cap_objs, cap_run, cap_walked;
   tk_task *spare;     /* the registry's entries carried over at a refresh */
   size_t cap_spare;
-  uint64_t name_gen;  /* bumped when a name entry leaves its slot */
+  uint64_t name_gen;  /* bumped when a name entry leaves its slot (retired, or the table grew) */
   tk_memo memo[TK_MEMOS];
   int warned_custom;
   int uvloop; /* the uvloop module is loaded */

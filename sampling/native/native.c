@@ -25,26 +25,23 @@ const char *bf_smp_native_errmsg(const bf_smp_native *n) { return n ? n->err : "
 
 /* ---- handle ------------------------------------------------------------------ */
 
-int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char *errbuf,
-                      size_t len) {
+int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out) {
 #if !defined(__x86_64__)
   (void)h, (void)threads, (void)out;
-  snprintf(errbuf, len, "native stacks are only supported on x86-64");
-  return -ENOTSUP;
+  return smp_seterr(h, -ENOTSUP, "native stacks are only supported on x86-64");
 #else
   bf_smp_native *n = calloc(1, sizeof *n);
   if (!n) {
-    snprintf(errbuf, len, "out of memory");
-    return -ENOMEM;
+    return smp_seterr(h, -ENOMEM, "out of memory");
   }
   n->h = h;
   n->pid = bf_smp_pid(h);
   int rc = nat_parse_filter(n, threads);
   if (rc < 0) {
     if (rc == -ENOMEM)
-      snprintf(errbuf, len, "out of memory");
+      smp_seterr(h, rc, "out of memory");
     else /* repl/cli_hints.c names the option */
-      snprintf(errbuf, len, "native thread filter '%s' is not a comma list of thread ids or name globs",
+      smp_seterr(h, rc, "native thread filter '%s' is not a comma list of thread ids or name globs",
                threads ? threads : "");
     bf_smp_native_free(n);
     return rc;
@@ -54,7 +51,7 @@ int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char 
   n->as = unw_create_addr_space(&acc, 0);
   n->upt_pid = n->as ? _UPT_create(n->pid) : NULL;
   if (!n->as || !n->upt_pid) {
-    snprintf(errbuf, len, "libunwind: cannot create a remote address space");
+    smp_seterr(h, -ENOTSUP, "libunwind: cannot create a remote address space");
     bf_smp_native_free(n);
     return -ENOTSUP;
   }
@@ -72,7 +69,7 @@ int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char 
   nat_read_root(n);
   rc = nat_maps_refresh(n);
   if (rc < 0) {
-    snprintf(errbuf, len, "cannot read /proc/%d/maps: %s", n->pid, strerror(-rc));
+    smp_seterr(h, rc, "cannot read /proc/%d/maps: %s", n->pid, strerror(-rc));
     bf_smp_native_free(n);
     return rc;
   }
@@ -95,7 +92,7 @@ int bf_smp_native_new(bf_smp *h, const char *threads, bf_smp_native **out, char 
   }
   rc = prime(n);
   if (rc < 0) {
-    snprintf(errbuf, len, "%s", n->err);
+    smp_seterr(h, rc, "%s", n->err);
     bf_smp_native_free(n);
     return rc;
   }

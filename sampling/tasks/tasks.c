@@ -62,19 +62,19 @@ bf_smp_tasks *bf_smp_tasks_new(bf_smp *h) {
 
 void bf_smp_tasks_free(bf_smp_tasks *tk) {
   if (!tk) return;
-  if (tk->names)
-    for (size_t i = 0; i < TK_MAX_NAMES; i++) {
-      free(tk->names[i].thread_name);
-      if (tk->names[i].code) free((char *)tk->names[i].code->qualname);
-      free(tk->names[i].code);
-    }
+  size_t it = 0;
+  for (tk_name *e; (e = bf_pmap_next(&tk->names, &it));) {
+    free(e->thread_name);
+    free((char *)e->code->qualname);
+    free(e->code);
+  }
   for (size_t i = 0; i < tk->ndead; i++) {
     free(tk->dead[i].thread_name);
     free((char *)tk->dead[i].code->qualname);
     free(tk->dead[i].code);
   }
   free(tk->dead);
-  free(tk->names);
+  bf_pmap_free(&tk->names);
   free(tk->addrs);
   free(tk->tasks);
   free(tk->out);

@@ -13,56 +13,45 @@
 #define TK_NAME_BATCH 4096          /* names read in one batch per sample */
 #define TK_DEAD_NS 60000000000LL    /* a retired name is freed a minute later */
 
-/* The cached name of obj, or NULL with *free_slot (when not NULL) set to
- * where it goes. */
-static const tk_name *name_slot(const bf_smp_tasks *tk, uint64_t obj, size_t *free_slot) {
-  size_t i = (size_t)((obj >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (TK_MAX_NAMES - 1);
-  for (size_t p = 0; p < TK_MAX_NAMES; p++, i = (i + 1) & (TK_MAX_NAMES - 1)) {
-    if (tk->names[i].obj == obj) return &tk->names[i];
-    if (!tk->names[i].obj) break;
-  }
-  if (free_slot) *free_slot = i;
-  return NULL;
-}
-
-/* Keep name s (owned from now on) of obj in slot i; an entry already there
- * (a freed name object's, whose address obj reuses) is retired. */
-static const tk_name *name_put(bf_smp_tasks *tk, size_t i, uint64_t obj, char *s) {
+/* Keep name s (owned from now on) of obj; an entry already there (a freed
+ * name object's, whose address obj reuses) is retired. */
+static const tk_name *name_put(bf_smp_tasks *tk, uint64_t obj, char *s) {
   char *tn = malloc(strlen(s) + 6);
   bf_smp_code *code = malloc(sizeof *code);
-  tk_name *e = &tk->names[i];
-  if (!tn || !code || (e->obj && tk_grow((void **)&tk->dead, &tk->cap_dead, tk->ndead + 1, sizeof *tk->dead) < 0)) {
+  if (!tk->names.slot_size) tk->names = (bf_pmap)BF_PMAP_INIT(tk_name);
+  size_t cap = tk->names.cap;
+  int added = 0, had = bf_pmap_get(&tk->names, obj) != NULL;
+  tk_name *e = NULL;
+  if (!tn || !code || (had && tk_grow((void **)&tk->dead, &tk->cap_dead, tk->ndead + 1, sizeof *tk->dead) < 0) ||
+      !(e = bf_pmap_put(&tk->names, obj, &added))) {
     free(s);
     free(tn);
     free(code);
     return NULL;
   }
-  if (e->obj) { /* retired: a sample held by the recorder may still point at it */
+  /* grown: every entry moved (tasks holding one look theirs up again) */
+  if (tk->names.cap != cap) tk->name_gen++;
+  if (!added) { /* retired: a sample held by the recorder may still point at it */
     tk->name_gen++;
     e->retired_ns = tk->h->now_ns;
     tk->dead[tk->ndead++] = *e;
-    tk->nnames--;
   }
   sprintf(tn, "task:%s", s);
   *code = (bf_smp_code){BF_SMP_TASK_FILE, s, 0, 0, NULL};
-  e->obj = obj;
   e->serial = ++tk->serials;
   e->thread_name = tn;
   e->code = code;
-  tk->nnames++;
   return e;
 }
 
 const tk_name *tk_name_get(bf_smp_tasks *tk, uint64_t obj) {
   /* no name object: a Task torn down while still listed (its name cleared
-   * before its memory is freed). Never looked up: 0 marks the table's empty
-   * slots, whose code is NULL (that was a recorder crash) */
+   * before its memory is freed). Never looked up: 0 is the table's empty
+   * slot (it once returned a slot whose code is NULL: a recorder crash) */
   if (!obj) return NULL;
-  if (!tk->names && !(tk->names = calloc(TK_MAX_NAMES, sizeof *tk->names))) return NULL;
-  size_t i;
-  const tk_name *hit = name_slot(tk, obj, &i);
+  const tk_name *hit = bf_pmap_get(&tk->names, obj);
   if (hit) return hit;
-  if (tk->nnames >= TK_MAX_NAMES / 2) return NULL; /* full: unnamed tasks are left out */
+  if (tk->names.len >= TK_MAX_NAMES) return NULL; /* full: unnamed tasks are left out */
   /* a burst of new tasks must not slow this tick down (the pace of samples
    * would then follow the target's state): the rest wait for later ticks */
   if (++tk->new_names > TK_NEW_NAMES) return NULL;
@@ -83,7 +72,7 @@ const tk_name *tk_name_get(bf_smp_tasks *tk, uint64_t obj) {
   } else {
     return NULL;
   }
-  return name_put(tk, i, obj, s);
+  return name_put(tk, obj, s);
 }
 
 /* The text of a name object read into b (len bytes) into out (65 bytes):
@@ -138,7 +127,6 @@ void tk_names_prefetch(bf_smp_tasks *tk) {
   const smp_layout *l = &h->lay;
   size_t len = (size_t)l->uni_ascii_size + 64;
   if (len < (size_t)l->nm.long_digit + 8) len = (size_t)l->nm.long_digit + 8;
-  if (!tk->names && !(tk->names = calloc(TK_MAX_NAMES, sizeof *tk->names))) return;
   size_t n = tk->ntasks;
   if (tk_grow((void **)&tk->objs, &tk->cap_objs, n + 1, 8) < 0) return;
   uint64_t *objs = tk->objs;
@@ -160,15 +148,13 @@ void tk_names_prefetch(bf_smp_tasks *tk) {
       if (fp && t->name && t->name_seen == objs[k] && t->name_gen == tk->name_gen && t->name_fp == fp)
         continue; /* the same object, the same text: the same entry */
       t->name_fp = 0;
-      if (tl < 0 || tk->nnames >= TK_MAX_NAMES / 2) continue;
-      size_t i;
-      const tk_name *had = name_slot(tk, objs[k], &i);
-      if (had) i = (size_t)(had - tk->names);
+      if (tl < 0 || tk->names.len >= TK_MAX_NAMES) continue;
+      const tk_name *had = bf_pmap_get(&tk->names, objs[k]);
       t->name_fp = fp; /* checked below, or its new entry */
       if (had && strcmp(had->code->qualname, text) == 0) continue; /* the same text: the same entry */
       char *str = strdup(text);
       if (!str) return;
-      name_put(tk, i, objs[k], str);
+      name_put(tk, objs[k], str);
     }
 }
 

@@ -160,9 +160,9 @@ int main(int argc, char **argv) {
   if (fd >= 0) close(fd);
   unlink(path);
   bf_store *st;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open(path, BF_STORE_CREATE, &st, &msg) < 0) {
-    fprintf(stderr, "bench: %s\n", msg);
+    fprintf(stderr, "bench: %s\n", msg.msg);
     kill(pid, SIGKILL);
     return 1;
   }

@@ -27,9 +27,9 @@ static int run(const char *path, const char *clock, int nsamples, double *rate, 
   char wal[600];
   snprintf(wal, sizeof wal, "%s-wal", path);
   bf_store *s;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open(path, BF_STORE_CREATE, &s, &msg)) {
-    fprintf(stderr, "%s\n", msg);
+    fprintf(stderr, "%s\n", msg.msg);
     return 1;
   }
   bf_session_info in = {.kind = "sampled", .clock = clock, .mode = "all", .rate_hz = 1000};

@@ -86,11 +86,11 @@ static void setup(void) {
   fputs("main;parse;lex 30\nmain;parse 10\nmain;render 20\n<module>;x\\x1b 5\n", f);
   fclose(f);
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int64_t id = 0;
   bf_import_opts io = {.label = "seed"};
   if (bf_store_open(db_path, BF_STORE_CREATE, &s, &msg) || bf_import_collapsed(s, src, &io, &id)) {
-    fprintf(stderr, "fuzz_lua: cannot make the test database: %s\n", msg ? msg : s ? bf_store_errmsg(s) : "?");
+    fprintf(stderr, "fuzz_lua: cannot make the test database: %s\n", bf_err_msg(&msg, s ? bf_store_errmsg(s) : "?"));
     exit(2);
   }
   bf_store_close(s);
@@ -99,18 +99,18 @@ static void setup(void) {
   if (!freopen("/dev/null", "r", stdin) || !freopen("/dev/null", "w", stdout)) exit(2);
   ref = luaL_newstate();
   luaL_openlibs(ref);
-  char err[256];
+  bf_err err = BF_ERR_INIT;
   bf_lua_opts o = {.db_path = db_path, .sandbox = 0, .timeout_s = 0.05, .memory_bytes = 64u << 20};
-  mine = bf_lua_new(&o, err, sizeof err);
+  mine = bf_lua_new(&o, &err);
   if (!ref || !mine) exit(2);
 }
 
 static lua_State *sandbox(void) {
-  char err[256];
+  bf_err err = BF_ERR_INIT;
   bf_lua_opts o = {.db_path = db_path, .sandbox = 1, .timeout_s = 0.05, .memory_bytes = 64u << 20};
-  lua_State *L = bf_lua_new(&o, err, sizeof err);
+  lua_State *L = bf_lua_new(&o, &err);
   if (!L) {
-    fprintf(stderr, "fuzz_lua: %s\n", err);
+    fprintf(stderr, "fuzz_lua: %s\n", err.msg);
     abort();
   }
   /* the harness's own process must survive the script */
@@ -122,13 +122,12 @@ static lua_State *sandbox(void) {
 
 static void run_source(const char *src) {
   lua_State *L = sandbox();
-  char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   int rc = bf_lua_exec(L, src, "=fuzz", 0, &msg);
-  if (rc == 2 && !msg) {
+  if (rc == BF_LUA_ERROR && !msg.msg[0]) {
     fprintf(stderr, "fuzz_lua: an error without a message\n");
     abort();
   }
-  free(msg);
   lua_close(L);
 }
 
@@ -154,15 +153,14 @@ static void run_bytecode(const unsigned char *chunk, size_t n) {
       "assert(not pcall(dofile, F))", "package.path = P; assert(not pcall(require, 'bc'))", NULL};
   int binary = n > 0 && chunk[0] == 0x1b; /* what Lua takes for a binary chunk */
   for (size_t i = 0; tries[i]; i++) {
-    char *msg = NULL;
+    bf_err msg = BF_ERR_INIT;
     bf_lua_exec(L, tries[i], "=bytecode", 0, &msg);
     /* a binary chunk must never load in the sandbox: "assertion failed!"
      * means a loader accepted and ran it (a text chunk may well run) */
-    if (binary && msg && strstr(msg, "assertion failed")) {
-      fprintf(stderr, "fuzz_lua: a binary chunk was accepted by: %s (%s)\n", tries[i], msg);
+    if (binary && strstr(msg.msg, "assertion failed")) {
+      fprintf(stderr, "fuzz_lua: a binary chunk was accepted by: %s (%s)\n", tries[i], msg.msg);
       abort();
     }
-    free(msg);
   }
   lua_close(L);
   unlink(path);
@@ -222,14 +220,13 @@ static void compare_patterns(const unsigned char *d, size_t n) {
    * exponential in Lua's matcher as well and is not compared */
   lua_settop(mine, 0);
   luaL_Buffer a, b;
-  char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   lua_pushlstring(mine, s, ls);
   lua_setglobal(mine, "FZ_S");
   lua_pushlstring(mine, p, lp);
   lua_setglobal(mine, "FZ_P");
   int rc = bf_lua_exec(mine, "local _ = FZ_S:find(FZ_P)", "=probe", 0, &msg);
-  int too_long = rc == 2 && msg && strstr(msg, "timed out");
-  free(msg);
+  int too_long = rc == BF_LUA_ERROR && strstr(msg.msg, "timed out");
   if (too_long) {
     n_skipped++;
     return;

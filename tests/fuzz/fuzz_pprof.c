@@ -91,9 +91,9 @@ static uint32_t rnd(void) {
 
 static int one(const uint8_t *d, size_t n) {
   bf_store *s;
-  const char *err;
+  bf_err err = BF_ERR_INIT;
   if (bf_store_open_memory(&s, &err)) {
-    fprintf(stderr, "cannot open a memory store: %s\n", err);
+    fprintf(stderr, "cannot open a memory store: %s\n", err.msg);
     return 1;
   }
   bf_import_opts o = {.label = "fuzz", .profiler_version = "0"};

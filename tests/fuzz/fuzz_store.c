@@ -61,7 +61,7 @@ static void run_import(const uint8_t *data, size_t n) {
   fwrite(data, 1, n, f);
   fclose(f);
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open_memory(&s, &msg)) fail("cannot open a memory database");
   int64_t id = 0;
   bf_import_opts io = {.label = "fuzz"};
@@ -206,12 +206,12 @@ static void run_opener(const uint8_t *data, size_t n) {
   memcpy(buf, img, len);
   sqlite3_free(img);
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   double t0 = now_s();
   int rc = bf_store_open_image(buf, len, "fuzz.bfs", &s, &msg);
   timed(t0, "the open");
   if (rc) {
-    if (!msg || !msg[0] || strchr(msg, '\n')) fail("a refused open has no one-line message");
+    if (!msg.msg[0] || strchr(msg.msg, '\n')) fail("a refused open has no one-line message");
     return;
   }
   bf_session_info **list = NULL;
@@ -241,7 +241,7 @@ static void run_opener(const uint8_t *data, size_t n) {
 static void setup(void) {
   snprintf(text_path, sizeof text_path, "/tmp/bf-fuzz-store-%d.txt", (int)getpid());
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open_memory(&s, &msg)) fail("cannot open a memory database");
   bf_session_info si = {.kind = "sampled", .clock = "wall", .mode = "all", .status = "complete",
                         .extra_json = "{\"a\":1}"};

@@ -74,9 +74,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: bf_mksession DB < spec\n");
     return 2;
   }
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open(argv[1], BF_STORE_CREATE, &st, &msg) < 0) {
-    fprintf(stderr, "bf_mksession: %s\n", msg);
+    fprintf(stderr, "bf_mksession: %s\n", msg.msg);
     return 1;
   }
   char line[4096];

@@ -298,9 +298,9 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--distinct") == 0) distinct = atoi(v), i++;
     else { fprintf(stderr, "gen_sessions: unknown option %s\n", a); return 2; }
   }
-  const char *err = NULL;
+  bf_err err = BF_ERR_INIT;
   if (bf_store_open(argv[1], BF_STORE_CREATE, &S, &err)) {
-    fprintf(stderr, "gen_sessions: %s\n", err ? err : "cannot open");
+    fprintf(stderr, "gen_sessions: %s\n", bf_err_msg(&err, "cannot open"));
     return 1;
   }
   for (int i = 0; i < NF; i++)

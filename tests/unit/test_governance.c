@@ -160,7 +160,7 @@ static int count_cr(void *ud, const bf_call_record *r) {
 static void test_redacted_copy(void) {
   const char *src_path = tmp_path("src.db"), *out = tmp_path("red.db");
   bf_store *s, *r;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   CHECK_EQ_INT(bf_store_open(src_path, BF_STORE_CREATE, &s, &msg), 0);
   fill(s, "other", 0, "/srv/bob/vault.py");
   int64_t sid = fill(s, "mine", 0, "/usr/lib/python3.12/json/decoder.py");
@@ -230,7 +230,7 @@ static void test_redacted_copy(void) {
 static void test_copy_into_busy_store_and_gc(void) {
   const char *path = tmp_path("gc.db");
   bf_store *s;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   CHECK_EQ_INT(bf_store_open(path, BF_STORE_CREATE, &s, &msg), 0);
   int64_t keep = fill(s, "keep", 0, "/home/alice/app/kept_leaf.py");
   int64_t gone = fill(s, "gone", 1000, "/home/alice/app/gone_leaf.py");
@@ -265,7 +265,7 @@ static void test_copy_into_busy_store_and_gc(void) {
 static void test_gc_leaves_a_running_capture_alone(void) {
   const char *path = tmp_path("busy.db");
   bf_store *s;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   CHECK_EQ_INT(bf_store_open(path, BF_STORE_CREATE, &s, &msg), 0);
   bf_session_info in = {.kind = "sampled", .expires_at_ns = 1};
   int64_t sid;
@@ -323,7 +323,7 @@ static void test_sealed_content_is_untrusted(void) {
   spit(tmp_path("k.key"), (unsigned char *)line, strlen(line));
   sodium_bin2base64(b64, sizeof b64, pk, sizeof pk, sodium_base64_VARIANT_ORIGINAL);
   bf_store *src, *dst;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   CHECK_EQ_INT(bf_store_open(tmp_path("fz_src.db"), BF_STORE_CREATE, &src, &msg), 0);
   int64_t sid = fill(src, "fz", 0, "/a/b.py");
   CHECK_EQ_INT(bf_share_export(src, sid, b64, tmp_path("fz.bfs")), 0);

@@ -98,15 +98,15 @@ static void test_crafted(void) {
       make_db(path);
       alter(path, attacks[i].sql);
       bf_store *s = NULL;
-      const char *msg = NULL;
+      bf_err msg = BF_ERR_INIT;
       double t0 = now_s();
       int rc = bf_store_open(path, ro ? BF_STORE_READONLY : 0, &s, &msg);
       double dt = now_s() - t0;
-      if (rc != -EINVAL || !msg || !strstr(msg, attacks[i].table) || strchr(msg, '\n'))
-        fprintf(stderr, "%s (%s): rc %d: %s\n", attacks[i].name, ro ? "ro" : "rw", rc, msg ? msg : "(null)");
+      if (rc != -EINVAL || !strstr(msg.msg, attacks[i].table) || strchr(msg.msg, '\n'))
+        fprintf(stderr, "%s (%s): rc %d: %s\n", attacks[i].name, ro ? "ro" : "rw", rc, bf_err_msg(&msg, "(null)"));
       CHECK_EQ_INT(rc, -EINVAL);
       CHECK(s == NULL);
-      CHECK(msg && strstr(msg, attacks[i].table) && !strchr(msg, '\n'));
+      CHECK(strstr(msg.msg, attacks[i].table) && !strchr(msg.msg, '\n'));
       CHECK(dt < 1.0);
       bf_store_close(s);
     }
@@ -130,11 +130,11 @@ static void test_crafted_image(void) {
   CHECK(img && fread(img, 1, (size_t)n, f) == (size_t)n);
   fclose(f);
   bf_store *s = NULL;
-  const char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   double t0 = now_s();
   CHECK_EQ_INT(bf_store_open_image(img, (size_t)n, "evil.bfs", &s, &msg), -EINVAL);
   CHECK(now_s() - t0 < 1.0);
-  CHECK(msg && strstr(msg, "'sessions' is a view"));
+  CHECK(strstr(msg.msg, "'sessions' is a view"));
   bf_store_close(s);
   unlink_db(path);
 }

@@ -24,17 +24,17 @@ static double now_s(void) {
 }
 
 /* Run src as a script under timeout_s (0 none) and memory (0 default).
- * OUT: *msg (caller frees), *dt (seconds). Returns run_main's status. */
-static int run_script(const char *src, double timeout_s, size_t memory, char **msg, double *dt) {
+ * OUT: *msg, *dt (seconds). Returns run_main's status. */
+static int run_script(const char *src, double timeout_s, size_t memory, bf_err *msg, double *dt) {
   const char *path = tmp_path("s.lua");
   FILE *f = fopen(path, "w");
   CHECK(f != NULL);
   if (!f) return -1;
   fputs(src, f);
   fclose(f);
-  char err[256];
+  bf_err err = BF_ERR_INIT;
   bf_lua_opts o = {.db_path = tmp_path("none.db"), .sandbox = 1, .timeout_s = timeout_s, .memory_bytes = memory};
-  lua_State *L = bf_lua_new(&o, err, sizeof err);
+  lua_State *L = bf_lua_new(&o, &err);
   CHECK(L != NULL);
   if (!L) return -1;
   double t0 = now_s();
@@ -65,30 +65,28 @@ static const struct attack {
 
 static void test_timeouts(void) {
   for (size_t i = 0; i < sizeof attacks / sizeof attacks[0]; i++) {
-    char *msg = NULL;
+    bf_err msg = BF_ERR_INIT;
     double dt = 0;
     int rc = run_script(attacks[i].src, 0.5, 0, &msg, &dt);
-    if (rc != 2 || !msg || !strstr(msg, "timed out after 0.5 s") || dt > 2.5)
-      fprintf(stderr, "%s: rc %d after %.2f s: %s\n", attacks[i].name, rc, dt, msg ? msg : "(null)");
+    if (rc != 2 || !strstr(msg.msg, "timed out after 0.5 s") || dt > 2.5)
+      fprintf(stderr, "%s: rc %d after %.2f s: %s\n", attacks[i].name, rc, dt, msg.msg);
     CHECK_EQ_INT(rc, 2);
-    CHECK(msg && strstr(msg, "timed out after 0.5 s") && !strchr(msg, '\n'));
+    CHECK(strstr(msg.msg, "timed out after 0.5 s") && !strchr(msg.msg, '\n'));
     CHECK(dt < 2.5);
-    free(msg);
   }
 }
 
 static void test_memory_cap(void) {
-  char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   double dt = 0;
   int rc = run_script("local t = {} for i = 1, 1e9 do t[i] = ('x'):rep(1000) .. i end\n", 20, 32u << 20, &msg, &dt);
   CHECK_EQ_INT(rc, 2);
-  CHECK(msg && strstr(msg, "memory cap of 32 MiB"));
+  CHECK(strstr(msg.msg, "memory cap of 32 MiB"));
   CHECK(dt < 10);
-  free(msg);
 }
 
 static void test_ordinary(void) {
-  char *msg = NULL;
+  bf_err msg = BF_ERR_INIT;
   double dt = 0;
   const char *out = tmp_path("out.txt");
   char src[1024];
@@ -106,9 +104,8 @@ static void test_ordinary(void) {
            "assert(not ok3 and e3 == 'inner')\n");
   (void)out;
   int rc = run_script(src, 10, 0, &msg, &dt);
-  if (rc != 0) fprintf(stderr, "ordinary script: rc %d: %s\n", rc, msg ? msg : "");
+  if (rc != 0) fprintf(stderr, "ordinary script: rc %d: %s\n", rc, msg.msg);
   CHECK_EQ_INT(rc, 0);
-  free(msg);
 }
 
 int main(void) {

@@ -118,31 +118,28 @@ static void test_join(const char *path) {
   bf_store_close(s);
 }
 
-static int exec(lua_State *L, const char *code, char **err) {
-  free(*err);
-  *err = NULL;
+static int exec(lua_State *L, const char *code, bf_err *err) {
   return bf_lua_exec(L, code, "=t", 0, err);
 }
 
 static void test_lua(const char *path) {
-  char e[256];
+  bf_err e = BF_ERR_INIT;
   bf_lua_opts o = {.db_path = path, .sandbox = 1};
-  lua_State *L = bf_lua_new(&o, e, sizeof e);
+  lua_State *L = bf_lua_new(&o, &e);
   CHECK(L != NULL);
   if (!L) return;
-  char *err = NULL;
+  bf_err err = BF_ERR_INIT;
   CHECK(exec(L, "assert(bifocal.session(1).kind == 'sampled')", &err) == 0);
-  CHECK(exec(L, "os.execute('true')", &err) == 2 && strstr(err, "refused by the sandbox"));
-  CHECK(exec(L, "io.popen('true')", &err) == 2 && strstr(err, "refused by the sandbox"));
-  CHECK(exec(L, "io.open('/tmp/bf_unit_x', 'w')", &err) == 2 && strstr(err, "--out"));
-  CHECK(exec(L, "for i = 1, 2 do", &err) == 1);
-  CHECK(exec(L, "error('x')", &err) == 2 && strcmp(err, "t:1: x") == 0);
+  CHECK(exec(L, "os.execute('true')", &err) == 2 && strstr(err.msg, "refused by the sandbox"));
+  CHECK(exec(L, "io.popen('true')", &err) == 2 && strstr(err.msg, "refused by the sandbox"));
+  CHECK(exec(L, "io.open('/tmp/bf_unit_x', 'w')", &err) == 2 && strstr(err.msg, "--out"));
+  CHECK(exec(L, "for i = 1, 2 do", &err) == BF_LUA_INCOMPLETE);
+  CHECK(exec(L, "error('x')", &err) == 2 && strcmp(err.msg, "t:1: x") == 0);
   CHECK(exec(L, "local r = bifocal.join(bifocal.session(1), bifocal.session(2)); assert(#r == 3)", &err) == 0);
-  if (err) fprintf(stderr, "%s\n", err);
-  free(err);
+  if (err.msg[0]) fprintf(stderr, "%s\n", err.msg);
   lua_close(L);
   bf_lua_opts bad = {.db_path = path, .sandbox = 1, .out_dir = "/nonexistent/dir"};
-  CHECK(bf_lua_new(&bad, e, sizeof e) == NULL && strstr(e, "not a directory"));
+  CHECK(bf_lua_new(&bad, &e) == NULL && e.code == -ENOTDIR && strstr(e.msg, "not a directory"));
 }
 
 int main(void) {

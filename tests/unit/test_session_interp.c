@@ -86,15 +86,16 @@ int main(void) {
   const char *b2 = "{\"python\":{\"version\":\"3.11.2\",\"executable\":\"/opt/py/bin/python3.11\"}}";
   bf_session_info sa = mk(3, "3.11.7", a), sb = mk(4, "3.11.2", b), sb2 = mk(5, "3.11.2", b2);
   bf_session_info old = mk(6, "3.11.2", NULL), imp = mk(7, NULL, NULL);
-  char why[512];
-  CHECK(bf_sessions_interp_differ(&sa, &sb, why, sizeof why) == 1);
-  CHECK(strstr(why, "sessions 3 and 4") && strstr(why, "3.11.7") && strstr(why, "/usr/bin/python3.11"));
-  CHECK(strchr(why, '\n') == NULL);
-  CHECK(bf_sessions_interp_differ(&sb, &sb2, why, sizeof why) == 1); /* same version, other file */
-  CHECK(bf_sessions_interp_differ(&sb, &sb, why, sizeof why) == 0 && why[0] == 0);
-  CHECK(bf_sessions_interp_differ(&sb, &old, why, sizeof why) == 0); /* old session: version only */
-  CHECK(bf_sessions_interp_differ(&sa, &old, why, sizeof why) == 1);
-  CHECK(bf_sessions_interp_differ(&sa, &imp, why, sizeof why) == 0); /* nothing recorded */
+  bf_err why = BF_ERR_INIT;
+  CHECK(bf_sessions_interp_differ(&sa, &sb, &why) == 1);
+  CHECK(strstr(why.msg, "sessions 3 and 4") && strstr(why.msg, "3.11.7") && strstr(why.msg, "/usr/bin/python3.11"));
+  CHECK(strchr(why.msg, '\n') == NULL);
+  CHECK(bf_sessions_interp_differ(&sb, &sb2, &why) == 1); /* same version, other file */
+  CHECK(bf_sessions_interp_differ(&sb, &sb, &why) == 0 && why.msg[0] == 0);
+  CHECK(bf_sessions_interp_differ(&sb, &old, &why) == 0); /* old session: version only */
+  CHECK(bf_sessions_interp_differ(&sa, &old, &why) == 1);
+  CHECK(bf_sessions_interp_differ(&sa, &imp, &why) == 0); /* nothing recorded */
+  CHECK(bf_sessions_interp_differ(&sa, &sb, NULL) == 1);
   char line[64] = "session 4";
   bf_session_line_add_exe(&sb, &sa, line, sizeof line);
   CHECK(strcmp(line, "session 4 · /usr/bin/python3.11") == 0);

@@ -72,9 +72,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   bf_store *st;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open(argv[1], BF_STORE_READONLY, &st, &msg) < 0) {
-    fprintf(stderr, "dbstat: %s\n", msg);
+    fprintf(stderr, "dbstat: %s\n", msg.msg);
     return 1;
   }
   int64_t sid = atoll(argv[2]);

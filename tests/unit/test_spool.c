@@ -30,7 +30,7 @@ static void add(bf_store *s, int64_t sid, int64_t seq, size_t len) {
 static void test_spool(void) {
   const char *path = tmp_path("s.db");
   bf_store *s;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   CHECK_EQ_INT(bf_store_open(path, BF_STORE_CREATE, &s, &msg), 0);
   bf_session_info in = {.kind = "sampled", .clock = "wall", .mode = "all", .rate_hz = 100,
                         .extra_json = "{\"python\":{\"v\":1}}"};

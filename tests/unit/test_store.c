@@ -21,7 +21,7 @@
 static void test_intern_and_samples(void) {
   const char *path = tmp_path("a.db");
   bf_store *s;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   CHECK_EQ_INT(bf_store_open(path, BF_STORE_CREATE, &s, &msg), 0);
   struct stat st;
   CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
@@ -146,15 +146,15 @@ static void write_file(const char *path, const void *data, size_t n) {
 
 static void test_refusals(void) {
   bf_store *s;
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   CHECK(bf_store_open(tmp_path("missing.db"), BF_STORE_READONLY, &s, &msg) == -ENOENT);
-  CHECK(s == NULL && strstr(msg, "does not exist"));
+  CHECK(s == NULL && strstr(msg.msg, "does not exist"));
   /* random bytes: refused and untouched */
   unsigned char junk[4096];
   for (size_t i = 0; i < sizeof junk; i++) junk[i] = (unsigned char)(i * 131 + 7);
   write_file(tmp_path("junk.db"), junk, sizeof junk);
   CHECK(bf_store_open(tmp_path("junk.db"), BF_STORE_CREATE, &s, &msg) == -EINVAL);
-  CHECK(strstr(msg, "not a SQLite database") != NULL);
+  CHECK(strstr(msg.msg, "not a SQLite database") != NULL);
   FILE *f = fopen(tmp_path("junk.db"), "rb");
   unsigned char back[4096];
   CHECK(fread(back, 1, sizeof back, f) == sizeof back);
@@ -166,7 +166,7 @@ static void test_refusals(void) {
   sqlite3_exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES(1);", NULL, NULL, NULL);
   sqlite3_close(db);
   CHECK(bf_store_open(tmp_path("foreign.db"), BF_STORE_CREATE, &s, &msg) == -EINVAL);
-  CHECK(strstr(msg, "not a bifocal one") != NULL);
+  CHECK(strstr(msg.msg, "not a bifocal one") != NULL);
   check_integrity(tmp_path("foreign.db"));
   /* newer schema */
   CHECK_EQ_INT(bf_store_open(tmp_path("newer.db"), BF_STORE_CREATE, &s, &msg), 0);
@@ -175,7 +175,7 @@ static void test_refusals(void) {
   sqlite3_exec(db, "PRAGMA user_version=99", NULL, NULL, NULL);
   sqlite3_close(db);
   CHECK(bf_store_open(tmp_path("newer.db"), BF_STORE_CREATE, &s, &msg) == -EPROTO);
-  CHECK(strstr(msg, "newer") != NULL);
+  CHECK(strstr(msg.msg, "newer") != NULL);
   check_integrity(tmp_path("newer.db"));
 }
 

@@ -1,6 +1,8 @@
-/* test_trc_map.c — the tracer's hash map (tracing/trc_map.c): every stored key
- * is found with its latest value, absent keys are 0, growth keeps the table at
- * most half full, and free leaves an empty map that can be reused. */
+/* test_trc_map.c — the tracer's map (tracing/trc_map.c over common/pmap.c):
+ * every stored key is found with its latest value, absent keys are 0, growth
+ * keeps the table at most half full, pmap's reserved keys are refused, and
+ * free leaves an empty map that can be reused. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -19,8 +21,16 @@ static void test_empty(void) {
   trc_map m = {0};
   CHECK_EQ_INT(trc_map_get(&m, 1), 0);
   CHECK_EQ_INT(trc_map_get(&m, UINT64_MAX), 0);
+  /* 0 and UINT64_MAX mark pmap's empty slots and tombstones */
+  CHECK_EQ_INT(trc_map_put(&m, 0, 5), -EINVAL);
+  CHECK_EQ_INT(trc_map_put(&m, UINT64_MAX, 5), -EINVAL);
+  CHECK_EQ_INT(trc_map_put(&m, 3, 5), 0);
+  CHECK_EQ_INT(trc_map_get(&m, 0), 0);
+  CHECK_EQ_INT(trc_map_get(&m, UINT64_MAX), 0);
+  CHECK_EQ_INT(trc_map_get(&m, 3), 5);
+  CHECK_EQ_INT(trc_map_len(&m), 1);
   trc_map_free(&m);
-  CHECK(m.keys == NULL && m.cap == 0 && m.n == 0);
+  CHECK(m.m.slots == NULL && m.m.cap == 0 && trc_map_len(&m) == 0);
 }
 
 /* Addresses as the collector uses them: 16-byte aligned, close together. */
@@ -29,9 +39,9 @@ static void test_pointer_keys(void) {
   const uint64_t base = 0x7f12345670000ULL;
   const uint32_t n = 50000;
   for (uint32_t i = 0; i < n; i++) CHECK_EQ_INT(trc_map_put(&m, base + 16ULL * i, i + 1), 0);
-  CHECK_EQ_INT(m.n, n);
-  CHECK((m.cap & (m.cap - 1)) == 0);
-  CHECK(m.n * 2 <= m.cap);
+  CHECK_EQ_INT(trc_map_len(&m), n);
+  CHECK((m.m.cap & (m.m.cap - 1)) == 0);
+  CHECK(trc_map_len(&m) * 2 <= m.m.cap);
   int bad = 0;
   for (uint32_t i = 0; i < n; i++) bad += trc_map_get(&m, base + 16ULL * i) != i + 1;
   CHECK_EQ_INT(bad, 0);
@@ -49,11 +59,11 @@ static void test_edge_keys_and_overwrite(void) {
   for (uint64_t caller = 0; caller < 60; caller++)
     for (uint64_t callee = 1; callee < 60; callee++)
       CHECK_EQ_INT(trc_map_put(&m, caller << 32 | callee, v++), 0);
-  size_t n = m.n;
+  size_t n = trc_map_len(&m);
   CHECK_EQ_INT(n, 60 * 59);
   CHECK_EQ_INT(trc_map_get(&m, 7ULL << 32 | 9), 7 * 59 + 9);
   CHECK_EQ_INT(trc_map_put(&m, 7ULL << 32 | 9, 123456), 0); /* replace, not add */
-  CHECK_EQ_INT(m.n, n);
+  CHECK_EQ_INT(trc_map_len(&m), n);
   CHECK_EQ_INT(trc_map_get(&m, 7ULL << 32 | 9), 123456);
   CHECK_EQ_INT(trc_map_get(&m, 9ULL << 32 | 7), 9 * 59 + 7);
   CHECK_EQ_INT(trc_map_get(&m, 60ULL << 32 | 1), 0);
@@ -69,13 +79,13 @@ static void test_random_against_array(void) {
   trc_map m = {0};
   for (int round = 0; round < 2; round++) {
     for (int i = 0; i < N; i++) {
-      do keys[i] = rng(); while (keys[i] == 0);
+      do keys[i] = rng(); while (keys[i] == 0 || keys[i] == UINT64_MAX);
       CHECK_EQ_INT(trc_map_put(&m, keys[i], (uint32_t)i + 7), 0);
     }
     int bad = 0;
     for (int i = 0; i < N; i++) bad += trc_map_get(&m, keys[i]) != (uint32_t)i + 7;
     CHECK_EQ_INT(bad, 0);
-    CHECK_EQ_INT(m.n, N); /* 64-bit random keys: no repeats expected */
+    CHECK_EQ_INT(trc_map_len(&m), N); /* 64-bit random keys: no repeats expected */
     trc_map_free(&m);
     CHECK_EQ_INT(trc_map_get(&m, keys[0]), 0);
   }

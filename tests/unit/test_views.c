@@ -19,10 +19,10 @@ static char dir[256], path[512];
 static bf_store *S;
 
 static void reopen(void) {
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   bf_store_close(S);
   if (bf_store_open(path, BF_STORE_CREATE, &S, &msg)) {
-    fprintf(stderr, "reopen: %s\n", msg);
+    fprintf(stderr, "reopen: %s\n", msg.msg);
     exit(1);
   }
 }
@@ -168,18 +168,21 @@ static void test_pstats_large_counts(void) {
 static void test_diff_compatible(void) {
   int64_t a = new_session("sampled", "wall", 1000), b = new_session("sampled", "wall", 1000);
   int64_t c = new_session("sampled", "cpu", 250);
-  char why[256];
-  CHECK_EQ_INT(bf_diff_compatible(S, a, b, why, sizeof why), 0);
-  CHECK_EQ_INT(bf_diff_compatible(S, a, c, why, sizeof why), 1);
-  CHECK(strstr(why, "clock differs (wall vs cpu)") && strstr(why, "rate differs (1000 Hz vs 250 Hz)"));
-  CHECK(bf_diff_compatible(S, a, 424242, why, sizeof why) < 0);
+  bf_err why = BF_ERR_INIT;
+  CHECK_EQ_INT(bf_diff_compatible(S, a, b, &why), BF_DIFF_COMPARABLE);
+  CHECK(why.msg[0] == 0);
+  CHECK_EQ_INT(bf_diff_compatible(S, a, c, &why), BF_DIFF_NOT_COMPARABLE);
+  CHECK_EQ_INT(why.code, BF_DIFF_NOT_COMPARABLE);
+  CHECK(strstr(why.msg, "clock differs (wall vs cpu)") && strstr(why.msg, "rate differs (1000 Hz vs 250 Hz)"));
+  CHECK_EQ_INT(bf_diff_compatible(S, a, c, NULL), BF_DIFF_NOT_COMPARABLE);
+  CHECK(bf_diff_compatible(S, a, 424242, &why) < 0);
 }
 
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/bf-test-views-XXXXXX");
   if (!mkdtemp(dir)) return 1;
   snprintf(path, sizeof path, "%s/v.db", dir);
-  const char *msg;
+  bf_err msg = BF_ERR_INIT;
   if (bf_store_open(path, BF_STORE_CREATE, &S, &msg)) return 1;
   test_empty_session();
   test_deep_recursion_and_empty_stacks();
