@@ -128,13 +128,11 @@ static int jw_value(bf_jw *w) {
       return -1;
     }
     if (!in_obj && w->items[w->depth - 1]) fputc(',', w->f);
-    if (!in_obj && w->nl) fputc('\n', w->f);
     w->items[w->depth - 1] = 1;
   }
   if (w->pad) fputs(w->pad, w->f);
   w->pad = NULL;
   w->keyed = 0;
-  w->nl = 0;
   return 0;
 }
 
@@ -169,8 +167,8 @@ void bf_jw_key(bf_jw *w, const char *key) {
     return;
   }
   if (w->items[w->depth - 1]) fputc(',', w->f);
-  if (w->nl) fputc('\n', w->f);
-  w->nl = 0;
+  if (w->pad) fputs(w->pad, w->f);
+  w->pad = NULL;
   bf_json_str(w->f, key);
   fputc(':', w->f);
   w->items[w->depth - 1] = 1;
@@ -192,9 +190,6 @@ void bf_jw_numf(bf_jw *w, const char *fmt, double v) {
     fprintf(w->f, fmt, v);
   else
     fputs("null", w->f);
-}
-void bf_jw_newline(bf_jw *w) {
-  if (!w->err) w->nl = 1;
 }
 void bf_jw_bool(bf_jw *w, int v) {
   if (!jw_value(w)) fputs(v ? "true" : "false", w->f);
@@ -220,8 +215,6 @@ void bf_jw_ints(bf_jw *w, const long long *v, size_t n) {
       len = 0;
     }
     if (w->items[w->depth - 1]) buf[len++] = ',';
-    if (w->nl) buf[len++] = '\n';
-    w->nl = 0;
     if (w->pad) { /* the caller's whitespace, as before any value */
       fwrite(buf, 1, len, w->f);
       len = 0;

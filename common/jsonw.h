@@ -42,11 +42,10 @@ typedef struct bf_jw {
   unsigned char open[BF_JW_DEPTH];    /* '{' or '[' per level */
   unsigned char items[BF_JW_DEPTH];   /* items written at that level (capped at 1) */
   int keyed;                          /* a key was written, its value is next */
-  int nl;                             /* the next item starts a line (bf_jw_newline) */
   int err;                            /* misuse seen (-EINVAL) */
   char *mem;                          /* bf_jw_mem: the text so far */
   size_t mem_len;
-  const char *pad;                    /* whitespace before the next value (bf_jw_pad) */
+  const char *pad;                    /* whitespace before the next item (bf_jw_pad) */
 } bf_jw;
 
 void bf_jw_init(bf_jw *w, FILE *f);
@@ -71,14 +70,13 @@ void bf_jw_null(bf_jw *w);
 /* n integers as the next items of the current array (misuse elsewhere);
  * one write for them all, for long flat arrays. */
 void bf_jw_ints(bf_jw *w, const long long *v, size_t n);
-/* Whitespace (the caller's literal, e.g. "\n ") written before the next
- * value, after its comma: for outputs laid out one item a line. */
+/* Whitespace (the caller's literal, e.g. "\n" or "\n  ") written before
+ * the next item, after its comma: before the key in an object, before the
+ * value in an array or at the top level. For outputs laid out one item a
+ * line (the gecko export's rows, dump --json's frames). */
 void bf_jw_pad(bf_jw *w, const char *ws);
 /* A value already in JSON (a stored object, a number formatted by the caller). */
 void bf_jw_raw(bf_jw *w, const char *json);
-/* The next item (a key in an object, a value in an array) starts on a new
- * line, after its comma: readable files of many rows (the gecko export). */
-void bf_jw_newline(bf_jw *w);
 /* The file to write one value to with a writer of JSON to FILE (such as
  * bf_session_json), its comma written; NULL after misuse (write nothing). */
 FILE *bf_jw_file(bf_jw *w);

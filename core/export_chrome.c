@@ -17,29 +17,73 @@
 /* The head of the file up to the metadata events that name the process and
  * its threads; field is the session's "mode" (traced) or "clock" (sampled).
  * A traced session's thread names are clipped to 255 bytes, as they were. */
-static void write_head(FILE *out, int64_t session_id, const bf_session_info *info, const char *field,
+static void write_head(bf_jw *w, int64_t session_id, const bf_session_info *info, const char *field,
                        const char *value, long long pid, const bf_thread_ref *th, size_t nth, int clip_names) {
-  fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"bifocal " BF_VERSION "\",\"session\":", out);
-  fprintf(out, "%lld,\"kind\":", (long long)session_id);
-  bf_json_str(out, info->kind);
-  fprintf(out, ",\"%s\":", field);
-  bf_json_str(out, value);
-  fputs("},\"traceEvents\":[", out);
-  fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":0,\"args\":{\"name\":", pid);
-  bf_json_str(out, info->command ? info->command : "python");
-  fputs("}}", out);
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "displayTimeUnit", "ms");
+  bf_jw_key(w, "otherData");
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "exporter", "bifocal " BF_VERSION);
+  bf_jw_kint(w, "session", (long long)session_id);
+  bf_jw_kstr(w, "kind", info->kind);
+  bf_jw_kstr(w, field, value);
+  bf_jw_end(w);
+  bf_jw_key(w, "traceEvents");
+  bf_jw_arr(w);
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "name", "process_name");
+  bf_jw_kstr(w, "ph", "M");
+  bf_jw_kint(w, "pid", pid);
+  bf_jw_kint(w, "tid", 0);
+  bf_jw_key(w, "args");
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "name", info->command ? info->command : "python");
+  bf_jw_end(w);
+  bf_jw_end(w);
   for (size_t i = 0; i < nth; i++) {
-    fprintf(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%lld,\"tid\":%lld,\"args\":{\"name\":", pid,
-            (long long)th[i].native_tid);
     const char *name = th[i].name ? th[i].name : "thread";
     char lb[256];
     if (clip_names) {
       snprintf(lb, sizeof lb, "%s", name);
       name = lb;
     }
-    bf_json_str(out, name);
-    fputs("}}", out);
+    bf_jw_pad(w, "\n");
+    bf_jw_obj(w);
+    bf_jw_kstr(w, "name", "thread_name");
+    bf_jw_kstr(w, "ph", "M");
+    bf_jw_kint(w, "pid", pid);
+    bf_jw_kint(w, "tid", (long long)th[i].native_tid);
+    bf_jw_key(w, "args");
+    bf_jw_obj(w);
+    bf_jw_kstr(w, "name", name);
+    bf_jw_end(w);
+    bf_jw_end(w);
   }
+}
+
+/* The start of one "X" event, up to its args object (left open). */
+static void event_open(bf_jw *w, const char *name, const char *cat, int64_t start_ns, int64_t dur_ns, long long pid,
+                       long long tid) {
+  bf_jw_pad(w, "\n");
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "name", name);
+  bf_jw_kstr(w, "cat", cat);
+  bf_jw_kstr(w, "ph", "X");
+  bf_jw_key(w, "ts");
+  bf_jw_numf(w, "%.3f", (double)start_ns / 1e3);
+  bf_jw_key(w, "dur");
+  bf_jw_numf(w, "%.3f", (double)dur_ns / 1e3);
+  bf_jw_kint(w, "pid", pid);
+  bf_jw_kint(w, "tid", tid);
+  bf_jw_key(w, "args");
+  bf_jw_obj(w);
+}
+
+/* The end of the export: the events array, the top object, a newline. */
+static void write_tail(bf_jw *w, FILE *out) {
+  bf_jw_end(w);
+  bf_jw_end(w);
+  fputs("\n", out);
 }
 
 static int export_records(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out) {
@@ -59,7 +103,9 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
   }
   if ((rc = bf_store_threads(s, session_id, &th, &nth))) goto out;
   long long pid = info->pid > 0 ? (long long)info->pid : 1;
-  write_head(out, session_id, info, "mode", info->mode, pid, th, nth, 1);
+  bf_jw w;
+  bf_jw_init(&w, out);
+  write_head(&w, session_id, info, "mode", info->mode, pid, th, nth, 1);
   int64_t *ends = malloc((a.n ? a.n : 1) * sizeof *ends); /* open calls of this thread: nesting depth */
   size_t open = 0;
   if (!ends) {
@@ -79,15 +125,15 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
     long long tid = 0;
     for (size_t k = 0; k < nth; k++)
       if (th[k].id == r->thread_id) tid = (long long)th[k].native_tid;
-    fputs(",\n{\"name\":", out);
-    bf_json_str(out, ref.qualname);
-    fprintf(out, ",\"cat\":\"python\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%lld,\"tid\":%lld,\"args\":{\"file\":",
-            (double)r->start_ns / 1e3, (double)r->duration_ns / 1e3, pid, tid);
-    bf_json_str(out, ref.file);
-    fprintf(out, ",\"firstlineno\":%lld,\"depth\":%zu}}", (long long)ref.firstlineno, open - 1);
+    event_open(&w, ref.qualname, "python", r->start_ns, r->duration_ns, pid, tid);
+    bf_jw_kstr(&w, "file", ref.file);
+    bf_jw_kint(&w, "firstlineno", (long long)ref.firstlineno);
+    bf_jw_kint(&w, "depth", (long long)(open - 1));
+    bf_jw_end(&w);
+    bf_jw_end(&w);
   }
   free(ends);
-  fputs("]}\n", out);
+  write_tail(&w, out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   bf_thread_refs_free(th, nth);
@@ -107,7 +153,7 @@ typedef struct chopen {
 
 typedef struct chtl {
   bf_store *s;
-  FILE *out;
+  bf_jw *w;
   long long pid, tid;
   chopen *open;
   size_t depth;
@@ -126,16 +172,15 @@ static int close_to(chtl *t, size_t keep, int64_t at) {
       file = ref.file;
       first = ref.firstlineno;
     }
-    fputs(",\n{\"name\":", t->out);
-    bf_json_str(t->out, name);
-    fprintf(t->out, ",\"cat\":\"sample\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%lld,\"tid\":%lld,\"args\":{",
-            (double)o->start_ns / 1e3, (double)(at - o->start_ns) / 1e3, t->pid, t->tid);
+    event_open(t->w, name, "sample", o->start_ns, at - o->start_ns, t->pid, t->tid);
     if (o->fid >= 0) {
-      fputs("\"file\":", t->out);
-      bf_json_str(t->out, file);
-      fprintf(t->out, ",\"firstlineno\":%lld,", (long long)first);
+      bf_jw_kstr(t->w, "file", file);
+      bf_jw_kint(t->w, "firstlineno", (long long)first);
     }
-    fprintf(t->out, "\"depth\":%zu,\"samples\":%lld}}", t->depth, (long long)o->samples);
+    bf_jw_kint(t->w, "depth", (long long)t->depth);
+    bf_jw_kint(t->w, "samples", (long long)o->samples);
+    bf_jw_end(t->w);
+    bf_jw_end(t->w);
   }
   return 0;
 }
@@ -150,7 +195,9 @@ static int export_samples(bf_store *s, int64_t session_id, const bf_session_info
   size_t nth = 0;
   bf_q_cursor *c = NULL;
   bf_q_frames *fc = NULL;
-  chtl t = {.s = s, .out = out, .pid = info->pid > 0 ? (long long)info->pid : 1};
+  bf_jw w;
+  bf_jw_init(&w, out);
+  chtl t = {.s = s, .w = &w, .pid = info->pid > 0 ? (long long)info->pid : 1};
   int rc = bf_store_threads(s, session_id, &th, &nth);
   if (rc) return rc;
   t.open = malloc(CH_MAX_DEPTH * sizeof *t.open);
@@ -161,7 +208,7 @@ static int export_samples(bf_store *s, int64_t session_id, const bf_session_info
   if ((rc = bf_q_timeline_open(s, session_id, f, &c))) goto out;
   /* a sample stands for one sampling period; a longer gap is time not seen */
   int64_t period = info->rate_hz > 0 ? (int64_t)(1e9 / info->rate_hz + 0.5) : 1000000;
-  write_head(out, session_id, info, "clock", info->clock, t.pid, th, nth, 0);
+  write_head(&w, session_id, info, "clock", info->clock, t.pid, th, nth, 0);
   const bf_sample *smp;
   int64_t thread = -1, last_ts = 0;
   while ((rc = bf_q_timeline_next(c, &smp)) == 1) {
@@ -193,7 +240,7 @@ static int export_samples(bf_store *s, int64_t session_id, const bf_session_info
   }
   if (rc < 0) goto out;
   if ((rc = close_to(&t, 0, last_ts + period))) goto out;
-  fputs("]}\n", out);
+  write_tail(&w, out);
 out:
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   bf_q_timeline_close(c);

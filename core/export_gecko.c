@@ -100,7 +100,7 @@ static int write_thread(bf_store *s, gthread *t, const bf_thread_ref *th, int64_
   char tname[160];
   if (th && th->name) snprintf(tname, sizeof tname, "%s", th->name);
   else snprintf(tname, sizeof tname, "thread %lld", th ? (long long)th->native_tid : 0LL);
-  bf_jw_newline(w);
+  bf_jw_pad(w, "\n");
   bf_jw_obj(w);
   bf_jw_kstr(w, "name", tname);
   bf_jw_kint(w, "registerTime", 0);
@@ -121,7 +121,7 @@ static int write_thread(bf_store *s, gthread *t, const bf_thread_ref *th, int64_
   bf_jw_key(w, "data");
   bf_jw_raw(w, t->samples && !t->sw.err ? t->samples : "[]");
   bf_jw_end(w);
-  bf_jw_newline(w);
+  bf_jw_pad(w, "\n");
   table_open(w, "frameTable", frame_cols, NCOLS(frame_cols));
   for (size_t i = 0; i < t->nframes; i++) {
     bf_jw_arr(w);
@@ -137,7 +137,7 @@ static int write_thread(bf_store *s, gthread *t, const bf_thread_ref *th, int64_
   }
   bf_jw_end(w);
   bf_jw_end(w);
-  bf_jw_newline(w);
+  bf_jw_pad(w, "\n");
   table_open(w, "stackTable", stack_cols, NCOLS(stack_cols));
   for (size_t i = 0; i < t->nstacks; i++) {
     bf_jw_arr(w);
@@ -148,7 +148,7 @@ static int write_thread(bf_store *s, gthread *t, const bf_thread_ref *th, int64_
   }
   bf_jw_end(w);
   bf_jw_end(w);
-  bf_jw_newline(w);
+  bf_jw_pad(w, "\n");
   bf_jw_key(w, "stringTable");
   bf_jw_arr(w);
   for (size_t i = 0; i < t->nframes; i++) {

@@ -115,8 +115,27 @@ static int pyroscope_payload(const dest *d, bf_store *s, int64_t id, const bf_se
   int traced = strcmp(in->kind, "traced") == 0;
   const char *clock = in->clock && strcmp(in->clock, "cpu") == 0 ? "cpu" : "wall";
   char cfg[512], head[512], tail[256], boundary[64];
-  snprintf(cfg, sizeof cfg, "{\"%s\":{\"units\":\"samples\",\"aggregation\":\"sum\",\"display-name\":\"%s\",\"sampled\":%s}}",
-           traced ? "calls" : "samples", traced ? "calls" : clock, traced ? "false" : "true");
+  bf_jw cw; /* the sample type's config: {"samples":{"units":"samples",…}} */
+  if (bf_jw_mem(&cw)) {
+    free(pb);
+    return -ENOMEM;
+  }
+  bf_jw_obj(&cw);
+  bf_jw_key(&cw, traced ? "calls" : "samples");
+  bf_jw_obj(&cw);
+  bf_jw_kstr(&cw, "units", "samples");
+  bf_jw_kstr(&cw, "aggregation", "sum");
+  bf_jw_kstr(&cw, "display-name", traced ? "calls" : clock);
+  bf_jw_kbool(&cw, "sampled", !traced);
+  bf_jw_end(&cw);
+  bf_jw_end(&cw);
+  char *cj = bf_jw_mem_done(&cw);
+  if (!cj) {
+    free(pb);
+    return -ENOMEM;
+  }
+  snprintf(cfg, sizeof cfg, "%s", cj);
+  free(cj);
   snprintf(boundary, sizeof boundary, "bifocal-%lld-%ld", (long long)id, (long)time(NULL));
   snprintf(head, sizeof head, "--%s\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"profile.pprof\"\r\n"
            "Content-Type: application/octet-stream\r\n\r\n", boundary);
@@ -276,16 +295,17 @@ void bf_push_send(const dest *d, const bf_push_payload *p, bf_push_outcome *out)
 
 /* ---- the command ------------------------------------------------------------- */
 
-static void report(const bf_cli *cli, const dest *d, int64_t id, const bf_push_outcome *o, int json, int first) {
-  if (json) {
-    printf("%s{\"session\":%lld,\"to\":", first ? "" : ",", (long long)id);
-    bf_json_str(stdout, d->shown);
-    printf(",\"ok\":%s,\"status\":%ld,\"attempts\":%d,\"bytes\":%zu,\"error\":", o->ok ? "true" : "false", o->status,
-           o->attempts, o->bytes);
-    if (o->ok)
-      printf("null}");
-    else
-      bf_json_str(stdout, o->error.msg);
+static void report(const bf_cli *cli, const dest *d, int64_t id, const bf_push_outcome *o, bf_jw *jw) {
+  if (jw) { /* an item of the --json array */
+    bf_jw_obj(jw);
+    bf_jw_kint(jw, "session", (long long)id);
+    bf_jw_kstr(jw, "to", d->shown);
+    bf_jw_kbool(jw, "ok", o->ok);
+    bf_jw_kint(jw, "status", (long long)o->status);
+    bf_jw_kint(jw, "attempts", o->attempts);
+    bf_jw_kint(jw, "bytes", (long long)o->bytes);
+    bf_jw_kstr(jw, "error", o->ok ? NULL : o->error.msg);
+    bf_jw_end(jw);
     return;
   }
   (void)cli;
@@ -296,7 +316,7 @@ static void report(const bf_cli *cli, const dest *d, int64_t id, const bf_push_o
     bf_cli_error("session %lld not pushed: %s", (long long)id, o->error.msg);
 }
 
-static int push_one(bf_cli *cli, const dest *d, bf_store *s, const char *arg, int json, int first) {
+static int push_one(bf_cli *cli, const dest *d, bf_store *s, const char *arg, bf_jw *jw) {
   int64_t id;
   int rc = bf_cli_session_arg(cli, s, arg, &id);
   if (rc) return rc;
@@ -310,7 +330,7 @@ static int push_one(bf_cli *cli, const dest *d, bf_store *s, const char *arg, in
   } else {
     bf_push_send(d, &p, &o);
   }
-  report(cli, d, id, &o, json, first);
+  report(cli, d, id, &o, jw);
   free(p.body);
   bf_session_info_free(in);
   return o.ok ? 0 : 1;
@@ -529,12 +549,17 @@ int bf_cmd_push(bf_cli *cli, int argc, char **argv) {
   if (a.follow) {
     if (!(rc = bf_cli_session_arg(cli, s, argv[optind], &id))) rc = follow(cli, &d, s, id, a.every_ns);
   } else {
-    if (a.json) printf("[");
+    bf_jw w;
+    bf_jw_init(&w, stdout);
+    if (a.json) bf_jw_arr(&w);
     for (int i = optind; i < argc; i++) {
-      int r = push_one(cli, &d, s, argv[i], a.json, i == optind);
+      int r = push_one(cli, &d, s, argv[i], a.json ? &w : NULL);
       if (r > rc) rc = r;
     }
-    if (a.json) printf("]\n");
+    if (a.json) {
+      bf_jw_end(&w);
+      printf("\n");
+    }
   }
   bf_store_close(s);
   bf_fleet_dest_free(&d);

@@ -354,18 +354,22 @@ static int summarise(bf_push_rec *p, bf_store *st, int64_t sid) {
     bf_cli_warn("record --push: %s", bf_store_errmsg(st));
     return 1;
   }
-  char *js = NULL;
-  size_t jn = 0;
-  FILE *m = open_memstream(&js, &jn);
-  if (!m) return 1;
-  fprintf(m, "{\"to\":");
-  bf_json_str(m, p->d.shown);
-  fprintf(m, ",\"every_s\":%.3f,\"windows\":%" PRId64 ",\"sent\":%" PRId64 ",\"waiting\":%" PRId64
-             ",\"refused\":%" PRId64 ",\"dropped\":%" PRId64 ",\"waiting_bytes\":%" PRId64 ",\"spool_max_bytes\":%" PRId64
-             "}",
-          (double)p->cfg.every_ns / 1e9, c.windows, c.sent, c.pending, c.refused, c.dropped, c.waiting_bytes,
-          p->cfg.spool_max_bytes);
-  fclose(m);
+  bf_jw w;
+  if (bf_jw_mem(&w)) return 1;
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "to", p->d.shown);
+  bf_jw_key(&w, "every_s");
+  bf_jw_numf(&w, "%.3f", (double)p->cfg.every_ns / 1e9);
+  bf_jw_kint(&w, "windows", c.windows);
+  bf_jw_kint(&w, "sent", c.sent);
+  bf_jw_kint(&w, "waiting", c.pending);
+  bf_jw_kint(&w, "refused", c.refused);
+  bf_jw_kint(&w, "dropped", c.dropped);
+  bf_jw_kint(&w, "waiting_bytes", c.waiting_bytes);
+  bf_jw_kint(&w, "spool_max_bytes", p->cfg.spool_max_bytes);
+  bf_jw_end(&w);
+  char *js = bf_jw_mem_done(&w);
+  if (!js) return 1;
   if (p->unsaid > 0) { /* drops since the last line: the audit hears of them too */
     char what[1024];
     snprintf(what, sizeof what, "the push spool for %s passed its bound (%" PRId64 " bytes): %" PRId64

@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "cpuclock.h"
+#include "jsonw.h"
 #include "memsample.h"
 #include "native.h"
 #include "record_int.h" /* target, rec_thread; the keeping is record_keep.c's */
@@ -96,24 +97,32 @@ static int64_t process_cpu_ns(int pid) {
  * sampler ran real-time, the mean time from a tick's deadline to its read,
  * and the CPU charged beside what the threads and the whole process used. */
 static void cpuclock_json(const target *t, char *out, size_t len) {
-  char why[400], proc[32] = "null";
-  size_t k = 0;
-  for (const char *p = bf_cpuclock_why(t->cc); *p && k < sizeof why - 2; p++) {
-    if (*p == '"' || *p == '\\') why[k++] = '\\';
-    why[k++] = (*p >= 0 && *p < 32) ? ' ' : *p;
-  }
-  why[k] = 0;
+  bf_jw w;
+  if (bf_jw_mem(&w)) return;
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "method", bf_cpuclock_method(t->cc));
+  bf_jw_kstr(&w, "why", bf_cpuclock_why(t->cc));
+  bf_jw_kbool(&w, "sampler_rt", t->sampler_rt);
+  bf_jw_key(&w, "read_lag_us");
+  bf_jw_numf(&w, "%.1f", t->lag_n ? (double)t->lag_sum_ns / (double)t->lag_n / 1e3 : 0.0);
+  bf_jw_key(&w, "charged_ms");
+  bf_jw_numf(&w, "%.3f", (double)t->cpu_charged_ns / 1e6);
+  bf_jw_key(&w, "threads_ms");
+  bf_jw_numf(&w, "%.3f", (double)bf_cpuclock_total_ns(t->cc) / 1e6);
+  bf_jw_key(&w, "process_ms");
   int64_t p1 = process_cpu_ns(t->pid);
   if (p1 >= 0 && t->proc_cpu0_ns >= 0)
-    snprintf(proc, sizeof proc, "%.3f", (double)(p1 - t->proc_cpu0_ns) / 1e6);
-  double lag_us = t->lag_n ? (double)t->lag_sum_ns / (double)t->lag_n / 1e3 : 0.0;
-  snprintf(out, len,
-           ",\"cpu_clock\":{\"method\":\"%s\",\"why\":\"%s\",\"sampler_rt\":%s,"
-           "\"read_lag_us\":%.1f,\"charged_ms\":%.3f,\"threads_ms\":%.3f,"
-           "\"process_ms\":%s,\"lost_switches\":%llu}",
-           bf_cpuclock_method(t->cc), why, t->sampler_rt ? "true" : "false", lag_us,
-           (double)t->cpu_charged_ns / 1e6, (double)bf_cpuclock_total_ns(t->cc) / 1e6, proc,
-           (unsigned long long)bf_cpuclock_lost(t->cc));
+    bf_jw_numf(&w, "%.3f", (double)(p1 - t->proc_cpu0_ns) / 1e6);
+  else
+    bf_jw_null(&w);
+  bf_jw_key(&w, "lost_switches");
+  char lost[24]; /* unsigned: all 64 bits */
+  snprintf(lost, sizeof lost, "%llu", (unsigned long long)bf_cpuclock_lost(t->cc));
+  bf_jw_raw(&w, lost);
+  bf_jw_end(&w);
+  char *obj = bf_jw_mem_done(&w); /* spliced as text: session_start builds the extra so */
+  if (obj) snprintf(out, len, ",\"cpu_clock\":%s", obj);
+  free(obj);
 }
 
 /* The kernel lens's part of the session's extra: ,"kernel":{...} with the

@@ -361,19 +361,29 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   if (!f) return -ENOMEM;
-  fprintf(f,
-          "{\"native\":{\"stops\":%lld,\"stopped_ns\":%lld,\"stop_p50_ns\":%lld,"
-          "\"stop_p90_ns\":%lld,\"stop_p99_ns\":%lld,\"stop_max_ns\":%lld,"
-          "\"signals_reinjected\":%lld,\"unwind_failed\":%lld,\"unwind_truncated\":%lld,"
-          "\"merge_mismatch\":%lld,\"merge_realigned\":%lld,\"threads_gone\":%lld,\"late_stops\":%lld,"
-          "\"stop_wait_ns\":%lld,\"interrupt_p50_ns\":%lld,\"interrupt_p99_ns\":%lld,"
-          "\"threads\":[",
-          (long long)n->stops, (long long)n->stopped_ns, (long long)hist_pct(n->hist, 0.5),
-          (long long)hist_pct(n->hist, 0.9), (long long)hist_pct(n->hist, 0.99), (long long)n->max_ns,
-          (long long)n->reinjected, (long long)n->unwind_failed, (long long)n->truncated,
-          (long long)n->mismatch, (long long)n->realigned, (long long)n->gone, (long long)n->late,
-          (long long)n->stop_wait_ns, (long long)hist_pct(n->hist_lat, 0.5),
-          (long long)hist_pct(n->hist_lat, 0.99));
+  bf_jw w;
+  bf_jw_init(&w, f);
+  bf_jw_obj(&w);
+  bf_jw_key(&w, "native");
+  bf_jw_obj(&w);
+  bf_jw_kint(&w, "stops", (long long)n->stops);
+  bf_jw_kint(&w, "stopped_ns", (long long)n->stopped_ns);
+  bf_jw_kint(&w, "stop_p50_ns", (long long)hist_pct(n->hist, 0.5));
+  bf_jw_kint(&w, "stop_p90_ns", (long long)hist_pct(n->hist, 0.9));
+  bf_jw_kint(&w, "stop_p99_ns", (long long)hist_pct(n->hist, 0.99));
+  bf_jw_kint(&w, "stop_max_ns", (long long)n->max_ns);
+  bf_jw_kint(&w, "signals_reinjected", (long long)n->reinjected);
+  bf_jw_kint(&w, "unwind_failed", (long long)n->unwind_failed);
+  bf_jw_kint(&w, "unwind_truncated", (long long)n->truncated);
+  bf_jw_kint(&w, "merge_mismatch", (long long)n->mismatch);
+  bf_jw_kint(&w, "merge_realigned", (long long)n->realigned);
+  bf_jw_kint(&w, "threads_gone", (long long)n->gone);
+  bf_jw_kint(&w, "late_stops", (long long)n->late);
+  bf_jw_kint(&w, "stop_wait_ns", (long long)n->stop_wait_ns);
+  bf_jw_kint(&w, "interrupt_p50_ns", (long long)hist_pct(n->hist_lat, 0.5));
+  bf_jw_kint(&w, "interrupt_p99_ns", (long long)hist_pct(n->hist_lat, 0.99));
+  bf_jw_key(&w, "threads");
+  bf_jw_arr(&w);
   size_t listed = 0;
   int64_t omitted = n->omitted;
   for (size_t i = 0; i < n->nretired + n->nth; i++) {
@@ -393,14 +403,20 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
       omitted++;
       continue;
     }
-    fprintf(f, "%s{\"tid\":%d,\"name\":", listed ? "," : "", ts.tid);
-    bf_json_str(f, ts.name);
-    fprintf(f, ",\"stops\":%lld,\"stopped_ns\":%lld,\"max_ns\":%lld}", (long long)ts.stops,
-            (long long)ts.stopped_ns, (long long)ts.max_ns);
+    bf_jw_obj(&w);
+    bf_jw_kint(&w, "tid", ts.tid);
+    bf_jw_kstr(&w, "name", ts.name);
+    bf_jw_kint(&w, "stops", (long long)ts.stops);
+    bf_jw_kint(&w, "stopped_ns", (long long)ts.stopped_ns);
+    bf_jw_kint(&w, "max_ns", (long long)ts.max_ns);
+    bf_jw_end(&w);
     listed++;
   }
-  fprintf(f, "],\"threads_omitted\":%lld}}", (long long)omitted);
-  if (fclose(f) != 0 || !buf) {
+  bf_jw_end(&w);
+  bf_jw_kint(&w, "threads_omitted", (long long)omitted);
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  if (fclose(f) != 0 || !buf || w.err) {
     free(buf);
     return -ENOMEM;
   }

@@ -3,7 +3,7 @@
  * escapes (quotes, controls, HTML-unsafe <>&, U+2028/9, invalid bytes as
  * U+FFFD and counted), numbers, the strict checker (RFC 8259 cases, duplicate
  * and reserved keys, depth), the writer's row helpers (knull, kpair, ints,
- * numf, newline, mem), the reader of stored metadata (bf_json_find, _string,
+ * numf, pad, mem), the reader of stored metadata (bf_json_find, _string,
  * _find_num, on nested, escaped and malformed text), and a property:
  * anything the writer escapes, the checker accepts. */
 #include <errno.h>
@@ -108,6 +108,22 @@ static void streaming_writer(void) {
   fclose(f);
   CHECK_EQ_INT(w.err, 0);
   CHECK(strcmp(pb, "[\n {\"i\":0},\n {\"i\":1}]") == 0);
+  /* in an object it goes before the key (after the comma), never between
+   * key and value; one pad is used once */
+  char ob[128] = "";
+  f = fmemopen(ob, sizeof ob - 1, "w");
+  bf_jw_init(&w, f);
+  bf_jw_pad(&w, "\n");
+  bf_jw_obj(&w);
+  bf_jw_pad(&w, "\n  ");
+  bf_jw_kint(&w, "a", 1);
+  bf_jw_pad(&w, "\n  ");
+  bf_jw_kint(&w, "b", 2);
+  bf_jw_kint(&w, "c", 3);
+  bf_jw_end(&w);
+  fclose(f);
+  CHECK_EQ_INT(w.err, 0);
+  CHECK(strcmp(ob, "\n{\n  \"a\":1,\n  \"b\":2,\"c\":3}") == 0);
 }
 
 /* The row helpers: null and pair values, integer runs, formatted numbers,
@@ -134,12 +150,12 @@ static void writer_rows(void) {
   bf_jw_numf(&w, "%.3f", 1.5);
   bf_jw_key(&w, "u");
   bf_jw_numf(&w, "%.6g", 1.0 / 0.0);
-  bf_jw_newline(&w);
+  bf_jw_pad(&w, "\n");
   bf_jw_key(&w, "rows");
   bf_jw_arr(&w);
-  bf_jw_newline(&w);
+  bf_jw_pad(&w, "\n");
   bf_jw_int(&w, 1);
-  bf_jw_newline(&w);
+  bf_jw_pad(&w, "\n");
   bf_jw_ints(&w, v + 2, 1);
   bf_jw_end(&w);
   bf_jw_end(&w);
