@@ -223,7 +223,9 @@ int bf_join_sessions(bf_store *s, int64_t sampled_id, int64_t traced_id, bf_join
   j->traced_id = traced_id;
   bf_err iw = BF_ERR_INIT;
   bf_sessions_interp_differ(si, ti, &iw);
-  snprintf(j->interp_warning, sizeof j->interp_warning, "%s", iw.msg);
+  size_t iwn = strnlen(iw.msg, sizeof j->interp_warning - 1); /* cut as before, at 1199 bytes */
+  memcpy(j->interp_warning, iw.msg, iwn);
+  j->interp_warning[iwn] = '\0';
   j->sampled_samples = sp->total_samples;
   j->sampled_duration_ns = si->duration_ns > 0 ? si->duration_ns : 0;
   j->sampled_threads = (int64_t)nth;

@@ -317,10 +317,10 @@ static int tick(bf_store *st, target *t, const bf_smp_record_opts *o, int64_t no
    * bf_smp_sample; -EIO here is a sample given up (counted invalid) */
   if (rc == -ESRCH) return rc;
   /* checked after the read: a target that ended before it was read (its pid
-   * perhaps taken by another process since) gives no sample. Our own
-   * unreaped child keeps its pid (a zombie's reads fail with ESRCH), so it
-   * needs no check: one poll less per tick */
-  if (!t->own_child && smp_pin_gone(t->h)) return -ESRCH;
+   * perhaps taken by another process since) gives no sample. Also for our
+   * own child: its session then ends once the whole process has exited, so
+   * the process CPU read at its end (cpu_clock.process_ms) holds every thread */
+  if (smp_pin_gone(t->h)) return -ESRCH;
   if (rc == -EPERM && t->nat) return seterr(t->h, rc, "%s", bf_smp_native_errmsg(t->nat));
   if (rc < 0) {
     if (rc == -ENOMEM) return rc;
@@ -667,7 +667,6 @@ static int tick_targets(rec_run *r, int64_t now, int64_t w, int64_t deadline, in
    * to it) was interrupted, even when its exit is seen before the stop */
   const char *ended = r->o->stop && *r->o->stop ? "interrupted" : "complete";
   *alive = 0;
-  tg[0].own_child = r->launched && !r->child_reaped;
   for (size_t i = 0; i < r->ntg; i++) {
     if (tg[i].exited) continue;
     tg[i].deadline_ns = deadline;

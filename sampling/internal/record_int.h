@@ -75,7 +75,6 @@ typedef struct target {
   int64_t start_mono;
   int64_t start_cpu_ns; /* profiler CPU when the session began */
   int exited;
-  int own_child; /* our launched, unreaped child: its pid cannot be taken by another process */
   rec_thread *threads;
   size_t nthreads, cap_threads;
   int gen;
