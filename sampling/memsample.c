@@ -21,6 +21,7 @@
 #include "jsonw.h"
 #include "map.h"
 #include "memsample.h"
+#include "pyalloc.h"
 #include "store.h"
 #include "vec.h"
 
@@ -55,6 +56,8 @@ struct rec_memory {
                               * (kind 0), their growth (1) and shrink (2) in bytes */
   int64_t split;             /* changes split between two functions */
   int64_t merged;            /* changes added to the row of the stack seen before */
+  smp_pyalloc py;            /* pymalloc's totals, read at the timeline's points */
+  int64_t py_peak;           /* the most pool bytes read */
 };
 
 /* Resident and anonymous resident bytes. 0, or -1 when the read failed. */
@@ -162,11 +165,20 @@ static int write_buffered(bf_store *st, target *t) {
   return rc;
 }
 
-static int keep_point(rec_memory *m, int64_t ts, int force) {
+static int keep_point(rec_memory *m, bf_smp *h, int64_t ts, int force) {
   if (!force && ts - m->last_point_ns < MEM_POINT_NS) return 0;
   if (m->npts >= MEM_MAX_ROWS) return 0;
   if (bf_vec_grow((void **)&m->pts, &m->cap_pts, m->npts + 1, sizeof *m->pts, 256)) return -ENOMEM;
-  m->pts[m->npts++] = (bf_memory_point){ts, m->rss, m->anon, -1};
+  /* pymalloc's pools in use, at the points only (two reads of the target:
+   * its management state and its arenas vector) */
+  int64_t py = -1;
+  if (h && m->py.state >= 0) {
+    int rc = smp_pyalloc_read(h, &m->py);
+    if (rc == -ENOMEM) return rc;
+    if (rc == 0) py = m->py.pool_bytes;
+    if (py > m->py_peak) m->py_peak = py;
+  }
+  m->pts[m->npts++] = (bf_memory_point){ts, m->rss, m->anon, py};
   m->last_point_ns = ts;
   return 0;
 }
@@ -323,7 +335,7 @@ int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, 
   m->rss = rss;
   m->anon = anon;
   m->flt = flt;
-  if ((rc = keep_point(m, ts, first)) < 0) return rc;
+  if ((rc = keep_point(m, t->h, ts, first)) < 0) return rc;
   int64_t now = bf_mono_ns();
   if (now < m->next_flush_ns) return 0;
   m->next_flush_ns = now + MEM_FLUSH_NS;
@@ -334,7 +346,7 @@ int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, 
 int rec_memory_flush(bf_store *st, target *t) {
   rec_memory *m = t->mem;
   if (!m) return 0;
-  if (m->rss >= 0 && m->npts && m->pts[m->npts - 1].ts_ns != m->last_point_ns) keep_point(m, m->last_point_ns, 1);
+  if (m->rss >= 0 && m->npts && m->pts[m->npts - 1].ts_ns != m->last_point_ns) keep_point(m, NULL, m->last_point_ns, 1);
   return write_buffered(st, t);
 }
 
@@ -364,8 +376,17 @@ void rec_memory_json(const target *t, char *out, size_t len) {
     bf_jw_kint(&w, "rows_dropped", (long long)m->dropped);
     bf_jw_kint(&w, "rss_growth_bytes", (long long)m->growth);
     bf_jw_kint(&w, "rss_shrink_bytes", (long long)m->shrink);
-    /* the Python allocator's total is not read from outside yet (see docs/memory.md) */
-    bf_jw_kstr(&w, "python_allocator", "not read");
+    /* pymalloc's pools in use (pyalloc.c; docs/memory.md) */
+    if (m->py.state > 0) {
+      bf_jw_kstr(&w, "python_allocator", "pymalloc pools in use (main interpreter)");
+      bf_jw_kint(&w, "python_reads", (long long)m->py.reads);
+      bf_jw_kint(&w, "python_read_failed", (long long)m->py.failed);
+      bf_jw_kint(&w, "python_pool_bytes", (long long)m->py.pool_bytes);
+      bf_jw_kint(&w, "python_pool_bytes_peak", (long long)m->py_peak);
+      bf_jw_kint(&w, "python_arena_bytes", (long long)m->py.arena_bytes);
+    } else {
+      bf_jw_kstr(&w, "python_allocator", m->py.state < 0 ? m->py.why : "not read");
+    }
   }
   bf_jw_end(&w);
   char *obj = bf_jw_mem_done(&w);

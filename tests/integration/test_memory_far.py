@@ -210,6 +210,62 @@ def test_burst_then_sleep(python, tmp_path):
     assert share["burst"] >= 45 and share["nap"] <= 50, share
 
 
+POOLS = r"""
+import os, sys, time
+keep = [bytes(100) for _ in range(300000)]  # 133-byte objects in pymalloc's 144-byte class
+r, w = os.pipe()
+err = os.dup(2)
+os.dup2(w, 2)
+sys._debugmallocstats()  # pymalloc's own account, from inside
+os.dup2(err, 2)
+os.close(w)
+stats = os.read(r, 1 << 20).decode()
+with open(sys.argv[1], "w") as f:
+    f.write(stats)
+time.sleep(0.5)  # the sampler's timeline points read this state
+"""
+
+
+def debug_stat(text, name):
+    for line in text.splitlines():
+        if line.split("=")[0].strip() == name:
+            return int(line.split("=")[1].strip().replace(",", ""))
+    raise AssertionError("%r not in sys._debugmallocstats(): %s" % (name, text[-2000:]))
+
+
+@pytest.mark.parallel  # no timing figure: a state read from outside against the target's own account
+def test_python_allocator_pools(python, tmp_path):
+    """pymalloc's pools in use, read from outside (3.12+: the main
+    interpreter's obmalloc state), agree with sys._debugmallocstats() in the
+    target: the pools hold its allocated blocks (within 10%: the pools' free
+    blocks and headers), and the session says what it read; before 3.12 it
+    says why it is not read."""
+    src = tmp_path / "pools.py"
+    src.write_text(POOLS)
+    db, out = str(tmp_path / "p.db"), str(tmp_path / "stats.txt")
+    r = run(["record", "--memory", "-r", "200", "--", python, str(src), out], db=db, timeout=120)
+    sid = int(r.stdout.strip().splitlines()[-1])
+    c = sqlite3.connect(db)
+    extra = json.loads(c.execute("SELECT extra_json FROM sessions WHERE id=?", (sid,)).fetchone()[0])["memory"]
+    pts = [row[0] for row in c.execute("SELECT py_bytes FROM memory_timeline WHERE session_id=?", (sid,))]
+    c.close()
+    version = tuple(int(x) for x in json.loads(run(["sessions", "--json"], db=db).stdout)[-1]["python"].split(".")[:2])
+    if version < (3, 12):
+        assert extra["python_allocator"].startswith("not read: before 3.12"), extra
+        assert pts and all(p == -1 for p in pts), pts
+        return
+    assert extra["python_allocator"] == "pymalloc pools in use (main interpreter)", extra
+    stats = open(out).read()
+    blocks = debug_stat(stats, "# bytes in allocated blocks")
+    assert blocks > 300000 * 133, blocks
+    peak = max(pts)
+    assert peak == extra["python_pool_bytes_peak"], (peak, extra)
+    assert blocks <= peak < 1.1 * blocks, (peak, blocks, extra)
+    assert extra["python_read_failed"] <= 1 and extra["python_reads"] >= 5, extra
+    view = json.loads(run(["replay", str(sid), "--memory", "--view", "heatmap", "--json"], db=db).stdout)
+    assert max(b["python_pool_bytes"] for b in view["memory_timeline"]["buckets"]) > blocks * 0.9, view
+
+
 @pytest.mark.few_pythons  # statm deltas and the GIL holder: each GIL layout is among them
 def test_kept_bytes_per_call(python, recorded):
     """keep_big keeps what tracemalloc says one call keeps; the sampled growth
