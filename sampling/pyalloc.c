@@ -5,14 +5,16 @@
  * vector, its length, narenas_currently_allocated) and the vector itself
  * (struct arena_object: address, nfreepools, ntotalpools), in
  * PyInterpreterState's obmalloc (3.12: the state inside the interpreter;
- * 3.13+: a pointer to it). The offsets below are offsetof() compiled against
- * each version's own headers (sampling/gen/obmalloc_offsets.sh: pycore_interp.h,
- * pycore_obmalloc.h; docs/memory.md says how); _Py_DebugOffsets does not
- * carry them. Each read is checked (the vector's live arenas must number
+ * 3.13+: a pointer to it), or on 3.8-3.11 statics of Objects/obmalloc.c
+ * (arenas, maxarenas, narenas_currently_allocated) whose addresses only the
+ * symbol table of an unstripped build gives (attach.c). The offsets below are
+ * offsetof() compiled against each version's own headers
+ * (sampling/gen/obmalloc_offsets.sh: pycore_interp.h, pycore_obmalloc.h);
+ * 3.8-3.11's struct arena_object (in obmalloc.c) is the same 48 bytes by
+ * their debug information (gdb ptype /o). _Py_DebugOffsets does not carry
+ * them. Each read is checked (the vector's live arenas must number
  * narenas_currently_allocated, every arena's pools within its total), so a
- * build whose layout differs is refused, not misread. 3.8-3.11 keep the
- * state in statics of Objects/obmalloc.c (symbols only in unstripped
- * builds): not read. */
+ * build whose layout differs is refused, not misread. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,7 @@
 #include "pyalloc.h"
 #include "smp_int.h"
 
-#define ST_MGMT 512           /* offsetof(struct _obmalloc_state, mgmt), 3.12-3.15 */
+#define ST_MGMT 512 /* offsetof(struct _obmalloc_state, mgmt), 3.12-3.15 */
 #define MG_ARENAS 0           /* struct _obmalloc_mgmt: arenas, maxarenas, narenas_currently_allocated */
 #define MG_MAXARENAS 8
 #define MG_NARENAS 552
@@ -29,8 +31,7 @@
 #define AO_ADDRESS 0
 #define AO_NFREE 16
 #define AO_NTOTAL 20
-#define POOL_BYTES 16384      /* POOL_SIZE: 64-bit, the radix tree (3.10+) */
-#define ARENA_BYTES 1048576   /* ARENA_SIZE, the same */
+#define POOLS_PER_ARENA 64    /* ARENA_SIZE / POOL_SIZE, every version */
 #define MAX_ARENAS (1u << 16) /* read the vector up to 64 GiB of arenas */
 
 static const struct {
@@ -47,8 +48,16 @@ static int refuse(smp_pyalloc *p, const char *why) {
 
 static int find(bf_smp *h, smp_pyalloc *p) {
   int minor = (int)((h->lay.version_hex >> 16) & 0xff);
-  if ((h->lay.version_hex >> 24) != 3 || minor < 12)
-    return refuse(p, "not read: before 3.12 pymalloc's state is in statics of obmalloc.c, not in the runtime");
+  if ((h->lay.version_hex >> 24) != 3 || minor < 8) return refuse(p, "not read: no obmalloc layout for this version");
+  /* ARENA_SIZE: 1 MiB with the radix tree (3.10+, 64-bit), else 256 KiB;
+   * pools are an arena's 64th either way (sys._debugmallocstats() agrees) */
+  p->arena = minor >= 10 ? 1048576 : 262144;
+  if (minor <= 11) {
+    if (!h->obm_arenas)
+      return refuse(p, "not read: 3.8-3.11 keep pymalloc's state in statics of obmalloc.c, named only in the "
+                       "symbol table of an unstripped build (this one has none)");
+    return 0;
+  }
   size_t i = 0;
   while (i < sizeof layouts / sizeof layouts[0] && layouts[i].minor != minor) i++;
   if (i == sizeof layouts / sizeof layouts[0]) return refuse(p, "not read: no obmalloc layout for this version");
@@ -62,17 +71,31 @@ static int find(bf_smp *h, smp_pyalloc *p) {
   return 0;
 }
 
+/* arenas (the vector), maxarenas, narenas_currently_allocated. 0 or -EIO. */
+static int read_mgmt(bf_smp *h, const smp_pyalloc *p, uint64_t *arenas, uint32_t *maxarenas, uint64_t *narenas) {
+  if (!p->mgmt) /* 3.8-3.11: the statics */
+    return smp_read(h, h->obm_arenas, arenas, 8) < 0 || smp_read(h, h->obm_maxarenas, maxarenas, 4) < 0 ||
+                   smp_read(h, h->obm_narenas, narenas, 8) < 0
+               ? -EIO
+               : 0;
+  unsigned char mg[MG_NARENAS + 8];
+  if (smp_read(h, p->mgmt, mg, sizeof mg) < 0) return -EIO;
+  *arenas = rd64(mg + MG_ARENAS);
+  *narenas = rd64(mg + MG_NARENAS);
+  *maxarenas = rd32(mg + MG_MAXARENAS);
+  return 0;
+}
+
 int smp_pyalloc_read(bf_smp *h, smp_pyalloc *p) {
   if (p->state < 0) return -ENOTSUP;
   int rc;
   if (!p->state && (rc = find(h, p)) < 0) return rc;
-  unsigned char mg[MG_NARENAS + 8];
-  if (smp_read(h, p->mgmt, mg, sizeof mg) < 0) {
+  uint64_t arenas = 0, narenas = 0;
+  uint32_t maxarenas = 0;
+  if (read_mgmt(h, p, &arenas, &maxarenas, &narenas) < 0) {
     p->failed++;
     return -EIO;
   }
-  uint64_t arenas = rd64(mg + MG_ARENAS), narenas = rd64(mg + MG_NARENAS);
-  uint32_t maxarenas = rd32(mg + MG_MAXARENAS);
   if (maxarenas > MAX_ARENAS || narenas > maxarenas || (maxarenas && !arenas))
     return refuse(p, "not read: pymalloc's state does not check out (another build's layout)");
   unsigned char *v = maxarenas ? malloc((size_t)maxarenas * AO_SIZE) : NULL;
@@ -88,7 +111,7 @@ int smp_pyalloc_read(bf_smp *h, smp_pyalloc *p) {
     const unsigned char *ao = v + (size_t)a * AO_SIZE;
     if (!rd64(ao + AO_ADDRESS)) continue;
     uint32_t nfree = rd32(ao + AO_NFREE), ntotal = rd32(ao + AO_NTOTAL);
-    if (ntotal > ARENA_BYTES / POOL_BYTES || nfree > ntotal) bad = 1;
+    if (ntotal > POOLS_PER_ARENA || nfree > ntotal) bad = 1;
     else used += ntotal - nfree;
     live++;
   }
@@ -103,8 +126,8 @@ int smp_pyalloc_read(bf_smp *h, smp_pyalloc *p) {
     return refuse(p, "not read: pymalloc's arenas do not check out (another build's layout)");
   }
   p->state = 1;
-  p->arena_bytes = (int64_t)narenas * ARENA_BYTES;
-  p->pool_bytes = (int64_t)used * POOL_BYTES;
+  p->arena_bytes = (int64_t)narenas * p->arena;
+  p->pool_bytes = (int64_t)used * (p->arena / POOLS_PER_ARENA);
   p->reads++;
   return 0;
 }

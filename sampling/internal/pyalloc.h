@@ -10,7 +10,8 @@
 
 typedef struct smp_pyalloc {
   int state;            /* 0 not tried, 1 readable, -1 not readable (why says why) */
-  uint64_t mgmt;        /* &interp->obmalloc->mgmt of the main interpreter */
+  uint64_t mgmt;        /* &interp->obmalloc->mgmt of the main interpreter; 0: 3.8-3.11's statics */
+  int64_t arena;        /* ARENA_SIZE of its version */
   int64_t arena_bytes;  /* arenas allocated x arena size, at the last read */
   int64_t pool_bytes;   /* pools with a live block x pool size, at the last read */
   int64_t reads, failed;
