@@ -28,6 +28,7 @@
 #define MEM_MAX_ROWS 65536          /* held while the database is locked; the excess is counted */
 #define MEM_FLUSH_NS 1000000000LL   /* write buffered rows this often */
 #define MEM_POINT_NS 50000000LL     /* timeline: a point at most every 50 ms */
+#define MEM_QUIET_TICKS 8           /* faults read until statm stood still this many ticks */
 
 struct rec_memory {
   int fd;             /* /proc/PID/statm, -1 when it could not be opened */
@@ -35,6 +36,8 @@ struct rec_memory {
   int stat_fd;        /* /proc/PID/stat (page faults), -1 when it could not be opened */
   int64_t flt, cur_flt; /* minor + major faults of the process at the last read / this one; -1 unknown */
   int64_t unnetted;   /* intervals whose growth and shrink the faults told apart */
+  int64_t fault_reads; /* reads of /proc/PID/stat */
+  int quiet;          /* ticks in a row whose statm did not move */
   long page;          /* bytes per page */
   int64_t rss, anon;  /* bytes at the last read; -1 before the first */
   int64_t last_thread, last_stack; /* seen running last: charged when none runs */
@@ -188,7 +191,15 @@ void rec_memory_read(rec_memory *m) {
   m->reads++;
   m->fresh = read_statm(m, &m->cur_rss, &m->cur_anon) == 0;
   if (!m->fresh) m->read_fail++;
-  else m->cur_flt = read_faults(m->stat_fd);
+  else {
+    /* the faults (a read 3-4 times statm's price: /proc/PID/stat sums every
+     * thread) while statm moves, and for MEM_QUIET_TICKS ticks after: a
+     * quiet process costs one read a tick, and the interval after a longer
+     * quiet keeps its net */
+    m->quiet = m->cur_rss != m->rss || m->cur_anon != m->anon ? 0 : m->quiet + 1;
+    m->cur_flt = m->quiet < MEM_QUIET_TICKS ? read_faults(m->stat_fd) : -1;
+    if (m->quiet < MEM_QUIET_TICKS) m->fault_reads++;
+  }
 }
 
 /* The innermost function of th with a store id (after charge_ids), 0 if none. */
@@ -372,6 +383,7 @@ void rec_memory_json(const target *t, char *out, size_t len) {
     bf_jw_kint(&w, "changes_split", (long long)m->split);
     /* growth and shrink of one interval told apart by the page faults */
     bf_jw_kstr(&w, "faults", m->stat_fd >= 0 ? "stat" : "not read");
+    bf_jw_kint(&w, "fault_reads", (long long)m->fault_reads);
     bf_jw_kint(&w, "intervals_apart", (long long)m->unnetted);
     bf_jw_kint(&w, "rows_dropped", (long long)m->dropped);
     bf_jw_kint(&w, "rss_growth_bytes", (long long)m->growth);
