@@ -212,12 +212,14 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   bf_smp_consistency(t->h, &cs);
   snprintf(late, sizeof late,
            "\"late_ticks\":%lld,\"max_late_ms\":%.3f,\"torn_retried\":%llu,"
-           "\"torn_invalid\":%llu,\"torn_cut\":%llu,\"stacks_truncated\":%llu,"
+           "\"torn_invalid\":%llu,\"torn_cut\":%llu,\"torn_stalled\":%llu,"
+           "\"stacks_truncated\":%llu,"
            "\"lock_held\":%lld,\"lock_dropped\":%lld",
            (long long)t->late, (double)t->max_late_ns / 1e6,
            (unsigned long long)(cs.retries - t->cs0.retries),
            (unsigned long long)(cs.invalid - t->cs0.invalid),
            (unsigned long long)(cs.cut - t->cs0.cut),
+           (unsigned long long)(cs.stalled - t->cs0.stalled),
            (unsigned long long)(cs.truncated - t->cs0.truncated),
            (long long)t->lock_held, (long long)t->lock_dropped);
   if (t->cc) cpuclock_json(t, late + strlen(late), sizeof late - strlen(late));
