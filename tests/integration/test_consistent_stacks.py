@@ -382,9 +382,11 @@ def shares_once(python, path, tmp_path, k):
     info = json.loads(run(["sessions", "--json"], db=db).stdout)[0]
     diffs = {q: 100.0 * got[q] / max(n, 1) - 100.0 * truth[q] / t for q in truth}
     extra = info.get("extra") or {}
-    report = "%d samples, %d invalid, %s re-read, %s cut; sampled - measured (points): %s" % (
-        info["samples"], info["invalid"], extra.get("torn_retried"), extra.get("torn_cut"),
-        ", ".join("%s %+.2f" % kv for kv in sorted(diffs.items())))
+    report = ("%d samples, %d invalid, %s re-read, %s cut, %s stalled, %s late (max %s ms); "
+              "sampled - measured (points): %s" % (
+                  info["samples"], info["invalid"], extra.get("torn_retried"), extra.get("torn_cut"),
+                  extra.get("torn_stalled"), extra.get("late_ticks"), extra.get("max_late_ms"),
+                  ", ".join("%s %+.2f" % kv for kv in sorted(diffs.items()))))
     return info["samples"], diffs, report
 
 
@@ -398,13 +400,15 @@ def test_dropping_torn_reads_keeps_shares(python, tmp_path):
     in a row would be a real bias)."""
     path = str(tmp_path / "shares.py")
     open(path, "w").write(SHARES)
+    reports = []
     for k in range(2):
         n, diffs, report = shares_once(python, path, tmp_path, k)
         print(report)
+        reports.append(report)
         assert n >= MIN_SAMPLES, report
         if max(abs(d) for d in diffs.values()) <= TOL_POINTS:
             return
-    pytest.fail(report)
+    pytest.fail(" / ".join(reports))  # both captures: a bias repeats, noise does not
 
 
 DEEP = '''\
