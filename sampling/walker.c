@@ -898,6 +898,7 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
   int noff = 0;
   int same = 0; /* torn reads in a row with the same signature, since same_ns */
   int64_t same_ns = 0, last_end_ns = 0;
+  int restarted = 0; /* the window was started afresh after a stall (once a tick) */
   for (int tries = 0; tries < max_tries; tries++) {
     /* a retry stays within span_ns of the first read (a sampler preempted
      * meanwhile would move the sample elsewhere; but see the stall below) */
@@ -923,10 +924,12 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
      * began that long after the last one ended, had the sampler itself
      * preempted: what it saw is spread over the stall, and a stall before
      * the first read would not have cost the tick either, so the window
-     * starts afresh after it (at most max_tries reads all the same) */
+     * starts afresh after it. Once a tick: a walk that is slow by itself
+     * (many threads' /proc reads) must not earn max_tries slow reads */
     int64_t end_ns = bf_mono_ns();
-    if (end_ns - h->now_ns > span_ns || (tries && h->now_ns - last_end_ns > span_ns)) {
+    if (!restarted && (end_ns - h->now_ns > span_ns || (tries && h->now_ns - last_end_ns > span_ns))) {
       first_ns = end_ns;
+      restarted = 1;
       h->torn_stalls++;
     }
     last_end_ns = end_ns;
