@@ -778,20 +778,10 @@ static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsig
   int rc = walk_frames(h, fa, thread_max_py(l, tb), l->ts_base_frame ? rd64(tb + l->ts_base_frame) : 0);
   if (rc < 0) return rc;
   /* as the stack was prefetched and again once it was read: a thread that
-   * entered or left a handler meanwhile does not count. The two reads only
-   * bracket the stack when they are close: a sampler preempted in between
-   * can see one handler before and another after, with the code between
-   * them on the stack (a new exception object at the old one's address, so
-   * no identity check tells); such a read is taken again, not dropped
-   * (dropping would lose the samples whose handler is followed by code
-   * outside one) */
-  if (exc) {
-    int still = thread_has_exc(h, ts, NULL);
-    if (bf_mono_ns() - h->now_ns > SMP_TORN_SPAN_NS)
-      torn(h, "the exception state's reads were too far apart (sampler preempted)");
-    else if (still)
-      t->flags |= BF_SMP_EXC;
-  }
+   * entered or left a handler meanwhile does not count. The first read and
+   * the stack come from the same prefetch, so a sampler preempted before
+   * the second cannot pair a handler with code outside one */
+  if (exc && thread_has_exc(h, ts, NULL)) t->flags |= BF_SMP_EXC;
   if (h->torn_here) { /* which threads were torn: see smp_thread_off_cpu */
     if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
       h->torn_tids[h->ntorn_tids++] = tid;
