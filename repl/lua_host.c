@@ -804,12 +804,13 @@ static void on_sigalrm(int sig) {
 
 /* Grace after a stop before the process exits on its own: a finalizer runs
  * without hooks, and a loop in one cannot be stopped from inside. The grace
- * is 2 s of the main thread's CPU time (a legitimate close that finalizes a
+ * after a --timeout is 2 s of the main thread's CPU time (a legitimate close that finalizes a
  * few hundred thousand objects takes ~0.5 s of CPU, and on a loaded host that
  * is several seconds of wall time: it must not be killed for the host's
- * load), with a wall-clock backstop for a thread that hangs without running. */
+ * load), with a 3 s wall backstop for a thread that hangs without running;
+ * after Ctrl-C it is 2 s of wall time. */
 #define HARD_GRACE_NS 2000000000LL
-#define HARD_GRACE_WALL_NS 4000000000LL
+#define HARD_GRACE_WALL_NS 3000000000LL
 
 typedef struct watchdog {
   pthread_t main;
@@ -843,8 +844,9 @@ static void *watchdog_main(void *ud) {
       bf_store_interrupt();
     }
     if ((timed_out || interrupted) && !hard) {
-      hard = now + HARD_GRACE_WALL_NS;
-      int64_t c = main_cpu_ns(w);
+      /* Ctrl-C: someone waits at the terminal, 2 s of wall as always */
+      hard = now + (interrupted ? HARD_GRACE_NS : HARD_GRACE_WALL_NS);
+      int64_t c = interrupted ? -1 : main_cpu_ns(w);
       hard_cpu = c < 0 ? -1 : c + HARD_GRACE_NS;
     }
     if (stop_pending || timed_out) pthread_kill(w->main, SIGALRM);
