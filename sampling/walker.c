@@ -509,6 +509,13 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py, uint64_t base) {
   for (int steps = 0; fa; steps++) {
     /* garbage memory can look like endless chains: bound a sample's work */
     if (++h->walk_steps > SMP_MAX_STEPS || steps > 4 * SMP_MAX_DEPTH) return -EIO;
+    if (fa == base) {
+      /* 3.15+: the base frame embedded in the thread state ends every chain
+       * (interpreter-owned, no code, no link): reached, it needs no read (a
+       * page less to pin where it lies past the thread state's own page) */
+      bottom = fa;
+      break;
+    }
     const unsigned char *fb = smp_read_hot(h, fa, (size_t)l->fr_read, &err);
     if (!fb) return err;
     uint64_t code = rd64(fb + l->fr_code), back = rd64(fb + l->fr_back);
