@@ -199,7 +199,6 @@ static void carry_over(bf_smp *h) {
 }
 
 void smp_prefetch(bf_smp *h) {
-  h->read_ns = bf_mono_ns();
   if (pref_alloc(h) < 0) return;
   carry_over(h);
   /* the hot set recorded during the previous samples becomes the pool */

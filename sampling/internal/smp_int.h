@@ -349,9 +349,6 @@ struct bf_smp {
   int64_t (*ns_map)[2];     /* {namespace tid, host tid} of the last scan */
   size_t ns_n, ns_cap;
   int64_t ns_scan_ns;       /* monotonic time of the last scan */
-  /* monotonic time of this sample's prefetch (remote.c): the moment most of
-   * every thread's stack is read */
-  int64_t read_ns;
   /* kernel lens (kstate.c): targets and fd links seen, and whether the
    * interpreter's GIL was locked at this walk (a timed futex is the GIL then) */
   struct smp_kcache *kc;
