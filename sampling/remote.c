@@ -70,6 +70,7 @@ static void hash_clear(bf_smp *h) { bf_pmap_clear(&h->pref_hash); }
 void smp_prefetch_reset(bf_smp *h) {
   h->npref = h->npref_next = 0;
   h->pool_len = 0;
+  h->nmiss = 0;
   h->plan_n = 0;
   hash_clear(h);
 }
@@ -80,7 +81,7 @@ static int pref_alloc(bf_smp *h) {
     h->cap_pref = 1024;
     h->pref = calloc(h->cap_pref, sizeof *h->pref);
     h->pref_next = calloc(h->cap_pref, sizeof *h->pref_next);
-    h->pool_cap = 64 * 1024;
+    h->pool_cap = 256 * 1024;
     h->pool = malloc(h->pool_cap);
     h->pref_hash = (bf_pmap)BF_PMAP_INIT(smp_pref_slot);
     if (!h->pref || !h->pref_next || !h->pool || bf_pmap_reserve(&h->pref_hash, 128) < 0) return -ENOMEM;
@@ -208,6 +209,7 @@ void smp_prefetch(bf_smp *h) {
   h->npref = h->npref_next;
   h->npref_next = 0;
   h->pool_len = 0;
+  h->nmiss = 0;
   h->pref_all_ok = 0;
   for (size_t i = 0; i < h->npref; i++) h->pref[i].used = 0;
   if (!h->npref) {
@@ -273,7 +275,26 @@ const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err
     h->pref[k].used = 1;
     return h->span_buf + h->pref[k].off;
   }
-  /* miss: read into the next free part of the pool so earlier pointers stay valid */
+  /* miss: first this walk's earlier misses, each read as its whole page */
+  for (size_t i = 0; i < h->nmiss; i++)
+    if (addr >= h->miss[i].addr && addr + len <= h->miss[i].end)
+      return h->pool + h->miss[i].off + (addr - h->miss[i].addr);
+  /* then the page(s) around it, into the next free part of the pool so
+   * earlier pointers stay valid: the frames a walk reaches next often lie
+   * on the same page (3.11+ callers just below in the frame stack, 3.8-3.10
+   * frame objects of one size class in one pool), and copying a page costs
+   * far less than a system call per frame. A page is mapped whole, so it
+   * reads fine exactly when the region does */
+  uint64_t lo = addr & ~(uint64_t)(SMP_PAGE - 1), hi = lo + SMP_PAGE;
+  if (hi < addr + len) hi = addr + len;
+  if (h->nmiss < SMP_MISS_PAGES && h->pool_len + (hi - lo) <= h->pool_cap) {
+    unsigned char *dst = h->pool + h->pool_len;
+    if (smp_read(h, lo, dst, (size_t)(hi - lo)) == 0) {
+      h->miss[h->nmiss++] = (smp_span){lo, hi, 0, 0, h->pool_len};
+      h->pool_len += (size_t)(hi - lo);
+      return dst + (addr - lo);
+    }
+  }
   if (h->pool_len + len > h->pool_cap) {
     /* no room: a private scratch copy (valid until the next miss) */
     int rc = smp_read(h, addr, h->scratch, len);

@@ -257,6 +257,9 @@ typedef struct smp_span {
   size_t off; /* into span_buf */
 } smp_span;
 
+#define SMP_PAGE 4096       /* a miss reads its whole page (remote.c) */
+#define SMP_MISS_PAGES 32   /* ... for this many misses of one walk */
+
 typedef ssize_t (*smp_readv_fn)(void *ud, const struct iovec *local, size_t nlocal,
                                 const struct iovec *remote, size_t nremote);
 
@@ -288,6 +291,8 @@ struct bf_smp {
   size_t npref, npref_next, cap_pref;
   unsigned char *pool; /* this sample's misses */
   size_t pool_len, pool_cap;
+  smp_span miss[SMP_MISS_PAGES]; /* this walk's misses, read as whole pages into pool */
+  size_t nmiss;
   unsigned char *span_buf; /* merged spans as read */
   size_t span_cap;
   smp_pref *plan_key;      /* the hot set the plan was built for */

@@ -3,7 +3,11 @@
  * stack, takes WARM samples, then logs every process_vm_readv of the next
  * samples (iovecs, bytes, pages spanned) and names each region of the
  * prefetch plan (interpreter, GIL, thread state, frame, code object).
- * usage: bench_regions PYTHON [SAMPLES]
+ * With a third argument, the target is that script instead (run with
+ * argument 1000), sampled at about RATE (fourth argument, default 20000 Hz)
+ * as record would, with the torn-stack figures (re-read, cut, given up) and
+ * reads per walk: the fast recursion of test_consistent_stacks.py, say.
+ * usage: bench_regions PYTHON [SAMPLES [SCRIPT [RATE]]]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sampler.h"
@@ -28,7 +33,7 @@ static const char *TARGET =
     "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
     "f(18)\n";
 
-static pid_t spawn(const char *py) {
+static pid_t spawn(const char *py, const char *script) {
   int fds[2];
   if (pipe(fds) < 0) return -1;
   pid_t c = fork();
@@ -36,13 +41,20 @@ static pid_t spawn(const char *py) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     dup2(fds[1], 1);
     close(fds[0]);
-    execl(py, py, "-c", TARGET, (char *)NULL);
+    if (script)
+      execl(py, py, script, "1000", (char *)NULL);
+    else
+      execl(py, py, "-c", TARGET, (char *)NULL);
     _exit(127);
   }
   close(fds[1]);
   char buf[8];
-  ssize_t n = read(fds[0], buf, 6);
+  ssize_t n = script ? 6 : read(fds[0], buf, 6);
   close(fds[0]);
+  if (script) { /* no ready line: give it time to start */
+    struct timespec d = {0, 500000000};
+    nanosleep(&d, NULL);
+  }
   return n == 6 ? c : -1;
 }
 
@@ -90,7 +102,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   int nsamp = argc > 2 ? atoi(argv[2]) : 3;
-  pid_t pid = spawn(argv[1]);
+  const char *script = argc > 3 ? argv[3] : NULL;
+  double rate = argc > 4 ? atof(argv[4]) : 20000;
+  pid_t pid = spawn(argv[1], script);
   if (pid < 0) return 1;
   bf_smp *h = bf_smp_new();
   if (bf_smp_attach(h, pid) < 0) {
@@ -104,10 +118,21 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 2000; i++) bf_smp_sample(h, 0, &t, &n);
   calls = iovs = bytes = pages = 0;
   enum { M = 100000 };
-  for (int i = 0; i < M; i++) bf_smp_sample(h, 0, &t, &n);
-  printf("python %s: per sample over %d samples: %.3f readv, %.2f iovecs, %.0f bytes, %.2f pages\n",
-         bf_smp_python_version(h), M, (double)calls / M, (double)iovs / M, (double)bytes / M,
-         (double)pages / M);
+  bf_smp_consistency_stats c0, c1;
+  bf_smp_consistency(h, &c0);
+  int bad = 0, m = script ? M / 5 : M;
+  struct timespec gap = {0, (long)(1e9 / rate)};
+  for (int i = 0; i < m; i++) {
+    if (bf_smp_sample(h, 0, &t, &n) < 0) bad++;
+    if (script) nanosleep(&gap, NULL);
+  }
+  bf_smp_consistency(h, &c1);
+  uint64_t walks = m + (c1.retries - c0.retries);
+  printf("python %s: per sample over %d samples: %.3f readv, %.2f iovecs, %.0f bytes, %.2f pages; "
+         "per walk %.3f readv; re-read %.2f%%, cut %.2f%%, given up %.3f%% (%d failed)\n",
+         bf_smp_python_version(h), m, (double)calls / m, (double)iovs / m, (double)bytes / m,
+         (double)pages / m, (double)calls / (double)walks, 100.0 * (double)(c1.retries - c0.retries) / m,
+         100.0 * (double)(c1.cut - c0.cut) / m, 100.0 * (double)(c1.invalid - c0.invalid) / m, bad);
   logging = 1;
   for (int s = 0; s < nsamp; s++) {
     calls = 0;
