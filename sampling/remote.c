@@ -124,6 +124,7 @@ static int plan_same(const bf_smp *h) {
 
 static int plan_build(bf_smp *h) {
   size_t n = h->npref;
+  h->plan_builds++;
   if (n > h->plan_cap) {
     size_t nc = n * 2;
     uint32_t *o = realloc(h->plan_ord, nc * sizeof *o);
@@ -210,6 +211,7 @@ void smp_prefetch(bf_smp *h) {
   h->npref_next = 0;
   h->pool_len = 0;
   h->nmiss = 0;
+  h->pref_cursor = 0;
   h->pref_all_ok = 0;
   for (size_t i = 0; i < h->npref; i++) h->pref[i].used = 0;
   if (!h->npref) {
@@ -264,15 +266,34 @@ void smp_prefetch(bf_smp *h) {
   if (!bad) h->pref_all_ok = 1;
 }
 
+static const unsigned char *read_pooled(bf_smp *h, uint64_t addr, size_t len, int remembered, int *err);
+
 const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err) {
+  return read_pooled(h, addr, len, 1, err);
+}
+
+/* A region read once in a while (a cached code object's identity, once a
+ * millisecond): not worth a place in the next samples' prefetch, where it
+ * would only add an iovec and change the plan twice. */
+const unsigned char *smp_read_cold(bf_smp *h, uint64_t addr, size_t len, int *err) {
+  return read_pooled(h, addr, len, 0, err);
+}
+
+static const unsigned char *read_pooled(bf_smp *h, uint64_t addr, size_t len, int remembered, int *err) {
   if (len > sizeof h->scratch || addr == 0) {
     *err = -EIO;
     return NULL;
   }
-  remember(h, addr, len);
-  int k = pref_find(h, addr);
+  if (remembered) remember(h, addr, len);
+  /* a steady stack asks for the regions in the order the last walk did
+   * (the order of pref): the next one is tried before the hash */
+  size_t c = h->pref_cursor;
+  int k = c < h->npref && h->pref[c].addr == addr && h->pref[c].ok && h->pref[c].len >= len
+              ? (int)c
+              : pref_find(h, addr);
   if (k >= 0 && h->pref[k].ok && h->pref[k].len >= len) {
     h->pref[k].used = 1;
+    h->pref_cursor = (size_t)k + 1;
     return h->span_buf + h->pref[k].off;
   }
   /* miss: first this walk's earlier misses, each read as its whole page */

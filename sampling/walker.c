@@ -368,7 +368,7 @@ static inline smp_code *frame_code(bf_smp *h, uint64_t code, int *err) {
   const smp_layout *l = &h->lay;
   smp_code *c = code_find(h, code);
   if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
-    const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, err);
+    const unsigned char *cw = smp_read_cold(h, code + l->co_fp_lo, (size_t)l->co_fp_len, err);
     if (!cw) {
       if (*err == -EINVAL) *err = -EIO;
       return NULL;
@@ -978,7 +978,7 @@ int smp_code_frame(bf_smp *h, uint64_t code, uint64_t instr, bf_smp_frame *out) 
   if (l->executable_tagged) code &= ~(uint64_t)7;
   smp_code *c = code_find(h, code);
   if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
-    const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
+    const unsigned char *cw = smp_read_cold(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
     if (!cw) return err;
     if (!(c = code_get(h, code, code_fp(l, cw), &err))) return err == -EINVAL ? -EIO : err;
     c->checked_gen = h->gen;

@@ -289,6 +289,7 @@ struct bf_smp {
   /* prefetch: the previous sample's hot regions, read in one go */
   smp_pref *pref, *pref_next;
   size_t npref, npref_next, cap_pref;
+  size_t pref_cursor;  /* where in pref the next read likely is */
   unsigned char *pool; /* this sample's misses */
   size_t pool_len, pool_cap;
   smp_span miss[SMP_MISS_PAGES]; /* this walk's misses, read as whole pages into pool */
@@ -299,6 +300,7 @@ struct bf_smp {
   uint32_t *plan_ord;
   smp_span *plan_sp;
   size_t plan_n, plan_ns, plan_cap, plan_total;
+  uint64_t plan_builds; /* plans built (not kept from the last sample), for benchmarks */
   int pref_all_ok;
   bf_pmap pref_hash;       /* of smp_pref_slot: address -> index in pref */
   unsigned char scratch[4096];
@@ -368,6 +370,8 @@ int smp_read(bf_smp *h, uint64_t addr, void *dst, size_t len);
  * next sample's prefetch. Borrowed until the next sample. NULL on failure
  * (*err set). */
 const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err);
+/* The same, for a region not worth prefetching in the next samples. */
+const unsigned char *smp_read_cold(bf_smp *h, uint64_t addr, size_t len, int *err);
 /* Start of a sample: read every region of the last sample's hot set at once. */
 void smp_prefetch(bf_smp *h);
 void smp_prefetch_reset(bf_smp *h);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -120,19 +121,29 @@ int main(int argc, char **argv) {
   enum { M = 100000 };
   bf_smp_consistency_stats c0, c1;
   bf_smp_consistency(h, &c0);
+  uint64_t builds0 = h->plan_builds;
   int bad = 0, m = script ? M / 5 : M;
   struct timespec gap = {0, (long)(1e9 / rate)};
+  struct rusage ru0, ru1;
+  getrusage(RUSAGE_SELF, &ru0);
   for (int i = 0; i < m; i++) {
     if (bf_smp_sample(h, 0, &t, &n) < 0) bad++;
     if (script) nanosleep(&gap, NULL);
   }
+  getrusage(RUSAGE_SELF, &ru1);
+  double us_user = ((double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) * 1e6 +
+                    (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec)) / m;
+  double us_sys = ((double)(ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) * 1e6 +
+                   (double)(ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec)) / m;
   bf_smp_consistency(h, &c1);
   uint64_t walks = m + (c1.retries - c0.retries);
   printf("python %s: per sample over %d samples: %.3f readv, %.2f iovecs, %.0f bytes, %.2f pages; "
-         "per walk %.3f readv; re-read %.2f%%, cut %.2f%%, given up %.3f%% (%d failed)\n",
+         "per walk %.3f readv; re-read %.2f%%, cut %.2f%%, given up %.3f%% (%d failed); "
+         "CPU per sample %.2f us user + %.2f us system; prefetch plan rebuilt in %.2f%% of walks\n",
          bf_smp_python_version(h), m, (double)calls / m, (double)iovs / m, (double)bytes / m,
          (double)pages / m, (double)calls / (double)walks, 100.0 * (double)(c1.retries - c0.retries) / m,
-         100.0 * (double)(c1.cut - c0.cut) / m, 100.0 * (double)(c1.invalid - c0.invalid) / m, bad);
+         100.0 * (double)(c1.cut - c0.cut) / m, 100.0 * (double)(c1.invalid - c0.invalid) / m, bad,
+         us_user, us_sys, 100.0 * (double)(h->plan_builds - builds0) / (double)walks);
   logging = 1;
   for (int s = 0; s < nsamp; s++) {
     calls = 0;
