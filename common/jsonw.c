@@ -181,6 +181,9 @@ void bf_jw_str(bf_jw *w, const char *s) {
 void bf_jw_int(bf_jw *w, long long v) {
   if (!jw_value(w)) fprintf(w->f, "%lld", v);
 }
+void bf_jw_uint(bf_jw *w, unsigned long long v) {
+  if (!jw_value(w)) fprintf(w->f, "%llu", v);
+}
 void bf_jw_num(bf_jw *w, double v) {
   if (!jw_value(w)) bf_json_num(w->f, v);
 }
@@ -242,6 +245,10 @@ void bf_jw_kstr(bf_jw *w, const char *key, const char *s) {
 void bf_jw_kint(bf_jw *w, const char *key, long long v) {
   bf_jw_key(w, key);
   bf_jw_int(w, v);
+}
+void bf_jw_kuint(bf_jw *w, const char *key, unsigned long long v) {
+  bf_jw_key(w, key);
+  bf_jw_uint(w, v);
 }
 void bf_jw_knum(bf_jw *w, const char *key, double v) {
   bf_jw_key(w, key);

@@ -61,6 +61,7 @@ void bf_jw_end(bf_jw *w); /* close the innermost container */
 void bf_jw_key(bf_jw *w, const char *key);
 void bf_jw_str(bf_jw *w, const char *s); /* NULL writes null */
 void bf_jw_int(bf_jw *w, long long v);
+void bf_jw_uint(bf_jw *w, unsigned long long v); /* all 64 bits (counters) */
 void bf_jw_num(bf_jw *w, double v);      /* as bf_json_num */
 /* v with a printf format of one double ("%.3f": a fixed number of places,
  * where a format's consumer expects them); non-finite → null. */
@@ -83,6 +84,7 @@ FILE *bf_jw_file(bf_jw *w);
 /* key + value in one call. */
 void bf_jw_kstr(bf_jw *w, const char *key, const char *s);
 void bf_jw_kint(bf_jw *w, const char *key, long long v);
+void bf_jw_kuint(bf_jw *w, const char *key, unsigned long long v);
 void bf_jw_knum(bf_jw *w, const char *key, double v);
 void bf_jw_kbool(bf_jw *w, const char *key, int v);
 void bf_jw_knull(bf_jw *w, const char *key);

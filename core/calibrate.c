@@ -28,13 +28,16 @@
 /* ---- the run ------------------------------------------------------------- */
 
 /* Start the trace (no builtins, the "-traced" label) through the caller. */
-static int start_trace(const bf_cal_opts *o, pid_t *pid, int *rfd, char *err, size_t errlen) {
+static int start_trace(const bf_cal_opts *o, pid_t *pid, int *rfd, bf_err *err) {
   char tlabel[256];
   snprintf(tlabel, sizeof tlabel, "%s-traced", o->label ? o->label : "calibrate");
   bf_cal_trace_req req = {.argv = o->argv, .clock = o->clock, .label = tlabel, .builtins = 0, .memory = o->memory};
   int p = 0, fd = -1;
-  int rc = o->start(o->start_ud, &req, &p, &fd, err, errlen);
-  if (rc < 0) return rc;
+  int rc = o->start(o->start_ud, &req, &p, &fd, err);
+  if (rc < 0) {
+    if (!err->msg[0]) bf_err_set(err, rc, "cannot start the trace: %s", strerror(-rc));
+    return rc;
+  }
   *pid = p;
   *rfd = fd;
   return 0;
@@ -51,12 +54,12 @@ static void sample_traced(const bf_cal_opts *o, pid_t *tp, bf_cal_run_result *ou
       break;
     }
     if (!py) py = o->target(o->start_ud, *tp);
-    if (py && (rc = o->sample(o->sample_ud, py, &out->sampled_id, out->err, sizeof out->err)) != -EAGAIN) break;
+    if (py && (rc = o->sample(o->sample_ud, py, &out->sampled_id, &out->err)) != -EAGAIN) break;
     struct timespec ts = {0, 200000};
     nanosleep(&ts, NULL);
   }
   if (rc == -EAGAIN && !*o->stop)
-    snprintf(out->err, sizeof out->err, "the traced program ended or never started a Python runtime in time");
+    bf_err_set(&out->err, -ETIMEDOUT, "the traced program ended or never started a Python runtime in time");
 }
 
 /* Read the trace's stdout to the end; its last line is the traced session id,
@@ -87,7 +90,7 @@ int bf_cal_run(const bf_cal_opts *o, bf_cal_run_result *out) {
   out->exit_status = 1;
   pid_t tp;
   int rfd;
-  if (start_trace(o, &tp, &rfd, out->err, sizeof out->err) < 0) return -EIO;
+  if (start_trace(o, &tp, &rfd, &out->err) < 0) return -EIO;
   *o->child = tp;
   if (*o->stop) kill(tp, SIGTERM); /* stopped before the trace existed: it ends at once */
   sample_traced(o, &tp, out);
@@ -99,9 +102,9 @@ int bf_cal_run(const bf_cal_opts *o, bf_cal_run_result *out) {
   *o->child = 0;
   out->exit_status = WIFEXITED(tstatus) ? WEXITSTATUS(tstatus) : 1;
   if (!out->sampled_id || !out->traced_id) {
-    if (!out->err[0])
-      snprintf(out->err, sizeof out->err, "%s",
-               !out->traced_id ? "the trace did not produce a session" : "the sampler did not produce a session");
+    if (!out->err.msg[0])
+      bf_err_set(&out->err, -EIO, "%s",
+                 !out->traced_id ? "the trace did not produce a session" : "the sampler did not produce a session");
     return -EIO;
   }
   return 0;

@@ -16,12 +16,13 @@
 #include <stdint.h>
 
 #include "correlate.h"
+#include "err.h"
 #include "store.h"
 
 /* Sample the process pid into a new session of the database. Returns -EAGAIN
  * while pid has no Python runtime yet (the run retries), another negative
  * errno with a one-line message in err, or 0 and *sampled_id. */
-typedef int (*bf_cal_sample_fn)(void *ud, int pid, int64_t *sampled_id, char *err, size_t errlen);
+typedef int (*bf_cal_sample_fn)(void *ud, int pid, int64_t *sampled_id, bf_err *err);
 
 /* What the traced run must record, into the caller's database. */
 typedef struct bf_cal_trace_req {
@@ -38,8 +39,7 @@ typedef struct bf_cal_trace_req {
  * output. OUT: *pid (the process the run waits for and forwards signals to),
  * *out_fd (the pipe's read end, closed by the run). 0, or a negative errno
  * with a one-line message in err. */
-typedef int (*bf_cal_start_fn)(void *ud, const bf_cal_trace_req *req, int *pid, int *out_fd, char *err,
-                               size_t errlen);
+typedef int (*bf_cal_start_fn)(void *ud, const bf_cal_trace_req *req, int *pid, int *out_fd, bf_err *err);
 
 /* The traced Python process of the run started as pid (which may first run
  * other processes), or 0 while there is none yet. */
@@ -63,11 +63,11 @@ typedef struct bf_cal_run_result {
   int64_t sampled_id, traced_id; /* 0 when that lens produced no session */
   char *output;                  /* the program's own output (malloc'd, may be NULL) */
   int exit_status;               /* the trace's exit status (0 when it succeeded) */
-  char err[512];                 /* why a session is missing, else "" */
+  bf_err err;                     /* why a session is missing, else code 0 and "" */
 } bf_cal_run_result;
 
 /* Run o->argv traced and sampled. 0 when both sessions exist, else -EIO and a
- * one-line reason in out->err. OUT: *out (free output with bf_cal_run_clear). */
+ * one-line reason in out->err (its code the cause's negative errno, or -EIO). OUT: *out (free output with bf_cal_run_clear). */
 int bf_cal_run(const bf_cal_opts *o, bf_cal_run_result *out);
 void bf_cal_run_clear(bf_cal_run_result *r);
 

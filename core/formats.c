@@ -1,13 +1,13 @@
 /* formats.c — the table of every export, record output and view (formats.h),
- * and the lookups the CLI builds its tables, messages, help and completions
- * from. A new format: its writer (export_NAME.c or view_NAME.c) and one row. */
+ * built from formats.def's rows, and the lookups the CLI builds its tables,
+ * messages, help and completions from. A new format: its writer
+ * (export_NAME.c or view_NAME.c) and one row in formats.def. */
 #include "formats.h"
 
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
 
-#include "otlp.h"
 #include "store_int.h"
 
 #define X BF_FMT_EXPORT
@@ -17,34 +17,17 @@
 #define T BF_FMT_TRACED
 #define I BF_FMT_IMPORTED
 
-/* Table order is the order of every list shown to users. */
+/* Table order (formats.def's) is the order of every list shown to users. */
+#define BF_FMT_FN_EXPORT(fn) fn, NULL
+#define BF_FMT_FN_VIEW(fn) NULL, fn
+#define BF_FMT_FN_NONE(fn) NULL, NULL
+#define BF_FORMAT(name, aliases, exts, title, note, roles, kinds, flags, writer, fn) \
+  {name, aliases, exts, title, note, roles, kinds, flags, BF_FMT_FN_##writer(fn)},
 const bf_format bf_formats[] = {
-    {"functions", NULL, NULL, "function table", NULL, V, BF_FMT_ANY, BF_FMT_JSON, NULL, bf_view_functions},
-    {"flame", "html flamegraph", ".html .htm", "flame graph", NULL, R | V, BF_FMT_ANY, BF_FMT_HTML, NULL,
-     bf_view_flame},
-    {"heatmap", NULL, NULL, "heatmap", NULL, V, S, BF_FMT_JSON, NULL, bf_view_heatmap},
-    {"gil", NULL, NULL, "GIL view", NULL, V, S, BF_FMT_JSON, NULL, bf_view_gil},
-    {"stack", NULL, NULL, "stack view", NULL, V, S | I, BF_FMT_JSON, NULL, bf_view_stack},
-    {"tasks", NULL, NULL, "tasks view", NULL, V, S, BF_FMT_JSON, NULL, bf_view_tasks},
-    {"opcodes", NULL, NULL, "opcodes view (record --opcodes)", NULL, V, S, BF_FMT_JSON, NULL, bf_view_opcodes},
-    {"waits", NULL, NULL, "waits view (record --kernel)", NULL, V, S, BF_FMT_JSON, NULL, bf_view_waits},
-    {"collapsed", "raw", ".txt .collapsed .folded", "collapsed stacks", NULL, X | R, BF_FMT_ANY, 0,
-     bf_export_collapsed, NULL},
-    {"speedscope", NULL, ".speedscope.json .json", "speedscope profile", NULL, X | R, BF_FMT_ANY, 0,
-     bf_export_speedscope, NULL},
-    {"pstats", NULL, ".prof .pstats", "pstats profile", NULL, X | R, BF_FMT_ANY, BF_FMT_BINARY, bf_export_pstats,
-     NULL},
-    {"pprof", NULL, ".pb.gz .pprof .pb", "pprof profile", NULL, X | R, BF_FMT_ANY, BF_FMT_BINARY, bf_export_pprof,
-     NULL},
-    {"chrome", "chrometrace", ".trace.json .chrome.json", "Chrome trace", NULL, X | R, S | T, 0, bf_export_chrome,
-     NULL},
-    {"svg", "flamegraph flame", ".svg", "SVG flame graph", NULL, X | R, BF_FMT_ANY, 0, NULL, bf_view_flame_svg},
-    {"gecko", NULL, ".gecko.json", "Gecko profile (Firefox Profiler)", NULL, X | R, S, 0, bf_export_gecko, NULL},
-    {"otlp", NULL, ".otlp.pb", "OTLP profiles request", NULL, X, BF_FMT_ANY, BF_FMT_BINARY, bf_export_otlp, NULL},
-    {"bifocal", NULL, NULL, "sealed session", "with --encrypt-to", X, BF_FMT_ANY, BF_FMT_BINARY | BF_FMT_SEALED,
-     NULL, NULL},
+#include "formats.def"
     {NULL, NULL, NULL, NULL, NULL, 0, 0, 0, NULL, NULL},
 };
+#undef BF_FORMAT
 
 /* Is word one of the space-separated words of list? */
 static int has_word(const char *list, const char *word) {

@@ -1,8 +1,8 @@
 /* formats.h — every output bifocal writes, described once: the exports
  * (`export --format`), the files of `record -o FILE` and the views of `replay
  * --view`. The CLI's lookups, error lists, help, man page and shell and REPL
- * completions are all built from bf_formats[]; a new format is its writer and
- * one row in formats.c. */
+ * completions are all built from bf_formats[], whose rows are formats.def's:
+ * a new format is its writer's file and one row there. */
 #ifndef BF_FORMATS_H
 #define BF_FORMATS_H
 
@@ -53,6 +53,15 @@ typedef struct bf_format {
 } bf_format;
 
 extern const bf_format bf_formats[]; /* terminated by {NULL} */
+
+/* Every row's writer, declared from formats.def (so a new writer's file
+ * includes this header and needs no prototype of its own elsewhere). */
+#define BF_FMT_DECL_EXPORT(fn) int fn(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
+#define BF_FMT_DECL_VIEW(fn) int fn(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out);
+#define BF_FMT_DECL_NONE(fn)
+#define BF_FORMAT(name, aliases, exts, title, note, roles, kinds, flags, writer, fn) BF_FMT_DECL_##writer(fn)
+#include "formats.def"
+#undef BF_FORMAT
 
 /* The format of role `role` called name: a row's own name first, then an
  * alias, each in table order. NULL when none. */

@@ -49,7 +49,7 @@ typedef struct cal_tracer {
 
 /* bf_cal_start_fn: `self --db DB trace [--no-builtins] --clock C --label L
  * [--memory] -- argv...` with its stdout on a pipe. */
-static int cal_start_trace(void *ud, const bf_cal_trace_req *req, int *pid, int *out_fd, char *err, size_t errlen) {
+static int cal_start_trace(void *ud, const bf_cal_trace_req *req, int *pid, int *out_fd, bf_err *err) {
   const cal_tracer *ct = ud;
   size_t ncmd = 0;
   while (req->argv[ncmd]) ncmd++;
@@ -72,9 +72,8 @@ static int cal_start_trace(void *ud, const bf_cal_trace_req *req, int *pid, int 
   int pfd[2];
   if (pipe(pfd) < 0) {
     int e = errno;
-    snprintf(err, errlen, "pipe: %s", strerror(e));
     free(targv);
-    return -e;
+    return bf_err_set(err, -e, "pipe: %s", strerror(e));
   }
   fflush(stdout);
   fflush(stderr);
@@ -82,11 +81,10 @@ static int cal_start_trace(void *ud, const bf_cal_trace_req *req, int *pid, int 
   pid_t tp = fork();
   if (tp < 0) {
     int e = errno;
-    snprintf(err, errlen, "fork: %s", strerror(e));
     close(pfd[0]);
     close(pfd[1]);
     free(targv);
-    return -e;
+    return bf_err_set(err, -e, "fork: %s", strerror(e));
   }
   if (tp == 0) {
     /* calibrate killed outright: the trace ends its program, which writes */
@@ -143,7 +141,7 @@ typedef struct cal_sampler {
 
 /* bf_cal_sample_fn: attach to pid (-EAGAIN while its runtime is not up), then
  * record it until it ends or calibrate is interrupted. */
-static int cal_sample(void *ud, int pid, int64_t *sampled_id, char *err, size_t errlen) {
+static int cal_sample(void *ud, int pid, int64_t *sampled_id, bf_err *err) {
   const cal_sampler *cs = ud;
   bf_smp *h = bf_smp_new();
   int up = bf_smp_attach(h, pid) == 0;
@@ -161,7 +159,7 @@ static int cal_sample(void *ud, int pid, int64_t *sampled_id, char *err, size_t 
   int exit_status;
   if (bf_cli_open_store(cs->cli, BF_STORE_CREATE, &s) == 0) {
     int r = bf_smp_record(rh, s, &o, sampled_id, &exit_status);
-    if (r < 0 && !*sampled_id) snprintf(err, errlen, "%s", bf_smp_errmsg(rh));
+    if (r < 0 && !*sampled_id) bf_err_set(err, r, "%s", bf_smp_errmsg(rh));
     bf_store_close(s);
   }
   bf_smp_free(rh);
@@ -415,7 +413,7 @@ static int calibrate_main(bf_cli *cli, int argc, char **argv) {
   if (run.output && run.output[0]) fprintf(json ? stderr : stdout, "%s\n", run.output); /* the program's own */
   bf_cal_run_clear(&run);
   if (ran < 0) {
-    bf_cli_error("calibrate: %s", run.err);
+    bf_cli_error("calibrate: %s", run.err.msg);
     return 1;
   }
   if ((rc = bf_cli_open_store(cli, BF_STORE_READONLY, &s))) return rc;

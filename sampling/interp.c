@@ -17,37 +17,7 @@
 #include "jsonw.h"
 #include "procmaps.h"
 #include "smp_int.h"
-#include "strbuf.h"
 #include "text.h"
-
-static void jraw(bf_strbuf *b, const char *s) { bf_strbuf_put(b, s, strlen(s)); }
-
-/* "key":"value" (value NULL → null), escaped by the one JSON writer
- * (common/jsonw.c): bytes that are not UTF-8 become U+FFFD. */
-static void jstr(bf_strbuf *b, const char *key, const char *v) {
-  jraw(b, b->n > 1 ? ",\"" : "\"");
-  jraw(b, key);
-  jraw(b, "\":");
-  if (!v) {
-    jraw(b, "null");
-    return;
-  }
-  char *e = bf_json_escape(v);
-  if (!e) {
-    b->oom = 1;
-    return;
-  }
-  jraw(b, "\"");
-  jraw(b, e);
-  jraw(b, "\"");
-  free(e);
-}
-
-static void jbool(bf_strbuf *b, const char *key, int v) {
-  jraw(b, b->n > 1 ? ",\"" : "\"");
-  jraw(b, key);
-  jraw(b, v ? "\":true" : "\":false");
-}
 
 typedef struct libpython_find {
   char *buf;
@@ -194,26 +164,25 @@ int smp_interp_json(const bf_smp *h, int pid, char **out) {
   const char *build = bf_smp_python_build(h);
   char soabi[128] = "";
   if (suffix[0]) snprintf(soabi, sizeof soabi, "%.*s", (int)strlen(suffix) - 4, suffix + 1);
-  bf_strbuf b = {0};
-  jraw(&b, "{");
-  jstr(&b, "implementation", "cpython");
-  jstr(&b, "version", ver[0] ? ver : NULL);
-  jstr(&b, "executable", exe[0] ? exe : NULL);
-  jstr(&b, "prefix", prefix[0] ? prefix : NULL);
-  jstr(&b, "library", lib[0] ? lib : NULL);
-  jstr(&b, "soabi", soabi[0] ? soabi : NULL);
-  jstr(&b, "ext_suffix", suffix[0] ? suffix : NULL);
-  jbool(&b, "debug", build && strstr(build, "debug") != NULL);
-  jbool(&b, "free_threaded", build && strstr(build, "free-threaded") != NULL);
-  jstr(&b, "compiler", compiler[0] ? compiler : NULL);
-  jstr(&b, "build_date", date[0] ? date : NULL);
-  jstr(&b, "root", root[0] ? root : NULL);
-  jstr(&b, "source", "process");
-  jraw(&b, "}");
-  if (b.oom) {
-    free(b.s);
-    return -ENOMEM;
-  }
-  *out = b.s;
+  /* through the one JSON writer (common/jsonw.c): bytes that are not UTF-8
+   * become U+FFFD */
+  bf_jw w;
+  if (bf_jw_mem(&w)) return -ENOMEM;
+  bf_jw_obj(&w);
+  bf_jw_kstr(&w, "implementation", "cpython");
+  bf_jw_kstr(&w, "version", ver[0] ? ver : NULL);
+  bf_jw_kstr(&w, "executable", exe[0] ? exe : NULL);
+  bf_jw_kstr(&w, "prefix", prefix[0] ? prefix : NULL);
+  bf_jw_kstr(&w, "library", lib[0] ? lib : NULL);
+  bf_jw_kstr(&w, "soabi", soabi[0] ? soabi : NULL);
+  bf_jw_kstr(&w, "ext_suffix", suffix[0] ? suffix : NULL);
+  bf_jw_kbool(&w, "debug", build && strstr(build, "debug") != NULL);
+  bf_jw_kbool(&w, "free_threaded", build && strstr(build, "free-threaded") != NULL);
+  bf_jw_kstr(&w, "compiler", compiler[0] ? compiler : NULL);
+  bf_jw_kstr(&w, "build_date", date[0] ? date : NULL);
+  bf_jw_kstr(&w, "root", root[0] ? root : NULL);
+  bf_jw_kstr(&w, "source", "process");
+  bf_jw_end(&w);
+  if (!(*out = bf_jw_mem_done(&w))) return -ENOMEM;
   return 0;
 }

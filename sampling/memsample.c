@@ -275,34 +275,28 @@ int rec_memory_flush(bf_store *st, target *t) {
   return write_buffered(st, t);
 }
 
-void rec_memory_json(const target *t, char *out, size_t len) {
+void rec_memory_json(const target *t, bf_jw *w) {
   const rec_memory *m = t->mem;
-  if (!m || len < 2) return;
-  /* the object through the writer; the caller splices ",\"memory\":{…}"
-   * into the session's extra (record.c builds it as text) */
-  bf_jw w;
-  if (bf_jw_mem(&w)) return;
-  bf_jw_obj(&w);
-  bf_jw_kstr(&w, "source", "statm");
+  if (!m) return;
+  bf_jw_key(w, "memory");
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "source", "statm");
   if (m->fd < 0) {
     char why[160];
     snprintf(why, sizeof why, "cannot open /proc/%d/statm: %s", t->pid, strerror(m->open_errno));
-    bf_jw_kstr(&w, "error", why);
+    bf_jw_kstr(w, "error", why);
   } else {
-    bf_jw_kint(&w, "page_bytes", m->page);
-    bf_jw_kint(&w, "reads", (long long)m->reads);
-    bf_jw_kint(&w, "read_failed", (long long)m->read_fail);
-    bf_jw_kint(&w, "rows", (long long)m->rows_total);
-    bf_jw_kint(&w, "changes_merged", (long long)m->merged);
-    bf_jw_kint(&w, "changes_split", (long long)m->split);
-    bf_jw_kint(&w, "rows_dropped", (long long)m->dropped);
-    bf_jw_kint(&w, "rss_growth_bytes", (long long)m->growth);
-    bf_jw_kint(&w, "rss_shrink_bytes", (long long)m->shrink);
+    bf_jw_kint(w, "page_bytes", m->page);
+    bf_jw_kint(w, "reads", (long long)m->reads);
+    bf_jw_kint(w, "read_failed", (long long)m->read_fail);
+    bf_jw_kint(w, "rows", (long long)m->rows_total);
+    bf_jw_kint(w, "changes_merged", (long long)m->merged);
+    bf_jw_kint(w, "changes_split", (long long)m->split);
+    bf_jw_kint(w, "rows_dropped", (long long)m->dropped);
+    bf_jw_kint(w, "rss_growth_bytes", (long long)m->growth);
+    bf_jw_kint(w, "rss_shrink_bytes", (long long)m->shrink);
     /* the Python allocator's total is not read from outside yet (see docs/memory.md) */
-    bf_jw_kstr(&w, "python_allocator", "not read");
+    bf_jw_kstr(w, "python_allocator", "not read");
   }
-  bf_jw_end(&w);
-  char *obj = bf_jw_mem_done(&w);
-  if (obj) snprintf(out, len, ",\"memory\":%s", obj);
-  free(obj);
+  bf_jw_end(w);
 }

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jsonw.h"
 #include "sampler.h"
 
 typedef struct bf_smp_native bf_smp_native;
@@ -69,9 +70,9 @@ void bf_smp_native_set_stop_wait(bf_smp_native *n, int64_t ns);
  * returns 1 and sets *status (a wait status) once the main thread exited. */
 int bf_smp_native_child_exited(bf_smp_native *n, int *status);
 
-/* Stop-time statistics as a JSON object {"native": {...}} for a session's
- * extra_json. OUT: *json (caller frees). */
-int bf_smp_native_stats_json(const bf_smp_native *n, char **json);
+/* Stop-time statistics for a session's extra_json: writes "native":{...}
+ * as the next member of the object open in w. */
+void bf_smp_native_stats_write(const bf_smp_native *n, bf_jw *w);
 
 /* One human line about the intrusion from a session's extra_json ("threads
  * stopped 412 times, median 38 us, p99 95 us, max 0.4 ms, total 17 ms").

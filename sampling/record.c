@@ -64,20 +64,6 @@ static ssize_t read_file(const char *path, char *buf, size_t len) {
   return n;
 }
 
-/* Append ,"python":{...} (read at session start) to the object in t->nat_json. */
-static void extra_add_python(target *t) {
-  size_t nl = t->nat_json ? strlen(t->nat_json) : 0, pl = t->py_json ? strlen(t->py_json) : 0;
-  if (!pl || (nl && t->nat_json[nl - 1] != '}')) return;
-  char *n = malloc(nl + pl + 16);
-  if (!n) return;
-  if (nl > 2) /* {...} → {...,"python":{...}} */
-    snprintf(n, nl + pl + 16, "%.*s,\"python\":%s}", (int)(nl - 1), t->nat_json, t->py_json);
-  else
-    snprintf(n, nl + pl + 16, "{\"python\":%s}", t->py_json);
-  free(t->nat_json);
-  t->nat_json = n;
-}
-
 static int64_t profiler_cpu_ns(void) {
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru) < 0) return 0;
@@ -93,50 +79,102 @@ static int64_t process_cpu_ns(int pid) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The cpu clock's part of the session's extra: method and why, whether the
- * sampler ran real-time, the mean time from a tick's deadline to its read,
- * and the CPU charged beside what the threads and the whole process used. */
-static void cpuclock_json(const target *t, char *out, size_t len) {
-  bf_jw w;
-  if (bf_jw_mem(&w)) return;
-  bf_jw_obj(&w);
-  bf_jw_kstr(&w, "method", bf_cpuclock_method(t->cc));
-  bf_jw_kstr(&w, "why", bf_cpuclock_why(t->cc));
-  bf_jw_kbool(&w, "sampler_rt", t->sampler_rt);
-  bf_jw_key(&w, "read_lag_us");
-  bf_jw_numf(&w, "%.1f", t->lag_n ? (double)t->lag_sum_ns / (double)t->lag_n / 1e3 : 0.0);
-  bf_jw_key(&w, "charged_ms");
-  bf_jw_numf(&w, "%.3f", (double)t->cpu_charged_ns / 1e6);
-  bf_jw_key(&w, "threads_ms");
-  bf_jw_numf(&w, "%.3f", (double)bf_cpuclock_total_ns(t->cc) / 1e6);
-  bf_jw_key(&w, "process_ms");
+/* The cpu clock's part of the session's extra, "cpu_clock":{...} as the
+ * next member of the object open in w: method and why, whether the sampler
+ * ran real-time, the mean time from a tick's deadline to its read, and the
+ * CPU charged beside what the threads and the whole process used. */
+static void cpuclock_write(const target *t, bf_jw *w) {
+  bf_jw_key(w, "cpu_clock");
+  bf_jw_obj(w);
+  bf_jw_kstr(w, "method", bf_cpuclock_method(t->cc));
+  bf_jw_kstr(w, "why", bf_cpuclock_why(t->cc));
+  bf_jw_kbool(w, "sampler_rt", t->sampler_rt);
+  bf_jw_key(w, "read_lag_us");
+  bf_jw_numf(w, "%.1f", t->lag_n ? (double)t->lag_sum_ns / (double)t->lag_n / 1e3 : 0.0);
+  bf_jw_key(w, "charged_ms");
+  bf_jw_numf(w, "%.3f", (double)t->cpu_charged_ns / 1e6);
+  bf_jw_key(w, "threads_ms");
+  bf_jw_numf(w, "%.3f", (double)bf_cpuclock_total_ns(t->cc) / 1e6);
+  bf_jw_key(w, "process_ms");
   int64_t p1 = process_cpu_ns(t->pid);
   if (p1 >= 0 && t->proc_cpu0_ns >= 0)
-    bf_jw_numf(&w, "%.3f", (double)(p1 - t->proc_cpu0_ns) / 1e6);
+    bf_jw_numf(w, "%.3f", (double)(p1 - t->proc_cpu0_ns) / 1e6);
   else
-    bf_jw_null(&w);
-  bf_jw_key(&w, "lost_switches");
-  char lost[24]; /* unsigned: all 64 bits */
-  snprintf(lost, sizeof lost, "%llu", (unsigned long long)bf_cpuclock_lost(t->cc));
-  bf_jw_raw(&w, lost);
-  bf_jw_end(&w);
-  char *obj = bf_jw_mem_done(&w); /* spliced as text: session_start builds the extra so */
-  if (obj) snprintf(out, len, ",\"cpu_clock\":%s", obj);
-  free(obj);
+    bf_jw_null(w);
+  bf_jw_kuint(w, "lost_switches", bf_cpuclock_lost(t->cc));
+  bf_jw_end(w);
 }
 
-/* The kernel lens's part of the session's extra: ,"kernel":{...} with the
- * run-queue share of the wall charged and each thread's summary; NULL when
- * the lens did not run. Caller frees. */
-static char *kernel_json(target *t) {
-  if (!t->k_weight_ns) return NULL;
-  size_t tl = t->k_json ? strlen(t->k_json) : 0;
-  char *out = malloc(tl + 128);
-  if (!out) return NULL;
-  snprintf(out, tl + 128, ",\"kernel\":{\"runq_ms\":%.3f,\"runq_share\":%.4f,\"threads\":[%s]}",
-           (double)t->k_runq_total_ns / 1e6, (double)t->k_runq_total_ns / (double)t->k_weight_ns,
-           t->k_json ? t->k_json : "");
-  return out;
+/* The kernel lens's part of the session's extra, "kernel":{...} as the next
+ * member of the object open in w: the run-queue share of the wall charged
+ * and each thread's summary; nothing when the lens did not run. */
+static void kernel_write(const target *t, bf_jw *w) {
+  if (!t->k_weight_ns) return;
+  bf_jw_key(w, "kernel");
+  bf_jw_obj(w);
+  bf_jw_key(w, "runq_ms");
+  bf_jw_numf(w, "%.3f", (double)t->k_runq_total_ns / 1e6);
+  bf_jw_key(w, "runq_share");
+  bf_jw_numf(w, "%.4f", (double)t->k_runq_total_ns / (double)t->k_weight_ns);
+  bf_jw_key(w, "threads");
+  bf_jw_arr(w);
+  for (size_t i = 0; i < t->k_nrows; i++) {
+    const rec_kern_row *k = &t->k_rows[i];
+    bf_jw_obj(w);
+    bf_jw_kint(w, "tid", k->tid);
+    bf_jw_key(w, "runq_ms");
+    bf_jw_numf(w, "%.3f", (double)k->runq_ns / 1e6);
+    bf_jw_key(w, "runq_p50_us");
+    bf_jw_numf(w, "%.1f", (double)k->runq_p50_ns / 1e3);
+    bf_jw_key(w, "runq_p99_us");
+    bf_jw_numf(w, "%.1f", (double)k->runq_p99_ns / 1e3);
+    bf_jw_kuint(w, "samples", k->samples);
+    bf_jw_kint(w, "voluntary_switches", k->voluntary);
+    bf_jw_kint(w, "involuntary_switches", k->involuntary);
+    bf_jw_end(w);
+  }
+  bf_jw_end(w);
+  bf_jw_end(w);
+}
+
+/* The session's extra_json, malloc'd (NULL when out of memory, or at the
+ * start when there is nothing to say). At the start only "python" (the
+ * interpreter, read now: an incomplete session still says what ran); at
+ * the end first the sampler's figures: ticks taken late while catching up,
+ * torn and truncated stacks, samples held and dropped while the database
+ * was locked; then the cpu clock's, memory's, asyncio tasks', kernel
+ * lens's and --native's parts, each when it ran. */
+static char *extra_json(target *t, int at_end) {
+  if (!at_end && !t->py_json) return NULL;
+  bf_jw w;
+  if (bf_jw_mem(&w)) return NULL;
+  bf_jw_obj(&w);
+  if (at_end) {
+    bf_smp_consistency_stats cs;
+    bf_smp_consistency(t->h, &cs);
+    bf_jw_kint(&w, "late_ticks", (long long)t->late);
+    bf_jw_key(&w, "max_late_ms");
+    bf_jw_numf(&w, "%.3f", (double)t->max_late_ns / 1e6);
+    bf_jw_kuint(&w, "torn_retried", cs.retries - t->cs0.retries);
+    bf_jw_kuint(&w, "torn_invalid", cs.invalid - t->cs0.invalid);
+    bf_jw_kuint(&w, "torn_cut", cs.cut - t->cs0.cut);
+    bf_jw_kuint(&w, "stacks_truncated", cs.truncated - t->cs0.truncated);
+    bf_jw_kint(&w, "lock_held", (long long)t->lock_held);
+    bf_jw_kint(&w, "lock_dropped", (long long)t->lock_dropped);
+    if (t->cc) cpuclock_write(t, &w);
+    rec_memory_json(t, &w);
+    const char *tks = bf_smp_tasks_status(t->tk);
+    if (*tks) bf_jw_kstr(&w, "async_tasks", tks);
+    for (size_t i = 0; i < t->nthreads; i++) rec_kern_summary(t, &t->threads[i]);
+    kernel_write(t, &w);
+    if (t->nat) bf_smp_native_stats_write(t->nat, &w);
+  }
+  if (t->py_json) { /* written once at the start (interp.c), kept as JSON */
+    bf_jw_key(&w, "python");
+    bf_jw_raw(&w, t->py_json);
+  }
+  bf_jw_end(&w);
+  return bf_jw_mem_done(&w);
 }
 
 static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_record_opts *o,
@@ -152,8 +190,8 @@ static int session_start(bf_smp *err_h, bf_store *st, target *t, const bf_smp_re
   bf_meta_collect(&ms, &t->meta, in);
   free(t->py_json);
   if (smp_interp_json(t->h, t->pid, &t->py_json) < 0) t->py_json = NULL;
-  extra_add_python(t); /* an incomplete session still says what ran */
-  in->extra_json = t->nat_json;
+  free(t->extra_json);
+  in->extra_json = t->extra_json = extra_json(t, 0);
   in->rate_hz = o->rate_hz;
   in->parent_id = parent;
   int rc = bf_store_session_begin(st, in, &t->session_id);
@@ -201,44 +239,8 @@ static int session_finish(bf_store *st, target *t, const char *status, int64_t e
   in->achieved_rate_hz = in->duration_ns > 0 ? (double)t->ticks * 1e9 / (double)in->duration_ns : 0;
   in->profiler_cpu_ns = cpu_ns - t->start_cpu_ns;
   in->status = status;
-  /* extra: ticks taken late while catching up, and with --native how long
-   * threads stood stopped */
-  free(t->nat_json);
-  t->nat_json = NULL;
-  char *nat = NULL;
-  if (t->nat && bf_smp_native_stats_json(t->nat, &nat) < 0) nat = NULL;
-  char late[1024];
-  bf_smp_consistency_stats cs;
-  bf_smp_consistency(t->h, &cs);
-  snprintf(late, sizeof late,
-           "\"late_ticks\":%lld,\"max_late_ms\":%.3f,\"torn_retried\":%llu,"
-           "\"torn_invalid\":%llu,\"torn_cut\":%llu,\"stacks_truncated\":%llu,"
-           "\"lock_held\":%lld,\"lock_dropped\":%lld",
-           (long long)t->late, (double)t->max_late_ns / 1e6,
-           (unsigned long long)(cs.retries - t->cs0.retries),
-           (unsigned long long)(cs.invalid - t->cs0.invalid),
-           (unsigned long long)(cs.cut - t->cs0.cut),
-           (unsigned long long)(cs.truncated - t->cs0.truncated),
-           (long long)t->lock_held, (long long)t->lock_dropped);
-  if (t->cc) cpuclock_json(t, late + strlen(late), sizeof late - strlen(late));
-  for (size_t i = 0; i < t->nthreads; i++) rec_kern_summary(t, &t->threads[i]);
-  char *kj = kernel_json(t);
-  rec_memory_json(t, late + strlen(late), sizeof late - strlen(late));
-  const char *tks = bf_smp_tasks_status(t->tk); /* static ASCII, no quotes */
-  if (*tks) snprintf(late + strlen(late), sizeof late - strlen(late), ",\"async_tasks\":\"%s\"", tks);
-  size_t nl = nat ? strlen(nat) : 0, kl = kj ? strlen(kj) : 0;
-  if (nat && nl >= 2 && nat[0] == '{' && nat[nl - 1] == '}') { /* {late, kernel, ...native} */
-    t->nat_json = malloc(nl + strlen(late) + kl + 2);
-    if (t->nat_json)
-      sprintf(t->nat_json, "{%s%s%s%s", late, kj ? kj : "", nl > 2 ? "," : "", nat + 1);
-  } else {
-    t->nat_json = malloc(strlen(late) + kl + 3);
-    if (t->nat_json) sprintf(t->nat_json, "{%s%s}", late, kj ? kj : "");
-  }
-  free(nat);
-  free(kj);
-  extra_add_python(t);
-  in->extra_json = t->nat_json;
+  free(t->extra_json);
+  in->extra_json = t->extra_json = extra_json(t, 1);
   int rc = bf_store_flush(st);
   int rc2 = bf_store_session_update(st, in);
   int rc3 = bf_store_flush(st);
@@ -740,6 +742,8 @@ static void follow_children(rec_run *r) {
       nt->own = 1;
       nt->pid = kids[k];
       if (session_start(r->h, r->st, nt, r->o, tg[i].session_id) < 0) {
+        free(nt->extra_json);
+        free(nt->py_json);
         bf_smp_free(ch);
         continue;
       }
@@ -822,9 +826,9 @@ static int finish_targets(rec_run *r, const char *status, int64_t stop) {
         r->child_reaped = 1;
       bf_smp_native_free(tg[i].nat);
     }
-    free(tg[i].nat_json); /* every session_finish makes one, --native or not */
+    free(tg[i].extra_json);
     free(tg[i].py_json);
-    free(tg[i].k_json);
+    free(tg[i].k_rows);
     bf_smp_tasks_free(tg[i].tk);
     if (tg[i].own) bf_smp_free(tg[i].h);
     bf_cpuclock_free(tg[i].cc);

@@ -417,25 +417,21 @@ static void switches(int pid, int64_t tid, long long *vol, long long *invol) {
 
 void rec_kern_summary(target *t, rec_thread *r) {
   if (!r->k_seen || r->tid <= 0) return;
-  size_t have = t->k_json ? strlen(t->k_json) : 0;
-  if (have > (1u << 20)) return; /* bounded: the first threads of a long churn */
-  int64_t p50 = 0, p99 = 0;
+  if (t->k_nrows == REC_KERN_ROWS_MAX) return;
+  if (t->k_nrows == t->k_cap_rows) {
+    size_t cap = t->k_cap_rows ? 2 * t->k_cap_rows : 16;
+    rec_kern_row *nr = realloc(t->k_rows, cap * sizeof *nr);
+    if (!nr) return;
+    t->k_rows = nr;
+    t->k_cap_rows = cap;
+  }
+  rec_kern_row *k = &t->k_rows[t->k_nrows++];
+  *k = (rec_kern_row){.tid = r->tid, .runq_ns = r->k_runq_total_ns, .samples = r->k_runq_seen};
   if (r->k_runq_n) {
     qsort(r->k_runq_v, r->k_runq_n, sizeof *r->k_runq_v, cmp_i64);
-    p50 = r->k_runq_v[(r->k_runq_n - 1) / 2];
-    p99 = r->k_runq_v[(size_t)((double)(r->k_runq_n - 1) * 0.99)];
+    k->runq_p50_ns = r->k_runq_v[(r->k_runq_n - 1) / 2];
+    k->runq_p99_ns = r->k_runq_v[(size_t)((double)(r->k_runq_n - 1) * 0.99)];
   }
-  long long vol, invol;
-  switches(t->pid, r->tid, &vol, &invol);
-  char one[256];
-  int n = snprintf(one, sizeof one,
-                   "%s{\"tid\":%lld,\"runq_ms\":%.3f,\"runq_p50_us\":%.1f,\"runq_p99_us\":%.1f,"
-                   "\"samples\":%llu,\"voluntary_switches\":%lld,\"involuntary_switches\":%lld}",
-                   have ? "," : "", (long long)r->tid, (double)r->k_runq_total_ns / 1e6, (double)p50 / 1e3,
-                   (double)p99 / 1e3, (unsigned long long)r->k_runq_seen, vol, invol);
-  char *nj = realloc(t->k_json, have + (size_t)n + 1);
-  if (!nj) return;
-  memcpy(nj + have, one, (size_t)n + 1);
-  t->k_json = nj;
+  switches(t->pid, r->tid, &k->voluntary, &k->involuntary);
   r->k_seen = 0; /* once */
 }

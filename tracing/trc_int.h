@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
+
 /* One function seen: a code object or a C method definition. Index 0 is the
  * thread root and never a real function. */
 typedef struct bf_trc_func {
@@ -97,10 +99,10 @@ typedef struct bf_trc_meta {
 } bf_trc_meta;
 
 /* Write result into the database at path (created if missing).
- * OUT: *session_id. On failure returns a negative errno and, when errbuf is
- * not NULL, a one-line message in errbuf. */
+ * OUT: *session_id. On failure returns a negative errno and, when err is not
+ * NULL, a one-line message naming path in err. */
 int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *meta,
-                 int64_t *session_id, char *errbuf, size_t errlen);
+                 int64_t *session_id, bf_err *err);
 
 /* Nearest-rank percentile of sorted v[0..n), q in (0,1]. */
 int64_t bf_trc_percentile(const int64_t *sorted, size_t n, double q);

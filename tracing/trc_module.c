@@ -772,7 +772,7 @@ static long long trc_write_session(ProfileObject *p, const char *db, trc_db_at *
   meta.extra_json = extra_json;
 
   int64_t sid = 0;
-  char err[512] = "";
+  bf_err err = BF_ERR_INIT;
   int rc;
   if (at->dir_fd >= 0) { /* through the runner's directory handle: the GIL stays held */
     if (trc_db_enter(at) < 0) {
@@ -780,11 +780,11 @@ static long long trc_write_session(ProfileObject *p, const char *db, trc_db_at *
       trc_result_free(&res);
       return -1;
     }
-    rc = bf_trc_write(db, &res, &meta, &sid, err, sizeof err);
+    rc = bf_trc_write(db, &res, &meta, &sid, &err);
     if (trc_db_leave(at) < 0 && rc >= 0) rc = -EIO;
   } else {
     Py_BEGIN_ALLOW_THREADS
-    rc = bf_trc_write(db, &res, &meta, &sid, err, sizeof err);
+    rc = bf_trc_write(db, &res, &meta, &sid, &err);
     Py_END_ALLOW_THREADS
   }
   free(extra_json);
@@ -792,9 +792,9 @@ static long long trc_write_session(ProfileObject *p, const char *db, trc_db_at *
   if (rc < 0) {
     if (PyErr_Occurred()) {
     } else if (at->dir_fd >= 0) { /* err names the file as SQLite saw it, relative */
-      PyErr_Format(PyExc_OSError, "could not write the trace to %s (%s)", at->shown, err);
+      PyErr_Format(PyExc_OSError, "could not write the trace to %s (%s)", at->shown, err.msg);
     } else {
-      PyErr_Format(PyExc_OSError, "could not write the trace to %s", err);
+      PyErr_Format(PyExc_OSError, "could not write the trace to %s", err.msg);
     }
     return -1;
   }

@@ -56,10 +56,6 @@ static int cmp_edge(const void *a, const void *b) {
   return (x->callee > y->callee) - (x->callee < y->callee);
 }
 
-static void set_err(char *errbuf, size_t errlen, const char *what, const char *detail) {
-  if (errbuf && errlen) snprintf(errbuf, errlen, "%s: %s", what, detail ? detail : "error");
-}
-
 /* One write's working state: the store, the session and per-index tables. */
 typedef struct trc_wr {
   bf_store *s;
@@ -340,7 +336,7 @@ static int trc_wr_memory(trc_wr *w) {
 }
 
 int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *meta,
-                 int64_t *session_id, char *errbuf, size_t errlen) {
+                 int64_t *session_id, bf_err *err) {
   trc_wr w = {0};
   w.res = res;
   w.sid = meta->session_id;
@@ -348,10 +344,7 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
   int began = 0;
   char host[256] = "";
   int rc = bf_store_open(path, BF_STORE_CREATE, &w.s, &msg);
-  if (rc < 0) {
-    set_err(errbuf, errlen, path, bf_err_msg(&msg, strerror(-rc)));
-    return rc;
-  }
+  if (rc < 0) return bf_err_set(err, rc, "%s: %s", path, bf_err_msg(&msg, strerror(-rc)));
   gethostname(host, sizeof host - 1);
   bf_session_info info;
   trc_session_info(meta, host, &info);
@@ -374,7 +367,7 @@ int bf_trc_write(const char *path, const bf_trc_result *res, const bf_trc_meta *
   rc = 0;
   goto out;
 fail:
-  set_err(errbuf, errlen, path, rc == -ENOMEM ? "out of memory" : bf_store_errmsg(w.s));
+  bf_err_set(err, rc, "%s: %s", path, rc == -ENOMEM ? "out of memory" : bf_store_errmsg(w.s));
   if (began) bf_store_rollback(w.s);
 out:
   trc_wr_free(&w);

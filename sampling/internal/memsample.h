@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jsonw.h"
 #include "record_int.h"
 
 /* Start reading pid's memory (the baseline is read now). NULL when out of
@@ -32,7 +33,8 @@ int rec_memory_tick(bf_store *st, target *t, const bf_smp_thread *th, size_t n, 
 /* Write every buffered row (session end). 0 or a negative errno. */
 int rec_memory_flush(bf_store *st, target *t);
 
-/* Append ,"memory":{...} (what was read, rows, drops) to out. */
-void rec_memory_json(const target *t, char *out, size_t len);
+/* With --memory, write "memory":{...} (what was read, rows, drops) as the
+ * next member of the object open in w; nothing without. */
+void rec_memory_json(const target *t, bf_jw *w);
 
 #endif

@@ -24,6 +24,14 @@ typedef struct rec_kern {
   bf_smp_ktarget *target; /* the handle's, stable; NULL: none */
 } rec_kern;
 
+/* Kernel lens: one thread's run-queue summary, kept when it goes away or the
+ * session ends, for extra.kernel.threads (rec_kern_summary). */
+typedef struct rec_kern_row {
+  int64_t tid, runq_ns, runq_p50_ns, runq_p99_ns;
+  uint64_t samples;
+  long long voluntary, involuntary; /* context switches; -1: unknown */
+} rec_kern_row;
+
 /* Per-thread memory between ticks: CPU clock and the last stack interned. */
 typedef struct rec_thread {
   int64_t tid;
@@ -90,13 +98,14 @@ typedef struct target {
   int64_t deadline_ns; /* cpu clock: this tick's deadline if the sampler slept until it, else 0 */
   int sampler_rt;      /* cpu clock: the sampler runs SCHED_FIFO (1), or was refused (0) */
   int64_t lag_sum_ns, lag_n; /* cpu clock: from the on-CPU instant to the stacks' read */
-  char *nat_json;     /* its figures for the session's extra_json */
+  char *extra_json;   /* the session's extra_json as last written (record.c) */
   char *py_json;      /* extra.python: the interpreter it runs (interp.c), or NULL */
   bf_smp_tasks *tk;   /* --async: asyncio tasks read after each sample */
   size_t next_hint;   /* rec_thread_get: where the next thread likely is */
   int64_t k_runq_total_ns, k_weight_ns; /* kernel lens: run-queue delay and wall charged, all threads */
   uint64_t k_rng;     /* kernel lens: the reservoirs' random numbers */
-  char *k_json;       /* kernel lens: per-thread summary for extra (record.c), or NULL */
+  rec_kern_row *k_rows; /* kernel lens: threads' summaries for extra (record.c), bounded */
+  size_t k_nrows, k_cap_rows;
   rec_memory *mem;    /* --memory: the memory reader, else NULL */
 } target;
 
@@ -125,8 +134,10 @@ int rec_keep_sample(bf_store *st, target *t, rec_thread *r, const bf_smp_thread 
                     int64_t ts, uint32_t flags, int64_t weight);
 /* Write held samples while the lock is free: 0 (some may remain) or a fatal error. */
 int rec_drain_pending(bf_store *st, target *t, int64_t now);
-/* Kernel lens: append thread r's run-queue summary (total, p50/p99 of its
- * per-sample delays, context switches) to t->k_json, once. */
+/* Kernel lens: keep thread r's run-queue summary (total, p50/p99 of its
+ * per-sample delays, context switches) in t->k_rows, once; after
+ * REC_KERN_ROWS_MAX threads, no more (the first threads of a long churn). */
+#define REC_KERN_ROWS_MAX 8192
 void rec_kern_summary(target *t, rec_thread *r);
 /* Free the samples still held (never written). */
 void rec_pending_free(target *t);

@@ -356,34 +356,27 @@ static int64_t hist_pct(const uint64_t *hist, double q) {
   return 0;
 }
 
-int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) return -ENOMEM;
-  bf_jw w;
-  bf_jw_init(&w, f);
-  bf_jw_obj(&w);
-  bf_jw_key(&w, "native");
-  bf_jw_obj(&w);
-  bf_jw_kint(&w, "stops", (long long)n->stops);
-  bf_jw_kint(&w, "stopped_ns", (long long)n->stopped_ns);
-  bf_jw_kint(&w, "stop_p50_ns", (long long)hist_pct(n->hist, 0.5));
-  bf_jw_kint(&w, "stop_p90_ns", (long long)hist_pct(n->hist, 0.9));
-  bf_jw_kint(&w, "stop_p99_ns", (long long)hist_pct(n->hist, 0.99));
-  bf_jw_kint(&w, "stop_max_ns", (long long)n->max_ns);
-  bf_jw_kint(&w, "signals_reinjected", (long long)n->reinjected);
-  bf_jw_kint(&w, "unwind_failed", (long long)n->unwind_failed);
-  bf_jw_kint(&w, "unwind_truncated", (long long)n->truncated);
-  bf_jw_kint(&w, "merge_mismatch", (long long)n->mismatch);
-  bf_jw_kint(&w, "merge_realigned", (long long)n->realigned);
-  bf_jw_kint(&w, "threads_gone", (long long)n->gone);
-  bf_jw_kint(&w, "late_stops", (long long)n->late);
-  bf_jw_kint(&w, "stop_wait_ns", (long long)n->stop_wait_ns);
-  bf_jw_kint(&w, "interrupt_p50_ns", (long long)hist_pct(n->hist_lat, 0.5));
-  bf_jw_kint(&w, "interrupt_p99_ns", (long long)hist_pct(n->hist_lat, 0.99));
-  bf_jw_key(&w, "threads");
-  bf_jw_arr(&w);
+void bf_smp_native_stats_write(const bf_smp_native *n, bf_jw *w) {
+  bf_jw_key(w, "native");
+  bf_jw_obj(w);
+  bf_jw_kint(w, "stops", (long long)n->stops);
+  bf_jw_kint(w, "stopped_ns", (long long)n->stopped_ns);
+  bf_jw_kint(w, "stop_p50_ns", (long long)hist_pct(n->hist, 0.5));
+  bf_jw_kint(w, "stop_p90_ns", (long long)hist_pct(n->hist, 0.9));
+  bf_jw_kint(w, "stop_p99_ns", (long long)hist_pct(n->hist, 0.99));
+  bf_jw_kint(w, "stop_max_ns", (long long)n->max_ns);
+  bf_jw_kint(w, "signals_reinjected", (long long)n->reinjected);
+  bf_jw_kint(w, "unwind_failed", (long long)n->unwind_failed);
+  bf_jw_kint(w, "unwind_truncated", (long long)n->truncated);
+  bf_jw_kint(w, "merge_mismatch", (long long)n->mismatch);
+  bf_jw_kint(w, "merge_realigned", (long long)n->realigned);
+  bf_jw_kint(w, "threads_gone", (long long)n->gone);
+  bf_jw_kint(w, "late_stops", (long long)n->late);
+  bf_jw_kint(w, "stop_wait_ns", (long long)n->stop_wait_ns);
+  bf_jw_kint(w, "interrupt_p50_ns", (long long)hist_pct(n->hist_lat, 0.5));
+  bf_jw_kint(w, "interrupt_p99_ns", (long long)hist_pct(n->hist_lat, 0.99));
+  bf_jw_key(w, "threads");
+  bf_jw_arr(w);
   size_t listed = 0;
   int64_t omitted = n->omitted;
   for (size_t i = 0; i < n->nretired + n->nth; i++) {
@@ -403,25 +396,18 @@ int bf_smp_native_stats_json(const bf_smp_native *n, char **json) {
       omitted++;
       continue;
     }
-    bf_jw_obj(&w);
-    bf_jw_kint(&w, "tid", ts.tid);
-    bf_jw_kstr(&w, "name", ts.name);
-    bf_jw_kint(&w, "stops", (long long)ts.stops);
-    bf_jw_kint(&w, "stopped_ns", (long long)ts.stopped_ns);
-    bf_jw_kint(&w, "max_ns", (long long)ts.max_ns);
-    bf_jw_end(&w);
+    bf_jw_obj(w);
+    bf_jw_kint(w, "tid", ts.tid);
+    bf_jw_kstr(w, "name", ts.name);
+    bf_jw_kint(w, "stops", (long long)ts.stops);
+    bf_jw_kint(w, "stopped_ns", (long long)ts.stopped_ns);
+    bf_jw_kint(w, "max_ns", (long long)ts.max_ns);
+    bf_jw_end(w);
     listed++;
   }
-  bf_jw_end(&w);
-  bf_jw_kint(&w, "threads_omitted", (long long)omitted);
-  bf_jw_end(&w);
-  bf_jw_end(&w);
-  if (fclose(f) != 0 || !buf || w.err) {
-    free(buf);
-    return -ENOMEM;
-  }
-  *json = buf;
-  return 0;
+  bf_jw_end(w);
+  bf_jw_kint(w, "threads_omitted", (long long)omitted);
+  bf_jw_end(w);
 }
 
 /* extra.native.<key> as an integer (bf_smp_native_stats_json wrote it). */

@@ -48,6 +48,7 @@ static void streaming_writer(void) {
   bf_jw_obj(&w);
   bf_jw_kstr(&w, "name", "a<b>&\xe2\x80\xa8\xff\"");
   bf_jw_kint(&w, "n", -3);
+  bf_jw_kuint(&w, "u", 18446744073709551615ull);
   bf_jw_knum(&w, "x", 0.5);
   bf_jw_kbool(&w, "ok", 1);
   bf_jw_key(&w, "rows");
@@ -67,7 +68,8 @@ static void streaming_writer(void) {
   fclose(f);
   CHECK_EQ_INT(w.err, 0);
   CHECK_EQ_INT(w.depth, 0);
-  const char *want = "{\"name\":\"a\\u003cb\\u003e\\u0026\\u2028\xef\xbf\xbd\\\"\",\"n\":-3,\"x\":0.5,\"ok\":true,"
+  const char *want = "{\"name\":\"a\\u003cb\\u003e\\u0026\\u2028\xef\xbf\xbd\\\"\",\"n\":-3,"
+                     "\"u\":18446744073709551615,\"x\":0.5,\"ok\":true,"
                      "\"rows\":[1,{},[],null,null,{\"k\":2}],\"e\":null}";
   if (strcmp(buf, want) != 0) fprintf(stderr, "jw wrote %s\nwant     %s\n", buf, want);
   CHECK(strcmp(buf, want) == 0);

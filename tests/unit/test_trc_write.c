@@ -106,8 +106,8 @@ static void test_write(const char *path) {
   meta.duration_ns = 1000;
   meta.extra_json = "{\"mismatches\":0}";
   int64_t sid = 0;
-  char err[256] = "";
-  CHECK_EQ_INT(bf_trc_write(path, &res, &meta, &sid, err, sizeof err), 0);
+  bf_err err = BF_ERR_INIT;
+  CHECK_EQ_INT(bf_trc_write(path, &res, &meta, &sid, &err), 0);
   CHECK(sid > 0);
 
   bf_store *s = NULL;
@@ -194,8 +194,8 @@ static void test_write(const char *path) {
   }
 
   /* a missing directory fails cleanly with a message */
-  CHECK(bf_trc_write("/nonexistent/dir/x.db", &res, &meta, &sid, err, sizeof err) < 0);
-  CHECK(err[0] != 0);
+  CHECK(bf_trc_write("/nonexistent/dir/x.db", &res, &meta, &sid, &err) < 0);
+  CHECK(err.code < 0 && strstr(err.msg, "/nonexistent/dir/x.db: ") == err.msg);
 
   check_integrity(path);
 }
