@@ -1,5 +1,6 @@
-/* pmap.c — the pointer-keyed hash map (see pmap.h): growth, insertion,
- * tombstones and iteration; lookups are inline in the header. */
+/* pmap.c — the pointer-keyed hash map (see pmap.h): making and growing the
+ * table (tombstones dropped), reserving, clearing and freeing it; lookup,
+ * insertion with room, deletion and iteration are inline in the header. */
 #include "pmap.h"
 
 #include <errno.h>
@@ -36,7 +37,7 @@ int bf_pmap_reserve(bf_pmap *m, size_t n) {
   return cap == m->cap ? 0 : rehash(m, cap);
 }
 
-void *bf_pmap_put(bf_pmap *m, uint64_t key, int *added) {
+void *bf_pmap_put_grow(bf_pmap *m, uint64_t key, int *added) {
   if (key == 0 || key == BF_PMAP_GONE) return NULL;
   uint64_t *hit = bf_pmap_get(m, key);
   if (added) *added = !hit;
@@ -46,34 +47,14 @@ void *bf_pmap_put(bf_pmap *m, uint64_t key, int *added) {
     size_t cap = !m->cap ? 16 : (m->len + 1) * 4 > m->cap ? m->cap * 2 : m->cap;
     if (rehash(m, cap)) return NULL;
   }
-  size_t mask = m->cap - 1, i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> m->shift);
-  while (*slot_key(m, i) != 0 && *slot_key(m, i) != BF_PMAP_GONE) i = (i + 1) & mask;
-  uint64_t *k = slot_key(m, i);
-  if (*k == 0) m->used++;
-  memset(k, 0, m->slot_size);
-  *k = key;
-  m->len++;
-  return k;
+  return bf_pmap_put(m, key, NULL); /* room now: the inline path */
 }
 
 int bf_pmap_del(bf_pmap *m, uint64_t key) {
-  if (key == 0 || key == BF_PMAP_GONE) return 0;
-  uint64_t *k = bf_pmap_get(m, key);
+  void *k = bf_pmap_get(m, key); /* NULL for the reserved keys */
   if (!k) return 0;
-  *k = BF_PMAP_GONE;
-  m->len--;
+  bf_pmap_del_slot(m, k);
   return 1;
-}
-
-void *bf_pmap_next(const bf_pmap *m, size_t *it) {
-  for (; *it < m->cap; (*it)++) {
-    uint64_t *k = slot_key(m, *it);
-    if (*k != 0 && *k != BF_PMAP_GONE) {
-      (*it)++;
-      return k;
-    }
-  }
-  return NULL;
 }
 
 void bf_pmap_clear(bf_pmap *m) {

@@ -167,56 +167,54 @@ static int cal_sample(void *ud, int pid, int64_t *sampled_id, bf_err *err) {
 }
 
 static void print_json(const bf_cal_report *r, const char *clock, double rate) {
-  printf("{\"sampled_session\":%lld,\"traced_session\":%lld,\"clock\":", (long long)r->join->sampled_id,
-         (long long)r->join->traced_id);
-  bf_json_str(stdout, clock);
-  printf(",\"rate_hz\":");
-  bf_json_num(stdout, rate);
-  printf(",\"achieved_rate_hz\":");
-  bf_json_num(stdout, r->achieved_rate_hz);
-  printf(",\"samples\":%lld,\"samples_in_traced_functions\":", (long long)r->join->sampled_samples);
-  bf_json_num(stdout, round(r->n_in_traced));
-  printf(",\"coverage\":");
-  bf_json_num(stdout, r->coverage);
-  printf(",\"interval_blocks\":%d,\"recommended_rate_hz\":", r->blocks);
-  bf_json_num(stdout, r->recommended_rate_hz);
-  printf(",\"functions\":[");
+  bf_jw w;
+  bf_jw_init(&w, stdout);
+  bf_jw_obj(&w);
+  bf_jw_kint(&w, "sampled_session", r->join->sampled_id);
+  bf_jw_kint(&w, "traced_session", r->join->traced_id);
+  bf_jw_kstr(&w, "clock", clock);
+  bf_jw_knum(&w, "rate_hz", rate);
+  bf_jw_knum(&w, "achieved_rate_hz", r->achieved_rate_hz);
+  bf_jw_kint(&w, "samples", r->join->sampled_samples);
+  bf_jw_knum(&w, "samples_in_traced_functions", round(r->n_in_traced));
+  bf_jw_knum(&w, "coverage", r->coverage);
+  bf_jw_kint(&w, "interval_blocks", r->blocks);
+  bf_jw_knum(&w, "recommended_rate_hz", r->recommended_rate_hz);
+  bf_jw_key(&w, "functions");
+  bf_jw_arr(&w);
   for (size_t i = 0; i < r->n; i++) {
     const bf_cal_row *x = &r->rows[i];
-    printf("%s{\"file\":", i ? "," : "");
-    bf_json_str(stdout, x->j->file);
-    printf(",\"qualname\":");
-    bf_json_str(stdout, x->j->qualname);
-    printf(",\"firstlineno\":%lld,\"estimate\":", (long long)x->j->firstlineno);
-    if (x->j->observed) bf_json_num(stdout, x->estimate);
-    else fputs("null", stdout);
-    printf(",\"ci\":[");
-    bf_json_num(stdout, x->lo);
-    putchar(',');
-    bf_json_num(stdout, x->hi);
-    printf("],\"ci_independent\":[");
-    bf_json_num(stdout, x->wilson_lo);
-    putchar(',');
-    bf_json_num(stdout, x->wilson_hi);
-    printf("],\"exact\":");
-    bf_json_num(stdout, x->exact);
-    printf(",\"covered\":%s,\"calls\":%lld,\"samples\":%lld,\"per_call_ns\":", x->covered ? "true" : "false",
-           (long long)x->j->calls, (long long)(x->j->observed ? x->j->self_samples : 0));
-    bf_json_num(stdout, x->j->per_call_ns);
-    putchar('}');
+    bf_jw_obj(&w);
+    bf_jw_kstr(&w, "file", x->j->file);
+    bf_jw_kstr(&w, "qualname", x->j->qualname);
+    bf_jw_kint(&w, "firstlineno", x->j->firstlineno);
+    if (x->j->observed) bf_jw_knum(&w, "estimate", x->estimate);
+    else bf_jw_knull(&w, "estimate");
+    bf_jw_kpair(&w, "ci", x->lo, x->hi);
+    bf_jw_kpair(&w, "ci_independent", x->wilson_lo, x->wilson_hi);
+    bf_jw_knum(&w, "exact", x->exact);
+    bf_jw_kbool(&w, "covered", x->covered);
+    bf_jw_kint(&w, "calls", x->j->calls);
+    bf_jw_kint(&w, "samples", x->j->observed ? x->j->self_samples : 0);
+    bf_jw_knum(&w, "per_call_ns", x->j->per_call_ns);
+    bf_jw_end(&w);
   }
-  printf("],\"never_sampled\":[");
+  bf_jw_end(&w);
+  bf_jw_key(&w, "never_sampled");
+  bf_jw_arr(&w);
   for (size_t i = 0; i < r->n_never; i++) {
     const bf_cal_row *x = r->never[i];
-    printf("%s{\"qualname\":", i ? "," : "");
-    bf_json_str(stdout, x->j->qualname);
-    printf(",\"file\":");
-    bf_json_str(stdout, x->j->file);
-    printf(",\"firstlineno\":%lld,\"calls\":%lld,\"exact\":", (long long)x->j->firstlineno, (long long)x->j->calls);
-    bf_json_num(stdout, x->exact);
-    putchar('}');
+    bf_jw_obj(&w);
+    bf_jw_kstr(&w, "qualname", x->j->qualname);
+    bf_jw_kstr(&w, "file", x->j->file);
+    bf_jw_kint(&w, "firstlineno", x->j->firstlineno);
+    bf_jw_kint(&w, "calls", x->j->calls);
+    bf_jw_knum(&w, "exact", x->exact);
+    bf_jw_end(&w);
   }
-  printf("]}\n");
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  putchar('\n');
 }
 
 static void print_table(const bf_cal_report *r, const char *clock, double rate, int limit, int color) {
@@ -268,37 +266,47 @@ static void print_table(const bf_cal_report *r, const char *clock, double rate, 
 }
 
 static void print_mem_json(const bf_cal_mem_report *r, double rate) {
-  printf("{\"memory\":true,\"sampled_session\":%lld,\"traced_session\":%lld,\"rate_hz\":",
-         (long long)r->sampled_id, (long long)r->traced_id);
-  bf_json_num(stdout, rate);
-  printf(",\"growth_bytes\":%.0f,\"shrink_bytes\":%.0f,\"live_bytes\":%lld,\"alloc_bytes\":%lld,\"coverage\":",
-         r->growth_bytes, r->shrink_bytes, (long long)r->live_bytes, (long long)r->alloc_bytes);
-  bf_json_num(stdout, r->coverage);
-  printf(",\"judged\":%zu,\"max_error\":", r->judged);
-  bf_json_num(stdout, r->max_error);
-  printf(",\"functions\":[");
+  bf_jw w;
+  bf_jw_init(&w, stdout);
+  bf_jw_obj(&w);
+  bf_jw_kbool(&w, "memory", 1);
+  bf_jw_kint(&w, "sampled_session", r->sampled_id);
+  bf_jw_kint(&w, "traced_session", r->traced_id);
+  bf_jw_knum(&w, "rate_hz", rate);
+  bf_jw_key(&w, "growth_bytes");
+  bf_jw_numf(&w, "%.0f", r->growth_bytes);
+  bf_jw_key(&w, "shrink_bytes");
+  bf_jw_numf(&w, "%.0f", r->shrink_bytes);
+  bf_jw_kint(&w, "live_bytes", r->live_bytes);
+  bf_jw_kint(&w, "alloc_bytes", r->alloc_bytes);
+  bf_jw_knum(&w, "coverage", r->coverage);
+  bf_jw_kint(&w, "judged", (long long)r->judged);
+  bf_jw_knum(&w, "max_error", r->max_error);
+  bf_jw_key(&w, "functions");
+  bf_jw_arr(&w);
   for (size_t i = 0; i < r->n; i++) {
     const bf_cal_mem_row *x = &r->rows[i];
-    printf("%s{\"file\":", i ? "," : "");
-    bf_json_str(stdout, x->file ? x->file : "?");
-    printf(",\"qualname\":");
-    bf_json_str(stdout, x->qualname ? x->qualname : "?");
-    printf(",\"firstlineno\":%lld,\"estimate\":", (long long)x->firstlineno);
-    bf_json_num(stdout, x->estimate);
-    printf(",\"ci\":[");
-    bf_json_num(stdout, x->lo);
-    putchar(',');
-    bf_json_num(stdout, x->hi);
-    printf("],\"exact\":");
-    bf_json_num(stdout, x->exact);
-    printf(",\"exact_alloc\":");
-    bf_json_num(stdout, x->exact_alloc);
-    printf(",\"covered\":%s,\"growth_bytes\":%.0f,\"shrink_bytes\":%.0f,\"live_bytes\":%lld,"
-           "\"alloc_bytes\":%lld,\"calls\":%lld}",
-           x->covered ? "true" : "false", x->growth_bytes, x->shrink_bytes, (long long)x->live_bytes,
-           (long long)x->alloc_bytes, (long long)x->calls);
+    bf_jw_obj(&w);
+    bf_jw_kstr(&w, "file", x->file ? x->file : "?");
+    bf_jw_kstr(&w, "qualname", x->qualname ? x->qualname : "?");
+    bf_jw_kint(&w, "firstlineno", x->firstlineno);
+    bf_jw_knum(&w, "estimate", x->estimate);
+    bf_jw_kpair(&w, "ci", x->lo, x->hi);
+    bf_jw_knum(&w, "exact", x->exact);
+    bf_jw_knum(&w, "exact_alloc", x->exact_alloc);
+    bf_jw_kbool(&w, "covered", x->covered);
+    bf_jw_key(&w, "growth_bytes");
+    bf_jw_numf(&w, "%.0f", x->growth_bytes);
+    bf_jw_key(&w, "shrink_bytes");
+    bf_jw_numf(&w, "%.0f", x->shrink_bytes);
+    bf_jw_kint(&w, "live_bytes", x->live_bytes);
+    bf_jw_kint(&w, "alloc_bytes", x->alloc_bytes);
+    bf_jw_kint(&w, "calls", x->calls);
+    bf_jw_end(&w);
   }
-  printf("]}\n");
+  bf_jw_end(&w);
+  bf_jw_end(&w);
+  putchar('\n');
 }
 
 static void print_mem_table(const bf_cal_mem_report *r, double rate, int limit, int color) {

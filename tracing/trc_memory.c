@@ -5,7 +5,9 @@
  * the function and call edge it was charged to (the innermost Python frame of
  * the allocating thread's shadow stack; C frames are transparent, as for
  * tracemalloc) and, for blocks of TRC_MEM_STACK_MIN bytes or more, its
- * interned stack. A free is charged to the block's allocating function; a
+ * interned stack (the map is common/pmap.h's; a free's tombstone goes
+ * again when the next slot is empty, so alloc/free churn keeps it clean).
+ * A free is charged to the block's allocating function; a
  * realloc is a free and an allocation; a free of a block made before counting
  * started is only counted (untracked_frees). Our own tables use libc malloc
  * directly, so nothing here re-enters the hooks.
@@ -22,9 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One live block. ptr 0 = empty slot. */
+#include "pmap.h"
+
+/* One live block: a slot of the live-block map, keyed by its address. */
 typedef struct mem_ent {
-  uintptr_t ptr;
+  uint64_t ptr; /* first: bf_pmap's key */
   uint64_t size;
   uint32_t func, edge, stack, pad;
 } mem_ent;
@@ -53,8 +57,7 @@ static struct {
   int on;                /* counting (read under the lock) */
   uint64_t gen;          /* the Profile generation whose shadow stacks are read */
   mem_domain dom[3];
-  mem_ent *ents;         /* open addressing, linear probing, at most half full */
-  size_t cap, n;
+  bf_pmap ents;          /* the live blocks: mem_ent by address */
   bf_trc_memstat *funcs, *edges;
   size_t capfuncs, capedges;
   uint32_t *pool;        /* interned stacks: [len, f0, f1, ...] back to back */
@@ -62,57 +65,23 @@ static struct {
   trc_map stack_map;     /* stack hash -> offset in pool + 1 */
   int64_t live_bytes, peak_live_bytes, untracked_frees;
   int partial;           /* a table could not grow: some blocks not counted */
-} M;
+} M = {.ents = BF_PMAP_INIT(mem_ent)};
 
 #define MEM_POOL_MAX ((size_t)4 << 20) /* u32 cells of stacks kept (16 MiB) */
 #define MEM_STACK_DEPTH 256            /* frames kept per stack (innermost ones) */
+#define MEM_LIVE_START 32767           /* live blocks before the first growth (65536 slots, 2 MiB) */
 
 static inline void mem_lock(void) {
   while (__atomic_test_and_set(&M.lock, __ATOMIC_ACQUIRE)) sched_yield();
 }
 static inline void mem_unlock(void) { __atomic_clear(&M.lock, __ATOMIC_RELEASE); }
 
-static inline size_t mem_slot(uintptr_t p, size_t mask) { return (size_t)trc_mix((uint64_t)p) & mask; }
-
-static int mem_grow(void) {
-  size_t ncap = M.cap ? M.cap * 2 : (size_t)1 << 16;
-  mem_ent *ne = calloc(ncap, sizeof *ne);
-  if (!ne) return -ENOMEM;
-  for (size_t i = 0; i < M.cap; i++) {
-    if (!M.ents[i].ptr) continue;
-    size_t j = mem_slot(M.ents[i].ptr, ncap - 1);
-    while (ne[j].ptr) j = (j + 1) & (ncap - 1);
-    ne[j] = M.ents[i];
-  }
-  free(M.ents);
-  M.ents = ne;
-  M.cap = ncap;
-  return 0;
-}
-
-/* Remove ptr's entry into *out; 0 when not there. Backward-shift deletion. */
+/* Remove ptr's entry into *out; 0 when not there. */
 static int mem_take(uintptr_t ptr, mem_ent *out) {
-  if (!M.cap) return 0;
-  size_t mask = M.cap - 1, i = mem_slot(ptr, mask);
-  for (;;) {
-    if (M.ents[i].ptr == ptr) break;
-    if (!M.ents[i].ptr) return 0;
-    i = (i + 1) & mask;
-  }
-  *out = M.ents[i];
-  size_t j = i;
-  for (;;) {
-    j = (j + 1) & mask;
-    if (!M.ents[j].ptr) break;
-    size_t home = mem_slot(M.ents[j].ptr, mask);
-    /* move j back into the hole at i unless its home lies in (i, j] */
-    if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
-      M.ents[i] = M.ents[j];
-      i = j;
-    }
-  }
-  M.ents[i].ptr = 0;
-  M.n--;
+  mem_ent *e = bf_pmap_get_sz(&M.ents, (uint64_t)ptr, sizeof *e);
+  if (!e) return 0;
+  *out = *e;
+  bf_pmap_del_slot_sz(&M.ents, e, sizeof *e);
   return 1;
 }
 
@@ -178,17 +147,14 @@ static void mem_note_alloc(void *ptr, size_t size) {
       if (size >= TRC_MEM_STACK_MIN) stack = mem_stack_intern(t->stack, k);
     }
   }
-  if ((M.n + 1) * 2 > M.cap && mem_grow() < 0) goto fail;
-  if (mem_stat_room(&M.funcs, &M.capfuncs, func) < 0 || mem_stat_room(&M.edges, &M.capedges, edge) < 0)
+  if ((func >= M.capfuncs && mem_stat_room(&M.funcs, &M.capfuncs, func) < 0) ||
+      (edge >= M.capedges && mem_stat_room(&M.edges, &M.capedges, edge) < 0)) /* the call only to grow */
     goto fail;
-  size_t mask = M.cap - 1, i = mem_slot((uintptr_t)ptr, mask);
-  while (M.ents[i].ptr && M.ents[i].ptr != (uintptr_t)ptr) i = (i + 1) & mask;
-  if (M.ents[i].ptr) { /* a block we missed the free of (freed outside the hooks): replace */
-    M.live_bytes -= (int64_t)M.ents[i].size;
-  } else {
-    M.n++;
-  }
-  M.ents[i] = (mem_ent){(uintptr_t)ptr, size, func, edge, stack, 0};
+  int added;
+  mem_ent *e = bf_pmap_put_sz(&M.ents, (uint64_t)(uintptr_t)ptr, &added, sizeof *e);
+  if (!e) goto fail;
+  if (!added) M.live_bytes -= (int64_t)e->size; /* a block we missed the free of (freed outside the hooks): replace */
+  *e = (mem_ent){(uint64_t)(uintptr_t)ptr, size, func, edge, stack, 0};
   M.funcs[func].allocs++;
   M.funcs[func].alloc_bytes += (int64_t)size;
   M.edges[edge].allocs++;
@@ -226,11 +192,9 @@ static int mem_note_free(void *ptr, mem_ent *had) {
 /* A realloc that failed: the old block is still there, as it was. */
 static void mem_restore(const mem_ent *had) {
   mem_lock();
-  if (M.on && ((M.n + 1) * 2 <= M.cap || mem_grow() == 0)) {
-    size_t mask = M.cap - 1, i = mem_slot(had->ptr, mask);
-    while (M.ents[i].ptr) i = (i + 1) & mask;
-    M.ents[i] = *had;
-    M.n++;
+  mem_ent *e = M.on ? bf_pmap_put(&M.ents, had->ptr, NULL) : NULL;
+  if (e) {
+    *e = *had;
     M.funcs[had->func].frees--;
     M.funcs[had->func].freed_bytes -= (int64_t)had->size;
     M.edges[had->edge].frees--;
@@ -303,15 +267,14 @@ static const PyMemAllocatorDomain mem_domains[3] = {PYMEM_DOMAIN_RAW, PYMEM_DOMA
                                                     PYMEM_DOMAIN_OBJ};
 
 static void mem_tables_free(void) {
-  free(M.ents);
+  bf_pmap_free(&M.ents);
   free(M.funcs);
   free(M.edges);
   free(M.pool);
   trc_map_free(&M.stack_map);
-  M.ents = NULL;
   M.funcs = M.edges = NULL;
   M.pool = NULL;
-  M.cap = M.n = M.capfuncs = M.capedges = M.npool = M.cappool = 0;
+  M.capfuncs = M.capedges = M.npool = M.cappool = 0;
 }
 
 int trc_mem_start(ProfileObject *p) {
@@ -319,7 +282,7 @@ int trc_mem_start(ProfileObject *p) {
   mem_tables_free();
   M.live_bytes = M.peak_live_bytes = M.untracked_frees = 0;
   M.partial = 0;
-  int rc = mem_grow();
+  int rc = bf_pmap_reserve(&M.ents, MEM_LIVE_START);
   if (rc == 0) rc = mem_stat_room(&M.funcs, &M.capfuncs, 0);
   if (rc == 0) rc = mem_stat_room(&M.edges, &M.capedges, 0);
   mem_unlock();
@@ -352,9 +315,9 @@ static int cmp_top(const void *a, const void *b) {
 static void mem_top(struct trc_mem_res *r) {
   mem_ent best[TRC_MEM_TOP];
   size_t nb = 0;
-  for (size_t i = 0; i < M.cap; i++) {
-    const mem_ent *e = &M.ents[i];
-    if (!e->ptr || (nb == TRC_MEM_TOP && e->size <= best[nb - 1].size)) continue;
+  size_t it = 0;
+  for (const mem_ent *e; (e = bf_pmap_next_sz(&M.ents, &it, sizeof *e));) {
+    if (nb == TRC_MEM_TOP && e->size <= best[nb - 1].size) continue;
     size_t j = nb < TRC_MEM_TOP ? nb++ : nb - 1;
     while (j > 0 && best[j - 1].size < e->size) {
       best[j] = best[j - 1];

@@ -123,6 +123,14 @@ def bench(python, runs, rounds):
     print("  load average after: %.2f %.2f %.2f" % os.getloadavg())
 
 
+def default_pythons():
+    """The sid root's python3.14 (it has memray) and pyenv's newest."""
+    import glob
+    pys = [p for p in (SID_314,) if os.path.exists(p)]
+    pyenv = sorted(glob.glob("/root/.pyenv/versions/3.1[0-9]*/bin/python3"))
+    return pys + pyenv[-1:]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=7)
@@ -130,13 +138,7 @@ def main():
     ap.add_argument("--python", action="append", help="interpreter (repeatable); default: "
                     "the sid root's python3.14 (memray) and pyenv's newest")
     a = ap.parse_args()
-    pys = a.python
-    if not pys:
-        pys = [p for p in (SID_314,) if os.path.exists(p)]
-        import glob
-        pyenv = sorted(glob.glob("/root/.pyenv/versions/3.1[0-9]*/bin/python3"))
-        if pyenv:
-            pys.append(pyenv[-1])
+    pys = a.python or default_pythons()
     print("load average: %.2f %.2f %.2f" % os.getloadavg())
     os.nice(5)
     for p in pys:

@@ -41,71 +41,20 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pythons  # noqa: E402
 
+# The per-kind script of the fresh-process runs: tracer_kinds.py's loops,
+# timed inside the script (the bench folder, where tracer_kinds.py is, on its
+# path: the sid root's wrappers bind /work and /tmp, so it is there too).
 KINDS_SCRIPT = r"""
 import json, sys, time
+sys.path.insert(0, %r)
+from tracer_kinds import KINDS
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
 perf_counter_ns = getattr(time, sys.argv[2] if len(sys.argv) > 2 else "perf_counter_ns")
-
-def f():
-    return 1
-
-class P:
-    def __init__(self):
-        self.a = 1
-    def m(self):
-        return 1
-
-def gen():
-    i = 0
-    while True:
-        yield i
-        i += 1
-
-def k_func(n):
-    t = perf_counter_ns()
-    for i in range(n):
-        f()
-    return perf_counter_ns() - t
-
-def k_builtin(n):
-    x = [1, 2, 3]
-    t = perf_counter_ns()
-    for i in range(n):
-        len(x)
-    return perf_counter_ns() - t
-
-def k_type(n):
-    t = perf_counter_ns()
-    for i in range(n):
-        str(i)
-    return perf_counter_ns() - t
-
-def k_class(n):
-    t = perf_counter_ns()
-    for i in range(n):
-        P()
-    return perf_counter_ns() - t
-
-def k_method(n):
-    p = P()
-    t = perf_counter_ns()
-    for i in range(n):
-        p.m()
-    return perf_counter_ns() - t
-
-def k_gen(n):
-    g = gen()
-    t = perf_counter_ns()
-    for i in range(n):
-        next(g)
-    return perf_counter_ns() - t
-
 out = {}
-for name, fn in (("func", k_func), ("builtin", k_builtin), ("type", k_type),
-                 ("class", k_class), ("method", k_method), ("gen", k_gen)):
-    out[name] = fn(N)
+for name, fn in KINDS:
+    out[name] = fn(N, perf_counter_ns)
 print("BENCH " + json.dumps(out))
-"""
+""" % HERE
 
 KINDS = [("func", "Python function f()"), ("builtin", "builtin len(x)"), ("type", "type call str(i)"),
          ("class", "class instantiation P()"), ("method", "method p.m()"), ("gen", "generator next(g)")]
@@ -457,55 +406,22 @@ def measure_all(python, tracing_dir, rounds):
 KINDS_CHILD = r"""
 import json, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, %r)
+from tracer_kinds import KINDS as KS
 N, rounds = int(sys.argv[2]), int(sys.argv[3])
 clk = time.thread_time_ns
-def f(): return 1
-class P:
-    def __init__(self): self.a = 1
-    def m(self): return 1
-def gen():
-    i = 0
-    while True:
-        yield i
-        i += 1
-def k_func(n):
-    t = clk()
-    for i in range(n): f()
-    return clk() - t
-def k_builtin(n):
-    x = [1, 2, 3]; t = clk()
-    for i in range(n): len(x)
-    return clk() - t
-def k_type(n):
-    t = clk()
-    for i in range(n): str(i)
-    return clk() - t
-def k_class(n):
-    t = clk()
-    for i in range(n): P()
-    return clk() - t
-def k_method(n):
-    p = P(); t = clk()
-    for i in range(n): p.m()
-    return clk() - t
-def k_gen(n):
-    g = gen(); t = clk()
-    for i in range(n): next(g)
-    return clk() - t
-KS = [("func", k_func), ("builtin", k_builtin), ("type", k_type), ("class", k_class),
-      ("method", k_method), ("gen", k_gen)]
 import cProfile, bifocal_trace, _bifocal_trace_floor as floor
 def one(mode):
     out = {}
     for name, fn in KS:
         if mode == "cprofile":
-            p = cProfile.Profile(); p.enable(); out[name] = fn(N); p.disable()
+            p = cProfile.Profile(); p.enable(); out[name] = fn(N, clk); p.disable()
         elif mode == "bifocal":
-            p = bifocal_trace.Profile(); p.enable(); out[name] = fn(N); p.disable()
+            p = bifocal_trace.Profile(); p.enable(); out[name] = fn(N, clk); p.disable()
         elif mode == "floor":
-            floor.enable(); out[name] = fn(N); floor.disable()
+            floor.enable(); out[name] = fn(N, clk); floor.disable()
         else:
-            out[name] = fn(N)
+            out[name] = fn(N, clk)
     return out
 modes = ["base", "floor", "cprofile", "bifocal"]
 got = {m: {k: [] for k, _ in KS} for m in modes}
@@ -516,7 +432,7 @@ for r in range(rounds):
         for k, v in one(m).items():
             got[m][k].append(v / N)
 print(json.dumps({m: {k: statistics.median(v) for k, v in d.items()} for m, d in got.items()}))
-"""
+""" % HERE
 
 
 def warm_kinds_table(a):

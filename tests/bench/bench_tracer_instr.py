@@ -1,9 +1,9 @@
 """Tracer cost in instructions, not time: deterministic on a loaded host.
 
-    /usr/bin/python3 tests/bench/bench_tracer_instr.py PYTHON TRACING_DIR [TRACING_DIR ...] [--calls 50000]
+    /usr/bin/python3 tests/bench/bench_tracer_instr.py PYTHON TRACING_DIR [TRACING_DIR ...] [--calls 50000] [--memory]
 
-Runs the six kinds of call of bench_tracer.py (f(), len(x), str(i), P(), p.m(),
-next(g); --calls each) under `valgrind --tool=callgrind` once plain and once
+Runs the six kinds of call of bench_tracer.py (tracer_kinds.py: f(), len(x),
+str(i), P(), p.m(), next(g); --calls each) under `valgrind --tool=callgrind` once plain and once
 inside a bifocal_trace.Profile per tracing directory (e.g. main's
 build/tracing beside this tree's), and prints the instructions the tracer
 added per call and each directory's difference from the first; each count is
@@ -14,36 +14,24 @@ branch prediction are not in it). Pythons that run through a chroot wrapper (the
 under the host's valgrind.
 """
 import argparse
+import os
 import re
 import subprocess
 import sys
 
+# tracer_kinds.py's loops, from the bench folder (argv[4])
 CHILD = r"""
-import sys
+import sys, time
 sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[4])
 import bifocal_trace
+from tracer_kinds import KINDS
 N = int(sys.argv[3])
-def f(): return 1
-class P:
-    def __init__(self): self.a = 1
-    def m(self): return 1
-def gen():
-    i = 0
-    while True:
-        yield i
-        i += 1
 def work():
-    x = [1, 2, 3]
-    for i in range(N): f()
-    for i in range(N): len(x)
-    for i in range(N): str(i)
-    for i in range(N): P()
-    p = P()
-    for i in range(N): p.m()
-    g = gen()
-    for i in range(N): next(g)
-if sys.argv[2] == "trace":
-    pr = bifocal_trace.Profile()
+    for _, k in KINDS:
+        k(N, time.perf_counter_ns)
+if sys.argv[2] != "plain":
+    pr = bifocal_trace.Profile(memory=sys.argv[2] == "memory")
     pr.enable()
     work()
     pr.disable()
@@ -58,7 +46,7 @@ def instructions(python, tracing_dir, mode, calls, repeat):
 
 def instructions_once(python, tracing_dir, mode, calls):
     r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", CHILD,
-                        tracing_dir, mode, str(calls)], capture_output=True, text=True, timeout=1800,
+                        tracing_dir, mode, str(calls), os.path.dirname(os.path.abspath(__file__))], capture_output=True, text=True, timeout=1800,
                        env={"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"})
     m = re.search(r"Collected : (\d+)", r.stderr)
     if r.returncode != 0 or not m:
@@ -72,14 +60,16 @@ def main():
     ap.add_argument("tracing_dirs", nargs="+")
     ap.add_argument("--calls", type=int, default=50000, help="calls per kind")
     ap.add_argument("--repeat", type=int, default=3, help="runs per count (the least is kept)")
+    ap.add_argument("--memory", action="store_true", help="trace with Profile(memory=True): the allocation "
+                    "hooks too (str(i) and P() allocate and free a block per call)")
     a = ap.parse_args()
     n = 6 * a.calls
     plain = instructions(a.python, a.tracing_dirs[0], "plain", a.calls, a.repeat)
     first = None
-    print("%s, %d calls (six kinds), callgrind instructions (least of %d runs); plain run %d" % (
-        a.python, n, a.repeat, plain))
+    print("%s, %d calls (six kinds%s), callgrind instructions (least of %d runs); plain run %d" % (
+        a.python, n, ", traced with --memory" if a.memory else "", a.repeat, plain))
     for d in a.tracing_dirs:
-        added = instructions(a.python, d, "trace", a.calls, a.repeat) - plain
+        added = instructions(a.python, d, "memory" if a.memory else "trace", a.calls, a.repeat) - plain
         first = added if first is None else first
         print("%-50s added %12d  (%.1f per call)  vs first %+.2f%%" % (d, added, added / n,
                                                                        100.0 * (added - first) / first))

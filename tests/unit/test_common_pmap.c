@@ -2,7 +2,9 @@
  * same keys: random puts, gets and deletes (tombstones), growth, clean-up at
  * the same size, iteration, clear, reserve, and the reserved keys; keys that
  * all hash to one slot (deletes inside the cluster, reinserts); and a
- * wide-keyed map through bf_pmap_hkey chains with a hash that collides. */
+ * wide-keyed map through bf_pmap_hkey chains with a hash that collides;
+ * churn (the tracer's live blocks: put, take with bf_pmap_del_slot, put)
+ * that must not fill the table with tombstones; deletes while iterating. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,18 @@ static uint64_t rnd(uint64_t *s) {
   *s ^= *s >> 7;
   *s ^= *s << 17;
   return *s;
+}
+
+/* used must equal the live keys plus the tombstones actually in the table. */
+static void check_used(const bf_pmap *m) {
+  size_t live = 0, gone = 0;
+  for (size_t i = 0; i < m->cap; i++) {
+    uint64_t k = *(const uint64_t *)(const void *)(m->slots + i * m->slot_size);
+    live += k != 0 && k != BF_PMAP_GONE;
+    gone += k == BF_PMAP_GONE;
+  }
+  CHECK_EQ_INT(live, m->len);
+  CHECK_EQ_INT(live + gone, m->used);
 }
 
 /* Keys whose Fibonacci hash has the same top 20 bits: one home slot in any
@@ -58,6 +72,7 @@ static void collisions(void) {
   }
   CHECK_EQ_INT(m.len, NC);
   CHECK_EQ_INT(m.cap, cap); /* reinserting what was deleted does not grow */
+  check_used(&m);
   size_t it = 0, n = 0;
   for (slot *s; (s = bf_pmap_next(&m, &it));) n++;
   CHECK_EQ_INT(n, NC);
@@ -115,7 +130,68 @@ static void wide_keys(void) {
   bf_pmap_free(&m);
 }
 
+/* Blocks allocated and freed in waves, addresses reused (as an allocator
+ * does): the table stays at its reserved size and mostly clean. */
+static void churn(void) {
+  bf_pmap m = BF_PMAP_INIT(slot);
+  CHECK(bf_pmap_reserve(&m, 4000) == 0);
+  size_t cap = m.cap;
+  uint64_t seed = 0x1234567ull;
+  enum { NB = 3000 };
+  static uint64_t live[NB];
+  for (int wave = 0; wave < 300; wave++) {
+    for (int i = 0; i < NB; i++) {
+      live[i] = 0x7f0000000000ull + (rnd(&seed) % 20000) * 16;
+      int added = 0;
+      slot *s = bf_pmap_put_sz(&m, live[i], &added, sizeof *s); /* the tracer's forms */
+      CHECK(s != NULL);
+      if (!s) return;
+      if (added) {
+        CHECK(s->val == 0 && s->pad[7] == 0); /* zeroed, though the slot held another key before */
+        s->val = live[i] ^ 0x55;
+        s->pad[7] = 1;
+      }
+    }
+    for (int i = NB; i-- > 0;) {
+      slot *s = bf_pmap_get_sz(&m, live[i], sizeof *s);
+      if (!s) continue; /* the same address twice in the wave */
+      CHECK(s->val == (live[i] ^ 0x55));
+      slot copy = *s;
+      if (i % 2) bf_pmap_del_slot_sz(&m, s, sizeof *s);
+      else bf_pmap_del_slot(&m, s);
+      CHECK(copy.key == live[i] && bf_pmap_get(&m, live[i]) == NULL);
+    }
+    CHECK_EQ_INT(m.len, 0);
+    if (wave % 50 == 0) check_used(&m);
+  }
+  CHECK_EQ_INT(m.cap, cap); /* never grew past the reservation */
+  CHECK_EQ_INT(m.used, 0);  /* every tombstone ended up before an empty slot */
+  /* one key put and deleted on its own leaves no tombstone */
+  CHECK(bf_pmap_put(&m, 0x4000, NULL) != NULL);
+  CHECK_EQ_INT(bf_pmap_del(&m, 0x4000), 1);
+  CHECK_EQ_INT(m.used, 0);
+  bf_pmap_free(&m);
+}
+
+/* Deleting the slot just returned by bf_pmap_next visits every key once. */
+static void delete_while_iterating(void) {
+  bf_pmap m = BF_PMAP_INIT(slot);
+  for (uint64_t k = 1; k <= 3000; k++) CHECK(bf_pmap_put(&m, k * 48, NULL) != NULL);
+  size_t it = 0, seen = 0;
+  for (slot *s; (s = bf_pmap_next_sz(&m, &it, sizeof *s));) {
+    seen++;
+    if (s->key % 96 == 0) bf_pmap_del_slot(&m, s);
+  }
+  CHECK_EQ_INT(seen, 3000);
+  CHECK_EQ_INT(m.len, 1500);
+  check_used(&m);
+  for (uint64_t k = 1; k <= 3000; k++) CHECK((bf_pmap_get(&m, k * 48) != NULL) == (k % 2 == 1));
+  bf_pmap_free(&m);
+}
+
 int main(void) {
+  churn();
+  delete_while_iterating();
   collisions();
   wide_keys();
   bf_pmap m = BF_PMAP_INIT(slot);
@@ -149,6 +225,7 @@ int main(void) {
     }
     CHECK_EQ_INT(m.len, live);
     CHECK(m.used * 2 <= m.cap);
+    if (round % 10000 == 0) check_used(&m);
     if (bf_check_failures > 10) return CHECK_DONE();
   }
   /* delete-heavy use cleans tombstones without growing forever */
