@@ -471,8 +471,8 @@ static int mtl_add(void *ud, const bf_memory_point *p) {
   return 0;
 }
 
-static void timeline_json(const bf_session_info *in, const mtl *t, const double *rss, const double *anon, int nb,
-                          double bucket_ns, FILE *out) {
+static void timeline_json(const bf_session_info *in, const mtl *t, const double *rss, const double *anon,
+                          const double *py, int nb, double bucket_ns, FILE *out) {
   bf_jw w;
   bf_jw_init(&w, out);
   bf_jw_obj(&w);
@@ -488,6 +488,8 @@ static void timeline_json(const bf_session_info *in, const mtl *t, const double 
     jw_kbytes(&w, "start_ns", b * bucket_ns);
     jw_kbytes(&w, "rss_bytes", rss[b]);
     jw_kbytes(&w, "anon_bytes", anon[b]);
+    /* pymalloc's pools in use; -1 where it was not read */
+    jw_kbytes(&w, "python_pool_bytes", py[b]);
     bf_jw_end(&w);
   }
   bf_jw_end(&w);
@@ -496,8 +498,8 @@ static void timeline_json(const bf_session_info *in, const mtl *t, const double 
   fputc('\n', out);
 }
 
-static void timeline_text(const bf_session_info *in, const double *rss, const double *anon, int nb,
-                          double bucket_ns, const bf_view_opts *o, FILE *out) {
+static void timeline_text(const bf_session_info *in, const double *rss, const double *anon, const double *py,
+                          int nb, double bucket_ns, const bf_view_opts *o, FILE *out) {
   int width = o && o->width > 0 ? o->width : 80;
   bf_put_title(out, "resident memory over time", in, width, o && o->color);
   fputc('\n', out);
@@ -506,15 +508,20 @@ static void timeline_text(const bf_session_info *in, const double *rss, const do
     if (rss[b] < lo) lo = rss[b];
     if (rss[b] > hi) hi = rss[b];
   }
-  int bar = width - 40;
+  int with_py = 0; /* pymalloc's pools in use, where they were read */
+  for (int b = 0; b < nb; b++)
+    if (py[b] >= 0) with_py = 1;
+  int bar = width - 40 - (with_py ? 12 : 0);
   if (bar < 10) bar = 10;
-  fputs("      TIME  RESIDENT    ANONYMOUS\n", out);
+  fputs(with_py ? "      TIME  RESIDENT    ANONYMOUS   PY POOLS\n" : "      TIME  RESIDENT    ANONYMOUS\n", out);
   for (int b = 0; b < nb; b++) {
-    char r[32], a[32];
+    char r[32], a[32], q[32] = "-";
     fmt_bytes(r, sizeof r, rss[b]);
     fmt_bytes(a, sizeof a, anon[b]);
+    if (py[b] >= 0) fmt_bytes(q, sizeof q, py[b]);
     int len = hi > lo ? (int)((rss[b] - lo) / (hi - lo) * bar + 0.5) : 0;
     fprintf(out, "%9.2fs  %-10s  %-10s ", b * bucket_ns / 1e9, r, a);
+    if (with_py) fprintf(out, "%-10s  ", q);
     for (int k = 0; k < len; k++) fputs("█", out);
     fputc('\n', out);
   }
@@ -523,7 +530,7 @@ static void timeline_text(const bf_session_info *in, const double *rss, const do
 int bf_view_memory_timeline(bf_store *s, int64_t session_id, const bf_view_opts *o, FILE *out) {
   bf_session_info *in = NULL;
   mtl t = {0};
-  double *rss = NULL, *anon = NULL;
+  double *rss = NULL, *anon = NULL, *py = NULL;
   int rc = bf_store_session_get(s, session_id, &in);
   if (!rc) rc = need_memory(s, session_id);
   if (!rc) rc = bf_store_memory_timeline_foreach(s, session_id, mtl_add, &t);
@@ -531,7 +538,8 @@ int bf_view_memory_timeline(bf_store *s, int64_t session_id, const bf_view_opts 
   if (!rc && !t.n) rc = bf_store_fail(s, -ENODATA, "session %lld has no memory timeline", (long long)session_id);
   int nb = o && o->buckets > 0 ? o->buckets : 20;
   if (!rc && (size_t)nb > t.n) nb = (int)t.n;
-  if (!rc && (!(rss = calloc((size_t)nb, sizeof *rss)) || !(anon = calloc((size_t)nb, sizeof *anon))))
+  if (!rc && (!(rss = calloc((size_t)nb, sizeof *rss)) || !(anon = calloc((size_t)nb, sizeof *anon)) ||
+              !(py = calloc((size_t)nb, sizeof *py))))
     rc = bf_store_fail(s, -ENOMEM, "out of memory");
   if (!rc) {
     double end = (double)t.v[t.n - 1].ts_ns + 1, bucket_ns = end / nb;
@@ -542,12 +550,14 @@ int bf_view_memory_timeline(bf_store *s, int64_t session_id, const bf_view_opts 
       const bf_memory_point *p = &t.v[k ? k - 1 : 0];
       rss[b] = (double)p->rss_bytes;
       anon[b] = (double)p->anon_bytes;
+      py[b] = (double)p->py_bytes;
     }
-    if (o && o->json) timeline_json(in, &t, rss, anon, nb, bucket_ns, out);
-    else timeline_text(in, rss, anon, nb, bucket_ns, o, out);
+    if (o && o->json) timeline_json(in, &t, rss, anon, py, nb, bucket_ns, out);
+    else timeline_text(in, rss, anon, py, nb, bucket_ns, o, out);
   }
   free(rss);
   free(anon);
+  free(py);
   free(t.v);
   bf_session_info_free(in);
   return rc;

@@ -486,6 +486,17 @@ int bf_smp_attach(bf_smp *h, int pid) {
   h->module_type_addr = smp_elf_symbol(&elf, "PyModule_Type", &val, &sz) == 0 ? bias + val : 0;
   const char *base = strrchr(obj_name, '/') ? strrchr(obj_name, '/') + 1 : obj_name;
   if ((rc = read_version(h, pid, &elf, bias, base, exe, &minor)) < 0) return rc;
+  /* 3.8-3.11: pymalloc's state is in statics of obmalloc.c, found (by name and
+   * size) only in the symbol table of an unstripped build (pyalloc.c) */
+  uint64_t oa, om, on, sa, sm, sn;
+  h->obm_arenas = h->obm_maxarenas = h->obm_narenas = 0;
+  if (minor <= 11 && smp_elf_symbol(&elf, "arenas", &oa, &sa) == 0 && sa == 8 &&
+      smp_elf_symbol(&elf, "maxarenas", &om, &sm) == 0 && sm == 4 &&
+      smp_elf_symbol(&elf, "narenas_currently_allocated", &on, &sn) == 0 && sn == 8) {
+    h->obm_arenas = bias + oa;
+    h->obm_maxarenas = bias + om;
+    h->obm_narenas = bias + on;
+  }
   int debug = smp_elf_symbol(&elf, "_Py_RefTotal", &val, &sz) == 0 ||
               smp_elf_symbol(&elf, "_Py_GetGlobalRefTotal", &val, &sz) == 0;
   const char *vp = strstr(base, "python3.");

@@ -280,6 +280,9 @@ struct bf_smp {
   /* &PyDict_Type, &PyLong_Type, &PyModule_Type (pynames.c type checks);
    * dict 0 on a real target: thread names are not read */
   uint64_t dict_type_addr, long_type_addr, module_type_addr;
+  /* 3.8-3.11: pymalloc's statics arenas, maxarenas, narenas_currently_allocated
+   * (pyalloc.c), from the symbol table of an unstripped build; 0 = unknown */
+  uint64_t obm_arenas, obm_maxarenas, obm_narenas;
   int64_t pthread_tid_off; /* 3.8-3.10: offset of tid in glibc struct pthread; -1 unknown */
   uint64_t interp_head;    /* cached _PyRuntime.interpreters.head (0 = re-read) */
   uint64_t read_calls;
