@@ -136,6 +136,7 @@ void bf_smp_consistency(const bf_smp *h, bf_smp_consistency_stats *out) {
   out->stable = h->torn_stable;
   out->truncated = h->truncated;
   out->cut = h->torn_cut;
+  out->stalled = h->torn_stalls;
 }
 
 void smp_set_reader(bf_smp *h, smp_readv_fn fn, void *ud) {

@@ -158,6 +158,7 @@ static char *extra_json(target *t, int at_end) {
     bf_jw_kuint(&w, "torn_retried", cs.retries - t->cs0.retries);
     bf_jw_kuint(&w, "torn_invalid", cs.invalid - t->cs0.invalid);
     bf_jw_kuint(&w, "torn_cut", cs.cut - t->cs0.cut);
+    bf_jw_kuint(&w, "torn_stalled", cs.stalled - t->cs0.stalled);
     bf_jw_kuint(&w, "stacks_truncated", cs.truncated - t->cs0.truncated);
     bf_jw_kint(&w, "lock_held", (long long)t->lock_held);
     bf_jw_kint(&w, "lock_dropped", (long long)t->lock_dropped);

@@ -161,6 +161,8 @@ typedef struct bf_smp_consistency_stats {
   uint64_t truncated; /* stacks cut at 4096 frames (outermost frame "<truncated>") */
   uint64_t cut;       /* samples whose stack was cut at a caller read after its
                          child returned (kept from that caller outwards) */
+  uint64_t stalled;   /* torn reads stretched by the sampler's own preemption
+                         (longer than the retry window): the window restarted */
 } bf_smp_consistency_stats;
 void bf_smp_consistency(const bf_smp *h, bf_smp_consistency_stats *out);
 

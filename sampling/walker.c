@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "gen/opcodes.h"
 #include "smp_int.h"
 #include "vec.h"
@@ -784,7 +785,9 @@ static inline int walk_thread(bf_smp *h, unsigned want, uint64_t ts, const unsig
   int rc = walk_frames(h, fa, thread_max_py(l, tb), l->ts_base_frame ? rd64(tb + l->ts_base_frame) : 0);
   if (rc < 0) return rc;
   /* as the stack was prefetched and again once it was read: a thread that
-   * entered or left a handler meanwhile does not count */
+   * entered or left a handler meanwhile does not count. The first read and
+   * the stack come from the same prefetch, so a sampler preempted before
+   * the second cannot pair a handler with code outside one */
   if (exc && thread_has_exc(h, ts, NULL)) t->flags |= BF_SMP_EXC;
   if (h->torn_here) { /* which threads were torn: see smp_thread_off_cpu */
     if (tid > 0 && h->ntorn_tids < (int)(sizeof h->torn_tids / sizeof *h->torn_tids))
@@ -861,10 +864,11 @@ static int sample_failed(bf_smp *h, int rc, const char *why) {
 
 /* One sample, consistent. A walk that found a torn stack (or failed on a
  * stale pointer) is read again at once, up to SMP_TORN_TRIES reads within
- * SMP_TORN_SPAN_NS, so the retry stays close in time; a caller or frame read
- * after it returned does not count as torn (walk_frames cuts the stack at
- * its callers instead), so the common tears cost neither a re-read, which
- * would move the sample later, nor a dropped sample. A stack that fails a
+ * SMP_TORN_SPAN_NS, so the retry stays close in time (a read stretched past
+ * that by the sampler's own preemption starts the window afresh); a caller
+ * or frame read after it returned does not count as torn (walk_frames cuts
+ * the stack at its callers instead), so the common tears cost neither a
+ * re-read, which would move the sample later, nor a dropped sample. A stack that fails a
  * check can still be real (a trace function, a signal handler or __del__
  * running where no call is, a frame caught between two stores): it is kept
  * when its thread provably did not run while it was read (off CPU before
@@ -890,10 +894,11 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
   uint64_t off_pc[8];
   int noff = 0;
   int same = 0; /* torn reads in a row with the same signature, since same_ns */
-  int64_t same_ns = 0;
+  int64_t same_ns = 0, last_end_ns = 0;
+  int restarted = 0; /* the window was started afresh after a stall (once a tick) */
   for (int tries = 0; tries < max_tries; tries++) {
     /* a retry stays within span_ns of the first read (a sampler preempted
-     * meanwhile would move the sample elsewhere) */
+     * meanwhile would move the sample elsewhere; but see the stall below) */
     if (tries && h->now_ns - first_ns > span_ns) break;
     if (tries) h->torn_retries++;
     rc = smp_walk(h, want);
@@ -912,6 +917,19 @@ int bf_smp_sample(bf_smp *h, unsigned want, const bf_smp_thread **threads, size_
     }
     if (!ok) noff = 0; /* still off CPU since then: the next read may use it too */
     if (ok && !settled) break;
+    /* to be read again. A read that took longer than the whole window, or
+     * began that long after the last one ended, had the sampler itself
+     * preempted: what it saw is spread over the stall, and a stall before
+     * the first read would not have cost the tick either, so the window
+     * starts afresh after it. Once a tick: a walk that is slow by itself
+     * (many threads' /proc reads) must not earn max_tries slow reads */
+    int64_t end_ns = bf_mono_ns();
+    if (!restarted && (end_ns - h->now_ns > span_ns || (tries && h->now_ns - last_end_ns > span_ns))) {
+      first_ns = end_ns;
+      restarted = 1;
+      h->torn_stalls++;
+    }
+    last_end_ns = end_ns;
     if (ok) {
       /* settled: this read and the last agree, so the stack held still
        * from the end of one to the start of the other */

@@ -330,6 +330,7 @@ struct bf_smp {
   uint64_t torn_retries;    /* walks read again because the last was torn */
   uint64_t torn_invalid;    /* samples given up as torn after SMP_TORN_TRIES */
   uint64_t torn_stable;     /* accepted: failed a check but read while its thread slept */
+  uint64_t torn_stalls;     /* torn reads the sampler's preemption stretched: window restarted */
   /* host tids of the threads this walk found torn (torn_tids_over: more, or
    * one without a known tid); a frozen thread's torn stack is real */
   int64_t torn_tids[8];

@@ -110,9 +110,14 @@ def share_at(t, line):
     return asyncio_helpers.share_at(t, line, "asyncio_workload.py")
 
 
-def close(measured, truth, what):
-    assert abs(measured - truth) <= TOL, "%s: sampled %.1f%%, measured by the workload %.1f%% (tolerance %.0f points%s)" % (
-        what, 100 * measured, 100 * truth, 100 * TOL, WHY)
+def close(measured, truth, what, sess=None):
+    extra = (sess or {}).get("extra") or {}
+    assert abs(measured - truth) <= TOL, (
+        "%s: sampled %.1f%%, measured by the workload %.1f%% (tolerance %.0f points%s; session: %s samples, "
+        "%s invalid, %s late ticks, max %s ms late, %s torn re-reads)" % (
+            what, 100 * measured, 100 * truth, 100 * TOL, WHY, (sess or {}).get("samples"),
+            (sess or {}).get("invalid"), extra.get("late_ticks"), extra.get("max_late_ms"),
+            extra.get("torn_retried")))
 
 
 def test_task_names_and_await_shares(python, tmp_path_factory):
@@ -122,13 +127,14 @@ def test_task_names_and_await_shares(python, tmp_path_factory):
     for n in ("alt", "producer", "pipe", "writer", "burner", "spawner", "b-burner", "b-sleeper"):
         assert n in names, "task name %r not shown" % n
     alt, tr = task(view, "alt"), truth["tasks"]["alt"]
-    close(share_at(alt, lines["A"]), tr["A"], "alt waiting on asyncio.sleep")
-    close(share_at(alt, lines["B"]), tr["B"], "alt waiting on a queue")
-    close(share_at(task(view, "pipe"), lines["C"]), truth["tasks"]["pipe"]["C"], "pipe waiting on a socket")
+    close(share_at(alt, lines["A"]), tr["A"], "alt waiting on asyncio.sleep", sess)
+    close(share_at(alt, lines["B"]), tr["B"], "alt waiting on a queue", sess)
+    close(share_at(task(view, "pipe"), lines["C"]), truth["tasks"]["pipe"]["C"], "pipe waiting on a socket", sess)
     for n in ("burner", "b-burner"):
         t, tr = task(view, n), truth["tasks"][n]
-        close(t["running"]["share"], tr["running"], n + " running its CPU steps")
-        close(share_at(t, lines["D"]), tr["D"], n + " waiting on asyncio.sleep")
+        close(t["running"]["share"], tr["running"], n + " running its CPU steps (%s of the task's samples)"
+              % t["running"].get("samples"), sess)
+        close(share_at(t, lines["D"]), tr["D"], n + " waiting on asyncio.sleep", sess)
 
 
 def test_loop_split(python, tmp_path_factory):

@@ -382,9 +382,11 @@ def shares_once(python, path, tmp_path, k):
     info = json.loads(run(["sessions", "--json"], db=db).stdout)[0]
     diffs = {q: 100.0 * got[q] / max(n, 1) - 100.0 * truth[q] / t for q in truth}
     extra = info.get("extra") or {}
-    report = "%d samples, %d invalid, %s re-read, %s cut; sampled - measured (points): %s" % (
-        info["samples"], info["invalid"], extra.get("torn_retried"), extra.get("torn_cut"),
-        ", ".join("%s %+.2f" % kv for kv in sorted(diffs.items())))
+    report = ("%d samples, %d invalid, %s re-read, %s cut, %s stalled, %s late (max %s ms); "
+              "sampled - measured (points): %s" % (
+                  info["samples"], info["invalid"], extra.get("torn_retried"), extra.get("torn_cut"),
+                  extra.get("torn_stalled"), extra.get("late_ticks"), extra.get("max_late_ms"),
+                  ", ".join("%s %+.2f" % kv for kv in sorted(diffs.items()))))
     return info["samples"], diffs, report
 
 
@@ -398,13 +400,15 @@ def test_dropping_torn_reads_keeps_shares(python, tmp_path):
     in a row would be a real bias)."""
     path = str(tmp_path / "shares.py")
     open(path, "w").write(SHARES)
+    reports = []
     for k in range(2):
         n, diffs, report = shares_once(python, path, tmp_path, k)
         print(report)
+        reports.append(report)
         assert n >= MIN_SAMPLES, report
         if max(abs(d) for d in diffs.values()) <= TOL_POINTS:
             return
-    pytest.fail(report)
+    pytest.fail(" / ".join(reports))  # both captures: a bias repeats, noise does not
 
 
 DEEP = '''\
@@ -489,16 +493,8 @@ MAX_FAST_INVALID_311 = 0.01
 MAX_FAST_INVALID_OLD = 0.2
 
 
-def test_fast_recursion_few_given_up(python, tmp_path):
-    """Sampled at 20 kHz for 1 s, a 31-deep recursion returning every few
-    microseconds loses at most 0.1% of its ticks on 3.13+ (older layouts:
-    see MAX_FAST_INVALID_311/_OLD; 2 when a loaded host let
-    fewer than 2000 be taken) as given up (torn on every re-read): a frame read after it returned is cut off, not re-read (3.14+
-    clears a returned frame's executable), and the kept stacks pass the
-    check (rooted at <module>, f at most 31 deep, callers on call lines)."""
-    path = tmp_path / "fast.py"
-    path.write_text(FAST)
-    db = str(tmp_path / "f.db")
+def fast_once(python, path, db):
+    """One 1 s recording of FAST at FAST_RATE: (ticks, invalid, bad, total, report)."""
     r = run(["record", "--rate", str(FAST_RATE), "--", python, str(path), "1.0"], db=db, timeout=120)
     sid = r.stdout.strip().splitlines()[-1]
     info = [s for s in json.loads(run(["sessions", "--json"], db=db).stdout) if str(s["id"]) == sid][0]
@@ -512,12 +508,33 @@ def test_fast_recursion_few_given_up(python, tmp_path):
         bad += w if check_stack(frames, str(path), calls, {"f": 31}) else 0
     ticks = info["samples"] + info["invalid"]
     extra = info.get("extra") or {}
-    report = "%d ticks, %d invalid, %s re-read, %s cut; %d of %d samples impossible" % (
-        ticks, info["invalid"], extra.get("torn_retried"), extra.get("torn_cut"), bad, total)
-    print(report)
-    assert total >= MIN_SAMPLES, report
+    report = "%d ticks, %d invalid, %s re-read, %s cut, %s stalled; %d of %d samples impossible" % (
+        ticks, info["invalid"], extra.get("torn_retried"), extra.get("torn_cut"),
+        extra.get("torn_stalled"), bad, total)
+    return ticks, info["invalid"], bad, total, report
+
+
+def test_fast_recursion_few_given_up(python, tmp_path):
+    """Sampled at 20 kHz for 1 s, a 31-deep recursion returning every few
+    microseconds loses at most 0.1% of its ticks on 3.13+ (older layouts:
+    see MAX_FAST_INVALID_311/_OLD; 2 when a loaded host let
+    fewer than 2000 be taken) as given up (torn on every re-read): a frame read after it returned is cut off, not re-read (3.14+
+    clears a returned frame's executable), and the kept stacks pass the
+    check (rooted at <module>, f at most 31 deep, callers on call lines).
+    A capture over the given-up limit is taken once more: on 3.8-3.10 that
+    share is set by how much the target runs beside the sampler (the same
+    build on the same host, minutes apart: 0.4% to 20.5%), a regression
+    shows in both."""
+    path = tmp_path / "fast.py"
+    path.write_text(FAST)
     minor = int(subprocess.run([python, "-c", "import sys; print(sys.version_info[1])"],
                                capture_output=True, text=True).stdout)
     limit = MAX_FAST_INVALID if minor >= 13 else MAX_FAST_INVALID_311 if minor >= 11 else MAX_FAST_INVALID_OLD
-    assert info["invalid"] <= max(2, limit * ticks), report
-    assert bad <= MAX_IMPOSSIBLE * total, report
+    for k in range(2):
+        ticks, invalid, bad, total, report = fast_once(python, path, str(tmp_path / ("f%d.db" % k)))
+        print(report)
+        assert total >= MIN_SAMPLES, report
+        assert bad <= MAX_IMPOSSIBLE * total, report
+        if invalid <= max(2, limit * ticks):
+            return
+    pytest.fail(report)

@@ -3,8 +3,15 @@ handling or raising an exception. The workload times itself inside and
 outside its except blocks (one in a plain function, one in a generator, whose
 handled exception sits on its own exc_info item); the sampled time must match
 the time it measured in handlers within a few points, and no sample may come
-from outside a handler."""
+from outside a handler: none whose main() stands on a line that calls
+outside(). A stack whose main() stands on the handler's line with outside()
+as its child never existed: a torn read the consistency check cannot see
+(docs/sampling.md: a popped frame's contents stay in place, so a slot copied
+a microsecond before handler()'s frame was written there still shows the
+outside() that returned; one in 319 samples in a CI run on 3.11.7). Those
+are held to test_consistent_stacks' MAX_IMPOSSIBLE (1%), not to zero."""
 import json
+import re
 
 import pytest
 
@@ -45,6 +52,9 @@ main(float(sys.argv[1]))
 '''
 
 TOL_POINTS = 5.0  # sampled share of the run vs the workload's own clock
+MAX_IMPOSSIBLE = 0.01  # as test_consistent_stacks: torn stacks the check cannot see
+# main()'s lines that call outside() (from the source, not the profiler)
+OUTSIDE_LINES = {n for n, text in enumerate(WORK.split("\n"), 1) if text.strip().startswith("outside()")}
 
 
 def capture(python, db, work):
@@ -67,13 +77,20 @@ def test_exception_mode_share(python, db, tmp_path):
     assert s["mode"] == "exception" and s["clock"] == "wall"
     assert abs(est - t_in) / total * 100 <= TOL_POINTS, (est, t_in, total, s)
     assert s["samples"] >= 200, s
-    counts = {"handler": 0, "in_gen": 0, "outside": 0}
+    counts = {"handler": 0, "in_gen": 0, "outside": 0, "torn": 0}
+    total = 0
     for line in stacks:
         frames, _, n = line.rpartition(" ")
-        for name in counts:
+        total += int(n)
+        for name in ("handler", "in_gen", "outside"):
             if (";%s (" % name) in frames:
                 counts[name] += int(n)
-    assert counts["outside"] == 0, counts  # outside every handler: excluded
+        m = re.search(r";main \([^)]*:(\d+)\);outside \(", frames)
+        if m and int(m.group(1)) not in OUTSIDE_LINES:  # main is not calling outside(): torn
+            counts["torn"] += int(n)
+            counts["outside"] -= int(n)
+    assert counts["outside"] == 0, (counts, stacks)  # outside every handler: excluded
+    assert counts["torn"] <= MAX_IMPOSSIBLE * total, (counts, stacks)
     # both handlers are seen (2:1 of the handled time; loose: a busy host)
     both = counts["handler"] + counts["in_gen"]
     assert counts["handler"] > 0.4 * both and counts["in_gen"] > 0.1 * both, counts
