@@ -807,10 +807,10 @@ static void on_sigalrm(int sig) {
  * after a --timeout is 2 s of the main thread's CPU time (a legitimate close that finalizes a
  * few hundred thousand objects takes ~0.5 s of CPU, and on a loaded host that
  * is several seconds of wall time: it must not be killed for the host's
- * load), with a 3 s wall backstop for a thread that hangs without running;
+ * load), with a 5 s wall backstop for a thread that hangs without running;
  * after Ctrl-C it is 2 s of wall time. */
 #define HARD_GRACE_NS 2000000000LL
-#define HARD_GRACE_WALL_NS 3000000000LL
+#define HARD_GRACE_WALL_NS 5000000000LL
 
 typedef struct watchdog {
   pthread_t main;
