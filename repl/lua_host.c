@@ -803,14 +803,8 @@ static void on_sigalrm(int sig) {
 }
 
 /* Grace after a stop before the process exits on its own: a finalizer runs
- * without hooks, and a loop in one cannot be stopped from inside. The grace
- * after a --timeout is 2 s of the main thread's CPU time (a legitimate close that finalizes a
- * few hundred thousand objects takes ~0.5 s of CPU, and on a loaded host that
- * is several seconds of wall time: it must not be killed for the host's
- * load), with a 5 s wall backstop for a thread that hangs without running;
- * after Ctrl-C it is 2 s of wall time. */
+ * without hooks, and a loop in one cannot be stopped from inside. */
 #define HARD_GRACE_NS 2000000000LL
-#define HARD_GRACE_WALL_NS 5000000000LL
 
 typedef struct watchdog {
   pthread_t main;
@@ -819,19 +813,11 @@ typedef struct watchdog {
   volatile int done;
 } watchdog;
 
-/* The main thread's CPU time in ns, or -1 when it cannot be read. */
-static int64_t main_cpu_ns(const watchdog *w) {
-  clockid_t cid;
-  struct timespec ts;
-  if (pthread_getcpuclockid(w->main, &cid) != 0 || clock_gettime(cid, &ts) != 0) return -1;
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Every 50 ms: past the deadline (or after Ctrl-C), stop the state and
  * signal the main thread; past the grace, end the process with a message. */
 static void *watchdog_main(void *ud) {
   watchdog *w = ud;
-  int64_t deadline = w->timeout_s > 0 ? w->start_ns + (int64_t)(w->timeout_s * 1e9) : 0, hard = 0, hard_cpu = -1;
+  int64_t deadline = w->timeout_s > 0 ? w->start_ns + (int64_t)(w->timeout_s * 1e9) : 0, hard = 0;
   struct timespec tick = {0, 50000000L};
   while (!w->done) {
     nanosleep(&tick, NULL);
@@ -843,15 +829,9 @@ static void *watchdog_main(void *ud) {
       stop_pending = 1;
       bf_store_interrupt();
     }
-    if ((timed_out || interrupted) && !hard) {
-      /* Ctrl-C: someone waits at the terminal, 2 s of wall as always */
-      hard = now + (interrupted ? HARD_GRACE_NS : HARD_GRACE_WALL_NS);
-      int64_t c = interrupted ? -1 : main_cpu_ns(w);
-      hard_cpu = c < 0 ? -1 : c + HARD_GRACE_NS;
-    }
+    if ((timed_out || interrupted) && !hard) hard = now + HARD_GRACE_NS;
     if (stop_pending || timed_out) pthread_kill(w->main, SIGALRM);
-    int64_t cpu = hard && hard_cpu >= 0 ? main_cpu_ns(w) : -1;
-    if (hard && (now >= hard || (hard_cpu >= 0 && cpu >= hard_cpu))) {
+    if (hard && now >= hard) {
       char msg[256];
       snprintf(msg, sizeof msg,
                "bifocal: the script did not stop %s (a finalizer or a C call that does not return); "
