@@ -83,7 +83,7 @@ static int pref_alloc(bf_smp *h) {
     h->pool_cap = 64 * 1024;
     h->pool = malloc(h->pool_cap);
     h->pref_hash = (bf_pmap)BF_PMAP_INIT(smp_pref_slot);
-    if (!h->pref || !h->pref_next || !h->pool || bf_pmap_reserve(&h->pref_hash, 128) < 0) return -ENOMEM;
+    if (!h->pref || !h->pref_next || !h->pool || bf_pmap_reserve(&h->pref_hash, 8) < 0) return -ENOMEM;
   }
   return 0;
 }
