@@ -44,8 +44,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pythons  # noqa: E402
 
-WORKLOAD = r'''
-import sys, time
+# the work both the fresh runs and the attached windows do
+CHURN = r'''
 def churn(n):
     keep = []
     for i in range(n):
@@ -58,7 +58,11 @@ def churn(n):
         for k in range(300):
             s += k
     return len(keep)
-t, c = time.perf_counter(), time.process_time()
+'''
+
+WORKLOAD = r'''
+import sys, time
+''' + CHURN + r'''t, c = time.perf_counter(), time.process_time()
 churn(int(sys.argv[1]))
 print("%.6f %.6f" % (time.perf_counter() - t, time.process_time() - c))
 '''
@@ -107,19 +111,7 @@ def read_cost(python):
 
 CHUNKS = r'''
 import os, sys, time
-def churn(n):
-    keep = []
-    for i in range(n):
-        b = [bytes(64) for _ in range(50)]
-        if i % 10 == 0:
-            keep.append(bytearray(16384))
-        if len(keep) > 400:
-            del keep[:200]
-        s = 0
-        for k in range(300):
-            s += k
-    return len(keep)
-n = int(sys.argv[1])
+''' + CHURN + r'''n = int(sys.argv[1])
 print(os.getpid(), flush=True)
 out = []
 while not os.path.exists(sys.argv[2]):
