@@ -2,6 +2,7 @@
  * checker of JSON that comes from outside (see jsonw.h). */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,68 +16,192 @@ static size_t replaced; /* invalid UTF-8 bytes written as U+FFFD */
 
 size_t bf_json_replaced(void) { return replaced; }
 
-/* Calls put for the escaped inside of string s. */
-static void escape_walk(const char *s, void (*put)(void *, const char *, size_t), void *ud) {
+/* ---- output: one writer call's bytes gathered, then one stdio call ----
+ *
+ * Every value and key goes through a jout on the caller's stack: a chrome
+ * export writes ~15 items per event, and a stdio call per comma, quote and
+ * colon (and printf for every number) was most of its time. */
+
+typedef struct jout {
+  FILE *f;       /* where the bytes go, or */
+  bf_strbuf *sb; /* (bf_json_escape) */
+  char *b;       /* gathered: a writer's buf, or the caller's array */
+  size_t n, cap;
+} jout;
+
+static void jo_write(jout *o, const char *s, size_t n) {
+  if (o->f)
+    fwrite(s, 1, n, o->f);
+  else
+    bf_strbuf_put(o->sb, s, n);
+}
+
+static inline void jo_flush(jout *o) {
+  if (o->n) jo_write(o, o->b, o->n);
+  o->n = 0;
+}
+
+static inline void jo_put(jout *o, const char *s, size_t n) {
+  if (n > o->cap - o->n) {
+    jo_flush(o);
+    if (n > o->cap) {
+      jo_write(o, s, n);
+      return;
+    }
+  }
+  memcpy(o->b + o->n, s, n);
+  o->n += n;
+}
+
+static inline void jo_c(jout *o, char c) {
+  if (o->n == o->cap) jo_flush(o);
+  o->b[o->n++] = c;
+}
+
+static inline void jo_s(jout *o, const char *s) { jo_put(o, s, strlen(s)); }
+
+/* 1: the byte is written as itself. 0 (NUL), controls, DEL, '"', '\\', '<',
+ * '>', '&' and every byte >= 0x80 are looked at by jo_escaped. */
+static const unsigned char plain[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x00 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x10 */
+    1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x20: '"' '&' */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1, /* 0x30: '<' '>' */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x40 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, /* 0x50: '\\' */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x60 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, /* 0x70: DEL */
+};
+
+/* The escaped inside of string s. */
+static void jo_escaped(jout *o, const char *s) {
   static const char hexd[] = "0123456789abcdef";
   const unsigned char *p = (const unsigned char *)s;
-  size_t left = strlen(s);
-  while (left) {
+  for (;;) {
     const unsigned char *run = p;
-    /* the plain bytes, written in one go */
-    while (left && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\' && *p != '<' && *p != '>' && *p != '&' &&
-           *p != 0x7f) {
-      p++;
-      left--;
-    }
-    if (p > run) put(ud, (const char *)run, (size_t)(p - run));
-    if (!left) break;
+    while (plain[*p]) p++; /* the plain bytes, written in one go; stops at the NUL */
+    if (p > run) jo_put(o, (const char *)run, (size_t)(p - run));
+    if (!*p) return;
     uint32_t cp = 0;
-    size_t n = bf_utf8_seq(p, left, &cp);
+    /* 4 is enough for any sequence, and bf_utf8_seq stops at the first
+     * byte that is not a continuation, so it never reads past the NUL */
+    size_t n = bf_utf8_seq(p, 4, &cp);
     char e[8];
     if (!n) {
       replaced++;
-      put(ud, "\xEF\xBF\xBD", 3);
+      jo_put(o, "\xEF\xBF\xBD", 3);
       n = 1;
     } else if (cp == '"') {
-      put(ud, "\\\"", 2);
+      jo_put(o, "\\\"", 2);
     } else if (cp == '\\') {
-      put(ud, "\\\\", 2);
+      jo_put(o, "\\\\", 2);
     } else if (cp == '\n') {
-      put(ud, "\\n", 2);
+      jo_put(o, "\\n", 2);
     } else if (cp == '\r') {
-      put(ud, "\\r", 2);
+      jo_put(o, "\\r", 2);
     } else if (cp == '\t') {
-      put(ud, "\\t", 2);
+      jo_put(o, "\\t", 2);
     } else if (cp < 0x80 || cp == 0x2028 || cp == 0x2029) {
       e[0] = '\\', e[1] = 'u';
       for (int i = 0; i < 4; i++) e[2 + i] = hexd[(cp >> (12 - 4 * i)) & 15];
-      put(ud, e, 6);
+      jo_put(o, e, 6);
     } else {
-      put(ud, (const char *)p, n);
+      jo_put(o, (const char *)p, n);
     }
     p += n;
-    left -= n;
   }
 }
 
-static void file_put(void *ud, const char *b, size_t n) { fwrite(b, 1, n, (FILE *)ud); }
-
-void bf_json_str(FILE *f, const char *s) {
+static inline void jo_str(jout *o, const char *s) {
   if (!s) {
-    fputs("null", f);
+    jo_put(o, "null", 4);
     return;
   }
-  fputc('"', f);
-  escape_walk(s, file_put, f);
-  fputc('"', f);
+  jo_c(o, '"');
+  jo_escaped(o, s);
+  jo_c(o, '"');
 }
 
-static void grow_put(void *ud, const char *b, size_t n) { bf_strbuf_put(ud, b, n); }
+/* As printf's %llu. */
+static inline void jo_uint(jout *o, unsigned long long u) {
+  char t[24];
+  size_t i = sizeof t;
+  do t[--i] = (char)('0' + u % 10);
+  while (u /= 10);
+  jo_put(o, t + i, sizeof t - i);
+}
+
+/* As printf's %lld. */
+static inline void jo_int(jout *o, long long v) {
+  if (v < 0) jo_c(o, '-');
+  jo_uint(o, v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v);
+}
+
+/* v as printf's "%.{places}f" would write it (round half to even on the
+ * exact binary value, "-" on any negative v, "-0.000" included), for
+ * |v| * 10^places below 2^52; 0 when outside that (the caller uses printf).
+ * p = v * scale rounded, e its exact error (fma), so p + e is exactly v *
+ * scale; p's fraction is a multiple of its ulp (<= 0.5 below 2^52), so only
+ * a fraction of exactly 1/2 needs e to decide. */
+static int jo_fixed(jout *o, double v, int places) {
+  static const double scale_d[] = {1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
+  static const unsigned long long scale_u[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000,
+                                               1000000000};
+  double p = v * scale_d[places];
+  if (!(fabs(p) < 4503599627370496.0)) return 0; /* 2^52; also NaN */
+  double e = fma(v, scale_d[places], -p);
+  long long k = (long long)p; /* toward zero, exact here */
+  double f = p - (double)k;   /* exact: |f| < 1 and a multiple of p's ulp */
+  if (f > 0.5 || (f == 0.5 && (e > 0 || (e == 0 && (k & 1)))))
+    k++;
+  else if (f < -0.5 || (f == -0.5 && (e < 0 || (e == 0 && (k & 1)))))
+    k--;
+  unsigned long long u = k < 0 ? 0ULL - (unsigned long long)k : (unsigned long long)k;
+  char t[40];
+  size_t i = sizeof t;
+  if (places) {
+    unsigned long long frac = u % scale_u[places];
+    u /= scale_u[places];
+    for (int d = 0; d < places; d++, frac /= 10) t[--i] = (char)('0' + frac % 10);
+    t[--i] = '.';
+  }
+  do t[--i] = (char)('0' + u % 10);
+  while (u /= 10);
+  if (signbit(v)) t[--i] = '-';
+  jo_put(o, t + i, sizeof t - i);
+  return 1;
+}
+
+/* As bf_json_num. */
+static void jo_num(jout *o, double v) {
+  if (!isfinite(v))
+    jo_put(o, "null", 4);
+  else if (v == floor(v) && fabs(v) < 9e15) { /* "%.0f": the integer, exact here */
+    if (v == 0 && signbit(v)) jo_c(o, '-');
+    jo_int(o, (long long)v);
+  } else {
+    char t[40];
+    int n = snprintf(t, sizeof t, "%.9g", v); /* at most 16 bytes */
+    jo_put(o, t, (size_t)n);
+  }
+}
+
+void bf_json_str(FILE *f, const char *s) {
+  char b[256];
+  jout o = {f, NULL, b, 0, sizeof b};
+  jo_str(&o, s);
+  jo_flush(&o);
+}
 
 char *bf_json_escape(const char *s) {
   bf_strbuf g = {0};
   bf_strbuf_put(&g, "", 0);
-  if (s) escape_walk(s, grow_put, &g);
+  if (s) {
+    char b[256];
+    jout o = {NULL, &g, b, 0, sizeof b};
+    jo_escaped(&o, s);
+    jo_flush(&o);
+  }
   if (g.oom) {
     free(g.s);
     return NULL;
@@ -85,20 +210,20 @@ char *bf_json_escape(const char *s) {
 }
 
 void bf_json_num(FILE *f, double v) {
-  if (!isfinite(v))
-    fputs("null", f);
-  else if (v == floor(v) && fabs(v) < 9e15)
-    fprintf(f, "%.0f", v);
-  else
-    fprintf(f, "%.9g", v);
+  char b[64];
+  jout o = {f, NULL, b, 0, sizeof b};
+  jo_num(&o, v);
+  jo_flush(&o);
 }
 
 /* ---- the streaming writer ---- */
 
 void bf_jw_init(bf_jw *w, FILE *f) {
-  memset(w, 0, sizeof *w);
+  memset(w, 0, offsetof(bf_jw, buf)); /* buf needs no clearing */
   w->f = f;
 }
+
+void bf_jw_hold(bf_jw *w) { w->hold = 1; }
 
 int bf_jw_mem(bf_jw *w) {
   bf_jw_init(w, NULL);
@@ -107,6 +232,7 @@ int bf_jw_mem(bf_jw *w) {
 }
 
 char *bf_jw_mem_done(bf_jw *w) {
+  bf_jw_flush(w);
   int bad = fclose(w->f) != 0 || w->err || w->depth;
   char *s = w->mem;
   w->f = NULL;
@@ -118,8 +244,8 @@ char *bf_jw_mem_done(bf_jw *w) {
   return s;
 }
 
-/* Before a value: the comma, and the checks. 0 to go on. */
-static int jw_value(bf_jw *w) {
+/* Before a value: the comma and pad into o, and the checks. 0 to go on. */
+static inline int jw_value(bf_jw *w, jout *o) {
   if (w->err) return -1;
   if (w->depth) {
     int in_obj = w->open[w->depth - 1] == '{';
@@ -127,28 +253,92 @@ static int jw_value(bf_jw *w) {
       w->err = -EINVAL; /* a value in an object needs its key */
       return -1;
     }
-    if (!in_obj && w->items[w->depth - 1]) fputc(',', w->f);
+    if (!in_obj && w->items[w->depth - 1]) jo_c(o, ',');
     w->items[w->depth - 1] = 1;
   }
-  if (w->pad) fputs(w->pad, w->f);
+  if (w->pad) jo_s(o, w->pad);
   w->pad = NULL;
   w->keyed = 0;
   return 0;
 }
 
-static void jw_open(bf_jw *w, int c) {
-  if (jw_value(w)) return;
+/* The comma, pad and "key": into o. 0 when its value may follow. */
+static inline int jw_key(bf_jw *w, jout *o, const char *key) {
+  if (w->err) return -1;
+  if (!w->depth || w->open[w->depth - 1] != '{' || w->keyed) {
+    w->err = -EINVAL;
+    return -1;
+  }
+  if (w->items[w->depth - 1]) jo_c(o, ',');
+  if (w->pad) jo_s(o, w->pad);
+  w->pad = NULL;
+  jo_str(o, key);
+  jo_c(o, ':');
+  w->items[w->depth - 1] = 1;
+  w->keyed = 1;
+  return 0;
+}
+
+static inline void jw_open(bf_jw *w, jout *o, int c) {
+  if (jw_value(w, o)) return;
   if (w->depth >= BF_JW_DEPTH) {
     w->err = -EINVAL;
     return;
   }
-  fputc(c, w->f);
+  jo_c(o, (char)c);
   w->open[w->depth] = (unsigned char)c;
   w->items[w->depth++] = 0;
 }
 
-void bf_jw_obj(bf_jw *w) { jw_open(w, '{'); }
-void bf_jw_arr(bf_jw *w) { jw_open(w, '['); }
+/* The number of places of a "%.Nf" format (N one digit), else -1. */
+static inline int fixed_places(const char *fmt) {
+  if (fmt[0] == '%' && fmt[1] == '.' && fmt[2] >= '0' && fmt[2] <= '9' && fmt[3] == 'f' && !fmt[4])
+    return fmt[2] - '0';
+  return -1;
+}
+
+static void jo_numf(jout *o, const char *fmt, double v) {
+  if (!isfinite(v)) {
+    jo_put(o, "null", 4);
+    return;
+  }
+  int places = fixed_places(fmt);
+  if (places >= 0 && jo_fixed(o, v, places)) return;
+  char t[64];
+  int n = snprintf(t, sizeof t, fmt, v);
+  if (n >= 0 && (size_t)n < sizeof t) {
+    jo_put(o, t, (size_t)n);
+  } else if (n > 0) { /* a long one ("%.3f" of 1e300): straight to the file */
+    jo_flush(o);
+    fprintf(o->f, fmt, v);
+  }
+}
+
+/* Each call gathers its bytes in the writer's buf and writes them once at
+ * its end (a held writer: when buf is full or the top-level value ends). */
+#define JO(w) jout o = {(w)->f, NULL, (w)->buf, (w)->buf_n, sizeof(w)->buf}
+
+static inline void jw_done(bf_jw *w, jout *o) {
+  if (!w->hold || !w->depth) jo_flush(o);
+  w->buf_n = o->n;
+}
+
+void bf_jw_flush(bf_jw *w) {
+  JO(w);
+  jo_flush(&o);
+  w->buf_n = 0;
+}
+
+void bf_jw_obj(bf_jw *w) {
+  JO(w);
+  jw_open(w, &o, '{');
+  jw_done(w, &o);
+}
+void bf_jw_arr(bf_jw *w) {
+  JO(w);
+  jw_open(w, &o, '[');
+  jw_done(w, &o);
+}
 
 void bf_jw_end(bf_jw *w) {
   if (w->err) return;
@@ -157,51 +347,56 @@ void bf_jw_end(bf_jw *w) {
     return;
   }
   w->depth--;
-  fputc(w->open[w->depth] == '{' ? '}' : ']', w->f);
+  JO(w);
+  jo_c(&o, w->open[w->depth] == '{' ? '}' : ']');
+  jw_done(w, &o);
 }
 
 void bf_jw_key(bf_jw *w, const char *key) {
-  if (w->err) return;
-  if (!w->depth || w->open[w->depth - 1] != '{' || w->keyed) {
-    w->err = -EINVAL;
-    return;
-  }
-  if (w->items[w->depth - 1]) fputc(',', w->f);
-  if (w->pad) fputs(w->pad, w->f);
-  w->pad = NULL;
-  bf_json_str(w->f, key);
-  fputc(':', w->f);
-  w->items[w->depth - 1] = 1;
-  w->keyed = 1;
+  JO(w);
+  jw_key(w, &o, key);
+  jw_done(w, &o);
 }
 
 void bf_jw_str(bf_jw *w, const char *s) {
-  if (!jw_value(w)) bf_json_str(w->f, s);
+  JO(w);
+  if (!jw_value(w, &o)) jo_str(&o, s);
+  jw_done(w, &o);
 }
 void bf_jw_int(bf_jw *w, long long v) {
-  if (!jw_value(w)) fprintf(w->f, "%lld", v);
+  JO(w);
+  if (!jw_value(w, &o)) jo_int(&o, v);
+  jw_done(w, &o);
 }
 void bf_jw_uint(bf_jw *w, unsigned long long v) {
-  if (!jw_value(w)) fprintf(w->f, "%llu", v);
+  JO(w);
+  if (!jw_value(w, &o)) jo_uint(&o, v);
+  jw_done(w, &o);
 }
 void bf_jw_num(bf_jw *w, double v) {
-  if (!jw_value(w)) bf_json_num(w->f, v);
+  JO(w);
+  if (!jw_value(w, &o)) jo_num(&o, v);
+  jw_done(w, &o);
 }
 void bf_jw_numf(bf_jw *w, const char *fmt, double v) {
-  if (jw_value(w)) return;
-  if (isfinite(v))
-    fprintf(w->f, fmt, v);
-  else
-    fputs("null", w->f);
+  JO(w);
+  if (!jw_value(w, &o)) jo_numf(&o, fmt, v);
+  jw_done(w, &o);
 }
 void bf_jw_bool(bf_jw *w, int v) {
-  if (!jw_value(w)) fputs(v ? "true" : "false", w->f);
+  JO(w);
+  if (!jw_value(w, &o)) jo_s(&o, v ? "true" : "false");
+  jw_done(w, &o);
 }
 void bf_jw_null(bf_jw *w) {
-  if (!jw_value(w)) fputs("null", w->f);
+  JO(w);
+  if (!jw_value(w, &o)) jo_put(&o, "null", 4);
+  jw_done(w, &o);
 }
 void bf_jw_raw(bf_jw *w, const char *json) {
-  if (!jw_value(w)) fputs(json, w->f);
+  JO(w);
+  if (!jw_value(w, &o)) jo_s(&o, json);
+  jw_done(w, &o);
 }
 void bf_jw_ints(bf_jw *w, const long long *v, size_t n) {
   if (w->err || !n) return;
@@ -209,58 +404,55 @@ void bf_jw_ints(bf_jw *w, const long long *v, size_t n) {
     w->err = -EINVAL; /* items of an array only */
     return;
   }
-  /* formatted here and written at once: a flame page writes millions */
-  char buf[512];
-  size_t len = 0;
+  JO(w); /* a flame page writes millions: written in blocks */
   for (size_t i = 0; i < n; i++) {
-    if (len > sizeof buf - 24) {
-      fwrite(buf, 1, len, w->f);
-      len = 0;
-    }
-    if (w->items[w->depth - 1]) buf[len++] = ',';
-    if (w->pad) { /* the caller's whitespace, as before any value */
-      fwrite(buf, 1, len, w->f);
-      len = 0;
-      fputs(w->pad, w->f);
-      w->pad = NULL;
-    }
+    if (w->items[w->depth - 1]) jo_c(&o, ',');
+    if (w->pad) jo_s(&o, w->pad); /* the caller's whitespace, as before any value */
+    w->pad = NULL;
     w->items[w->depth - 1] = 1;
-    unsigned long long u = v[i] < 0 ? 0ULL - (unsigned long long)v[i] : (unsigned long long)v[i];
-    char tmp[24];
-    size_t t = 0;
-    do tmp[t++] = (char)('0' + u % 10);
-    while (u /= 10);
-    if (v[i] < 0) tmp[t++] = '-';
-    while (t) buf[len++] = tmp[--t];
+    jo_int(&o, v[i]);
   }
-  fwrite(buf, 1, len, w->f);
+  jw_done(w, &o);
 }
 void bf_jw_pad(bf_jw *w, const char *ws) { w->pad = ws; }
-FILE *bf_jw_file(bf_jw *w) { return jw_value(w) ? NULL : w->f; }
+FILE *bf_jw_file(bf_jw *w) {
+  JO(w);
+  int bad = jw_value(w, &o);
+  jo_flush(&o); /* the caller writes to the file next, held or not */
+  w->buf_n = 0;
+  return bad ? NULL : w->f;
+}
 
+/* key + value: the pair in one write */
 void bf_jw_kstr(bf_jw *w, const char *key, const char *s) {
-  bf_jw_key(w, key);
-  bf_jw_str(w, s);
+  JO(w);
+  if (!jw_key(w, &o, key) && !jw_value(w, &o)) jo_str(&o, s);
+  jw_done(w, &o);
 }
 void bf_jw_kint(bf_jw *w, const char *key, long long v) {
-  bf_jw_key(w, key);
-  bf_jw_int(w, v);
+  JO(w);
+  if (!jw_key(w, &o, key) && !jw_value(w, &o)) jo_int(&o, v);
+  jw_done(w, &o);
 }
 void bf_jw_kuint(bf_jw *w, const char *key, unsigned long long v) {
-  bf_jw_key(w, key);
-  bf_jw_uint(w, v);
+  JO(w);
+  if (!jw_key(w, &o, key) && !jw_value(w, &o)) jo_uint(&o, v);
+  jw_done(w, &o);
 }
 void bf_jw_knum(bf_jw *w, const char *key, double v) {
-  bf_jw_key(w, key);
-  bf_jw_num(w, v);
+  JO(w);
+  if (!jw_key(w, &o, key) && !jw_value(w, &o)) jo_num(&o, v);
+  jw_done(w, &o);
 }
 void bf_jw_kbool(bf_jw *w, const char *key, int v) {
-  bf_jw_key(w, key);
-  bf_jw_bool(w, v);
+  JO(w);
+  if (!jw_key(w, &o, key) && !jw_value(w, &o)) jo_s(&o, v ? "true" : "false");
+  jw_done(w, &o);
 }
 void bf_jw_knull(bf_jw *w, const char *key) {
-  bf_jw_key(w, key);
-  bf_jw_null(w);
+  JO(w);
+  if (!jw_key(w, &o, key) && !jw_value(w, &o)) jo_put(&o, "null", 4);
+  jw_done(w, &o);
 }
 void bf_jw_kpair(bf_jw *w, const char *key, double a, double b) {
   bf_jw_key(w, key);

@@ -93,6 +93,9 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
   bf_q_records a = {0};
   bf_thread_ref *th = NULL;
   size_t nth = 0;
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_hold(&w); /* nothing else writes to out until the tail */
   if ((rc = bf_q_call_records_sorted(s, session_id, f, &a))) goto out;
   if (a.n == 0) {
     rc = bf_store_fail(s, -ENODATA,
@@ -103,8 +106,6 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
   }
   if ((rc = bf_store_threads(s, session_id, &th, &nth))) goto out;
   long long pid = info->pid > 0 ? (long long)info->pid : 1;
-  bf_jw w;
-  bf_jw_init(&w, out);
   write_head(&w, session_id, info, "mode", info->mode, pid, th, nth, 1);
   int64_t *ends = malloc((a.n ? a.n : 1) * sizeof *ends); /* open calls of this thread: nesting depth */
   size_t open = 0;
@@ -135,6 +136,7 @@ static int export_records(bf_store *s, int64_t session_id, const bf_sample_filte
   free(ends);
   write_tail(&w, out);
 out:
+  bf_jw_flush(&w); /* what an error left gathered, as it was written before */
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   bf_thread_refs_free(th, nth);
   free(a.v);
@@ -197,6 +199,7 @@ static int export_samples(bf_store *s, int64_t session_id, const bf_session_info
   bf_q_frames *fc = NULL;
   bf_jw w;
   bf_jw_init(&w, out);
+  bf_jw_hold(&w); /* nothing else writes to out until the tail */
   chtl t = {.s = s, .w = &w, .pid = info->pid > 0 ? (long long)info->pid : 1};
   int rc = bf_store_threads(s, session_id, &th, &nth);
   if (rc) return rc;
@@ -242,6 +245,7 @@ static int export_samples(bf_store *s, int64_t session_id, const bf_session_info
   if ((rc = close_to(&t, 0, last_ts + period))) goto out;
   write_tail(&w, out);
 out:
+  bf_jw_flush(&w);
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   bf_q_timeline_close(c);
   bf_q_frames_free(fc);

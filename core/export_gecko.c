@@ -230,6 +230,9 @@ int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   bf_q_cursor *c = NULL;
   bf_q_frames *fc = NULL;
   gthread t = {0};
+  bf_jw w;
+  bf_jw_init(&w, out);
+  bf_jw_hold(&w); /* nothing else writes to out until the last '\n' */
   if (bf_q_kind_of(info) != BF_Q_SAMPLED) {
     rc = bf_store_fail(s, -ENODATA,
                        "session %lld is %s: the gecko export needs a sampled session (samples with times)",
@@ -238,8 +241,6 @@ int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   }
   if ((rc = bf_store_threads(s, session_id, &th, &nth))) goto out;
   if ((rc = bf_q_timeline_open(s, session_id, f, &c))) goto out;
-  bf_jw w;
-  bf_jw_init(&w, out);
   bf_jw_obj(&w);
   write_meta(&w, info, session_id);
   bf_jw_key(&w, "threads");
@@ -262,6 +263,7 @@ int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
         goto out;
       }
       bf_jw_init(&t.sw, t.sf);
+      bf_jw_hold(&t.sw); /* sf is read once the array is closed */
       bf_jw_arr(&t.sw);
     }
     const int64_t *fids, *lines;
@@ -295,6 +297,7 @@ int bf_export_gecko(bf_store *s, int64_t session_id, const bf_sample_filter *f, 
   bf_jw_end(&w);
   fputc('\n', out);
 out:
+  bf_jw_flush(&w);
   if (rc == -ENOMEM) bf_store_fail(s, rc, "out of memory");
   gthread_reset(&t);
   bf_q_timeline_close(c);

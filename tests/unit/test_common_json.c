@@ -244,8 +244,124 @@ static void reader(void) {
   CHECK_EQ_INT(bf_json_find_num("{\"cmd\":\"x\\\",\\\"lock_dropped\\\":5\"}", "lock_dropped", &d), -1);
 }
 
+/* One value written by the writer at the top level, as text. */
+static const char *jw_one(char *buf, size_t len, int kind, const char *fmt, double v, long long i) {
+  FILE *f = fmemopen(buf, len - 1, "w");
+  memset(buf, 0, len);
+  bf_jw w;
+  bf_jw_init(&w, f);
+  if (kind == 0) bf_jw_numf(&w, fmt, v);
+  else if (kind == 1) bf_jw_num(&w, v);
+  else bf_jw_int(&w, i);
+  fclose(f);
+  return buf;
+}
+
+/* The writer formats numbers itself (printf's float formatting was a third
+ * of a chrome export): "%.Nf", bf_json_num's "%.0f" and "%lld" must match
+ * printf byte for byte, ties (exact halves), values a hair off a half,
+ * -0, negatives that round to zero and the 2^52 edge of the fast path
+ * included. */
+static void numbers_as_printf(void) {
+  static const char *const fmts[] = {"%.0f", "%.1f", "%.3f", "%.6f", "%.9f"};
+  char got[512], want[512];
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  int bad = 0;
+  for (int n = 0; n < 100000 && bad < 5; n++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    double v;
+    switch (n % 8) {
+      case 0: memcpy(&v, &x, sizeof v); break;                             /* any bits */
+      case 1: v = (double)(int64_t)(x % 20000000000000ull) / 1e3; break;   /* ns / 1e3 */
+      case 2: v = (double)(int64_t)x / 1e6; break;                         /* big ns / 1e6 */
+      case 3: v = ((double)(x % 2000001) - 1000000) / 2000.0; break;       /* many exact halves */
+      case 4: v = nextafter(((double)(x % 200001) - 100000) / 2000.0, (x & 1) ? 1e300 : -1e300); break;
+      case 5: v = ldexp((double)(x % 1000003), (int)(x >> 58) - 40) * ((x & 2) ? -1 : 1); break;
+      case 6: v = nextafter(4503599627370496.0 / pow(10, (double)(x % 10)), (x & 1) ? 0 : 1e300); break;
+      default: v = ((double)(x % 2001) - 1000) * 1e-7; break;               /* tiny, -0.000 */
+    }
+    for (size_t k = 0; k < sizeof fmts / sizeof *fmts; k++) {
+      snprintf(want, sizeof want, fmts[k], v);
+      if (!isfinite(v)) strcpy(want, "null");
+      if (strcmp(jw_one(got, sizeof got, 0, fmts[k], v, 0), want)) {
+        fprintf(stderr, "numf(%s, %a) = %s, printf %s\n", fmts[k], v, got, want);
+        bad++;
+      }
+    }
+    if (isfinite(v) && v == floor(v) && fabs(v) < 9e15) {
+      snprintf(want, sizeof want, "%.0f", v);
+      if (strcmp(jw_one(got, sizeof got, 1, NULL, v, 0), want)) {
+        fprintf(stderr, "num(%a) = %s, printf %s\n", v, got, want);
+        bad++;
+      }
+    }
+    snprintf(want, sizeof want, "%lld", (long long)x);
+    if (strcmp(jw_one(got, sizeof got, 2, NULL, 0, (long long)x), want)) bad++;
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(strcmp(jw_one(got, sizeof got, 0, "%.3f", -0.0, 0), "-0.000") == 0);
+  CHECK(strcmp(jw_one(got, sizeof got, 0, "%.3f", -0.0004, 0), "-0.000") == 0);
+  snprintf(want, sizeof want, "%.3f", 1e300);
+  CHECK(strcmp(jw_one(got, sizeof got, 0, "%.3f", 1e300, 0), want) == 0);
+  CHECK(strcmp(jw_one(got, sizeof got, 0, "%.6g", 0.1, 0), "0.1") == 0);
+  CHECK(strcmp(jw_one(got, sizeof got, 1, NULL, -0.0, 0), "-0") == 0);
+  CHECK(strcmp(jw_one(got, sizeof got, 2, NULL, 0, LLONG_MIN), "-9223372036854775808") == 0);
+}
+
+/* A held writer: nothing reaches the file until the top-level value ends
+ * (or bf_jw_file, bf_jw_flush), in order, across BF_JW_BUF-sized pieces;
+ * the text is the same as an unheld writer's. */
+static void writer_held(void) {
+  char *text[2] = {NULL, NULL};
+  size_t len[2] = {0, 0};
+  for (int held = 0; held < 2; held++) {
+    FILE *f = open_memstream(&text[held], &len[held]);
+    bf_jw w;
+    bf_jw_init(&w, f);
+    if (held) bf_jw_hold(&w);
+    bf_jw_obj(&w);
+    bf_jw_kstr(&w, "a", "x<y");
+    fflush(f);
+    if (held) CHECK_EQ_INT(len[held], 0); /* gathered, not written */
+    bf_jw_key(&w, "rows");
+    bf_jw_arr(&w);
+    for (int i = 0; i < 2000; i++) { /* ~40 KiB: many full buffers */
+      bf_jw_pad(&w, "\n");
+      bf_jw_obj(&w);
+      bf_jw_kint(&w, "i", i);
+      bf_jw_key(&w, "t");
+      bf_jw_numf(&w, "%.3f", i / 7.0);
+      bf_jw_kstr(&w, "name", i % 3 ? "plain" : "q\"\xe2\x80\xa8\xff");
+      bf_jw_end(&w);
+    }
+    bf_jw_end(&w);
+    bf_jw_key(&w, "own");
+    FILE *g = bf_jw_file(&w); /* written out first, then the caller's value */
+    CHECK(g == f);
+    if (!g) return;
+    fflush(f);
+    CHECK(len[held] > 40000 && text[held][len[held] - 1] == ':');
+    fputs("{\"own\":1}", g);
+    bf_jw_kint(&w, "z", 1);
+    bf_jw_flush(&w);
+    fflush(f);
+    CHECK(len[held] > 10 && strcmp(text[held] + len[held] - 6, ",\"z\":1") == 0);
+    bf_jw_end(&w); /* the top level closed: written at once */
+    fflush(f);
+    CHECK(text[held][len[held] - 1] == '}');
+    fputc('\n', f);
+    fclose(f);
+  }
+  CHECK(len[0] == len[1] && memcmp(text[0], text[1], len[0]) == 0);
+  CHECK(text[1] && strncmp(text[1], "{\"a\":\"x\\u003cy\",\"rows\":[\n{\"i\":0,\"t\":0.000,\"name\":\"q\\\"\\u2028\xef\xbf\xbd\"}", 60) == 0);
+  free(text[0]);
+  free(text[1]);
+}
+
 int main(void) {
   uint32_t cp = 0;
+  numbers_as_printf();
+  writer_held();
   streaming_writer();
   writer_rows();
   reader();
