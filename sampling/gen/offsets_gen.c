@@ -1,6 +1,6 @@
 /* offsets_gen.c — compiled once per CPython version against its internal
- * headers (by gen_offsets.sh) to print the offset table vendored in
- * sampling/layouts.c. Not part of the build. */
+ * headers (by gen_offsets.sh) to print the offset tables vendored in
+ * sampling/layouts.c and sampling/locals.c. Not part of the build. */
 #define Py_BUILD_CORE 1
 #include <Python.h>
 #include <stddef.h>
@@ -25,8 +25,8 @@
 
 #if defined(BF_DBGPOS)
 /* Positions inside the target's _Py_DebugOffsets (3.13+) of the fields the
- * thread-name reader takes from there rather than from builtin_names[]
- * (names_dpos[] in sampling/layouts.c; 0: this version's offsets lack it). */
+ * thread-name reader takes from there rather than from NAMES_GENERATED
+ * (NAMES_DPOS_GENERATED in sampling/layouts.c; 0: this version's offsets lack it). */
 #include <internal/pycore_runtime.h>
 #define P(name, field) printf("    .%s = %lu,\n", name, (unsigned long)offsetof(_Py_DebugOffsets, field))
 int main(void) {
@@ -53,7 +53,7 @@ int main(void) {
 }
 #elif defined(BF_LOCPOS)
 /* Positions inside the target's _Py_DebugOffsets (3.13+) of what
- * `dump --locals` reads (loc_dpos[] in sampling/locals.c). */
+ * `dump --locals` reads (LOC_DPOS_GENERATED in sampling/locals.c). */
 #include <internal/pycore_runtime.h>
 #define P(name, field) printf("    .%s = %lu,\n", name, (unsigned long)offsetof(_Py_DebugOffsets, field))
 int main(void) {

@@ -82,8 +82,8 @@ typedef struct smp_layout {
    * describes what lives at that address (fingerprint fields) */
   uint64_t co_fp_lo, co_fp_len;
   /* Python thread names (pynames.c): dict, int, module and instance
-   * attribute layouts, generated for 3.8-3.13 (gen_offsets.sh, table
-   * builtin_names[]); minor == 0: not known, names are not read. */
+   * attribute layouts, generated for 3.8-3.15 (gen_offsets.sh, table
+   * NAMES_GENERATED); minor == 0: not known, names are not read. */
   struct smp_names_layout {
     int minor;
     int attr_mode;             /* enum smp_attr_mode */
@@ -114,6 +114,20 @@ int smp_layout_builtin(int minor, smp_layout *out);
  * (free-threaded or unknown layout). msg gets a reason (static). */
 int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_layout *out,
                                   int *free_threaded, const char **msg);
+
+/* The vendored per-version tables (layouts.c, locals.c; printed by
+ * sampling/gen/gen_offsets.sh) are one row a field, one column a version:
+ * X(field, value in the first version, in the second, ...), 0 where a
+ * version has no such field. SMP_VERSION_COLUMN, as X, stores column col
+ * of a row into (*l).field; every row has ncols values, checked when
+ * compiling. */
+#define SMP_VERSION_COLUMN(l, ncols, col, f, ...)                     \
+  do {                                                                \
+    static const int64_t values_[] = {__VA_ARGS__};                   \
+    _Static_assert(sizeof values_ / sizeof values_[0] == (ncols),     \
+                   #f ": one value a version");                       \
+    (l)->f = values_[col];                                            \
+  } while (0);
 
 /* ---- line tables (linetable.c) ------------------------------------------ */
 
