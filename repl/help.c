@@ -229,6 +229,23 @@ static const char *help_of(size_t i) {
   return buf;
 }
 
+/* docs[i] is an option of cmd (NULL: a global option). */
+static int doc_of(size_t i, const char *cmd) {
+  return cmd ? docs[i].cmd && strcmp(docs[i].cmd, cmd) == 0 : !docs[i].cmd;
+}
+
+/* The next option word of a spelling ("-p" then "--pid" in "-p, --pid PID"):
+ * returns where it starts, its length in *n, and moves *s past it; NULL
+ * when no word is left (then *s is at the value name, or at the end). */
+static const char *next_word(const char **s, size_t *n) {
+  while (**s == ' ' || **s == ',') (*s)++;
+  if (**s != '-') return NULL;
+  const char *w = *s;
+  *n = strcspn(w, " ,|=");
+  *s += *n;
+  return w;
+}
+
 /* cmd->usage with "@export", "@record", "@view" filled in from core/formats.c
  * (static until the next call). */
 static const char *usage_of(const bf_cmd *cmd) {
@@ -259,7 +276,7 @@ void bf_cli_usage(const bf_cmd *cmd, FILE *f) {
   if (cmd->help) fprintf(f, "\n%s\n", cmd->help);
   int any = 0;
   for (size_t i = 0; i < NDOCS; i++) {
-    if (!docs[i].cmd || strcmp(docs[i].cmd, cmd->name) != 0) continue;
+    if (!doc_of(i, cmd->name)) continue;
     if (!any++) fputs("\noptions:\n", f);
     int w = (int)strlen(docs[i].spelling);
     fprintf(f, "  %s%*s%s\n", docs[i].spelling, w < 28 ? 28 - w : 1, w < 28 ? "" : " ", help_of(i));
@@ -272,30 +289,23 @@ void bf_cli_usage(const bf_cmd *cmd, FILE *f) {
 /* Option words of cmd (NULL = global), "--pid --rate ..." plus short ones. */
 static void option_words(const char *cmd, FILE *f) {
   for (size_t i = 0; i < NDOCS; i++) {
-    if ((cmd == NULL) != (docs[i].cmd == NULL) || (cmd && strcmp(docs[i].cmd, cmd) != 0)) continue;
-    const char *s = docs[i].spelling;
-    while (*s) { /* words starting with '-', up to a space or comma */
-      while (*s == ' ' || *s == ',') s++;
-      if (*s != '-') break;
-      size_t n = strcspn(s, " ,|=");
-      fprintf(f, " %.*s", (int)n, s);
-      s += n;
-    }
+    if (!doc_of(i, cmd)) continue;
+    const char *s = docs[i].spelling, *w;
+    size_t n;
+    while ((w = next_word(&s, &n))) fprintf(f, " %.*s", (int)n, w);
   }
   fputs(" --help", f);
 }
 
 void bf_cli_option_names(const char *cmd, void (*fn)(void *ud, const char *opt), void *ud) {
   for (size_t i = 0; i < NDOCS; i++) {
-    if (!docs[i].cmd || strcmp(docs[i].cmd, cmd) != 0) continue;
-    for (const char *s = docs[i].spelling; *s;) {
-      while (*s == ' ' || *s == ',') s++;
-      if (*s != '-') break;
-      size_t n = strcspn(s, " ,|=");
+    if (!doc_of(i, cmd)) continue;
+    const char *s = docs[i].spelling, *at;
+    size_t n;
+    while ((at = next_word(&s, &n))) {
       char w[64];
-      snprintf(w, sizeof w, "%.*s", (int)(n < 63 ? n : 63), s);
+      snprintf(w, sizeof w, "%.*s", (int)(n < 63 ? n : 63), at);
       if (w[1] == '-') fn(ud, w); /* long spellings only: they say what they do */
-      s += n;
     }
   }
   fn(ud, "--help");
@@ -303,7 +313,7 @@ void bf_cli_option_names(const char *cmd, void (*fn)(void *ud, const char *opt),
 
 const char *bf_cli_option_values(const char *cmd, const char *opt) {
   for (size_t i = 0; i < NDOCS; i++) {
-    if (!values_of(i) || !docs[i].cmd || strcmp(docs[i].cmd, cmd) != 0) continue;
+    if (!values_of(i) || !doc_of(i, cmd)) continue;
     const char *s = docs[i].spelling;
     size_t n = strlen(opt);
     for (const char *p = strstr(s, opt); p; p = strstr(p + 1, opt))
@@ -356,6 +366,20 @@ static void man_formats(FILE *f) {
   }
 }
 
+/* One option of the man page: spelling, help and the values it takes. */
+static void man_option(FILE *f, size_t i) {
+  fputs(".TP\n.B ", f);
+  roff(f, docs[i].spelling);
+  fputc('\n', f);
+  roff(f, help_of(i));
+  if (values_of(i) && values_of(i)[0] != '@') {
+    fputs(" (", f);
+    roff(f, values_of(i));
+    fputc(')', f);
+  }
+  fputc('\n', f);
+}
+
 static void man_page(FILE *f) {
   fputs(".TH BIFOCAL 1 \"\" \"bifocal " BF_VERSION "\" \"User Commands\"\n"
         ".SH NAME\nbifocal \\- sampling and tracing profiler workbench for CPython\n"
@@ -368,14 +392,8 @@ static void man_page(FILE *f) {
         "a py-spy command line works as typed.\n"
         ".SH OPTIONS\n",
         f);
-  for (size_t i = 0; i < NDOCS; i++) {
-    if (docs[i].cmd) continue;
-    fputs(".TP\n.B ", f);
-    roff(f, docs[i].spelling);
-    fputc('\n', f);
-    roff(f, help_of(i));
-    fputc('\n', f);
-  }
+  for (size_t i = 0; i < NDOCS; i++)
+    if (doc_of(i, NULL)) man_option(f, i);
   fputs(".SH COMMANDS\n", f);
   for (const bf_cmd *c = bf_cmds; c->name; c++) {
     fputs(".SS ", f);
@@ -397,19 +415,8 @@ static void man_page(FILE *f) {
         if (*p) p++;
       }
     }
-    for (size_t i = 0; i < NDOCS; i++) {
-      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0) continue;
-      fputs(".TP\n.B ", f);
-      roff(f, docs[i].spelling);
-      fputc('\n', f);
-      roff(f, help_of(i));
-      if (values_of(i) && values_of(i)[0] != '@') {
-        fputs(" (", f);
-        roff(f, values_of(i));
-        fputc(')', f);
-      }
-      fputc('\n', f);
-    }
+    for (size_t i = 0; i < NDOCS; i++)
+      if (doc_of(i, c->name)) man_option(f, i);
   }
   man_formats(f);
   fputs(".SH ENVIRONMENT\n.TP\n.B BIFOCAL_DB\nthe database when \\-\\-db is not given.\n"
@@ -494,18 +501,11 @@ static void bash_completion(FILE *f) {
   for (const bf_cmd *c = bf_cmds; c->name; c++) {
     fprintf(f, "    %s)\n      case $prev in\n", c->name);
     for (size_t i = 0; i < NDOCS; i++) {
-      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0 || !values_of(i)) continue;
-      const char *s = docs[i].spelling;
+      if (!doc_of(i, c->name) || !values_of(i)) continue;
+      const char *s = docs[i].spelling, *w;
+      size_t n;
       fputs("        ", f);
-      int first = 1;
-      while (*s) {
-        while (*s == ' ' || *s == ',') s++;
-        if (*s != '-') break;
-        size_t n = strcspn(s, " ,|=");
-        fprintf(f, "%s%.*s", first ? "" : "|", (int)n, s);
-        first = 0;
-        s += n;
-      }
+      for (int first = 1; (w = next_word(&s, &n)); first = 0) fprintf(f, "%s%.*s", first ? "" : "|", (int)n, w);
       const char *v = values_of(i);
       if (strcmp(v, "@file") == 0)
         fputs(") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n", f);
@@ -584,17 +584,12 @@ static void zsh_completion(FILE *f) {
   for (const bf_cmd *c = bf_cmds; c->name; c++) {
     fprintf(f, "        %s)\n          _arguments \\\n", c->name);
     for (size_t i = 0; i < NDOCS; i++) {
-      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0) continue;
-      const char *s = docs[i].spelling;
+      if (!doc_of(i, c->name)) continue;
+      const char *s = docs[i].spelling, *w;
+      size_t n;
       char words[4][48];
       int nw = 0;
-      while (*s && nw < 4) {
-        while (*s == ' ' || *s == ',') s++;
-        if (*s != '-') break;
-        size_t n = strcspn(s, " ,|=");
-        snprintf(words[nw++], sizeof words[0], "%.*s", (int)(n < 47 ? n : 47), s);
-        s += n;
-      }
+      while (nw < 4 && (w = next_word(&s, &n))) snprintf(words[nw++], sizeof words[0], "%.*s", (int)(n < 47 ? n : 47), w);
       int takes = *s && *s != '-'; /* a value name follows */
       for (int k = 0; k < nw; k++) {
         fprintf(f, "            '%s[", words[k]);
