@@ -25,15 +25,28 @@ typedef struct bf_opt_doc {
   const char *help;
 } bf_opt_doc;
 
+/* Rows several commands share, word for word. */
+#define GIL_OPT(c) {c, "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"}
+#define NATIVE_OPTS(c)                                                                          \
+  {c, "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"}, \
+      {c, "--native-threads N|GLOB,...", NULL,                                                  \
+       "only these thread ids or name globs get C stacks (implies --native)"}
+#define NONBLOCKING_OPT(c) \
+  {c, "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"}
+#define THREAD_OPT(c) \
+  {c, "-t, --thread T", NULL, "only this thread (native id or name)"}
+#define SINCE_UNTIL_OPTS(c)                                                       \
+  {c, "--since S", NULL, "only samples from S seconds after the session start"}, \
+      {c, "--until S", NULL, "only samples until S seconds after the session start"}
+
 #define SAMPLE_OPTS(c)                                                                                  \
   {c, "-p, --pid PID", NULL, "the process to sample (also accepted as the only argument)"},            \
       {c, "-r, --rate HZ", NULL, "samples per second (default 200; 100 with --native)"},                \
-      {c, "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"},                            \
+      GIL_OPT(c),                                                                                      \
       {c, "-i, --idle", NULL, "count idle threads in the function table too (py-spy -i)"},              \
-      {c, "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},   \
-      {c, "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"}, \
+      NATIVE_OPTS(c),                                                                                  \
       {c, "-s, --subprocesses", NULL, "the Python child processes too, attached as they appear (py-spy -s)"}, \
-      {c, "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"}
+      NONBLOCKING_OPT(c)
 
 static const bf_opt_doc docs[] = {
     {NULL, "-D, --db DB", "@file", "the database (default $BIFOCAL_DB, else ./bifocal.db); -d is py-spy's --duration"},
@@ -59,10 +72,9 @@ static const bf_opt_doc docs[] = {
     {"replay", "-j, --json", NULL, "machine-readable output (functions view)"},
     {"replay", "-n, --limit N", NULL, "at most N rows"},
     {"replay", "-s, --sort K", "self total", "order rows by self or total share"},
-    {"replay", "-t, --thread T", NULL, "only this thread (native id or name)"},
+    THREAD_OPT("replay"),
     {"replay", "--task NAME", NULL, "only this asyncio task (record --async)"},
-    {"replay", "--since S", NULL, "only samples from S seconds after the session start"},
-    {"replay", "--until S", NULL, "only samples until S seconds after the session start"},
+    SINCE_UNTIL_OPTS("replay"),
     {"replay", "-o, --output FILE", "@file", "write to FILE (atomically) instead of stdout; .svg: the flame graph "
                                              "as SVG; .html: every view as a page"},
     {"replay", "--html", NULL, "heatmap as an HTML page"},
@@ -75,9 +87,8 @@ static const bf_opt_doc docs[] = {
     {"export", "-f, --format F", "@export",
      "the output format (py-spy's flamegraph = svg, raw = collapsed, chrometrace = chrome)"},
     {"export", "-o, --output FILE", "@file", "the file to write ('-' for stdout)"},
-    {"export", "-t, --thread T", NULL, "only this thread (native id or name)"},
-    {"export", "--since S", NULL, "only samples from S seconds after the session start"},
-    {"export", "--until S", NULL, "only samples until S seconds after the session start"},
+    THREAD_OPT("export"),
+    SINCE_UNTIL_OPTS("export"),
     {"export", "--encrypt-to PUBKEY", "@file", "with --format bifocal: sealed for the owner of PUBKEY"},
     {"export", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one"},
     {"export", "--memory", NULL, "record --memory sessions: collapsed, pprof (alloc_space) or speedscope "
@@ -98,18 +109,17 @@ static const bf_opt_doc docs[] = {
                                   "replay --view opcodes; Tachyon --opcodes)"},
     {"record", "-a, --all-threads", NULL, "accepted for Tachyon: bifocal always samples every thread"},
     {"record", "--clock C", "wall cpu", "wall: every thread charged real time; cpu: only CPU time used"},
-    {"record", "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"},
+    GIL_OPT("record"),
     {"record", "-i, --idle", NULL, "keep idle threads (the default; py-spy -i)"},
     {"record", "--no-idle", NULL, "wall clock: leave out threads found idle"},
-    {"record", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
-    {"record", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
+    NATIVE_OPTS("record"),
     {"record", "--kernel", NULL, "wall clock: the kernel lens (each sample's syscall and target, run-queue delay, page faults; see replay --view waits)"},
     {"record", "--async", NULL, "asyncio tasks as task:NAME threads (wall clock, not with --native)"},
     {"record", "-m, --memory", NULL, "also charge resident-memory growth and shrink to the stack that ran "
                                      "(austin -m; see replay --memory, docs/memory.md)"},
     {"record", "-s, --subprocesses", NULL, "follow Python children, one session each (py-spy -s); "
                                            "-o FILE holds the whole tree (replay/export --tree)"},
-    {"record", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},
+    NONBLOCKING_OPT("record"),
     {"record", "--label L", NULL, "a free label for the load window; usable as the session id"},
     {"record", "--commit SHA", NULL, "the code version (default: git rev-parse HEAD in the target's cwd)"},
     {"record", "--ttl T", NULL, "expire the session after T (90s, 30m, 12h, 7d; see gc)"},
@@ -127,10 +137,9 @@ static const bf_opt_doc docs[] = {
                                  "line; innermost first)"},
     {"dump", "-l, --locals", NULL, "each Python frame's local variables: int, bool, float, str, bytes and None "
                                    "shown (capped), other objects by type (py-spy -l)"},
-    {"dump", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
-    {"dump", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
+    NATIVE_OPTS("dump"),
     {"dump", "-s, --subprocesses", NULL, "the Python child processes too ({\"processes\": [...]} with --json)"},
-    {"dump", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},
+    NONBLOCKING_OPT("dump"),
 
     SAMPLE_OPTS("top"),
     {"top", "-d, --duration S", NULL, "sample for S (default 2s)"},
