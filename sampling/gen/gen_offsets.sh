@@ -10,32 +10,16 @@
 # /var/lib/bifocal/sid-root), compiled with the host's compiler.
 set -euo pipefail
 cd "$(dirname "$0")"
-root="${PYENV_ROOT:-$HOME/.pyenv}"
-sid="${BIFOCAL_SID_ROOT:-/var/lib/bifocal/sid-root}"
+# shellcheck source=sampling/gen/pythons.sh
+. ./pythons.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-# -I flags for 3.v's headers: pyenv's, or the sid root's (whose pyconfig.h
-# includes <x86_64-linux-gnu/python3.v/pyconfig.h>, found through a link so
-# the host's libc headers stay in use)
-incs() {
-  local v=$1 d
-  if d=$(ls -d "$root"/versions/$v.* 2>/dev/null | sort -V | tail -1) && [ -n "$d" ]; then
-    echo "-I$d/include/python$v"
-  else
-    local arch
-    arch=$(${CC:-cc} -dumpmachine)
-    mkdir -p "$tmp/inc$v/$arch"
-    ln -sfn "$sid/usr/include/$arch/python$v" "$tmp/inc$v/$arch/python$v"
-    echo "-I$sid/usr/include/python$v -I$tmp/inc$v"
-  fi
-}
 
 gen() { # gen VERSION [-DMODE]
   local v=$1
   shift
   # shellcheck disable=SC2046
-  ${CC:-cc} -w "$@" $(incs "$v") -o "$tmp/gen" offsets_gen.c
+  ${CC:-cc} -w "$@" $(bf_py_incs "$v" "$tmp") -o "$tmp/gen" offsets_gen.c
   "$tmp/gen"
 }
 
