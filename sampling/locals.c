@@ -38,43 +38,6 @@ static const loc_layout tab[] = {
     {11, 72, 76, 96, 104, VALUES}, {12, 72, 72, 96, 104, VALUES},
 };
 
-/* Positions inside _Py_DebugOffsets (3.13+) of what is read here; generated
- * by sampling/gen/gen_offsets.sh (LOC_DPOS_GENERATED). */
-typedef struct loc_dpos {
-  int minor;
-  size_t fr_size, fr_localsplus, co_size, co_names, co_kinds, tp_size, tp_flags;
-  size_t tuple_size, tuple_item, tuple_ob_size, float_size, float_val;
-  size_t long_size, long_tag, long_digit;
-} loc_dpos;
-
-/*                 3.13.0  3.14.10  3.15.2 */
-#define LOC_DPOS_GENERATED_N 3
-#define LOC_DPOS_GENERATED(X) \
-  X(minor,             13,      14,     15) \
-  X(fr_size,          224,     248,    312) \
-  X(fr_localsplus,    256,     280,    344) \
-  X(co_size,          272,     312,    376) \
-  X(co_names,         328,     368,    432) \
-  X(co_kinds,         336,     376,    440) \
-  X(tp_size,          368,     416,    480) \
-  X(tp_flags,         392,     440,    504) \
-  X(tuple_size,       400,     448,    544) \
-  X(tuple_item,       408,     456,    552) \
-  X(tuple_ob_size,    416,     464,    560) \
-  X(float_size,       472,     552,    648) \
-  X(float_val,        480,     560,    656) \
-  X(long_size,        488,     568,    664) \
-  X(long_tag,         496,     576,    672) \
-  X(long_digit,       504,     584,    680)
-
-/* Column col (0: 3.13) of LOC_DPOS_GENERATED into *d. */
-static void loc_dpos_column(size_t col, loc_dpos *d) {
-  memset(d, 0, sizeof *d);
-#define X(f, ...) SMP_VERSION_COLUMN(d, LOC_DPOS_GENERATED_N, col, f, __VA_ARGS__)
-  LOC_DPOS_GENERATED(X)
-#undef X
-}
-
 #define TPFLAGS_HEAPTYPE (1UL << 9)
 #define CO_FAST_LOCAL 0x20
 
@@ -95,13 +58,9 @@ static int inside(uint64_t off, uint64_t w, uint64_t sz) { return sz <= 65536 &&
  * from _PyRuntime (once per dump). Returns 0, -ENOTSUP (a version without
  * positions here, or offsets outside their sections) or a read error. */
 static int layout_from_target(bf_smp *h, int minor, loc_layout *out) {
-  loc_dpos d;
-  const loc_dpos *D = NULL;
-  for (size_t col = 0; col < LOC_DPOS_GENERATED_N && !D; col++) {
-    loc_dpos_column(col, &d);
-    if (d.minor == minor) D = &d;
-  }
-  if (!D) return -ENOTSUP;
+  smp_dbg_pos d; /* generated in layouts.c (DBG_POS_GENERATED) */
+  if (smp_dbg_pos_of(minor, &d) < 0) return -ENOTSUP;
+  const smp_dbg_pos *D = &d;
   unsigned char b[1024];
   size_t len = D->long_digit + 8;
   int rc = rd(h, h->runtime_addr, b, len);

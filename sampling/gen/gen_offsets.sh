@@ -3,9 +3,8 @@
 # compiling offsets_gen.c against every pyenv CPython 3.8-3.12's headers
 # (BUILTIN_GENERATED), then the thread-name table for 3.8-3.15
 # (NAMES_GENERATED, -DBF_NAMES) and the positions in _Py_DebugOffsets of
-# what 3.13-3.15 give the thread-name reader themselves
-# (NAMES_DPOS_GENERATED, -DBF_DBGPOS) and `dump --locals`
-# (LOC_DPOS_GENERATED in locals.c, -DBF_LOCPOS). 3.14/3.15 come from the
+# what 3.13-3.15 give the thread-name reader and `dump --locals` themselves
+# (DBG_POS_GENERATED, -DBF_DBGPOS). 3.14/3.15 come from the
 # Debian sid root (.ci/sid-root; $BIFOCAL_SID_ROOT, default
 # /var/lib/bifocal/sid-root), compiled with the host's compiler.
 set -euo pipefail
@@ -60,6 +59,4 @@ END {
 echo "---- sampling/layouts.c ----"
 for v in 3.8 3.9 3.10 3.11 3.12; do gen $v; done | columns BUILTIN_GENERATED
 for v in 3.8 3.9 3.10 3.11 3.12 3.13 3.14 3.15; do gen $v -DBF_NAMES; done | columns NAMES_GENERATED
-for v in 3.13 3.14 3.15; do gen $v -DBF_DBGPOS; done | columns NAMES_DPOS_GENERATED
-echo "---- sampling/locals.c ----"
-for v in 3.13 3.14 3.15; do gen $v -DBF_LOCPOS; done | columns LOC_DPOS_GENERATED
+for v in 3.13 3.14 3.15; do gen $v -DBF_DBGPOS; done | columns DBG_POS_GENERATED

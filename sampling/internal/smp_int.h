@@ -129,6 +129,24 @@ int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_lay
     (l)->f = values_[col];                                            \
   } while (0);
 
+/* Positions (byte offsets inside a 3.13+ target's _Py_DebugOffsets, each a
+ * uint64 there) of what the thread-name reader (pynames.c, on top of its
+ * vendored table) and `dump --locals` (locals.c) take from the target
+ * itself; 0: that version's offsets lack the field. */
+typedef struct smp_dbg_pos {
+  int minor;
+  size_t is_size, is_modules;
+  size_t tp_size, tp_flags, tp_basicsize, tp_dictoffset; /* basicsize, dictoffset: 3.15+ */
+  size_t ht_size, ht_cached_keys;                         /* 3.15+ */
+  size_t dict_size, dict_keys, dict_values;
+  size_t long_size, long_tag, long_digit;
+  size_t fr_size, fr_localsplus, co_size, co_names, co_kinds;
+  size_t tuple_size, tuple_item, tuple_ob_size, float_size, float_val;
+} smp_dbg_pos;
+
+/* The positions of 3.minor. OUT: *out. -ENOTSUP when this build has none. */
+int smp_dbg_pos_of(int minor, smp_dbg_pos *out);
+
 /* ---- line tables (linetable.c) ------------------------------------------ */
 
 typedef struct smp_line_range {

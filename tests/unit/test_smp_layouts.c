@@ -34,7 +34,7 @@ static const uint64_t val[F_N] = {
     128, 136, 68, 200, 16, 8, 400, 24, 40, 16, 32, 64, 32, 16, 40, 400,
     44, 4000, 168, 176};
 
-/* The thread-name fields' positions (NAMES_DPOS_GENERATED in layouts.c: is_size,
+/* The thread-name fields' positions (DBG_POS_GENERATED in layouts.c: is_size,
  * tp_size, tp_flags, tp_basicsize, tp_dictoffset, ht_size, ht_cached_keys,
  * dict_size, ma_keys, ma_values, long_size, lv_tag, ob_digit; 0: absent)
  * and values: each differs from the vendored table, so a value read from
