@@ -375,33 +375,44 @@ static int hexval(int c) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-/* OTEL_RESOURCE_ATTRIBUTES: "k=v,k2=v2", keys and values trimmed, values
- * percent-decoded; a pair without '=' or with an empty key is skipped. */
-static void kv_parse(kvlist *l, const char *spec) {
+int bf_otel_pairs(const char *spec, char *dec, size_t cap,
+                  int (*fn)(void *ud, const char *k, size_t klen, const char *v, size_t vlen), void *ud) {
   while (spec && *spec) {
-    const char *end = strchr(spec, ','), *eq;
-    if (!end) end = spec + strlen(spec);
-    eq = memchr(spec, '=', (size_t)(end - spec));
+    const char *end = spec + strcspn(spec, ","), *eq = memchr(spec, '=', (size_t)(end - spec));
     if (eq) {
       const char *k = spec, *ke = eq, *v = eq + 1, *ve = end;
       while (k < ke && *k == ' ') k++;
       while (ke > k && ke[-1] == ' ') ke--;
       while (v < ve && *v == ' ') v++;
       while (ve > v && ve[-1] == ' ') ve--;
-      char dec[1024];
-      size_t dn = 0;
-      for (const char *p = v; p < ve && dn < sizeof dec - 1; p++) {
+      size_t n = 0;
+      for (const char *p = v; p < ve && n < cap; p++) {
         if (*p == '%' && ve - p >= 3 && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
-          dec[dn++] = (char)(hexval(p[1]) << 4 | hexval(p[2]));
+          dec[n++] = (char)(hexval(p[1]) << 4 | hexval(p[2]));
           p += 2;
         } else {
-          dec[dn++] = *p;
+          dec[n++] = *p;
         }
       }
-      if (ke > k) kv_set(l, k, (size_t)(ke - k), dec, dn);
+      int rc = fn(ud, k, (size_t)(ke - k), dec, n);
+      if (rc) return rc;
     }
     spec = *end ? end + 1 : end;
   }
+  return 0;
+}
+
+/* An OTEL_RESOURCE_ATTRIBUTES pair into the kvlist ud (an empty key is
+ * skipped). */
+static int kv_pair(void *ud, const char *k, size_t klen, const char *v, size_t vlen) {
+  if (klen) kv_set(ud, k, klen, v, vlen);
+  return 0;
+}
+
+/* OTEL_RESOURCE_ATTRIBUTES into l: values of up to 1023 bytes. */
+static void kv_parse(kvlist *l, const char *spec) {
+  char dec[1024];
+  bf_otel_pairs(spec, dec, sizeof dec - 1, kv_pair, l);
 }
 
 static void kv_free(kvlist *l) {

@@ -37,4 +37,13 @@ int bf_otlp_encode(bf_store *s, const int64_t *ids, size_t n, const bf_sample_fi
 /* `export --format otlp`: bf_otlp_encode of one session, uncompressed, to out. */
 int bf_export_otlp(bf_store *s, int64_t session_id, const bf_sample_filter *f, FILE *out);
 
+/* The "k=v,k2=v2" lists of OTEL_RESOURCE_ATTRIBUTES and
+ * OTEL_EXPORTER_OTLP_HEADERS (spec may be NULL): for each part with an '=',
+ * its key and value trimmed of spaces and the value percent-decoded into dec
+ * (at most cap bytes: the rest of a longer value is dropped), then fn(ud,
+ * key, klen, dec, vlen); a part without '=' is skipped. Returns fn's first
+ * nonzero return (the pairs after it are not read), else 0. */
+int bf_otel_pairs(const char *spec, char *dec, size_t cap,
+                  int (*fn)(void *ud, const char *k, size_t klen, const char *v, size_t vlen), void *ud);
+
 #endif

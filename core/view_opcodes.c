@@ -64,11 +64,20 @@ static int cmp_row(const void *a, const void *b) {
   return x->opcode - y->opcode;
 }
 
-/* Row r's function and line. OUT: *ref, *line. */
-static int row_where(bf_store *s, const op_row *r, bf_function_ref *ref, int64_t *line) {
+/* What row i shows: its function, line and instruction. */
+typedef struct op_where {
+  bf_function_ref ref;
+  int64_t line;
+  const char *name, *base; /* bf_opname's: NULL when the opcode has none */
+} op_where;
+
+/* Row i's function, line and instruction names for python_version. OUT: *w. */
+static int row_where(ops *g, size_t i, const char *python_version, op_where *w) {
   int64_t fid;
-  int rc = bf_store_frame_get(s, r->frame_id, &fid, line);
-  return rc ? rc : bf_store_function_get(s, fid, ref);
+  int rc = bf_store_frame_get(g->s, g->rows[i].frame_id, &fid, &w->line);
+  if (!rc) rc = bf_store_function_get(g->s, fid, &w->ref);
+  if (!rc) w->name = bf_opname(python_version, g->rows[i].opcode, &w->base);
+  return rc;
 }
 
 static int ops_json(ops *g, size_t top, const bf_session_info *info, FILE *out) {
@@ -82,19 +91,17 @@ static int ops_json(ops *g, size_t top, const bf_session_info *info, FILE *out) 
   bf_jw_key(&w, "rows");
   bf_jw_arr(&w);
   for (size_t i = 0; i < top; i++) {
-    bf_function_ref ref;
-    int64_t line;
-    int rc = row_where(g->s, &g->rows[i], &ref, &line);
+    op_where at;
+    int rc = row_where(g, i, info->python_version, &at);
     if (rc) return rc;
-    const char *base, *name = bf_opname(info->python_version, g->rows[i].opcode, &base);
     bf_jw_obj(&w);
-    bf_jw_kstr(&w, "qualname", ref.qualname);
-    bf_jw_kstr(&w, "file", ref.file);
-    bf_jw_kint(&w, "firstlineno", ref.firstlineno);
-    bf_jw_kint(&w, "line", line);
+    bf_jw_kstr(&w, "qualname", at.ref.qualname);
+    bf_jw_kstr(&w, "file", at.ref.file);
+    bf_jw_kint(&w, "firstlineno", at.ref.firstlineno);
+    bf_jw_kint(&w, "line", at.line);
     bf_jw_kint(&w, "opcode", g->rows[i].opcode);
-    bf_jw_kstr(&w, "opname", name);
-    bf_jw_kstr(&w, "base", base);
+    bf_jw_kstr(&w, "opname", at.name);
+    bf_jw_kstr(&w, "base", at.base);
     bf_jw_kint(&w, "samples", g->rows[i].samples);
     bf_jw_knum(&w, "share", g->total ? (double)g->rows[i].samples / (double)g->total : 0);
     bf_jw_end(&w);
@@ -113,22 +120,20 @@ static int ops_text(ops *g, size_t top, const bf_session_info *info, const bf_vi
           (long long)g->with_op, rst);
   fprintf(out, "%s SHARE  95%% CI        SAMPLES  INSTRUCTION (BASE)                      LINE%s\n", dim, rst);
   for (size_t i = 0; i < top; i++) {
-    bf_function_ref ref;
-    int64_t line;
-    int rc = row_where(g->s, &g->rows[i], &ref, &line);
+    op_where at;
+    int rc = row_where(g, i, info->python_version, &at);
     if (rc) return rc;
-    const char *base, *name = bf_opname(info->python_version, g->rows[i].opcode, &base);
     char opn[96], ci[32], loc[1024];
-    if (!name)
+    if (!at.name)
       snprintf(opn, sizeof opn, "<%d>", g->rows[i].opcode);
-    else if (base && strcmp(base, name) != 0)
-      snprintf(opn, sizeof opn, "%s (%s)", name, base);
+    else if (at.base && strcmp(at.base, at.name) != 0)
+      snprintf(opn, sizeof opn, "%s (%s)", at.name, at.base);
     else
-      snprintf(opn, sizeof opn, "%s", name);
+      snprintf(opn, sizeof opn, "%s", at.name);
     double lo, hi;
     bf_wilson((double)g->rows[i].samples, (double)g->total, &lo, &hi);
     snprintf(ci, sizeof ci, "[%.1f-%.1f]", lo * 100, hi * 100);
-    bf_fit_func(loc, sizeof loc, ref.qualname, ref.file, line, width - 70 > 20 ? width - 70 : 20);
+    bf_fit_func(loc, sizeof loc, at.ref.qualname, at.ref.file, at.line, width - 70 > 20 ? width - 70 : 20);
     fprintf(out, "%5.1f%% %-13s %8lld  %-38s  %s\n",
             g->total ? 100.0 * (double)g->rows[i].samples / (double)g->total : 0, ci,
             (long long)g->rows[i].samples, opn, loc);

@@ -265,6 +265,14 @@ static void print_table(const bf_cal_report *r, const char *clock, double rate, 
          r->recommended_rate_hz);
 }
 
+/* "growth_bytes", "shrink_bytes": doubles written as whole numbers. */
+static void growth_shrink_json(bf_jw *w, double growth_bytes, double shrink_bytes) {
+  bf_jw_key(w, "growth_bytes");
+  bf_jw_numf(w, "%.0f", growth_bytes);
+  bf_jw_key(w, "shrink_bytes");
+  bf_jw_numf(w, "%.0f", shrink_bytes);
+}
+
 static void print_mem_json(const bf_cal_mem_report *r, double rate) {
   bf_jw w;
   bf_jw_init(&w, stdout);
@@ -273,10 +281,7 @@ static void print_mem_json(const bf_cal_mem_report *r, double rate) {
   bf_jw_kint(&w, "sampled_session", r->sampled_id);
   bf_jw_kint(&w, "traced_session", r->traced_id);
   bf_jw_knum(&w, "rate_hz", rate);
-  bf_jw_key(&w, "growth_bytes");
-  bf_jw_numf(&w, "%.0f", r->growth_bytes);
-  bf_jw_key(&w, "shrink_bytes");
-  bf_jw_numf(&w, "%.0f", r->shrink_bytes);
+  growth_shrink_json(&w, r->growth_bytes, r->shrink_bytes);
   bf_jw_kint(&w, "live_bytes", r->live_bytes);
   bf_jw_kint(&w, "alloc_bytes", r->alloc_bytes);
   bf_jw_knum(&w, "coverage", r->coverage);
@@ -295,10 +300,7 @@ static void print_mem_json(const bf_cal_mem_report *r, double rate) {
     bf_jw_knum(&w, "exact", x->exact);
     bf_jw_knum(&w, "exact_alloc", x->exact_alloc);
     bf_jw_kbool(&w, "covered", x->covered);
-    bf_jw_key(&w, "growth_bytes");
-    bf_jw_numf(&w, "%.0f", x->growth_bytes);
-    bf_jw_key(&w, "shrink_bytes");
-    bf_jw_numf(&w, "%.0f", x->shrink_bytes);
+    growth_shrink_json(&w, x->growth_bytes, x->shrink_bytes);
     bf_jw_kint(&w, "live_bytes", x->live_bytes);
     bf_jw_kint(&w, "alloc_bytes", x->alloc_bytes);
     bf_jw_kint(&w, "calls", x->calls);

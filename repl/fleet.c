@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "fleet.h"
+#include "otlp.h"
 #include "text.h"
 
 static int add_header(dest *d, const char *name, size_t nlen, const char *value, size_t vlen, const char *from) {
@@ -35,37 +36,21 @@ static int add_header(dest *d, const char *name, size_t nlen, const char *value,
   return 0;
 }
 
-static int hexv(int c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+struct header_pairs {
+  dest *d;
+  const char *var;
+};
+
+static int header_pair(void *ud, const char *k, size_t klen, const char *v, size_t vlen) {
+  struct header_pairs *h = ud;
+  return add_header(h->d, k, klen, v, vlen, h->var);
 }
 
 /* OTEL_EXPORTER_OTLP_HEADERS: "k=v,k2=v2", values percent-decoded. */
 int bf_fleet_otel_headers(dest *d, const char *var) {
-  const char *spec = getenv(var);
-  while (spec && *spec) {
-    const char *end = spec + strcspn(spec, ","), *eq = memchr(spec, '=', (size_t)(end - spec));
-    if (eq) {
-      const char *k = spec, *ke = eq, *v = eq + 1, *ve = end;
-      while (k < ke && *k == ' ') k++;
-      while (ke > k && ke[-1] == ' ') ke--;
-      while (v < ve && *v == ' ') v++;
-      while (ve > v && ve[-1] == ' ') ve--;
-      char dec[4096];
-      size_t n = 0;
-      for (const char *p = v; p < ve && n < sizeof dec; p++) {
-        if (*p == '%' && ve - p >= 3 && hexv(p[1]) >= 0 && hexv(p[2]) >= 0) {
-          dec[n++] = (char)(hexv(p[1]) << 4 | hexv(p[2]));
-          p += 2;
-        } else {
-          dec[n++] = *p;
-        }
-      }
-      int rc = add_header(d, k, (size_t)(ke - k), dec, n, var);
-      if (rc) return rc;
-    }
-    spec = *end ? end + 1 : end;
-  }
-  return 0;
+  char dec[4096];
+  struct header_pairs h = {d, var};
+  return bf_otel_pairs(getenv(var), dec, sizeof dec, header_pair, &h);
 }
 
 static void b64(const char *in, size_t n, char *out) {

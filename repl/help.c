@@ -25,15 +25,28 @@ typedef struct bf_opt_doc {
   const char *help;
 } bf_opt_doc;
 
+/* Rows several commands share, word for word. */
+#define GIL_OPT(c) {c, "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"}
+#define NATIVE_OPTS(c)                                                                          \
+  {c, "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"}, \
+      {c, "--native-threads N|GLOB,...", NULL,                                                  \
+       "only these thread ids or name globs get C stacks (implies --native)"}
+#define NONBLOCKING_OPT(c) \
+  {c, "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"}
+#define THREAD_OPT(c) \
+  {c, "-t, --thread T", NULL, "only this thread (native id or name)"}
+#define SINCE_UNTIL_OPTS(c)                                                       \
+  {c, "--since S", NULL, "only samples from S seconds after the session start"}, \
+      {c, "--until S", NULL, "only samples until S seconds after the session start"}
+
 #define SAMPLE_OPTS(c)                                                                                  \
   {c, "-p, --pid PID", NULL, "the process to sample (also accepted as the only argument)"},            \
       {c, "-r, --rate HZ", NULL, "samples per second (default 200; 100 with --native)"},                \
-      {c, "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"},                            \
+      GIL_OPT(c),                                                                                      \
       {c, "-i, --idle", NULL, "count idle threads in the function table too (py-spy -i)"},              \
-      {c, "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},   \
-      {c, "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"}, \
+      NATIVE_OPTS(c),                                                                                  \
       {c, "-s, --subprocesses", NULL, "the Python child processes too, attached as they appear (py-spy -s)"}, \
-      {c, "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"}
+      NONBLOCKING_OPT(c)
 
 static const bf_opt_doc docs[] = {
     {NULL, "-D, --db DB", "@file", "the database (default $BIFOCAL_DB, else ./bifocal.db); -d is py-spy's --duration"},
@@ -59,10 +72,9 @@ static const bf_opt_doc docs[] = {
     {"replay", "-j, --json", NULL, "machine-readable output (functions view)"},
     {"replay", "-n, --limit N", NULL, "at most N rows"},
     {"replay", "-s, --sort K", "self total", "order rows by self or total share"},
-    {"replay", "-t, --thread T", NULL, "only this thread (native id or name)"},
+    THREAD_OPT("replay"),
     {"replay", "--task NAME", NULL, "only this asyncio task (record --async)"},
-    {"replay", "--since S", NULL, "only samples from S seconds after the session start"},
-    {"replay", "--until S", NULL, "only samples until S seconds after the session start"},
+    SINCE_UNTIL_OPTS("replay"),
     {"replay", "-o, --output FILE", "@file", "write to FILE (atomically) instead of stdout; .svg: the flame graph "
                                              "as SVG; .html: every view as a page"},
     {"replay", "--html", NULL, "heatmap as an HTML page"},
@@ -75,9 +87,8 @@ static const bf_opt_doc docs[] = {
     {"export", "-f, --format F", "@export",
      "the output format (py-spy's flamegraph = svg, raw = collapsed, chrometrace = chrome)"},
     {"export", "-o, --output FILE", "@file", "the file to write ('-' for stdout)"},
-    {"export", "-t, --thread T", NULL, "only this thread (native id or name)"},
-    {"export", "--since S", NULL, "only samples from S seconds after the session start"},
-    {"export", "--until S", NULL, "only samples until S seconds after the session start"},
+    THREAD_OPT("export"),
+    SINCE_UNTIL_OPTS("export"),
     {"export", "--encrypt-to PUBKEY", "@file", "with --format bifocal: sealed for the owner of PUBKEY"},
     {"export", "--tree", NULL, "the session and its subprocesses' sessions (record -s) as one"},
     {"export", "--memory", NULL, "record --memory sessions: collapsed, pprof (alloc_space) or speedscope "
@@ -98,18 +109,17 @@ static const bf_opt_doc docs[] = {
                                   "replay --view opcodes; Tachyon --opcodes)"},
     {"record", "-a, --all-threads", NULL, "accepted for Tachyon: bifocal always samples every thread"},
     {"record", "--clock C", "wall cpu", "wall: every thread charged real time; cpu: only CPU time used"},
-    {"record", "-g, --gil", NULL, "only the thread holding the GIL (py-spy -g)"},
+    GIL_OPT("record"),
     {"record", "-i, --idle", NULL, "keep idle threads (the default; py-spy -i)"},
     {"record", "--no-idle", NULL, "wall clock: leave out threads found idle"},
-    {"record", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
-    {"record", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
+    NATIVE_OPTS("record"),
     {"record", "--kernel", NULL, "wall clock: the kernel lens (each sample's syscall and target, run-queue delay, page faults; see replay --view waits)"},
     {"record", "--async", NULL, "asyncio tasks as task:NAME threads (wall clock, not with --native)"},
     {"record", "-m, --memory", NULL, "also charge resident-memory growth and shrink to the stack that ran "
                                      "(austin -m; see replay --memory, docs/memory.md)"},
     {"record", "-s, --subprocesses", NULL, "follow Python children, one session each (py-spy -s); "
                                            "-o FILE holds the whole tree (replay/export --tree)"},
-    {"record", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},
+    NONBLOCKING_OPT("record"),
     {"record", "--label L", NULL, "a free label for the load window; usable as the session id"},
     {"record", "--commit SHA", NULL, "the code version (default: git rev-parse HEAD in the target's cwd)"},
     {"record", "--ttl T", NULL, "expire the session after T (90s, 30m, 12h, 7d; see gc)"},
@@ -127,10 +137,9 @@ static const bf_opt_doc docs[] = {
                                  "line; innermost first)"},
     {"dump", "-l, --locals", NULL, "each Python frame's local variables: int, bool, float, str, bytes and None "
                                    "shown (capped), other objects by type (py-spy -l)"},
-    {"dump", "-n, --native", NULL, "merged Python and C stacks; stops each thread briefly (py-spy -n)"},
-    {"dump", "--native-threads N|GLOB,...", NULL, "only these thread ids or name globs get C stacks (implies --native)"},
+    NATIVE_OPTS("dump"),
     {"dump", "-s, --subprocesses", NULL, "the Python child processes too ({\"processes\": [...]} with --json)"},
-    {"dump", "--nonblocking", NULL, "accepted for py-spy: bifocal never pauses the target (except --native)"},
+    NONBLOCKING_OPT("dump"),
 
     SAMPLE_OPTS("top"),
     {"top", "-d, --duration S", NULL, "sample for S (default 2s)"},
@@ -229,6 +238,23 @@ static const char *help_of(size_t i) {
   return buf;
 }
 
+/* docs[i] is an option of cmd (NULL: a global option). */
+static int doc_of(size_t i, const char *cmd) {
+  return cmd ? docs[i].cmd && strcmp(docs[i].cmd, cmd) == 0 : !docs[i].cmd;
+}
+
+/* The next option word of a spelling ("-p" then "--pid" in "-p, --pid PID"):
+ * returns where it starts, its length in *n, and moves *s past it; NULL
+ * when no word is left (then *s is at the value name, or at the end). */
+static const char *next_word(const char **s, size_t *n) {
+  while (**s == ' ' || **s == ',') (*s)++;
+  if (**s != '-') return NULL;
+  const char *w = *s;
+  *n = strcspn(w, " ,|=");
+  *s += *n;
+  return w;
+}
+
 /* cmd->usage with "@export", "@record", "@view" filled in from core/formats.c
  * (static until the next call). */
 static const char *usage_of(const bf_cmd *cmd) {
@@ -259,7 +285,7 @@ void bf_cli_usage(const bf_cmd *cmd, FILE *f) {
   if (cmd->help) fprintf(f, "\n%s\n", cmd->help);
   int any = 0;
   for (size_t i = 0; i < NDOCS; i++) {
-    if (!docs[i].cmd || strcmp(docs[i].cmd, cmd->name) != 0) continue;
+    if (!doc_of(i, cmd->name)) continue;
     if (!any++) fputs("\noptions:\n", f);
     int w = (int)strlen(docs[i].spelling);
     fprintf(f, "  %s%*s%s\n", docs[i].spelling, w < 28 ? 28 - w : 1, w < 28 ? "" : " ", help_of(i));
@@ -272,30 +298,23 @@ void bf_cli_usage(const bf_cmd *cmd, FILE *f) {
 /* Option words of cmd (NULL = global), "--pid --rate ..." plus short ones. */
 static void option_words(const char *cmd, FILE *f) {
   for (size_t i = 0; i < NDOCS; i++) {
-    if ((cmd == NULL) != (docs[i].cmd == NULL) || (cmd && strcmp(docs[i].cmd, cmd) != 0)) continue;
-    const char *s = docs[i].spelling;
-    while (*s) { /* words starting with '-', up to a space or comma */
-      while (*s == ' ' || *s == ',') s++;
-      if (*s != '-') break;
-      size_t n = strcspn(s, " ,|=");
-      fprintf(f, " %.*s", (int)n, s);
-      s += n;
-    }
+    if (!doc_of(i, cmd)) continue;
+    const char *s = docs[i].spelling, *w;
+    size_t n;
+    while ((w = next_word(&s, &n))) fprintf(f, " %.*s", (int)n, w);
   }
   fputs(" --help", f);
 }
 
 void bf_cli_option_names(const char *cmd, void (*fn)(void *ud, const char *opt), void *ud) {
   for (size_t i = 0; i < NDOCS; i++) {
-    if (!docs[i].cmd || strcmp(docs[i].cmd, cmd) != 0) continue;
-    for (const char *s = docs[i].spelling; *s;) {
-      while (*s == ' ' || *s == ',') s++;
-      if (*s != '-') break;
-      size_t n = strcspn(s, " ,|=");
+    if (!doc_of(i, cmd)) continue;
+    const char *s = docs[i].spelling, *at;
+    size_t n;
+    while ((at = next_word(&s, &n))) {
       char w[64];
-      snprintf(w, sizeof w, "%.*s", (int)(n < 63 ? n : 63), s);
+      snprintf(w, sizeof w, "%.*s", (int)(n < 63 ? n : 63), at);
       if (w[1] == '-') fn(ud, w); /* long spellings only: they say what they do */
-      s += n;
     }
   }
   fn(ud, "--help");
@@ -303,7 +322,7 @@ void bf_cli_option_names(const char *cmd, void (*fn)(void *ud, const char *opt),
 
 const char *bf_cli_option_values(const char *cmd, const char *opt) {
   for (size_t i = 0; i < NDOCS; i++) {
-    if (!values_of(i) || !docs[i].cmd || strcmp(docs[i].cmd, cmd) != 0) continue;
+    if (!values_of(i) || !doc_of(i, cmd)) continue;
     const char *s = docs[i].spelling;
     size_t n = strlen(opt);
     for (const char *p = strstr(s, opt); p; p = strstr(p + 1, opt))
@@ -356,6 +375,20 @@ static void man_formats(FILE *f) {
   }
 }
 
+/* One option of the man page: spelling, help and the values it takes. */
+static void man_option(FILE *f, size_t i) {
+  fputs(".TP\n.B ", f);
+  roff(f, docs[i].spelling);
+  fputc('\n', f);
+  roff(f, help_of(i));
+  if (values_of(i) && values_of(i)[0] != '@') {
+    fputs(" (", f);
+    roff(f, values_of(i));
+    fputc(')', f);
+  }
+  fputc('\n', f);
+}
+
 static void man_page(FILE *f) {
   fputs(".TH BIFOCAL 1 \"\" \"bifocal " BF_VERSION "\" \"User Commands\"\n"
         ".SH NAME\nbifocal \\- sampling and tracing profiler workbench for CPython\n"
@@ -368,14 +401,8 @@ static void man_page(FILE *f) {
         "a py-spy command line works as typed.\n"
         ".SH OPTIONS\n",
         f);
-  for (size_t i = 0; i < NDOCS; i++) {
-    if (docs[i].cmd) continue;
-    fputs(".TP\n.B ", f);
-    roff(f, docs[i].spelling);
-    fputc('\n', f);
-    roff(f, help_of(i));
-    fputc('\n', f);
-  }
+  for (size_t i = 0; i < NDOCS; i++)
+    if (doc_of(i, NULL)) man_option(f, i);
   fputs(".SH COMMANDS\n", f);
   for (const bf_cmd *c = bf_cmds; c->name; c++) {
     fputs(".SS ", f);
@@ -397,19 +424,8 @@ static void man_page(FILE *f) {
         if (*p) p++;
       }
     }
-    for (size_t i = 0; i < NDOCS; i++) {
-      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0) continue;
-      fputs(".TP\n.B ", f);
-      roff(f, docs[i].spelling);
-      fputc('\n', f);
-      roff(f, help_of(i));
-      if (values_of(i) && values_of(i)[0] != '@') {
-        fputs(" (", f);
-        roff(f, values_of(i));
-        fputc(')', f);
-      }
-      fputc('\n', f);
-    }
+    for (size_t i = 0; i < NDOCS; i++)
+      if (doc_of(i, c->name)) man_option(f, i);
   }
   man_formats(f);
   fputs(".SH ENVIRONMENT\n.TP\n.B BIFOCAL_DB\nthe database when \\-\\-db is not given.\n"
@@ -494,18 +510,11 @@ static void bash_completion(FILE *f) {
   for (const bf_cmd *c = bf_cmds; c->name; c++) {
     fprintf(f, "    %s)\n      case $prev in\n", c->name);
     for (size_t i = 0; i < NDOCS; i++) {
-      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0 || !values_of(i)) continue;
-      const char *s = docs[i].spelling;
+      if (!doc_of(i, c->name) || !values_of(i)) continue;
+      const char *s = docs[i].spelling, *w;
+      size_t n;
       fputs("        ", f);
-      int first = 1;
-      while (*s) {
-        while (*s == ' ' || *s == ',') s++;
-        if (*s != '-') break;
-        size_t n = strcspn(s, " ,|=");
-        fprintf(f, "%s%.*s", first ? "" : "|", (int)n, s);
-        first = 0;
-        s += n;
-      }
+      for (int first = 1; (w = next_word(&s, &n)); first = 0) fprintf(f, "%s%.*s", first ? "" : "|", (int)n, w);
       const char *v = values_of(i);
       if (strcmp(v, "@file") == 0)
         fputs(") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n", f);
@@ -584,17 +593,12 @@ static void zsh_completion(FILE *f) {
   for (const bf_cmd *c = bf_cmds; c->name; c++) {
     fprintf(f, "        %s)\n          _arguments \\\n", c->name);
     for (size_t i = 0; i < NDOCS; i++) {
-      if (!docs[i].cmd || strcmp(docs[i].cmd, c->name) != 0) continue;
-      const char *s = docs[i].spelling;
+      if (!doc_of(i, c->name)) continue;
+      const char *s = docs[i].spelling, *w;
+      size_t n;
       char words[4][48];
       int nw = 0;
-      while (*s && nw < 4) {
-        while (*s == ' ' || *s == ',') s++;
-        if (*s != '-') break;
-        size_t n = strcspn(s, " ,|=");
-        snprintf(words[nw++], sizeof words[0], "%.*s", (int)(n < 47 ? n : 47), s);
-        s += n;
-      }
+      while (nw < 4 && (w = next_word(&s, &n))) snprintf(words[nw++], sizeof words[0], "%.*s", (int)(n < 47 ? n : 47), w);
       int takes = *s && *s != '-'; /* a value name follows */
       for (int k = 0; k < nw; k++) {
         fprintf(f, "            '%s[", words[k]);

@@ -38,72 +38,6 @@ static const loc_layout tab[] = {
     {11, 72, 76, 96, 104, VALUES}, {12, 72, 72, 96, 104, VALUES},
 };
 
-/* Positions inside _Py_DebugOffsets (3.13+) of what is read here; generated
- * by sampling/gen/gen_offsets.sh (its loc_dpos[] part). */
-typedef struct loc_dpos {
-  int minor;
-  size_t fr_size, fr_localsplus, co_size, co_names, co_kinds, tp_size, tp_flags;
-  size_t tuple_size, tuple_item, tuple_ob_size, float_size, float_val;
-  size_t long_size, long_tag, long_digit;
-} loc_dpos;
-
-static const loc_dpos dtab[] = {
-  { /* 3.13.0 */
-    .minor = 13,
-    .fr_size = 224,
-    .fr_localsplus = 256,
-    .co_size = 272,
-    .co_names = 328,
-    .co_kinds = 336,
-    .tp_size = 368,
-    .tp_flags = 392,
-    .tuple_size = 400,
-    .tuple_item = 408,
-    .tuple_ob_size = 416,
-    .float_size = 472,
-    .float_val = 480,
-    .long_size = 488,
-    .long_tag = 496,
-    .long_digit = 504,
-  },
-  { /* 3.14.10 */
-    .minor = 14,
-    .fr_size = 248,
-    .fr_localsplus = 280,
-    .co_size = 312,
-    .co_names = 368,
-    .co_kinds = 376,
-    .tp_size = 416,
-    .tp_flags = 440,
-    .tuple_size = 448,
-    .tuple_item = 456,
-    .tuple_ob_size = 464,
-    .float_size = 552,
-    .float_val = 560,
-    .long_size = 568,
-    .long_tag = 576,
-    .long_digit = 584,
-  },
-  { /* 3.15.2 */
-    .minor = 15,
-    .fr_size = 312,
-    .fr_localsplus = 344,
-    .co_size = 376,
-    .co_names = 432,
-    .co_kinds = 440,
-    .tp_size = 480,
-    .tp_flags = 504,
-    .tuple_size = 544,
-    .tuple_item = 552,
-    .tuple_ob_size = 560,
-    .float_size = 648,
-    .float_val = 656,
-    .long_size = 664,
-    .long_tag = 672,
-    .long_digit = 680,
-  },
-};
-
 #define TPFLAGS_HEAPTYPE (1UL << 9)
 #define CO_FAST_LOCAL 0x20
 
@@ -124,10 +58,9 @@ static int inside(uint64_t off, uint64_t w, uint64_t sz) { return sz <= 65536 &&
  * from _PyRuntime (once per dump). Returns 0, -ENOTSUP (a version without
  * positions here, or offsets outside their sections) or a read error. */
 static int layout_from_target(bf_smp *h, int minor, loc_layout *out) {
-  const loc_dpos *D = NULL;
-  for (size_t i = 0; i < sizeof dtab / sizeof *dtab; i++)
-    if (dtab[i].minor == minor) D = &dtab[i];
-  if (!D) return -ENOTSUP;
+  smp_dbg_pos d; /* generated in layouts.c (DBG_POS_GENERATED) */
+  if (smp_dbg_pos_of(minor, &d) < 0) return -ENOTSUP;
+  const smp_dbg_pos *D = &d;
   unsigned char b[1024];
   size_t len = D->long_digit + 8;
   int rc = rd(h, h->runtime_addr, b, len);

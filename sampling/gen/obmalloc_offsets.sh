@@ -6,19 +6,11 @@
 # /var/lib/bifocal/sid-root; python3.1x-dev, .ci/sid-root installs them).
 set -euo pipefail
 cd "$(dirname "$0")"
-root="${PYENV_ROOT:-$HOME/.pyenv}"
-sid="${BIFOCAL_SID_ROOT:-/var/lib/bifocal/sid-root}"
+# shellcheck source=sampling/gen/pythons.sh
+. ./pythons.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for v in 3.12 3.13 3.14 3.15; do
-  if d=$(ls -d "$root"/versions/$v.* 2>/dev/null | sort -V | tail -1) && [ -n "$d" ]; then
-    inc="-I$d/include/python$v -I$d/include/python$v/internal"
-  else
-    arch=$(${CC:-cc} -dumpmachine)
-    mkdir -p "$tmp/inc$v/$arch"
-    ln -sfn "$sid/usr/include/$arch/python$v" "$tmp/inc$v/$arch/python$v"
-    inc="-I$sid/usr/include/python$v -I$sid/usr/include/python$v/internal -I$tmp/inc$v"
-  fi
-  # shellcheck disable=SC2086
-  ${CC:-cc} $inc obmalloc_gen.c -o "$tmp/gen$v" && "$tmp/gen$v"
+  # shellcheck disable=SC2046
+  ${CC:-cc} $(bf_py_incs "$v" "$tmp" internal) obmalloc_gen.c -o "$tmp/gen$v" && "$tmp/gen$v"
 done

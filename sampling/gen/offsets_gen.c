@@ -1,6 +1,6 @@
 /* offsets_gen.c — compiled once per CPython version against its internal
- * headers (by gen_offsets.sh) to print the offset table vendored in
- * sampling/layouts.c. Not part of the build. */
+ * headers (by gen_offsets.sh) to print the offset tables vendored in
+ * sampling/layouts.c and sampling/locals.c. Not part of the build. */
 #define Py_BUILD_CORE 1
 #include <Python.h>
 #include <stddef.h>
@@ -25,8 +25,9 @@
 
 #if defined(BF_DBGPOS)
 /* Positions inside the target's _Py_DebugOffsets (3.13+) of the fields the
- * thread-name reader takes from there rather than from builtin_names[]
- * (names_dpos[] in sampling/layouts.c; 0: this version's offsets lack it). */
+ * thread-name reader takes from there rather than from NAMES_GENERATED, and
+ * of what `dump --locals` reads (DBG_POS_GENERATED in sampling/layouts.c;
+ * 0: this version's offsets lack it). */
 #include <internal/pycore_runtime.h>
 #define P(name, field) printf("    .%s = %lu,\n", name, (unsigned long)offsetof(_Py_DebugOffsets, field))
 int main(void) {
@@ -48,32 +49,16 @@ int main(void) {
   P("long_size", long_object.size);
   P("long_tag", long_object.lv_tag);
   P("long_digit", long_object.ob_digit);
-  printf("  },\n");
-  return 0;
-}
-#elif defined(BF_LOCPOS)
-/* Positions inside the target's _Py_DebugOffsets (3.13+) of what
- * `dump --locals` reads (loc_dpos[] in sampling/locals.c). */
-#include <internal/pycore_runtime.h>
-#define P(name, field) printf("    .%s = %lu,\n", name, (unsigned long)offsetof(_Py_DebugOffsets, field))
-int main(void) {
-  printf("  { /* %s */\n", PY_VERSION);
-  printf("    .minor = %d,\n", PY_MINOR_VERSION);
   P("fr_size", interpreter_frame.size);
   P("fr_localsplus", interpreter_frame.localsplus);
   P("co_size", code_object.size);
   P("co_names", code_object.localsplusnames);
   P("co_kinds", code_object.localspluskinds);
-  P("tp_size", type_object.size);
-  P("tp_flags", type_object.tp_flags);
   P("tuple_size", tuple_object.size);
   P("tuple_item", tuple_object.ob_item);
   P("tuple_ob_size", tuple_object.ob_size);
   P("float_size", float_object.size);
   P("float_val", float_object.ob_fval);
-  P("long_size", long_object.size);
-  P("long_tag", long_object.lv_tag);
-  P("long_digit", long_object.ob_digit);
   printf("  },\n");
   return 0;
 }

@@ -82,8 +82,8 @@ typedef struct smp_layout {
    * describes what lives at that address (fingerprint fields) */
   uint64_t co_fp_lo, co_fp_len;
   /* Python thread names (pynames.c): dict, int, module and instance
-   * attribute layouts, generated for 3.8-3.13 (gen_offsets.sh, table
-   * builtin_names[]); minor == 0: not known, names are not read. */
+   * attribute layouts, generated for 3.8-3.15 (gen_offsets.sh, table
+   * NAMES_GENERATED); minor == 0: not known, names are not read. */
   struct smp_names_layout {
     int minor;
     int attr_mode;             /* enum smp_attr_mode */
@@ -114,6 +114,38 @@ int smp_layout_builtin(int minor, smp_layout *out);
  * (free-threaded or unknown layout). msg gets a reason (static). */
 int smp_layout_from_debug_offsets(const unsigned char *blob, size_t len, smp_layout *out,
                                   int *free_threaded, const char **msg);
+
+/* The vendored per-version tables (layouts.c, locals.c; printed by
+ * sampling/gen/gen_offsets.sh) are one row a field, one column a version:
+ * X(field, value in the first version, in the second, ...), 0 where a
+ * version has no such field. SMP_VERSION_COLUMN, as X, stores column col
+ * of a row into (*l).field; every row has ncols values, checked when
+ * compiling. */
+#define SMP_VERSION_COLUMN(l, ncols, col, f, ...)                     \
+  do {                                                                \
+    static const int64_t values_[] = {__VA_ARGS__};                   \
+    _Static_assert(sizeof values_ / sizeof values_[0] == (ncols),     \
+                   #f ": one value a version");                       \
+    (l)->f = values_[col];                                            \
+  } while (0);
+
+/* Positions (byte offsets inside a 3.13+ target's _Py_DebugOffsets, each a
+ * uint64 there) of what the thread-name reader (pynames.c, on top of its
+ * vendored table) and `dump --locals` (locals.c) take from the target
+ * itself; 0: that version's offsets lack the field. */
+typedef struct smp_dbg_pos {
+  int minor;
+  size_t is_size, is_modules;
+  size_t tp_size, tp_flags, tp_basicsize, tp_dictoffset; /* basicsize, dictoffset: 3.15+ */
+  size_t ht_size, ht_cached_keys;                         /* 3.15+ */
+  size_t dict_size, dict_keys, dict_values;
+  size_t long_size, long_tag, long_digit;
+  size_t fr_size, fr_localsplus, co_size, co_names, co_kinds;
+  size_t tuple_size, tuple_item, tuple_ob_size, float_size, float_val;
+} smp_dbg_pos;
+
+/* The positions of 3.minor. OUT: *out. -ENOTSUP when this build has none. */
+int smp_dbg_pos_of(int minor, smp_dbg_pos *out);
 
 /* ---- line tables (linetable.c) ------------------------------------------ */
 

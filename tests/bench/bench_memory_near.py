@@ -131,15 +131,27 @@ def default_pythons():
     return pys + pyenv[-1:]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_run_args(ap):
+    """--runs, --rounds and --python, as the benches of alloc.py take them."""
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=3, help="work rounds per run")
     ap.add_argument("--python", action="append", help="interpreter (repeatable); default: "
-                    "the sid root's python3.14 (memray) and pyenv's newest")
-    a = ap.parse_args()
+                    "the sid root's python3.14 and pyenv's newest")
+
+
+def pythons_of(a):
+    """The interpreters a names (default_pythons() without --python), once
+    the load average is printed."""
     pys = a.python or default_pythons()
     print("load average: %.2f %.2f %.2f" % os.getloadavg())
+    return pys
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_run_args(ap)
+    a = ap.parse_args()
+    pys = pythons_of(a)
     os.nice(5)
     for p in pys:
         bench(p, a.runs, a.rounds)

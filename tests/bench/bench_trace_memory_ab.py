@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_memory_near import ALLOC, default_pythons, one  # noqa: E402
+from bench_memory_near import ALLOC, add_run_args, one, pythons_of  # noqa: E402
 
 COUNTS = ("SELECT q.s, m.allocs, m.frees, m.alloc_bytes FROM trace_memory m JOIN functions f "
           "ON f.id = m.function_id JOIN strings q ON q.id = f.qualname_id JOIN strings fs ON fs.id = f.file_id "
@@ -79,13 +79,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("base")
     ap.add_argument("new")
-    ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--rounds", type=int, default=3, help="work rounds per run")
-    ap.add_argument("--python", action="append", help="interpreter (repeatable); default: the sid root's "
-                    "python3.14 and pyenv's newest")
+    add_run_args(ap)
     a = ap.parse_args()
-    pys = a.python or default_pythons()
-    print("load average: %.2f %.2f %.2f" % os.getloadavg())
+    pys = pythons_of(a)
     os.environ["PYTHONHASHSEED"] = "0"  # the same program, block for block, in every run
     os.nice(5)
     for p in pys:

@@ -1,4 +1,5 @@
 """Readers of the tasks view's JSON and of the workloads shared by the asyncio tests."""
+import os
 import re
 
 
@@ -9,20 +10,26 @@ def task(view, name):
     return ts[0]
 
 
-def share_at(t, line, workload):
-    """Task t's wall share parked at the given line of the workload file."""
+COMMON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "asyncio_common.py")
+
+
+def share_at(t, at):
+    """Task t's wall share parked at at, a (file name, line) of tagged_lines."""
+    name, line = at
     return sum(a["wall"]["share"] for a in t["await_points"]
-               if a["line"] == line and a["file"].endswith(workload))
+               if a["line"] == line and a["file"].endswith(name))
 
 
 def tagged_lines(workload):
-    """{"X": line} for each "# AWAIT-X" tag in the workload file."""
+    """{"X": (file name, line)} for each "# AWAIT-X" tag in the workload file
+    and in asyncio_common.py, whose tasks the workloads share."""
     out = {}
-    with open(workload, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            m = re.search(r"# AWAIT-([A-Z])", line)
-            if m:
-                out[m.group(1)] = n
+    for path in (workload, COMMON):
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                m = re.search(r"# AWAIT-([A-Z])", line)
+                if m:
+                    out[m.group(1)] = (os.path.basename(path), n)
     return out
 
 

@@ -2,9 +2,10 @@
 the main one too, is asyncio's pure-Python Task (asyncio.tasks._PyTask,
 through loop.set_task_factory); with argv[3] == "noaccel" the C accelerator
 is blocked before asyncio is imported, so asyncio.Task and Future are the
-pure-Python classes themselves. Tasks time their own awaits and CPU steps;
-the truth goes as JSON to argv[1]; runs about argv[2] seconds. Each await
-the test checks is on a line tagged '# AWAIT-X'."""
+pure-Python classes themselves. Tasks time their own awaits and CPU steps
+(alt and producer are asyncio_common.py's, as in asyncio_workload.py); the
+truth goes as JSON to argv[1]; runs about argv[2] seconds. Each await the
+test checks is on a line tagged '# AWAIT-X'."""
 import sys
 
 if len(sys.argv) > 3 and sys.argv[3] == "noaccel":
@@ -12,41 +13,15 @@ if len(sys.argv) > 3 and sys.argv[3] == "noaccel":
 import asyncio  # noqa: E402
 import asyncio.tasks  # noqa: E402
 import json  # noqa: E402
-import time  # noqa: E402
 
-pc = time.perf_counter
+from asyncio_common import alt, burn, pc, producer  # noqa: E402
+
 DUR = float(sys.argv[2])
 truth = {"tasks": {}, "pure": asyncio.Task is asyncio.tasks._PyTask}
 
 
-def burn(s):
-    t = pc()
-    while pc() - t < s:
-        pass
-    return pc() - t
-
-
-async def alt(q, need, end):
-    t_start, a, b = pc(), 0.0, 0.0
-    while pc() < end:
-        t0 = pc()
-        await asyncio.sleep(0.03)  # AWAIT-A
-        t1 = pc()
-        need.set()
-        await q.get()  # AWAIT-B
-        t2 = pc()
-        a += t1 - t0
-        b += t2 - t1
-    life = pc() - t_start
-    truth["tasks"]["alt"] = {"life": life, "A": a / life, "B": b / life}
-
-
-async def producer(q, need, end):
-    while pc() < end + 0.1:
-        await need.wait()
-        need.clear()
-        await asyncio.sleep(0.015)
-        q.put_nowait(1)
+def record(name, **kw):
+    truth["tasks"][name] = kw
 
 
 async def burner(end):
@@ -105,7 +80,7 @@ async def main():
     q, need = asyncio.Queue(), asyncio.Event()
     helpers = [loop.create_task(producer(q, need, end), name="producer"),
                loop.create_task(spawner(end), name="spawner")]
-    ts = [loop.create_task(alt(q, need, end), name="alt"), loop.create_task(burner(end), name="burner"),
+    ts = [loop.create_task(alt(q, need, end, record), name="alt"), loop.create_task(burner(end), name="burner"),
           loop.create_task(outer(end), name="deep")]
     truth["task_types"] = sorted({"%s.%s" % (type(t).__module__, type(t).__qualname__) for t in ts})
     await asyncio.gather(*ts)

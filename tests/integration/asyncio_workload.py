@@ -1,9 +1,11 @@
 """asyncio oracle workload for test_asyncio_tasks.py: tasks that time their own
 awaits and CPU steps, two event loops (main thread and one more), and a
-spawner of thousands of short tasks. Writes the measured truth as JSON to
+spawner of thousands of short tasks (alt and producer are asyncio_common.py's,
+shared with asyncio_pyworkload.py). Writes the measured truth as JSON to
 argv[1]; runs about argv[2] seconds (with $BIFOCAL_WORKLOAD_PROGRESS set, each
 burner also prints its CPU so far every ten steps). Each await the test checks is on a line
-tagged '# AWAIT-X' (the test finds the line numbers from this file)."""
+tagged '# AWAIT-X' (the test finds the line numbers from this file and
+asyncio_common.py)."""
 import asyncio
 import json
 import os
@@ -13,7 +15,8 @@ import sys
 import threading
 import time
 
-pc = time.perf_counter
+from asyncio_common import alt, burn, pc, producer
+
 DUR = float(sys.argv[2])
 PROGRESS = bool(os.environ.get("BIFOCAL_WORKLOAD_PROGRESS"))  # "P name monotonic cpu" lines on stdout
 truth = {"tasks": {}, "loops": {}}
@@ -35,39 +38,9 @@ class TimedSelector(selectors.DefaultSelector):
             self.wait += pc() - t
 
 
-def burn(s):
-    t = pc()
-    while pc() - t < s:
-        pass
-    return pc() - t
-
-
 def record(name, **kw):
     with lock:
         truth["tasks"][name] = kw
-
-
-async def alt(q, need, end):
-    t_start, a, b = pc(), 0.0, 0.0
-    while pc() < end:
-        t0 = pc()
-        await asyncio.sleep(0.03)  # AWAIT-A
-        t1 = pc()
-        need.set()
-        await q.get()  # AWAIT-B
-        t2 = pc()
-        a += t1 - t0
-        b += t2 - t1
-    life = pc() - t_start
-    record("alt", life=life, A=a / life, B=b / life)
-
-
-async def producer(q, need, end):
-    while pc() < end + 0.1:
-        await need.wait()
-        need.clear()
-        await asyncio.sleep(0.015)
-        q.put_nowait(1)
 
 
 async def recv_one(loop, sock):
@@ -138,7 +111,7 @@ async def main_a(loop, stats):
     b.setblocking(False)
     helpers = [loop.create_task(producer(q, need, end), name="producer"),
                loop.create_task(writer(b, end), name="writer")]
-    ts = [loop.create_task(alt(q, need, end), name="alt"), loop.create_task(pipe_task(loop, a, end), name="pipe"),
+    ts = [loop.create_task(alt(q, need, end, record), name="alt"), loop.create_task(pipe_task(loop, a, end), name="pipe"),
           loop.create_task(burner("burner", 0.004, 0.008, end, stats), name="burner"),
           loop.create_task(spawner(end, stats), name="spawner")]
     await asyncio.gather(*ts)

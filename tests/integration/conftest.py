@@ -49,6 +49,35 @@ def run(args, db=None, check=True, timeout=120, input=None, env=None):
     return r
 
 
+class Tmux:
+    """cmd in a detached tmux session of its own server (socket TAG-PID),
+    width x height, TERM=xterm: screen() is what it shows, keys(*k) sends
+    tmux send-keys words, resize(w, h); leaving the `with` kills the server."""
+
+    def __init__(self, tag, cmd, width, height):
+        import shutil
+        self.tmux, self.sock = shutil.which("tmux"), "%s-%d" % (tag, os.getpid())
+        subprocess.run([self.tmux, "-L", self.sock, "-f", "/dev/null", "new-session", "-d", "-s", "t",
+                        "-x", str(width), "-y", str(height), cmd], check=True, env=dict(os.environ, TERM="xterm"))
+
+    def screen(self):
+        return subprocess.run([self.tmux, "-L", self.sock, "capture-pane", "-p", "-t", "t"], capture_output=True,
+                              text=True).stdout
+
+    def keys(self, *k):
+        subprocess.run([self.tmux, "-L", self.sock, "send-keys", "-t", "t"] + list(k), check=True)
+
+    def resize(self, width, height):
+        subprocess.run([self.tmux, "-L", self.sock, "resize-window", "-t", "t", "-x", str(width), "-y", str(height)],
+                       check=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run([self.tmux, "-L", self.sock, "kill-server"], capture_output=True)
+
+
 def wait_until(pred, timeout=10.0, what=None, interval=0.01):
     """Poll pred() until it returns something true, and return that. Polls
     every `interval` s at first, backing off to 0.1 s. After `timeout` seconds

@@ -87,8 +87,7 @@ def recording(python, tmp_path_factory, mode="pytask", seconds="2.0", rate=None)
     return _CACHE[key]
 
 
-def share_at(t, line):
-    return asyncio_helpers.share_at(t, line, "asyncio_pyworkload.py")
+share_at = asyncio_helpers.share_at
 
 
 def close(measured, truth, what, sess):

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import SUBPROCESS_TREE, bifocal_bin, wait_until
+from conftest import SUBPROCESS_TREE, Tmux, bifocal_bin, wait_until
 
 HOT_SHARE = 0.75
 WORK = """\
@@ -332,26 +332,17 @@ def test_repl_completes_option_values(tmp_path):
     tmux = shutil.which("tmux")
     if not tmux:
         pytest.skip("tmux is not installed")
-    sock = "bfcli-%d" % os.getpid()
     cmd = "env HOME=%s NO_COLOR=1 TERM=xterm %s --db %s" % (tmp_path, bifocal_bin(), tmp_path / "none.db")
-    subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "120", "-y", "20",
-                    cmd], check=True, env=dict(os.environ, TERM="xterm"))
-    try:
-        def screen():
-            return subprocess.run([tmux, "-L", sock, "capture-pane", "-p", "-t", "t"], capture_output=True,
-                                  text=True).stdout
-
+    with Tmux("bfcli", cmd, 120, 20) as t:
         def wait_for(text):
-            return bool(wait_until(lambda: text in screen(), 10, interval=0.1))
-        assert wait_for("bifocal>"), screen()
+            return bool(wait_until(lambda: text in t.screen(), 10, interval=0.1))
+        assert wait_for("bifocal>"), t.screen()
         for keys, want in ((["replay --view fl", "Tab"], "replay --view flame"),
                            ([" --sort t", "Tab"], "--sort total"),
                            (["C-u", "record --clock c", "Tab"], "record --clock cpu"),
                            (["C-u", "export 1 -f spe", "Tab"], "export 1 -f speedscope")):
-            subprocess.run([tmux, "-L", sock, "send-keys", "-t", "t"] + keys, check=True)
-            assert wait_for(want), (want, screen())
-    finally:
-        subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True)
+            t.keys(*keys)
+            assert wait_for(want), (want, t.screen())
 
 
 def test_progress_on_a_terminal_stderr_with_stdout_captured(newest, tmp_path):
@@ -487,28 +478,20 @@ def test_live_fits_60_columns_and_follows_a_resize(newest, tmp_path):
     if not tmux:
         pytest.skip("tmux is not installed")
     target, _ = start(newest, tmp_path)
-    sock = "bflive-%d" % os.getpid()
     cmd = "env XDG_STATE_HOME=%s NO_COLOR=1 TERM=xterm %s live -p %d" % (tmp_path / "state", bifocal_bin(), target.pid)
-    subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "60", "-y", "20", cmd],
-                   check=True, env=dict(os.environ, TERM="xterm"))
-
-    def screen():
-        return subprocess.run([tmux, "-L", sock, "capture-pane", "-p", "-t", "t"], capture_output=True,
-                              text=True).stdout
-
-    def wait_for(pred):
-        return wait_until(lambda: (lambda s: s if pred(s) else "")(screen()), 15, interval=0.1) or screen()
     try:
-        s = wait_for(lambda s: "hot (work.py" in s)
-        lines = s.splitlines()
-        assert lines[0].startswith("bifocal live  pid %d" % target.pid), s  # the header's start stays on screen
-        assert "hot (work.py" in s and all(len(l) <= 60 for l in lines), s
-        assert "[t]hreads" not in lines[1]  # cut to the width, not wrapped
-        subprocess.run([tmux, "-L", sock, "resize-window", "-t", "t", "-x", "100", "-y", "20"], check=True)
-        s = wait_for(lambda s: "[q]uit [s]ort [t]hreads" in s)
-        assert "[q]uit [s]ort [t]hreads" in s.splitlines()[1], s
-        subprocess.run([tmux, "-L", sock, "send-keys", "-t", "t", "q"], check=True)
+        with Tmux("bflive", cmd, 60, 20) as t:
+            def wait_for(pred):
+                return wait_until(lambda: (lambda s: s if pred(s) else "")(t.screen()), 15, interval=0.1) or t.screen()
+            s = wait_for(lambda s: "hot (work.py" in s)
+            lines = s.splitlines()
+            assert lines[0].startswith("bifocal live  pid %d" % target.pid), s  # the header's start stays on screen
+            assert "hot (work.py" in s and all(len(l) <= 60 for l in lines), s
+            assert "[t]hreads" not in lines[1]  # cut to the width, not wrapped
+            t.resize(100, 20)
+            s = wait_for(lambda s: "[q]uit [s]ort [t]hreads" in s)
+            assert "[q]uit [s]ort [t]hreads" in s.splitlines()[1], s
+            t.keys("q")
     finally:
-        subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True)
         target.kill()
         target.wait()

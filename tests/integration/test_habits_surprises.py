@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import bifocal_bin, run, last_line_id
+from conftest import Tmux, bifocal_bin, run, last_line_id
 
 FIB = """
 import sys
@@ -264,16 +264,8 @@ def test_zsh_completion_offers_sessions_first(labelled_db, tmp_path):
     zdir = tmp_path / "zc"
     zdir.mkdir()
     (zdir / "_bifocal").write_text(run(["help", "--completion", "zsh"]).stdout)
-    sock = "bfzsh-%d" % os.getpid()
-    subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "150", "-y", "30",
-                    "env HOME=%s TERM=xterm %s -f -i" % (zdir, zsh)], check=True, env=dict(os.environ, TERM="xterm"))
-    try:
-        def screen():
-            return subprocess.run([tmux, "-L", sock, "capture-pane", "-p", "-t", "t"], capture_output=True,
-                                  text=True).stdout
-
-        def keys(*k):
-            subprocess.run([tmux, "-L", sock, "send-keys", "-t", "t"] + list(k), check=True)
+    with Tmux("bfzsh", "env HOME=%s TERM=xterm %s -f -i" % (zdir, zsh), 150, 30) as t:
+        screen, keys = t.screen, t.keys
         keys("PS1='zz> '; fpath=(%s $fpath); autoload -Uz compinit; compinit -u -d %s/zcd; PATH=%s:$PATH"
              % (zdir, zdir, os.path.dirname(bifocal_bin())), "Enter")
         assert wait_until(lambda: screen().count("zz> ") >= 1, 15, interval=0.1), screen()
@@ -283,8 +275,6 @@ def test_zsh_completion_offers_sessions_first(labelled_db, tmp_path):
         keys("C-u", "clear", "Enter")
         keys("%s --db %s push 3 " % (os.path.basename(bifocal_bin()), labelled_db), "Tab")
         assert wait_until(lambda: re.search(listing, screen()), 15, interval=0.1), screen()
-    finally:
-        subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True)
 
 
 def test_repl_completion_offers_sessions_first(labelled_db, tmp_path):
@@ -296,25 +286,15 @@ def test_repl_completion_offers_sessions_first(labelled_db, tmp_path):
     tmux = shutil.which("tmux")
     if not tmux:
         pytest.skip("tmux is not installed")
-    sock = "bfsess-%d" % os.getpid()
     cmd = "env HOME=%s NO_COLOR=1 TERM=xterm %s --db %s" % (tmp_path, bifocal_bin(), labelled_db)
-    subprocess.run([tmux, "-L", sock, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "120", "-y", "20",
-                    cmd], check=True, env=dict(os.environ, TERM="xterm"))
-    try:
-        def screen():
-            return subprocess.run([tmux, "-L", sock, "capture-pane", "-p", "-t", "t"], capture_output=True,
-                                  text=True).stdout
-
-        def keys(*k):
-            subprocess.run([tmux, "-L", sock, "send-keys", "-t", "t"] + list(k), check=True)
+    with Tmux("bfsess", cmd, 120, 20) as t:
+        screen, keys = t.screen, t.keys
         assert wait_until(lambda: "bifocal>" in screen(), 10, interval=0.1), screen()
         keys("replay ", "Tab", "Tab")
         assert wait_until(lambda: re.search(r"after\s+3\s+2\s+before\s+1", screen()), 10, interval=0.1), screen()
         assert "work" not in screen()
         keys("C-u", "use af", "Tab")
         assert wait_until(lambda: "use after" in screen(), 10, interval=0.1), screen()
-    finally:
-        subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True)
 
 
 AUSTIN_APP = """

@@ -3,6 +3,7 @@ reads them from every interpreter present: `dump`, `top`, and the thread list
 of a recorded session (a thread started during the recording included), with
 the OS name (/proc comm) as the fallback for threads threading does not know.
 """
+import contextlib
 import json
 import os
 import re
@@ -216,17 +217,30 @@ stop.set()
 '''
 
 
-def test_dump_follows_a_rename(python, tmp_path):
-    """A thread renamed from another thread keeps its OS name (threading
-    renames the OS thread only from itself, 3.14+) and the new name is longer
-    than the OS's 15 bytes: dump shows threading's name, the new one after
-    the rename, whole."""
+@contextlib.contextmanager
+def rename_target(python, tmp_path):
+    """RENAME_TARGET running under python, once it said "ready": a newline on
+    its stdin renames the thread, then it says "renamed". Killed at the end."""
     path = tmp_path / "rename_target.py"
     path.write_text(RENAME_TARGET, encoding="utf-8")
     proc = subprocess.Popen([python, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stdin.close()
+
+
+def test_dump_follows_a_rename(python, tmp_path):
+    """A thread renamed from another thread keeps its OS name (threading
+    renames the OS thread only from itself, 3.14+) and the new name is longer
+    than the OS's 15 bytes: dump shows threading's name, the new one after
+    the rename, whole."""
+    with rename_target(python, tmp_path) as proc:
         before = run(["dump", str(proc.pid)]).stdout
         assert '"before-rename"' in before, before
         proc.stdin.write("\n")
@@ -239,22 +253,12 @@ def test_dump_follows_a_rename(python, tmp_path):
         # the OS never got the new name (3.14+ set it at start, older ones never)
         assert comm(proc.pid, int(renamed[0][0])) != "a-very-long-thread-name-xyz"
         assert not re.search(r'^Thread \d+ "before-rename"', after, re.M), after
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
-        proc.stdin.close()
 
 
 def test_top_follows_a_rename(python, tmp_path):
     """top (and live, same table) shows a thread's new name once threading
     renamed it during the run: names are looked up again every 2 s."""
-    path = tmp_path / "rename_target.py"
-    path.write_text(RENAME_TARGET, encoding="utf-8")
-    proc = subprocess.Popen([python, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
+    with rename_target(python, tmp_path) as proc:
         top = subprocess.Popen([bifocal_bin(), "top", str(proc.pid), "--duration", "4", "--idle"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)
@@ -264,8 +268,3 @@ def test_top_follows_a_rename(python, tmp_path):
         out, err = top.communicate(timeout=60)
         assert top.returncode == 0, err
         assert "a-very-long-thread-name-xyz" in out and "before-rename" not in out, out
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
-        proc.stdin.close()

@@ -191,16 +191,25 @@ static void grow(bf_store *s) {
   CHECK(bf_store_commit(s) == 0);
 }
 
+/* make_db at tmp_path(name), opened, grown and checked once (under the
+ * default budget, uninterrupted). OUT: *path. NULL when it did not open. */
+static bf_store *open_grown(const char *name, const char **path) {
+  *path = tmp_path(name);
+  make_db(*path);
+  bf_store *s = NULL;
+  CHECK(bf_store_open(*path, 0, &s, NULL) == 0);
+  if (!s) return NULL;
+  grow(s);
+  CHECK(bf_store_check_untrusted(s) == 0);
+  return s;
+}
+
 /* An interrupt (from a signal handler) ends a long statement; cleared,
  * reads work again. */
 static void test_interrupt(void) {
-  const char *path = tmp_path("intr.db");
-  make_db(path);
-  bf_store *s = NULL;
-  CHECK(bf_store_open(path, 0, &s, NULL) == 0);
+  const char *path;
+  bf_store *s = open_grown("intr.db", &path);
   if (!s) return;
-  grow(s);
-  CHECK(bf_store_check_untrusted(s) == 0);
   signal(SIGALRM, on_alarm);
   raise(SIGALRM);
   CHECK(bf_store_interrupted());
@@ -225,13 +234,9 @@ static void test_interrupt(void) {
  * long integrity check under a 1 ns budget fails; under the default it
  * passes. */
 static void test_budget(void) {
-  const char *path = tmp_path("budget.db");
-  make_db(path);
-  bf_store *s = NULL;
-  CHECK(bf_store_open(path, 0, &s, NULL) == 0);
+  const char *path;
+  bf_store *s = open_grown("budget.db", &path);
   if (!s) return;
-  grow(s);
-  CHECK(bf_store_check_untrusted(s) == 0);
   bf_store_set_stmt_budget(s, 1);
   CHECK(bf_store_check_untrusted(s) != 0);
   bf_store_set_stmt_budget(s, 30LL * 1000000000LL);

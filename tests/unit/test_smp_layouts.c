@@ -34,11 +34,11 @@ static const uint64_t val[F_N] = {
     128, 136, 68, 200, 16, 8, 400, 24, 40, 16, 32, 64, 32, 16, 40, 400,
     44, 4000, 168, 176};
 
-/* The thread-name fields' positions (names_dpos[] in layouts.c: is_size,
+/* The thread-name fields' positions (DBG_POS_GENERATED in layouts.c: is_size,
  * tp_size, tp_flags, tp_basicsize, tp_dictoffset, ht_size, ht_cached_keys,
  * dict_size, ma_keys, ma_values, long_size, lv_tag, ob_digit; 0: absent)
  * and values: each differs from the vendored table, so a value read from
- * the blob is told apart from one taken from builtin_names[]. */
+ * the blob is told apart from one taken from NAMES_GENERATED. */
 enum { N_TP_SIZE, N_TP_FLAGS, N_TP_BASIC, N_TP_DICTOFF, N_HT_SIZE, N_HT_CACHED, N_DICT_SIZE,
        N_DICT_KEYS, N_DICT_VALUES, N_LONG_SIZE, N_LONG_TAG, N_LONG_DIGIT, N_N };
 static const size_t npos[3][N_N] = {
