@@ -280,7 +280,11 @@ const unsigned char *smp_read_cold(bf_smp *h, uint64_t addr, size_t len, int *er
 }
 
 static const unsigned char *read_pooled(bf_smp *h, uint64_t addr, size_t len, int remembered, int *err) {
-  if (len > sizeof h->scratch || addr == 0) {
+  /* garbage links are normal input (a 3.15 frame link read mid-change was
+   * -24 once): a region that wraps past 2^64 is refused here, before the
+   * page cache below compares its end (wrapped, it fell inside an earlier
+   * miss's page and was served at a wild offset: SIGSEGV) */
+  if (len > sizeof h->scratch || addr == 0 || addr + len < addr) {
     *err = -EIO;
     return NULL;
   }
@@ -297,9 +301,11 @@ static const unsigned char *read_pooled(bf_smp *h, uint64_t addr, size_t len, in
     return h->span_buf + h->pref[k].off;
   }
   /* miss: first this walk's earlier misses, each read as its whole page */
-  for (size_t i = 0; i < h->nmiss; i++)
-    if (addr >= h->miss[i].addr && addr + len <= h->miss[i].end)
-      return h->pool + h->miss[i].off + (addr - h->miss[i].addr);
+  for (size_t i = 0; i < h->nmiss; i++) {
+    const smp_span *m = &h->miss[i];
+    if (addr >= m->addr && addr <= m->end && len <= m->end - addr) /* no sum to wrap */
+      return h->pool + m->off + (addr - m->addr);
+  }
   /* then the page(s) around it, into the next free part of the pool so
    * earlier pointers stay valid: the frames a walk reaches next often lie
    * on the same page (3.11+ callers just below in the frame stack, 3.8-3.10
