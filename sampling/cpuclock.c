@@ -41,11 +41,15 @@ typedef struct cc_thread {
   int64_t since;
   int64_t cpu_ns;        /* CPU in closed intervals (perf); schedstat: last value */
   int64_t base_ns;       /* schedstat: value when first seen (-1 unknown) */
-  /* perf: CPU the switch intervals miss (the scheduler's own work around
-   * each switch, which the thread's CPU time includes: ~1-2 us a switch in a
-   * VM, 10-25% of a thread that waits on the GIL or sleeps thousands of times
-   * a second), from schedstat read while the thread is off a CPU (there it is
-   * exact), at most every CC_SYNC_TICKS ticks */
+  /* perf: the thread's CPU time less its switch intervals, from schedstat
+   * read while the thread is off a CPU (there it is exact), at most every
+   * CC_SYNC_TICKS ticks. Positive: the scheduler's own work around each
+   * switch, which the thread's CPU time includes (~1-2 us a switch in a VM,
+   * 10-25% of a thread that waits on the GIL or sleeps thousands of times a
+   * second). Negative: time inside the intervals the thread did not run, a
+   * VM's steal time (the hypervisor ran another vCPU) and IRQ time, which
+   * the records' clock holds and the thread's CPU time does not (3.3% of a
+   * quiet CI host's, where vCPUs wake from idle often) */
   int64_t extra_ns;
   uint64_t sync_tick;
   struct cc_iv {
@@ -254,6 +258,14 @@ static void ring_drain(bf_cpuclock *c, cc_thread *t) {
   }
 }
 
+/* A thread's CPU time as the clock knows it now, never less than what was
+ * given out for it (a steal correction may come after a charge). */
+static int64_t th_total(const bf_cpuclock *c, const cc_thread *t) {
+  if (!t->perf) return t->cpu_ns - t->base_ns;
+  int64_t v = t->cpu_ns + t->extra_ns + (t->state == CC_IN ? c->now_ns - t->since : 0);
+  return v > t->cpu_told_ns ? v : t->cpu_told_ns;
+}
+
 void bf_cpuclock_drain(bf_cpuclock *c) {
   c->tick++;
   c->now_ns = bf_mono_ns();
@@ -262,7 +274,7 @@ void bf_cpuclock_drain(bf_cpuclock *c) {
     cc_thread *t = &c->th[i];
     if (t->map) ring_drain(c, t);
     if (c->tick - t->last_tick > CC_FORGET_TICKS) {
-      c->gone_cpu_ns += t->perf ? t->cpu_ns + t->extra_ns : t->cpu_ns - t->base_ns;
+      c->gone_cpu_ns += th_total(c, t);
       th_close(t);
       continue;
     }
@@ -278,7 +290,7 @@ static cc_thread *th_get(bf_cpuclock *c, int64_t tid, int *fresh) {
     if (c->th[i].tid == tid) t = &c->th[i];
   if (t && t->state != CC_GONE) return t;
   if (t) { /* the tid was reused by a new thread */
-    c->gone_cpu_ns += t->perf ? t->cpu_ns + t->extra_ns : t->cpu_ns - t->base_ns;
+    c->gone_cpu_ns += th_total(c, t);
     th_close(t);
   } else if (bf_vec_grow((void **)&c->th, &c->cap, c->n + 1, sizeof *c->th, 16)) {
     return NULL;
@@ -341,8 +353,7 @@ int bf_cpuclock_thread(bf_cpuclock *c, int64_t tid, int64_t from_ns, int64_t at_
         /* no switch since the drain (else the intervals are behind) */
         const struct perf_event_mmap_page *pg = (const void *)t->map;
         if (fresh) t->base_ns = v;
-        else if (__atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE) == t->tail &&
-                 v - t->base_ns - t->cpu_ns >= 0)
+        else if (__atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE) == t->tail)
           t->extra_ns = v - t->base_ns - t->cpu_ns;
       } else if (fresh) {
         t->base_ns = -1;
@@ -412,10 +423,6 @@ int64_t bf_cpuclock_self_in(bf_cpuclock *c) {
 
 int64_t bf_cpuclock_total_ns(const bf_cpuclock *c) {
   int64_t s = c->gone_cpu_ns;
-  for (size_t i = 0; i < c->n; i++) {
-    const cc_thread *t = &c->th[i];
-    s += t->perf ? t->cpu_ns + t->extra_ns + (t->state == CC_IN ? c->now_ns - t->since : 0)
-                 : t->cpu_ns - t->base_ns;
-  }
+  for (size_t i = 0; i < c->n; i++) s += th_total(c, &c->th[i]);
   return s;
 }
