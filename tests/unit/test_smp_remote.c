@@ -72,6 +72,7 @@ static void test_wrapping_region_refused(void) {
                {0 - (uint64_t)72, 72},           /* ends exactly at 2^64 */
                {UINT64_MAX, 1},                  /* ends exactly at 2^64 */
                {UINT64_MAX - 4095, 4096 + 16},   /* wraps from the last page */
+               {UINT64_MAX - 4095, 16},          /* in the last page (its page end wraps) */
                {BASE + SIZE, 8},                 /* just past the image */
                {BASE - 8, 16}};                  /* straddles its start */
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
