@@ -70,6 +70,7 @@ static void hash_clear(bf_smp *h) { bf_pmap_clear(&h->pref_hash); }
 void smp_prefetch_reset(bf_smp *h) {
   h->npref = h->npref_next = 0;
   h->pool_len = 0;
+  h->nmiss = 0;
   h->plan_n = 0;
   hash_clear(h);
 }
@@ -80,7 +81,7 @@ static int pref_alloc(bf_smp *h) {
     h->cap_pref = 1024;
     h->pref = calloc(h->cap_pref, sizeof *h->pref);
     h->pref_next = calloc(h->cap_pref, sizeof *h->pref_next);
-    h->pool_cap = 64 * 1024;
+    h->pool_cap = 256 * 1024;
     h->pool = malloc(h->pool_cap);
     h->pref_hash = (bf_pmap)BF_PMAP_INIT(smp_pref_slot);
     if (!h->pref || !h->pref_next || !h->pool || bf_pmap_reserve(&h->pref_hash, 8) < 0) return -ENOMEM;
@@ -123,6 +124,7 @@ static int plan_same(const bf_smp *h) {
 
 static int plan_build(bf_smp *h) {
   size_t n = h->npref;
+  h->plan_builds++;
   if (n > h->plan_cap) {
     size_t nc = n * 2;
     uint32_t *o = realloc(h->plan_ord, nc * sizeof *o);
@@ -199,7 +201,6 @@ static void carry_over(bf_smp *h) {
 }
 
 void smp_prefetch(bf_smp *h) {
-  h->read_ns = bf_mono_ns();
   if (pref_alloc(h) < 0) return;
   carry_over(h);
   /* the hot set recorded during the previous samples becomes the pool */
@@ -209,6 +210,8 @@ void smp_prefetch(bf_smp *h) {
   h->npref = h->npref_next;
   h->npref_next = 0;
   h->pool_len = 0;
+  h->nmiss = 0;
+  h->pref_cursor = 0;
   h->pref_all_ok = 0;
   for (size_t i = 0; i < h->npref; i++) h->pref[i].used = 0;
   if (!h->npref) {
@@ -263,18 +266,62 @@ void smp_prefetch(bf_smp *h) {
   if (!bad) h->pref_all_ok = 1;
 }
 
+static const unsigned char *read_pooled(bf_smp *h, uint64_t addr, size_t len, int remembered, int *err);
+
 const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err) {
-  if (len > sizeof h->scratch || addr == 0) {
+  return read_pooled(h, addr, len, 1, err);
+}
+
+/* A region read once in a while (a cached code object's identity, once a
+ * millisecond): not worth a place in the next samples' prefetch, where it
+ * would only add an iovec and change the plan twice. */
+const unsigned char *smp_read_cold(bf_smp *h, uint64_t addr, size_t len, int *err) {
+  return read_pooled(h, addr, len, 0, err);
+}
+
+static const unsigned char *read_pooled(bf_smp *h, uint64_t addr, size_t len, int remembered, int *err) {
+  /* garbage links are normal input (a 3.15 frame link read mid-change was
+   * -24 once): a region that wraps past 2^64 is refused here, before the
+   * page cache below compares its end (wrapped, it fell inside an earlier
+   * miss's page and was served at a wild offset: SIGSEGV) */
+  if (len > sizeof h->scratch || addr == 0 || addr + len < addr) {
     *err = -EIO;
     return NULL;
   }
-  remember(h, addr, len);
-  int k = pref_find(h, addr);
+  if (remembered) remember(h, addr, len);
+  /* a steady stack asks for the regions in the order the last walk did
+   * (the order of pref): the next one is tried before the hash */
+  size_t c = h->pref_cursor;
+  int k = c < h->npref && h->pref[c].addr == addr && h->pref[c].ok && h->pref[c].len >= len
+              ? (int)c
+              : pref_find(h, addr);
   if (k >= 0 && h->pref[k].ok && h->pref[k].len >= len) {
     h->pref[k].used = 1;
+    h->pref_cursor = (size_t)k + 1;
     return h->span_buf + h->pref[k].off;
   }
-  /* miss: read into the next free part of the pool so earlier pointers stay valid */
+  /* miss: first this walk's earlier misses, each read as its whole page */
+  for (size_t i = 0; i < h->nmiss; i++) {
+    const smp_span *m = &h->miss[i];
+    if (addr >= m->addr && addr <= m->end && len <= m->end - addr) /* no sum to wrap */
+      return h->pool + m->off + (addr - m->addr);
+  }
+  /* then the page(s) around it, into the next free part of the pool so
+   * earlier pointers stay valid: the frames a walk reaches next often lie
+   * on the same page (3.11+ callers just below in the frame stack, 3.8-3.10
+   * frame objects of one size class in one pool), and copying a page costs
+   * far less than a system call per frame. A page is mapped whole, so it
+   * reads fine exactly when the region does */
+  uint64_t lo = addr & ~(uint64_t)(SMP_PAGE - 1), hi = lo + SMP_PAGE;
+  if (hi < addr + len) hi = addr + len;
+  if (h->nmiss < SMP_MISS_PAGES && h->pool_len + (hi - lo) <= h->pool_cap) {
+    unsigned char *dst = h->pool + h->pool_len;
+    if (smp_read(h, lo, dst, (size_t)(hi - lo)) == 0) {
+      h->miss[h->nmiss++] = (smp_span){lo, hi, 0, 0, h->pool_len};
+      h->pool_len += (size_t)(hi - lo);
+      return dst + (addr - lo);
+    }
+  }
   if (h->pool_len + len > h->pool_cap) {
     /* no room: a private scratch copy (valid until the next miss) */
     int rc = smp_read(h, addr, h->scratch, len);

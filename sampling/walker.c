@@ -369,7 +369,7 @@ static inline smp_code *frame_code(bf_smp *h, uint64_t code, int *err) {
   const smp_layout *l = &h->lay;
   smp_code *c = code_find(h, code);
   if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
-    const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, err);
+    const unsigned char *cw = smp_read_cold(h, code + l->co_fp_lo, (size_t)l->co_fp_len, err);
     if (!cw) {
       if (*err == -EINVAL) *err = -EIO;
       return NULL;
@@ -510,6 +510,13 @@ static int walk_frames(bf_smp *h, uint64_t fa, int64_t max_py, uint64_t base) {
   for (int steps = 0; fa; steps++) {
     /* garbage memory can look like endless chains: bound a sample's work */
     if (++h->walk_steps > SMP_MAX_STEPS || steps > 4 * SMP_MAX_DEPTH) return -EIO;
+    if (fa == base) {
+      /* 3.15+: the base frame embedded in the thread state ends every chain
+       * (interpreter-owned, no code, no link): reached, it needs no read (a
+       * page less to pin where it lies past the thread state's own page) */
+      bottom = fa;
+      break;
+    }
     const unsigned char *fb = smp_read_hot(h, fa, (size_t)l->fr_read, &err);
     if (!fb) return err;
     uint64_t code = rd64(fb + l->fr_code), back = rd64(fb + l->fr_back);
@@ -989,7 +996,7 @@ int smp_code_frame(bf_smp *h, uint64_t code, uint64_t instr, bf_smp_frame *out) 
   if (l->executable_tagged) code &= ~(uint64_t)7;
   smp_code *c = code_find(h, code);
   if (!c || (c->checked_gen != h->gen && h->now_ns - c->checked_ns >= SMP_CODE_TRUST_NS)) {
-    const unsigned char *cw = smp_read_hot(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
+    const unsigned char *cw = smp_read_cold(h, code + l->co_fp_lo, (size_t)l->co_fp_len, &err);
     if (!cw) return err;
     if (!(c = code_get(h, code, code_fp(l, cw), &err))) return err == -EINVAL ? -EIO : err;
     c->checked_gen = h->gen;

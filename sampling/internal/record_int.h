@@ -83,6 +83,7 @@ typedef struct target {
   int64_t start_mono;
   int64_t start_cpu_ns; /* profiler CPU when the session began */
   int exited;
+  int own_child; /* tg[0] while it is our launched, unreaped child (record.c) */
   rec_thread *threads;
   size_t nthreads, cap_threads;
   int gen;

@@ -289,6 +289,9 @@ typedef struct smp_span {
   size_t off; /* into span_buf */
 } smp_span;
 
+#define SMP_PAGE 4096       /* a miss reads its whole page (remote.c) */
+#define SMP_MISS_PAGES 32   /* ... for this many misses of one walk */
+
 typedef ssize_t (*smp_readv_fn)(void *ud, const struct iovec *local, size_t nlocal,
                                 const struct iovec *remote, size_t nremote);
 
@@ -321,14 +324,18 @@ struct bf_smp {
   /* prefetch: the previous sample's hot regions, read in one go */
   smp_pref *pref, *pref_next;
   size_t npref, npref_next, cap_pref;
+  size_t pref_cursor;  /* where in pref the next read likely is */
   unsigned char *pool; /* this sample's misses */
   size_t pool_len, pool_cap;
+  smp_span miss[SMP_MISS_PAGES]; /* this walk's misses, read as whole pages into pool */
+  size_t nmiss;
   unsigned char *span_buf; /* merged spans as read */
   size_t span_cap;
   smp_pref *plan_key;      /* the hot set the plan was built for */
   uint32_t *plan_ord;
   smp_span *plan_sp;
   size_t plan_n, plan_ns, plan_cap, plan_total;
+  uint64_t plan_builds; /* plans built (not kept from the last sample), for benchmarks */
   int pref_all_ok;
   bf_pmap pref_hash;       /* of smp_pref_slot: address -> index in pref */
   unsigned char scratch[4096];
@@ -385,9 +392,6 @@ struct bf_smp {
   int64_t (*ns_map)[2];     /* {namespace tid, host tid} of the last scan */
   size_t ns_n, ns_cap;
   int64_t ns_scan_ns;       /* monotonic time of the last scan */
-  /* monotonic time of this sample's prefetch (remote.c): the moment most of
-   * every thread's stack is read */
-  int64_t read_ns;
   /* kernel lens (kstate.c): targets and fd links seen, and whether the
    * interpreter's GIL was locked at this walk (a timed futex is the GIL then) */
   struct smp_kcache *kc;
@@ -402,6 +406,8 @@ int smp_read(bf_smp *h, uint64_t addr, void *dst, size_t len);
  * next sample's prefetch. Borrowed until the next sample. NULL on failure
  * (*err set). */
 const unsigned char *smp_read_hot(bf_smp *h, uint64_t addr, size_t len, int *err);
+/* The same, for a region not worth prefetching in the next samples. */
+const unsigned char *smp_read_cold(bf_smp *h, uint64_t addr, size_t len, int *err);
 /* Start of a sample: read every region of the last sample's hot set at once. */
 void smp_prefetch(bf_smp *h);
 void smp_prefetch_reset(bf_smp *h);
