@@ -221,6 +221,7 @@ ARMS = {
     "bifocal-cpu-nort": ("bifocal", "cpu", {"BIFOCAL_CPU_CLOCK_RT": "0"}),
     "bifocal-schedstat": ("bifocal", "cpu", {"BIFOCAL_CPU_CLOCK": "schedstat"}),
     "tachyon-cpu": ("tachyon", "cpu", None),
+    "bifocal-memory": ("bifocal", "memory", None),  # record --memory (issue 29's far lens)
 }
 
 

@@ -106,6 +106,14 @@ def _taskset(cpus):
     return ["taskset", "-c", cpus] if cpus else []
 
 
+def _bf_mode(clock):
+    """bifocal's options for an arm's clock: a --clock name, or "memory"
+    (the wall clock with the far memory lens, record --memory)."""
+    if not clock:
+        return []
+    return ["--memory"] if clock == "memory" else ["--clock", clock]
+
+
 def trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None, pin=None, warm=4.0,
           twin=None):
     script = os.path.join(d, "slow_work.py")
@@ -135,8 +143,7 @@ def trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None, pin=N
         if tgt.stdout.readline().strip() != "ready":  # it runs Python: attach now
             raise SystemExit("slowdown_trial: the target did not start")
         if kind == "bifocal":
-            cmd = [bf, "--db", db, "record", "--pid", str(tgt.pid), "--rate", str(rate)]
-            cmd += ["--clock", clock] if clock else []
+            cmd = [bf, "--db", db, "record", "--pid", str(tgt.pid), "--rate", str(rate)] + _bf_mode(clock)
         else:
             cmd = tachyon_attach_prefix(py, tgt.pid) + [
                 "-m", "profiling.sampling", "attach", "-r", str(rate), "-d", "3600",
@@ -145,8 +152,7 @@ def trial(kind, py, bf, rate, secs, d, how="attach", clock=None, env=None, pin=N
                                 stderr=subprocess.STDOUT, text=True, env=penv)
     else:  # launch: the profiler starts the target; its stdout is the target's
         if kind == "bifocal":
-            cmd = [bf, "--db", db, "record", "--rate", str(rate)]
-            cmd += (["--clock", clock] if clock else []) + ["--"] + _taskset(tpin) + targs
+            cmd = [bf, "--db", db, "record", "--rate", str(rate)] + _bf_mode(clock) + ["--"] + _taskset(tpin) + targs
         else:
             cmd = [py, "-m", "profiling.sampling", "run", "-r", str(rate), "--collapsed", "-o",
                    coll] + (["--mode", clock] if clock else []) + [script] + targs[2:]
