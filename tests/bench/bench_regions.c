@@ -20,19 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_deep20.h"
 #include "sampler.h"
 #include "smp_int.h"
 
-static const char *TARGET =
-    "import sys\n"
-    "def f(n):\n"
-    "    if n == 0:\n"
-    "        x = 0\n"
-    "        while True:\n"
-    "            x += 1\n"
-    "    return f(n - 1)\n"
-    "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
-    "f(18)\n";
+static const char *TARGET = BENCH_DEEP20_TARGET;
 
 static pid_t spawn(const char *py, const char *script) {
   int fds[2];

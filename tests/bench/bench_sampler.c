@@ -17,19 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_deep20.h"
 #include "sampler.h"
 #include "store.h"
 
-static const char *TARGET =
-    "import sys\n"
-    "def f(n):\n"
-    "    if n == 0:\n"
-    "        x = 0\n"
-    "        while True:\n"
-    "            x += 1\n"
-    "    return f(n - 1)\n"
-    "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
-    "f(18)\n"; /* <module> + 19 frames of f = 20 deep */
+static const char *TARGET = BENCH_DEEP20_TARGET;
 
 /* A stack that grows and shrinks between samples (3. below). */
 static const char *TARGET_MOVING =
